@@ -1,0 +1,44 @@
+/* Read-only mapping of a whole file, and a bounds-checked little-endian reader cursor over any byte range.
+ * Every parser of outside bytes (GGUF, llama2.c, tokenizer.bin) reads through struct ci_reader, whose
+ * functions check the remaining length before touching a byte and never advance past the end. */
+#ifndef CINFER_CORE_MAPFILE_H
+#define CINFER_CORE_MAPFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+struct ci_mapfile {
+    const uint8_t *data; // PROT_READ mapping (NULL for an empty file)
+    uint64_t size;
+};
+
+/* Maps path read-only.  An empty file maps to data = NULL, size = 0. */
+enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci_err *err);
+void ci_mapfile_close(struct ci_mapfile *m);
+
+struct ci_reader {
+    const uint8_t *base;
+    uint64_t size;
+    uint64_t pos;
+};
+
+void ci_reader_init(struct ci_reader *r, const void *base, uint64_t size);
+static inline uint64_t ci_reader_left(const struct ci_reader *r) {
+    return r->size - r->pos;
+}
+/* Each returns CI_ERR_FORMAT (cursor unchanged) when fewer bytes remain than needed. */
+enum ci_status ci_rd_bytes(struct ci_reader *r, void *out, uint64_t n);
+enum ci_status ci_rd_skip(struct ci_reader *r, uint64_t n);
+enum ci_status ci_rd_u8(struct ci_reader *r, uint8_t *v);
+enum ci_status ci_rd_u16(struct ci_reader *r, uint16_t *v);
+enum ci_status ci_rd_u32(struct ci_reader *r, uint32_t *v);
+enum ci_status ci_rd_u64(struct ci_reader *r, uint64_t *v);
+enum ci_status ci_rd_i32(struct ci_reader *r, int32_t *v);
+enum ci_status ci_rd_f32(struct ci_reader *r, float *v);
+enum ci_status ci_rd_f64(struct ci_reader *r, double *v);
+/* A view of the next n bytes (not copied), advancing past them. */
+enum ci_status ci_rd_view(struct ci_reader *r, uint64_t n, const uint8_t **out);
+
+#endif

@@ -1,0 +1,91 @@
+#include "core/mem.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Each block carries a 64-byte header holding its size (64 keeps ci_malloc's result 64-byte aligned too).
+#define HDR 64
+
+static atomic_size_t mem_in_use;
+static atomic_size_t mem_limit;
+
+static bool reserve(size_t n) {
+    size_t limit = atomic_load(&mem_limit);
+    size_t now = atomic_fetch_add(&mem_in_use, n) + n;
+    if (limit && now > limit) {
+        atomic_fetch_sub(&mem_in_use, n);
+        return false;
+    }
+    return true;
+}
+
+void *ci_malloc(size_t n) {
+    size_t total;
+    if (!ci_add_size(n, HDR, &total) || !reserve(n))
+        return NULL;
+    unsigned char *p = aligned_alloc(HDR, (total + HDR - 1) / HDR * HDR);
+    if (!p) {
+        atomic_fetch_sub(&mem_in_use, n);
+        return NULL;
+    }
+    memcpy(p, &n, sizeof n);
+    return p + HDR;
+}
+
+void *ci_calloc(size_t count, size_t size) {
+    size_t n;
+    if (!ci_mul_size(count, size, &n))
+        return NULL;
+    void *p = ci_malloc(n);
+    if (p)
+        memset(p, 0, n);
+    return p;
+}
+
+void *ci_realloc(void *p, size_t n) {
+    if (!p)
+        return ci_malloc(n);
+    size_t old;
+    memcpy(&old, (unsigned char *)p - HDR, sizeof old);
+    void *q = ci_malloc(n);
+    if (!q)
+        return NULL;
+    memcpy(q, p, old < n ? old : n);
+    ci_free(p);
+    return q;
+}
+
+void ci_free(void *p) {
+    if (!p)
+        return;
+    unsigned char *base = (unsigned char *)p - HDR;
+    size_t n;
+    memcpy(&n, base, sizeof n);
+    atomic_fetch_sub(&mem_in_use, n);
+    free(base);
+}
+
+void *ci_malloc_aligned(size_t n) {
+    return ci_malloc(n); // ci_malloc is already 64-byte aligned
+}
+
+void ci_free_aligned(void *p) {
+    ci_free(p);
+}
+
+char *ci_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = ci_malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+size_t ci_mem_in_use(void) {
+    return atomic_load(&mem_in_use);
+}
+
+void ci_mem_set_limit(size_t bytes) {
+    atomic_store(&mem_limit, bytes);
+}

@@ -1,0 +1,87 @@
+/* The kernel API used by model/: pure functions on raw pointers and dimensions, no allocation.
+ * Matmul and attention split their work across a ci_threadpool by output rows (or by token × KV head);
+ * no reduction is ever split across threads, so every output element is computed by one thread in a fixed
+ * order and results do not depend on the thread count or on what else is in the batch. */
+#ifndef CINFER_KERNELS_KERNELS_H
+#define CINFER_KERNELS_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/quant.h"
+
+struct ci_threadpool;
+
+/* Selects SIMD implementations for this CPU (idempotent; called by ci_matmul's users at load time).
+ * CINFER_NO_SIMD=1 in the environment forces the portable scalar kernels. */
+void ci_kernels_init(void);
+/* "avx2+fma+f16c" or "scalar": what ci_kernels_init picked. */
+const char *ci_kernels_isa(void);
+
+/* dot(row of n elements of type, x) in float; n a multiple of the type's block size. */
+float ci_dot(uint32_t type, const void *row, const float *x, int64_t n);
+
+/* Workspace bytes ci_matmul needs for n_tok rows of n_in activations against weights of this type. */
+size_t ci_matmul_work_bytes(uint32_t type, int64_t n_in, int n_tok);
+
+/* y[t][o] = sum_i x[t][i] * W[o][i] for t < n_tok, o < w->ne[1]; W is w->ne[1] rows of w->ne[0] elements.
+ * x: [n_tok][w->ne[0]], y: [n_tok][w->ne[1]].  work: ci_matmul_work_bytes() bytes, 64-byte aligned. */
+void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float *x, int n_tok, float *y,
+               void *work);
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i] (out may alias x). */
+void ci_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
+
+/* Rotary embedding in place on one token's heads x: [n_head][head_dim], for the first rope_dim dimensions
+ * of each head.  Normal (llama/GPT-J) pairing rotates (x[2i], x[2i+1]); NeoX pairing (qwen2) rotates
+ * (x[i], x[i + rope_dim/2]).  theta_i = pos * base^(-2i/rope_dim). */
+void ci_rope(float *x, int n_head, int head_dim, int rope_dim, int pos, float base, bool neox);
+
+/* gate[i] = silu(gate[i]) * up[i]  (SwiGLU). */
+void ci_silu_mul(float *gate, const float *up, int n);
+
+/* In-place softmax over n values. */
+void ci_softmax(float *x, int n);
+
+/* Index of the largest value (first one on ties). */
+int ci_argmax(const float *x, int n);
+
+/* Paged KV layout of one layer: k and v are each [n_blocks][n_kv_head][block_size][head_dim] floats, so one
+ * KV head's slots in a block are contiguous.  Token position p of a sequence lives in block
+ * table[p / block_size], slot p % block_size. */
+struct ci_kv_layer {
+    float *k;
+    float *v;
+    int block_size;
+    int n_kv_head;
+    int head_dim;
+};
+
+static inline size_t ci_kv_offset(const struct ci_kv_layer *l, int32_t blk, int kv_head, int slot) {
+    return (((size_t)blk * (size_t)l->n_kv_head + (size_t)kv_head) * (size_t)l->block_size + (size_t)slot) *
+           (size_t)l->head_dim;
+}
+
+struct ci_attn_seq {
+    const int32_t *block_table; // [n_blocks]
+    int n_blocks;
+};
+
+/* Causal attention for every token of a batch over its own sequence's KV (positions 0..pos inclusive, whose
+ * K/V must already be written).  GQA: query head h reads KV head h / (n_head / n_kv_head).  Online softmax,
+ * one pass over the blocks. */
+struct ci_attn_args {
+    int n_tokens;
+    const float *q;        // [n_tokens][n_head][head_dim]
+    const int32_t *pos;    // [n_tokens]
+    const int32_t *seq;    // [n_tokens] index into seqs
+    const struct ci_attn_seq *seqs;
+    const struct ci_kv_layer *kv;
+    int n_head;
+    float scale;           // usually 1/sqrt(head_dim)
+    float *out;            // [n_tokens][n_head][head_dim]
+};
+void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a);
+
+#endif
