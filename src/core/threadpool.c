@@ -7,7 +7,8 @@
 
 #include "core/mem.h"
 
-// Workers spin this many polls before sleeping on the condvar: decode steps issue many short jobs back to back.
+// Workers spin this many polls before sleeping on the condvar: decode steps issue many short jobs back to
+// back.
 #define SPIN_POLLS 20000
 
 struct worker {
@@ -44,7 +45,8 @@ static void work(struct ci_threadpool *tp, int thread) {
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     struct ci_threadpool *tp = w->tp;
-    unsigned seen = atomic_load(&tp->generation);
+    unsigned seen =
+        0; // generation starts at 0; reading it here would race with a first job posted before we run
     for (;;) {
         unsigned gen;
         int polls = 0;
