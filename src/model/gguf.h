@@ -33,6 +33,10 @@ enum gguf_type {
 };
 
 #define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MAX_ARRAY_DEPTH   8     // arrays nested in one value (a plain array value is depth 1)
+#define GGUF_MAX_NAME_BYTES    256   // tensor name length (llama.cpp's limit is 64; we read longer ones)
+#define GGUF_MAX_KEY_BYTES     65536 // key length
+#define GGUF_MAX_DIMS          4
 
 /* A string view into the file: not NUL-terminated. */
 struct gguf_str {
@@ -46,7 +50,7 @@ struct gguf_arr {
     const struct gguf *g;
     enum gguf_type elem_type;
     uint64_t n;
-    const uint8_t *data; // first element's bytes in the file
+    const uint8_t *data;          // first element's bytes in the file
     const uint64_t *elem_offsets; // for STRING/ARRAY elements: [n] offsets from data (NULL otherwise)
 };
 
@@ -67,11 +71,16 @@ int64_t gguf_n_kv(const struct gguf *g);
 int64_t gguf_find_key(const struct gguf *g, const char *key); // -1 if absent
 const char *gguf_kv_key(const struct gguf *g, int64_t i);     // NUL-terminated copy
 enum gguf_type gguf_kv_type(const struct gguf *g, int64_t i);
+/* The encoded value bytes of key/value i as stored in the file (after its type tag), for copying a value
+ * verbatim into a new file (gguf_writer_copy_kv). */
+const uint8_t *gguf_kv_raw(const struct gguf *g, int64_t i, uint64_t *n_bytes);
+/* The array value of key/value i; CI_ERR_FORMAT (no message) if it is not an array. */
+enum ci_status gguf_kv_arr(const struct gguf *g, int64_t i, struct gguf_arr *out);
 
 /* Typed getters by key.  CI_ERR_INVALID (message naming the key) when the key is absent, CI_ERR_FORMAT when
  * its type does not fit.  gguf_get_int accepts any integer type whose value fits int64; gguf_get_f32 accepts
- * FLOAT32/FLOAT64; gguf_get_bool accepts BOOL.  The *_opt forms leave *out unchanged and return CI_OK when the
- * key is absent. */
+ * FLOAT32/FLOAT64; gguf_get_bool accepts BOOL.  The *_opt forms leave *out unchanged and return CI_OK when
+ * the key is absent. */
 enum ci_status gguf_get_int(const struct gguf *g, const char *key, int64_t *out, struct ci_err *err);
 enum ci_status gguf_get_f32(const struct gguf *g, const char *key, float *out, struct ci_err *err);
 enum ci_status gguf_get_bool(const struct gguf *g, const char *key, bool *out, struct ci_err *err);
@@ -80,11 +89,16 @@ enum ci_status gguf_get_arr(const struct gguf *g, const char *key, struct gguf_a
 enum ci_status gguf_get_int_opt(const struct gguf *g, const char *key, int64_t *out, struct ci_err *err);
 enum ci_status gguf_get_f32_opt(const struct gguf *g, const char *key, float *out, struct ci_err *err);
 enum ci_status gguf_get_bool_opt(const struct gguf *g, const char *key, bool *out, struct ci_err *err);
+enum ci_status gguf_get_str_opt(const struct gguf *g, const char *key, struct gguf_str *out,
+                                struct ci_err *err);
+enum ci_status gguf_get_arr_opt(const struct gguf *g, const char *key, struct gguf_arr *out,
+                                struct ci_err *err);
 
 /* Array element access; i < arr->n is the caller's responsibility (CI_ASSERTed). */
 struct gguf_str gguf_arr_str(const struct gguf_arr *arr, uint64_t i);
 struct gguf_arr gguf_arr_arr(const struct gguf_arr *arr, uint64_t i);
-/* Numeric element i converted to double / int64 (any numeric element type). */
+/* Numeric element i converted to double / int64 (any numeric element type, bool as 0/1).  gguf_arr_i64
+ * truncates floats toward zero and saturates values outside int64 (NaN gives 0). */
 double gguf_arr_f64(const struct gguf_arr *arr, uint64_t i);
 int64_t gguf_arr_i64(const struct gguf_arr *arr, uint64_t i);
 
@@ -94,5 +108,7 @@ int64_t gguf_find_tensor(const struct gguf *g, const char *name); // -1 if absen
 const struct ci_tensor *gguf_tensor(const struct gguf *g, int64_t i);
 
 const char *gguf_type_name(enum gguf_type t);
+/* The rule keys and tensor names follow: non-empty, valid UTF-8 without NUL bytes (length limits apart). */
+bool gguf_name_valid(const char *s, uint64_t n);
 
 #endif
