@@ -1,0 +1,700 @@
+/* Kernel tests: every SIMD dot against the scalar ground truth and against dequantize-then-double-dot,
+ * matmul bit-invariance across thread counts and batch composition, and rope/rmsnorm/softmax/silu/attention
+ * against straightforward double-precision formulas written here. */
+#include "kernels/kernels.h"
+
+#include "kernels/dot.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "core/rng.h"
+#include "core/threadpool.h"
+#include "test.h"
+
+/* The loops below compare thousands of elements: each test reports only its first mismatch, so one broken
+ * kernel shows up as one FAIL line (tests/run.sh counts FAIL lines). */
+#define FAIL_FIRST(...)                                                                                      \
+    do {                                                                                                     \
+        if (test_failed_checks == 0)                                                                         \
+            TEST_FAILF(__VA_ARGS__);                                                                         \
+        else                                                                                                 \
+            test_failed_checks++;                                                                            \
+    } while (0)
+#define CHECK1(cond)                                                                                         \
+    do {                                                                                                     \
+        if (!(cond))                                                                                         \
+            FAIL_FIRST("%s", #cond);                                                                         \
+    } while (0)
+
+static const uint32_t all_types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_BF16, CI_TYPE_Q8_0, CI_TYPE_Q4_0};
+#define N_TYPES ((int)(sizeof all_types / sizeof all_types[0]))
+
+static bool simd_available(void) {
+    ci_kernels_force_scalar(false);
+    return strcmp(ci_kernels_isa(), "scalar") != 0 && ci_dot_avx2_table() != NULL;
+}
+
+static ci_dot_fn table_fn(const struct ci_dot_table *t, uint32_t type) {
+    switch (type) {
+    case CI_TYPE_F32:
+        return t->f32;
+    case CI_TYPE_F16:
+        return t->f16;
+    case CI_TYPE_BF16:
+        return t->bf16;
+    case CI_TYPE_Q8_0:
+        return t->q8_0;
+    default:
+        return t->q4_0;
+    }
+}
+
+static void fill_normal(struct ci_rng *r, float *x, int64_t n, double scale) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(ci_rng_normal(r) * scale);
+}
+
+/* Quantizes src into a fresh buffer of ci_row_bytes(type, n) (caller frees). */
+static void *make_row(uint32_t type, const float *src, int64_t n) {
+    uint64_t nb = 0;
+    if (!ci_row_bytes(type, (uint64_t)n, &nb))
+        return NULL;
+    void *row = ci_malloc(nb ? (size_t)nb : 1);
+    if (row)
+        ci_quantize_row(type, src, row, n);
+    return row;
+}
+
+/* dequantize (reference conversion) then dot in double; *abs_sum = sum |w_i * x_i| for tolerances. */
+static double ref_dot(uint32_t type, const void *row, const float *x, int64_t n, double *abs_sum) {
+    float *w = ci_malloc((size_t)n * sizeof(float) + 1);
+    ci_dequantize_row(type, row, w, n);
+    double s = 0.0, a = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        s += (double)w[i] * (double)x[i];
+        a += fabs((double)w[i] * (double)x[i]);
+    }
+    ci_free(w);
+    *abs_sum = a;
+    return s;
+}
+
+static bool same_bits(float a, float b) {
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+// Magnitudes near each format's useful range (fp16 scales cap Q4_0's d = max/8 below 65504).
+static double large_scale(uint32_t type) {
+    switch (type) {
+    case CI_TYPE_F32:
+    case CI_TYPE_BF16:
+        return 1e15;
+    case CI_TYPE_F16:
+        return 1e4;
+    case CI_TYPE_Q8_0:
+        return 1e5;
+    default:
+        return 5e4;
+    }
+}
+
+/* Float summation error relative to sum |w_i x_i|: observed at most ~2e-7 on these inputs (n up to 4128);
+ * 4e-6 leaves a wide margin yet is far below any indexing, scaling or layout mistake (those are O(1)). */
+#define DOT_REL_TOL 4e-6
+
+TEST(dot_simd_matches_scalar) {
+    if (!simd_available()) {
+        printf("note: SIMD kernels unavailable or disabled (CINFER_NO_SIMD): scalar path only\n");
+        return;
+    }
+    const struct ci_dot_table *ref = ci_dot_ref_table(), *simd = ci_dot_avx2_table();
+    const int64_t sizes[] = {32, 64, 96, 4096, 4128};
+    const int64_t odd_sizes[] = {1, 7, 8, 9, 31, 33, 40, 1001}; // block-size-1 types: every tail length
+    struct ci_rng r;
+    ci_rng_seed(&r, 1234);
+    double worst = 0.0;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = all_types[ti];
+        bool scalar_blocks = ci_type_traits(type)->block_size == 1;
+        int n_sizes = 5 + (scalar_blocks ? 8 : 0);
+        for (int si = 0; si < n_sizes; si++) {
+            int64_t n = si < 5 ? sizes[si] : odd_sizes[si - 5];
+            for (int trial = 0; trial < 4; trial++) {
+                double ws = trial == 3 ? large_scale(type) : 1.0, xs = trial == 3 ? 1e3 : 1.0;
+                float *w = ci_malloc((size_t)n * sizeof(float)), *x = ci_malloc((size_t)n * sizeof(float));
+                ASSERT(w && x);
+                fill_normal(&r, w, n, ws);
+                fill_normal(&r, x, n, xs);
+                if (trial == 2) // offset activations: sums far from zero
+                    for (int64_t i = 0; i < n; i++)
+                        x[i] += 3.0f;
+                void *row = make_row(type, w, n);
+                ASSERT(row);
+                double abs_sum;
+                (void)ref_dot(type, row, x, n, &abs_sum);
+                float a = table_fn(ref, type)(row, x, n), b = table_fn(simd, type)(row, x, n);
+                double err = fabs((double)a - (double)b);
+                if (abs_sum > 0 && err / abs_sum > worst)
+                    worst = err / abs_sum;
+                if (!(err <= DOT_REL_TOL * abs_sum) || !isfinite(a))
+                    FAIL_FIRST("%s n=%lld trial %d: scalar %.9g simd %.9g (abs sum %g)", ci_type_name(type),
+                               (long long)n, trial, a, b, abs_sum);
+                // ci_dot itself follows the selected table exactly
+                CHECK1(same_bits(ci_dot(type, row, x, n), b));
+                ci_kernels_force_scalar(true);
+                CHECK1(same_bits(ci_dot(type, row, x, n), a));
+                ci_kernels_force_scalar(false);
+                ci_free(row);
+                ci_free(w);
+                ci_free(x);
+            }
+        }
+    }
+    printf("note: worst |simd - scalar| / sum|w x| = %.3g\n", worst);
+}
+
+TEST(dot_matches_dequantized_double_reference) {
+    const int64_t sizes[] = {32, 64, 96, 4096, 4128};
+    for (int pass = 0; pass < 2; pass++) {
+        ci_kernels_force_scalar(pass == 0);
+        struct ci_rng r;
+        ci_rng_seed(&r, 99);
+        for (int ti = 0; ti < N_TYPES; ti++) {
+            uint32_t type = all_types[ti];
+            for (int si = 0; si < 5; si++) {
+                int64_t n = sizes[si];
+                for (int trial = 0; trial < 3; trial++) {
+                    float *w = ci_malloc((size_t)n * sizeof(float)),
+                          *x = ci_malloc((size_t)n * sizeof(float));
+                    ASSERT(w && x);
+                    fill_normal(&r, w, n, trial == 2 ? large_scale(type) : 0.1);
+                    fill_normal(&r, x, n, trial == 2 ? 1e3 : 1.0);
+                    void *row = make_row(type, w, n);
+                    ASSERT(row);
+                    double abs_sum, want = ref_dot(type, row, x, n, &abs_sum);
+                    float got = ci_dot(type, row, x, n);
+                    if (!(fabs(got - want) <= DOT_REL_TOL * abs_sum))
+                        FAIL_FIRST("%s %s n=%lld: got %.9g want %.9g", ci_kernels_isa(), ci_type_name(type),
+                                   (long long)n, got, want);
+                    ci_free(row);
+                    ci_free(w);
+                    ci_free(x);
+                }
+            }
+        }
+    }
+    ci_kernels_force_scalar(false);
+}
+
+TEST(dot_zero_rows_and_zero_activations) {
+    enum { N = 4128 };
+    static float w[N], x[N], zero[N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 5);
+    fill_normal(&r, w, N, 1.0);
+    fill_normal(&r, x, N, 1.0);
+    for (int pass = 0; pass < 2; pass++) {
+        ci_kernels_force_scalar(pass == 0);
+        for (int ti = 0; ti < N_TYPES; ti++) {
+            uint32_t type = all_types[ti];
+            void *zrow = make_row(type, zero, N), *row = make_row(type, w, N);
+            ASSERT(zrow && row);
+            CHECK1(ci_dot(type, zrow, x, N) == 0.0f);
+            CHECK1(ci_dot(type, row, zero, N) == 0.0f);
+            ci_free(zrow);
+            ci_free(row);
+        }
+    }
+    ci_kernels_force_scalar(false);
+}
+
+/* Values worked out by hand from the block layouts in quant.h, not from any code. */
+TEST(dot_known_values) {
+    for (int pass = 0; pass < 2; pass++) {
+        ci_kernels_force_scalar(pass == 0);
+        // F32: sum_{i=1..96} i*i = 96*97*193/6 = 299536, exact in float in any order.
+        float w[96], x[96];
+        for (int i = 0; i < 96; i++)
+            w[i] = x[i] = (float)(i + 1);
+        CHECK1(ci_dot(CI_TYPE_F32, w, x, 96) == 299536.0f);
+        // F16 / BF16 of small integers are exact: 1.0 = 0x3c00 (f16), 0x3f80 (bf16); 2.0 = 0x4000, 0x4000.
+        uint16_t h[40], bf[40];
+        for (int i = 0; i < 40; i++) {
+            h[i] = i % 2 ? 0x4000 : 0x3c00;
+            bf[i] = i % 2 ? 0x4000 : 0x3f80;
+            x[i] = (float)i;
+        }
+        // sum of even i (times 1) + 2 * sum of odd i, i < 40: 380 + 2*400 = 1180
+        CHECK1(ci_dot(CI_TYPE_F16, h, x, 40) == 1180.0f);
+        CHECK1(ci_dot(CI_TYPE_BF16, bf, x, 40) == 1180.0f);
+
+        // Q8_0: two blocks, d = 0.5 (0x3800) and 2.0 (0x4000), q[j] = j - 16, x = 1:
+        // 0.5 * (-16) + 2 * (-16) = -40.
+        struct ci_block_q8_0 b8[2];
+        b8[0].d = 0x3800;
+        b8[1].d = 0x4000;
+        for (int j = 0; j < 32; j++)
+            b8[0].qs[j] = b8[1].qs[j] = (int8_t)(j - 16);
+        float ones[64];
+        for (int i = 0; i < 64; i++)
+            ones[i] = 1.0f;
+        CHECK1(ci_dot(CI_TYPE_Q8_0, b8, ones, 64) == -40.0f);
+
+        // Q4_0: d = 1, byte j = lo (j) | hi (15 - j) << 4 → element j = j - 8, element 16 + j = 7 - j
+        // (low nibbles are elements 0..15); with x[k] = k the sum is accumulated below from that rule alone.
+        struct ci_block_q4_0 b4;
+        b4.d = 0x3c00;
+        double want = 0.0;
+        for (int j = 0; j < 16; j++) {
+            b4.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+            want += (double)(j - 8) * j + (double)(7 - j) * (16 + j);
+        }
+        float xk[32];
+        for (int k = 0; k < 32; k++)
+            xk[k] = (float)k;
+        CHECK1(ci_dot(CI_TYPE_Q4_0, &b4, xk, 32) == (float)want);
+    }
+    ci_kernels_force_scalar(false);
+}
+
+/* A weight tensor of n_out random rows. */
+static struct ci_tensor make_weights(struct ci_rng *r, uint32_t type, int64_t n_in, int64_t n_out) {
+    struct ci_tensor t = {.name = "w", .type = type, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
+    uint64_t rb = 0;
+    ci_row_bytes(type, (uint64_t)n_in, &rb);
+    t.row_bytes = rb;
+    t.nbytes = rb * (uint64_t)n_out;
+    uint8_t *data = ci_malloc((size_t)t.nbytes);
+    float *src = ci_malloc((size_t)n_in * sizeof(float));
+    for (int64_t o = 0; o < n_out; o++) {
+        fill_normal(r, src, n_in, 0.5);
+        ci_quantize_row(type, src, data + (size_t)o * rb, n_in);
+    }
+    ci_free(src);
+    t.data = data;
+    return t;
+}
+
+TEST(matmul_bit_identical_across_threads_and_batches) {
+    enum { N_IN = 160, N_OUT = 203, MAX_TOK = 9 };
+    struct ci_threadpool *pools[4] = {NULL, NULL, NULL, NULL}; // NULL, 1, 2, 3 threads
+    for (int i = 1; i < 4; i++)
+        ASSERT_STATUS(ci_threadpool_create(i, &pools[i], NULL), CI_OK);
+    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], want[MAX_TOK * N_OUT];
+    static float xb[MAX_TOK * N_IN], yb[MAX_TOK * N_OUT];
+    struct ci_rng r;
+    ci_rng_seed(&r, 42);
+    for (int pass = 0; pass < 2; pass++) {
+        ci_kernels_force_scalar(pass == 0);
+        for (int ti = 0; ti < N_TYPES; ti++) {
+            uint32_t type = all_types[ti];
+            struct ci_tensor w = make_weights(&r, type, N_IN, N_OUT);
+            ASSERT(w.data);
+            fill_normal(&r, x, MAX_TOK * N_IN, 1.0);
+            // Expected: each element is one dot of its row and token, and close to the double reference.
+            for (int t = 0; t < MAX_TOK; t++) {
+                for (int o = 0; o < N_OUT; o++) {
+                    const void *row = (const uint8_t *)w.data + (size_t)o * w.row_bytes;
+                    want[t * N_OUT + o] = ci_dot(type, row, x + t * N_IN, N_IN);
+                    double abs_sum, d = ref_dot(type, row, x + t * N_IN, N_IN, &abs_sum);
+                    if (!(fabs(want[t * N_OUT + o] - d) <= DOT_REL_TOL * abs_sum))
+                        FAIL_FIRST("%s t=%d o=%d off the double reference", ci_type_name(type), t, o);
+                }
+            }
+            for (int p = 0; p < 4; p++) {
+                for (int n_tok = 1; n_tok <= MAX_TOK; n_tok++) {
+                    for (int i = 0; i < MAX_TOK * N_OUT; i++)
+                        y[i] = NAN;
+                    ci_matmul(pools[p], &w, x, n_tok, y, NULL);
+                    if (memcmp(y, want, (size_t)n_tok * N_OUT * sizeof(float)) != 0)
+                        FAIL_FIRST("%s %s pool %d n_tok %d: not bit-identical", ci_kernels_isa(),
+                                   ci_type_name(type), p, n_tok);
+                    if (n_tok < MAX_TOK)
+                        CHECK1(isnan(y[n_tok * N_OUT])); // nothing written past n_tok rows
+                }
+            }
+            // Token k alone vs. inside a batch of the other tokens in a shuffled order.
+            for (int k = 0; k < MAX_TOK; k++) {
+                ci_matmul(pools[2], &w, x + k * N_IN, 1, y, NULL);
+                int at = (k * 4 + 3) % MAX_TOK;
+                for (int s = 0, src = 0; s < MAX_TOK; s++) {
+                    if (s == at) {
+                        memcpy(xb + s * N_IN, x + k * N_IN, N_IN * sizeof(float));
+                        continue;
+                    }
+                    if (src == k)
+                        src++;
+                    memcpy(xb + s * N_IN, x + ((src * 5) % MAX_TOK) * N_IN, N_IN * sizeof(float));
+                    src++;
+                }
+                ci_matmul(pools[3], &w, xb, MAX_TOK, yb, NULL);
+                CHECK1(memcmp(y, yb + at * N_OUT, N_OUT * sizeof(float)) == 0);
+            }
+            ci_free((void *)(uintptr_t)w.data);
+        }
+    }
+    ci_kernels_force_scalar(false);
+    for (int i = 1; i < 4; i++)
+        ci_threadpool_free(pools[i]);
+}
+
+/* Rotates by the formula in kernels.h, in double. */
+static void rope_ref(double *x, int n_head, int head_dim, int rope_dim, int pos, double base, bool neox) {
+    for (int h = 0; h < n_head; h++) {
+        double *xh = x + h * head_dim;
+        for (int i = 0; i < rope_dim / 2; i++) {
+            double theta = pos * pow(base, -2.0 * i / rope_dim);
+            int a = neox ? i : 2 * i, b = neox ? i + rope_dim / 2 : 2 * i + 1;
+            double x0 = xh[a], x1 = xh[b];
+            xh[a] = x0 * cos(theta) - x1 * sin(theta);
+            xh[b] = x0 * sin(theta) + x1 * cos(theta);
+        }
+    }
+}
+
+TEST(rope_matches_double_formula) {
+    enum { N_HEAD = 3, HD = 64 };
+    const int positions[] = {0, 1, 17, 4095, 100000};
+    const int rope_dims[] = {64, 32};
+    const float bases[] = {10000.0f, 1000000.0f};
+    struct ci_rng r;
+    ci_rng_seed(&r, 7);
+    float x[N_HEAD * HD], orig[N_HEAD * HD];
+    double ref[N_HEAD * HD];
+    for (int neox = 0; neox < 2; neox++)
+        for (int rd = 0; rd < 2; rd++)
+            for (int bi = 0; bi < 2; bi++)
+                for (int pi = 0; pi < 5; pi++) {
+                    fill_normal(&r, orig, N_HEAD * HD, 1.0);
+                    memcpy(x, orig, sizeof x);
+                    for (int i = 0; i < N_HEAD * HD; i++)
+                        ref[i] = orig[i];
+                    ci_rope(x, N_HEAD, HD, rope_dims[rd], positions[pi], bases[bi], neox);
+                    rope_ref(ref, N_HEAD, HD, rope_dims[rd], positions[pi], bases[bi], neox);
+                    for (int h = 0; h < N_HEAD; h++)
+                        for (int d = 0; d < HD; d++) {
+                            int i = h * HD + d;
+                            if (d >= rope_dims[rd]) {
+                                CHECK1(same_bits(x[i], orig[i])); // past rope_dim: untouched
+                            } else if (!(fabs(x[i] - ref[i]) <= 1e-6 * (1.0 + fabs(ref[i])))) {
+                                FAIL_FIRST("neox=%d rope_dim=%d pos=%d h=%d d=%d: %.9g vs %.9g", neox,
+                                           rope_dims[rd], positions[pi], h, d, x[i], ref[i]);
+                                return;
+                            }
+                            if (positions[pi] == 0)
+                                CHECK1(same_bits(x[i], orig[i]));
+                        }
+                }
+    // The two pairings really differ: normal rotates (x0, x1), NeoX (x0, x32) for head_dim 64.
+    float a[HD] = {0}, b[HD] = {0};
+    a[1] = b[1] = 1.0f;
+    ci_rope(a, 1, HD, HD, 1, 10000.0f, false); // i=0: theta = 1 → (x0, x1) = (-sin 1, cos 1)
+    ci_rope(b, 1, HD, HD, 1, 10000.0f, true);  // x1 pairs with x33 at theta = 10000^(-2/64)
+    ASSERT_NEAR(a[0], -sin(1.0), 1e-7);
+    ASSERT_NEAR(a[1], cos(1.0), 1e-7);
+    double t1 = pow(10000.0, -2.0 / 64);
+    ASSERT_NEAR(b[1], cos(t1), 1e-7);
+    ASSERT_NEAR(b[33], sin(t1), 1e-7);
+    CHECK1(b[0] == 0.0f);
+}
+
+TEST(rmsnorm_matches_double) {
+    enum { N = 4096 };
+    static float x[N], w[N], out[N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 11);
+    const float eps[] = {1e-5f, 1e-6f};
+    for (int k = 0; k < 2; k++) {
+        fill_normal(&r, x, N, k ? 100.0 : 1.0);
+        fill_normal(&r, w, N, 1.0);
+        double ss = 0;
+        for (int i = 0; i < N; i++)
+            ss += (double)x[i] * x[i];
+        double inv = 1.0 / sqrt(ss / N + (double)eps[k]);
+        ci_rmsnorm(out, x, w, N, eps[k]);
+        for (int i = 0; i < N; i++) {
+            double want = x[i] * inv * w[i];
+            if (!(fabs(out[i] - want) <= 1e-6 * fabs(want) + 1e-30)) {
+                FAIL_FIRST("i=%d %.9g vs %.9g", i, out[i], want);
+                return;
+            }
+        }
+        ci_rmsnorm(x, x, w, N, eps[k]); // in place
+        CHECK1(memcmp(x, out, sizeof out) == 0);
+    }
+    // eps dominates a zero vector: output zero, not NaN
+    float z[8] = {0}, one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    ci_rmsnorm(z, z, one, 8, 1e-5f);
+    CHECK1(z[0] == 0.0f && z[7] == 0.0f);
+}
+
+TEST(softmax_matches_double) {
+    enum { N = 1000 };
+    static float x[N];
+    static double ref[N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 13);
+    const double scales[] = {1.0, 10.0, 1e4};
+    for (int k = 0; k < 3; k++) {
+        fill_normal(&r, x, N, scales[k]);
+        x[17] = -INFINITY; // masked entry
+        double max = -INFINITY, sum = 0;
+        for (int i = 0; i < N; i++)
+            max = x[i] > max ? x[i] : max;
+        for (int i = 0; i < N; i++)
+            sum += ref[i] = exp((double)x[i] - max);
+        ci_softmax(x, N);
+        double total = 0;
+        for (int i = 0; i < N; i++) {
+            double want = ref[i] / sum;
+            total += x[i];
+            if (!(fabs(x[i] - want) <= 1e-6 * want + 1e-12)) {
+                FAIL_FIRST("scale %g i=%d %.9g vs %.9g", scales[k], i, x[i], want);
+                return;
+            }
+        }
+        CHECK1(x[17] == 0.0f);
+        ASSERT_NEAR(total, 1.0, 1e-5);
+    }
+    float one[1] = {123.0f};
+    ci_softmax(one, 1);
+    CHECK1(one[0] == 1.0f);
+}
+
+TEST(silu_mul_matches_double) {
+    enum { N = 1024 };
+    static float g[N], u[N], g0[N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 17);
+    fill_normal(&r, g, N, 4.0);
+    fill_normal(&r, u, N, 2.0);
+    g[0] = -100.0f, g[1] = 100.0f, g[2] = -1e4f, g[3] = 0.0f, g[4] = 1e4f;
+    memcpy(g0, g, sizeof g);
+    ci_silu_mul(g, u, N);
+    for (int i = 0; i < N; i++) {
+        double want = (double)g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+        if (!(fabs(g[i] - want) <= 1e-6 * fabs(want) + 1e-30)) {
+            FAIL_FIRST("i=%d g=%g: %.9g vs %.9g", i, g0[i], g[i], want);
+            return;
+        }
+    }
+    CHECK1(!isnan(g[2]) && g[3] == 0.0f);
+}
+
+TEST(argmax_first_of_ties) {
+    float a[] = {-5.0f, -1.0f, -3.0f, -1.0f};
+    ASSERT_EQ_I64(ci_argmax(a, 4), 1);
+    float b[] = {2.0f, 7.0f, 7.0f, 1.0f, 7.0f};
+    ASSERT_EQ_I64(ci_argmax(b, 5), 1);
+    float c[] = {-INFINITY, -1e30f};
+    ASSERT_EQ_I64(ci_argmax(c, 2), 1);
+    float d[] = {3.0f};
+    ASSERT_EQ_I64(ci_argmax(d, 1), 0);
+    float e[] = {9.0f, 9.0f};
+    ASSERT_EQ_I64(ci_argmax(e, 2), 0);
+}
+
+/* ---- attention ---- */
+
+enum { ATT_SEQS = 3, ATT_TOKENS = 12 };
+static const int att_seq_len[ATT_SEQS] = {37, 5, 20};                            // positions written
+static const int att_tok_seq[ATT_TOKENS] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 0, 2}; // batch: seq of token
+static const int att_tok_pos[ATT_TOKENS] = {30, 31, 32, 33, 34, 35, 36, 0, 4, 19, 0, 7};
+
+struct att_case {
+    int n_head, n_kv_head, head_dim, block_size;
+};
+
+static void attn_reference(const struct att_case *c, const float *q, double **kc, double **vc, float scale,
+                           double *out) {
+    int hd = c->head_dim, group = c->n_head / c->n_kv_head;
+    double sc[64];
+    for (int t = 0; t < ATT_TOKENS; t++) {
+        int s = att_tok_seq[t], pos = att_tok_pos[t];
+        for (int h = 0; h < c->n_head; h++) {
+            int kvh = h / group;
+            const float *qh = q + ((size_t)t * c->n_head + h) * hd;
+            double max = -INFINITY, sum = 0;
+            for (int p = 0; p <= pos; p++) {
+                const double *k = kc[s] + ((size_t)p * c->n_kv_head + kvh) * hd;
+                double d = 0;
+                for (int i = 0; i < hd; i++)
+                    d += (double)qh[i] * k[i];
+                sc[p] = d * scale;
+                max = sc[p] > max ? sc[p] : max;
+            }
+            for (int p = 0; p <= pos; p++)
+                sum += sc[p] = exp(sc[p] - max);
+            double *o = out + ((size_t)t * c->n_head + h) * hd;
+            for (int i = 0; i < hd; i++)
+                o[i] = 0;
+            for (int p = 0; p <= pos; p++) {
+                const double *v = vc[s] + ((size_t)p * c->n_kv_head + kvh) * hd;
+                for (int i = 0; i < hd; i++)
+                    o[i] += sc[p] / sum * v[i];
+            }
+        }
+    }
+}
+
+static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, struct ci_threadpool *tp2) {
+    struct ci_rng r;
+    ci_rng_seed(&r, 1000 + (uint64_t)(c->n_head * 131 + c->head_dim * 7 + c->block_size));
+    int hd = c->head_dim, bs = c->block_size;
+    int n_blk[ATT_SEQS], total = 0;
+    for (int s = 0; s < ATT_SEQS; s++)
+        total += n_blk[s] = (att_seq_len[s] + bs - 1) / bs;
+    int pool_blocks = total + 5; // a few blocks no sequence owns
+    size_t per_block = (size_t)c->n_kv_head * bs * hd;
+    float *k = ci_malloc(pool_blocks * per_block * sizeof(float));
+    float *v = ci_malloc(pool_blocks * per_block * sizeof(float));
+    int32_t *perm = ci_malloc(pool_blocks * sizeof(int32_t));
+    size_t qn = (size_t)ATT_TOKENS * c->n_head * hd;
+    float *q = ci_malloc(qn * sizeof(float)), *out = ci_malloc(qn * sizeof(float));
+    float *out2 = ci_malloc(qn * sizeof(float)), *out1 = ci_malloc(hd * c->n_head * sizeof(float));
+    double *ref = ci_malloc(qn * sizeof(double));
+    double *kc[ATT_SEQS], *vc[ATT_SEQS];
+    for (int s = 0; s < ATT_SEQS; s++) {
+        kc[s] = ci_malloc((size_t)att_seq_len[s] * c->n_kv_head * hd * sizeof(double));
+        vc[s] = ci_malloc((size_t)att_seq_len[s] * c->n_kv_head * hd * sizeof(double));
+    }
+    // Unwritten slots hold NaN: reading any slot the kernel must not touch poisons the result.
+    for (size_t i = 0; i < pool_blocks * per_block; i++)
+        k[i] = v[i] = NAN;
+    for (int i = 0; i < pool_blocks; i++)
+        perm[i] = i;
+    for (int i = pool_blocks - 1; i > 0; i--) { // shuffled block tables
+        int j = (int)(ci_rng_u64(&r) % (uint64_t)(i + 1));
+        int32_t tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    struct ci_attn_seq seqs[ATT_SEQS];
+    struct ci_kv_layer kv = {.k = k, .v = v, .block_size = bs, .n_kv_head = c->n_kv_head, .head_dim = hd};
+    for (int s = 0, used = 0; s < ATT_SEQS; s++) {
+        seqs[s].block_table = perm + used;
+        seqs[s].n_blocks = n_blk[s];
+        used += n_blk[s];
+        for (int p = 0; p < att_seq_len[s]; p++)
+            for (int kvh = 0; kvh < c->n_kv_head; kvh++) {
+                size_t off = ci_kv_offset(&kv, seqs[s].block_table[p / bs], kvh, p % bs);
+                for (int i = 0; i < hd; i++) {
+                    float kf = (float)ci_rng_normal(&r), vf = (float)ci_rng_normal(&r);
+                    k[off + i] = kf;
+                    v[off + i] = vf;
+                    kc[s][((size_t)p * c->n_kv_head + kvh) * hd + i] = kf;
+                    vc[s][((size_t)p * c->n_kv_head + kvh) * hd + i] = vf;
+                }
+            }
+    }
+    fill_normal(&r, q, (int64_t)qn, 1.5); // sharper than unit scores: the max really moves
+    int32_t pos[ATT_TOKENS], seq[ATT_TOKENS];
+    for (int t = 0; t < ATT_TOKENS; t++) {
+        pos[t] = att_tok_pos[t];
+        seq[t] = att_tok_seq[t];
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    struct ci_attn_args a = {.n_tokens = ATT_TOKENS,
+                             .q = q,
+                             .pos = pos,
+                             .seq = seq,
+                             .seqs = seqs,
+                             .kv = &kv,
+                             .n_head = c->n_head,
+                             .scale = scale,
+                             .out = out};
+    attn_reference(c, q, kc, vc, scale, ref);
+    for (int pass = 0; pass < 2; pass++) {
+        ci_kernels_force_scalar(pass == 0);
+        a.out = out;
+        ci_attention_paged(NULL, &a);
+        for (size_t i = 0; i < qn; i++)
+            if (!(fabs(out[i] - ref[i]) <= 1e-5)) {
+                FAIL_FIRST("heads %d:%d hd %d bs %d %s: out[%zu] %.9g vs %.9g", c->n_head, c->n_kv_head, hd,
+                           bs, ci_kernels_isa(), i, out[i], ref[i]);
+                goto done;
+            }
+        struct ci_threadpool *pools[2] = {tp1, tp2};
+        for (int p = 0; p < 2; p++) {
+            a.out = out2;
+            ci_attention_paged(pools[p], &a);
+            if (memcmp(out, out2, qn * sizeof(float)) != 0)
+                FAIL_FIRST("heads %d:%d hd %d bs %d: threads %d differ", c->n_head, c->n_kv_head, hd, bs,
+                           p + 1);
+        }
+        // one token alone gives the same bits as inside the batch
+        for (int t = 0; t < ATT_TOKENS; t += 5) {
+            struct ci_attn_args one = a;
+            one.n_tokens = 1;
+            one.q = q + (size_t)t * c->n_head * hd;
+            one.pos = pos + t;
+            one.seq = seq + t;
+            one.out = out1;
+            ci_attention_paged(tp2, &one);
+            CHECK1(memcmp(out1, out + (size_t)t * c->n_head * hd, (size_t)c->n_head * hd * sizeof(float)) ==
+                   0);
+        }
+    }
+done:
+    ci_kernels_force_scalar(false);
+    for (int s = 0; s < ATT_SEQS; s++) {
+        ci_free(kc[s]);
+        ci_free(vc[s]);
+    }
+    ci_free(ref);
+    ci_free(out1);
+    ci_free(out2);
+    ci_free(out);
+    ci_free(q);
+    ci_free(perm);
+    ci_free(v);
+    ci_free(k);
+}
+
+TEST(attention_paged_matches_contiguous_double) {
+    const struct att_case cases[] = {
+        {8, 2, 64, 16},                                // GQA 8:2
+        {8, 2, 64, 1},   {8, 2, 64, 3}, {4, 4, 40, 3}, // MHA, head_dim not a multiple of 8
+        {8, 1, 32, 1},                                 // MQA
+        {12, 1, 64, 16},                               // MQA with more heads than one pass serves
+        {4, 2, 256, 3},                                // the largest supported head_dim
+    };
+    struct ci_threadpool *tp1 = NULL, *tp2 = NULL;
+    ASSERT_STATUS(ci_threadpool_create(1, &tp1, NULL), CI_OK);
+    ASSERT_STATUS(ci_threadpool_create(2, &tp2, NULL), CI_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        attn_case_run(&cases[i], tp1, tp2);
+    ci_threadpool_free(tp1);
+    ci_threadpool_free(tp2);
+}
+
+TEST(isa_names) {
+    ci_kernels_init();
+    const char *isa = ci_kernels_isa();
+    CHECK1(strcmp(isa, "scalar") == 0 || strcmp(isa, "avx2+fma+f16c") == 0);
+    ci_kernels_force_scalar(true);
+    CHECK1(strcmp(ci_kernels_isa(), "scalar") == 0);
+    ci_kernels_force_scalar(false);
+    CHECK1(strcmp(ci_kernels_isa(), isa) == 0);
+    printf("note: kernels isa %s\n", isa);
+}
+
+int main(void) {
+    ci_kernels_init();
+    RUN(isa_names);
+    RUN(dot_known_values);
+    RUN(dot_simd_matches_scalar);
+    RUN(dot_matches_dequantized_double_reference);
+    RUN(dot_zero_rows_and_zero_activations);
+    RUN(matmul_bit_identical_across_threads_and_batches);
+    RUN(rope_matches_double_formula);
+    RUN(rmsnorm_matches_double);
+    RUN(softmax_matches_double);
+    RUN(silu_mul_matches_double);
+    RUN(argmax_first_of_ties);
+    RUN(attention_paged_matches_contiguous_double);
+    return test_exit_code();
+}
