@@ -1,0 +1,347 @@
+/* Paged KV block pool: one aligned allocation of K/V arrays, refcounts, a LIFO free list, copy-on-write and
+ * the invariant checker.  Layout and ownership rules are in kv_pool.h. */
+#include "engine/kv_pool.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/mem.h"
+#include "kernels/kernels.h"
+
+struct kv_pool {
+    struct kv_pool_params p;
+    unsigned char *mem;       // [n_layers][2][array_bytes], 64-byte aligned
+    size_t array_bytes;       // one layer's K (or V) array, padded to 64 bytes
+    size_t bytes;             // whole allocation
+    size_t head_block_floats; // block_size * head_dim: one KV head's slots in one block
+    int32_t *refcount;        // [n_blocks]
+    int32_t *free_stack;      // [n_blocks] free ids; top is free_stack[n_free - 1]
+    int n_free;
+    int32_t *scratch; // [n_blocks] for kv_pool_verify, so the check does not allocate
+};
+
+static enum ci_status sizes(const struct kv_pool_params *p, size_t *array_bytes, size_t *total,
+                            struct ci_err *err) {
+    if (!p || p->n_layers <= 0 || p->n_kv_head <= 0 || p->head_dim <= 0 || p->block_size <= 0 ||
+        p->n_blocks <= 0)
+        return ci_err_set(
+            err, CI_ERR_INVALID,
+            "KV pool: every dimension must be positive (n_layers %d, n_kv_head %d, head_dim %d, "
+            "block_size %d, n_blocks %d)",
+            p ? p->n_layers : 0, p ? p->n_kv_head : 0, p ? p->head_dim : 0, p ? p->block_size : 0,
+            p ? p->n_blocks : 0);
+    size_t n = sizeof(float), arr, tot;
+    bool ok = ci_mul_size(n, (size_t)p->n_blocks, &n) && ci_mul_size(n, (size_t)p->n_kv_head, &n) &&
+              ci_mul_size(n, (size_t)p->block_size, &n) && ci_mul_size(n, (size_t)p->head_dim, &n) &&
+              ci_add_size(n, 63, &arr);
+    if (ok) {
+        arr = arr / 64 * 64;
+        ok = ci_mul_size(arr, 2, &tot) && ci_mul_size(tot, (size_t)p->n_layers, &tot);
+    }
+    if (!ok)
+        return ci_err_set(
+            err, CI_ERR_INVALID,
+            "KV pool: size of %d layers x %d blocks x %d KV heads x %d slots x %d dims overflows",
+            p->n_layers, p->n_blocks, p->n_kv_head, p->block_size, p->head_dim);
+    *array_bytes = arr;
+    *total = tot;
+    return CI_OK;
+}
+
+enum ci_status kv_pool_size_bytes(const struct kv_pool_params *p, size_t *out, struct ci_err *err) {
+    size_t arr;
+    return sizes(p, &arr, out, err);
+}
+
+enum ci_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **out, struct ci_err *err) {
+    struct kv_pool *pool = NULL;
+    size_t arr, total;
+    enum ci_status st = sizes(p, &arr, &total, err);
+    *out = NULL;
+    if (st != CI_OK)
+        goto fail;
+    pool = ci_calloc(1, sizeof *pool);
+    if (!pool) {
+        st = ci_err_set(err, CI_ERR_NOMEM, "KV pool: out of memory");
+        goto fail;
+    }
+    pool->p = *p;
+    pool->array_bytes = arr;
+    pool->bytes = total;
+    pool->head_block_floats = (size_t)p->block_size * (size_t)p->head_dim; // divides a checked product
+    pool->mem = ci_malloc_aligned(total);
+    pool->refcount = ci_calloc((size_t)p->n_blocks, sizeof *pool->refcount);
+    pool->free_stack = ci_malloc((size_t)p->n_blocks * sizeof *pool->free_stack);
+    pool->scratch = ci_malloc((size_t)p->n_blocks * sizeof *pool->scratch);
+    if (!pool->mem || !pool->refcount || !pool->free_stack || !pool->scratch) {
+        st = ci_err_set(err, CI_ERR_NOMEM, "KV pool: cannot allocate %zu bytes for %d blocks", total,
+                        p->n_blocks);
+        goto fail;
+    }
+    // Highest id at the bottom so a fresh pool hands out 0, 1, 2, ...
+    for (int i = 0; i < p->n_blocks; i++)
+        pool->free_stack[i] = p->n_blocks - 1 - i;
+    pool->n_free = p->n_blocks;
+    *out = pool;
+    return CI_OK;
+fail:
+    kv_pool_free(pool);
+    return st;
+}
+
+void kv_pool_free(struct kv_pool *pool) {
+    if (!pool)
+        return;
+    ci_free_aligned(pool->mem);
+    ci_free(pool->refcount);
+    ci_free(pool->free_stack);
+    ci_free(pool->scratch);
+    ci_free(pool);
+}
+
+static float *array_base(const struct kv_pool *pool, int il, int is_v) {
+    return (float *)(void *)(pool->mem + (2 * (size_t)il + (size_t)is_v) * pool->array_bytes);
+}
+
+void kv_pool_layer(const struct kv_pool *pool, int il, struct ci_kv_layer *out) {
+    CI_ASSERT(il >= 0 && il < pool->p.n_layers);
+    out->k = array_base(pool, il, 0);
+    out->v = array_base(pool, il, 1);
+    out->block_size = pool->p.block_size;
+    out->n_kv_head = pool->p.n_kv_head;
+    out->head_dim = pool->p.head_dim;
+}
+
+int kv_pool_block_size(const struct kv_pool *pool) {
+    return pool->p.block_size;
+}
+
+int kv_pool_n_blocks(const struct kv_pool *pool) {
+    return pool->p.n_blocks;
+}
+
+int kv_pool_n_layers(const struct kv_pool *pool) {
+    return pool->p.n_layers;
+}
+
+int kv_pool_n_free(const struct kv_pool *pool) {
+    return pool->n_free;
+}
+
+size_t kv_pool_bytes(const struct kv_pool *pool) {
+    return pool->bytes;
+}
+
+size_t kv_pool_bytes_per_block(const struct kv_pool *pool) {
+    // Fits: it is at most total / n_blocks.
+    return 2 * (size_t)pool->p.n_layers * (size_t)pool->p.n_kv_head * pool->head_block_floats * sizeof(float);
+}
+
+int64_t kv_pool_blocks_for(const struct kv_pool *pool, int64_t n_tokens) {
+    CI_ASSERT(n_tokens >= 0);
+    return n_tokens / pool->p.block_size + (n_tokens % pool->p.block_size != 0);
+}
+
+static void check_id(const struct kv_pool *pool, int32_t blk) {
+    CI_ASSERT(blk >= 0 && blk < pool->p.n_blocks);
+}
+
+int32_t kv_pool_alloc(struct kv_pool *pool) {
+    if (pool->n_free == 0)
+        return -1; // TODO(prefix_cache): evict the least recently used unreferenced cached block here
+    int32_t blk = pool->free_stack[--pool->n_free];
+    CI_ASSERT(pool->refcount[blk] == 0);
+    pool->refcount[blk] = 1;
+    return blk;
+}
+
+void kv_pool_ref(struct kv_pool *pool, int32_t blk) {
+    check_id(pool, blk);
+    CI_ASSERT(pool->refcount[blk] > 0 && pool->refcount[blk] < INT32_MAX);
+    pool->refcount[blk]++;
+}
+
+void kv_pool_unref(struct kv_pool *pool, int32_t blk) {
+    check_id(pool, blk);
+    CI_ASSERT(pool->refcount[blk] > 0);
+    if (--pool->refcount[blk] == 0) {
+        // TODO(prefix_cache): a cached block goes to the cache's LRU instead of the free list
+        CI_ASSERT(pool->n_free < pool->p.n_blocks);
+        pool->free_stack[pool->n_free++] = blk;
+    }
+}
+
+int kv_pool_refcount(const struct kv_pool *pool, int32_t blk) {
+    check_id(pool, blk);
+    return pool->refcount[blk];
+}
+
+void kv_pool_copy_block(struct kv_pool *pool, int32_t dst, int32_t src, int n_slots) {
+    check_id(pool, dst);
+    check_id(pool, src);
+    CI_ASSERT(n_slots >= 0 && n_slots <= pool->p.block_size);
+    if (dst == src || n_slots == 0)
+        return;
+    size_t n_bytes = (size_t)n_slots * (size_t)pool->p.head_dim * sizeof(float);
+    size_t block_floats = (size_t)pool->p.n_kv_head * pool->head_block_floats;
+    for (int il = 0; il < pool->p.n_layers; il++) {
+        for (int is_v = 0; is_v < 2; is_v++) {
+            float *base = array_base(pool, il, is_v);
+            float *d = base + (size_t)dst * block_floats, *s = base + (size_t)src * block_floats;
+            // Each KV head's slots are contiguous; copy only the first n_slots of each.
+            for (int h = 0; h < pool->p.n_kv_head; h++)
+                memcpy(d + (size_t)h * pool->head_block_floats, s + (size_t)h * pool->head_block_floats,
+                       n_bytes);
+        }
+    }
+}
+
+enum ci_status kv_seq_init(struct kv_seq_blocks *seq, int max_blocks, struct ci_err *err) {
+    seq->ids = NULL;
+    seq->n = 0;
+    seq->cap = 0;
+    if (max_blocks < 0)
+        return ci_err_set(err, CI_ERR_INVALID, "block table: negative capacity %d", max_blocks);
+    // At least one element, so an empty table still has a valid (freeable) pointer.
+    seq->ids = ci_malloc((size_t)(max_blocks > 0 ? max_blocks : 1) * sizeof *seq->ids);
+    if (!seq->ids)
+        return ci_err_set(err, CI_ERR_NOMEM, "block table: cannot allocate %d entries", max_blocks);
+    seq->cap = max_blocks;
+    return CI_OK;
+}
+
+void kv_seq_deinit(struct kv_seq_blocks *seq) {
+    CI_ASSERT(seq->n == 0); // release first, or the references leak
+    ci_free(seq->ids);
+    seq->ids = NULL;
+    seq->cap = 0;
+}
+
+enum ci_status kv_seq_reserve(struct kv_pool *pool, struct kv_seq_blocks *seq, int64_t n_tokens_total) {
+    int64_t need = kv_pool_blocks_for(pool, n_tokens_total);
+    if (need <= seq->n)
+        return CI_OK;
+    if (need > seq->cap || need - seq->n > pool->n_free)
+        return CI_ERR_LIMIT;
+    while (seq->n < need) {
+        int32_t blk = kv_pool_alloc(pool);
+        CI_ASSERT(blk >= 0);
+        seq->ids[seq->n++] = blk;
+    }
+    return CI_OK;
+}
+
+void kv_seq_shrink(struct kv_pool *pool, struct kv_seq_blocks *seq, int64_t n_tokens_total) {
+    int64_t keep = kv_pool_blocks_for(pool, n_tokens_total);
+    while (seq->n > keep)
+        kv_pool_unref(pool, seq->ids[--seq->n]);
+}
+
+enum ci_status kv_seq_prepare_write(struct kv_pool *pool, struct kv_seq_blocks *seq, int64_t pos_from,
+                                    int64_t pos_to) {
+    CI_ASSERT(pos_from >= 0);
+    if (pos_from >= pos_to)
+        return CI_OK;
+    int64_t b0 = pos_from / pool->p.block_size, b1 = (pos_to - 1) / pool->p.block_size;
+    CI_ASSERT(b1 < seq->n); // reserve before writing
+    int n_shared = 0;
+    for (int64_t b = b0; b <= b1; b++)
+        n_shared += kv_pool_refcount(pool, seq->ids[b]) > 1;
+    if (n_shared > pool->n_free)
+        return CI_ERR_LIMIT;
+    for (int64_t b = b0; b <= b1; b++) {
+        int32_t old = seq->ids[b];
+        if (pool->refcount[old] <= 1)
+            continue;
+        int32_t blk = kv_pool_alloc(pool);
+        CI_ASSERT(blk >= 0);
+        // The whole block: slots outside [pos_from, pos_to) may hold positions the sequence still needs.
+        kv_pool_copy_block(pool, blk, old, pool->p.block_size);
+        kv_pool_unref(pool, old);
+        seq->ids[b] = blk;
+    }
+    return CI_OK;
+}
+
+void kv_seq_release(struct kv_pool *pool, struct kv_seq_blocks *seq) {
+    while (seq->n > 0)
+        kv_pool_unref(pool, seq->ids[--seq->n]);
+}
+
+enum ci_status kv_seq_fork(struct kv_pool *pool, struct kv_seq_blocks *dst, const struct kv_seq_blocks *src) {
+    CI_ASSERT(dst != src && dst->n == 0);
+    if (src->n > dst->cap)
+        return CI_ERR_LIMIT;
+    for (int i = 0; i < src->n; i++) {
+        kv_pool_ref(pool, src->ids[i]);
+        dst->ids[i] = src->ids[i];
+    }
+    dst->n = src->n;
+    return CI_OK;
+}
+
+enum ci_status kv_pool_verify(struct kv_pool *pool, const struct kv_seq_blocks *const *seqs, int n_seqs,
+                              const int32_t *extra_refs, struct ci_err *err) {
+    int nb = pool->p.n_blocks;
+    int32_t *want = pool->scratch;
+    for (int b = 0; b < nb; b++)
+        want[b] = extra_refs ? extra_refs[b] : 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const struct kv_seq_blocks *s = seqs[i];
+        if (s->n < 0 || s->n > s->cap)
+            return ci_err_set(err, CI_ERR_INTERNAL, "kv check: table %d has n %d outside [0, cap %d]", i,
+                              s->n, s->cap);
+        for (int j = 0; j < s->n; j++) {
+            int32_t blk = s->ids[j];
+            if (blk < 0 || blk >= nb)
+                return ci_err_set(err, CI_ERR_INTERNAL,
+                                  "kv check: table %d entry %d: block id %" PRId32 " out of range [0, %d)", i,
+                                  j, blk, nb);
+            want[blk]++;
+        }
+    }
+    int n_zero = 0;
+    for (int b = 0; b < nb; b++) {
+        if (pool->refcount[b] != want[b])
+            return ci_err_set(err, CI_ERR_INTERNAL,
+                              "kv check: block %d has refcount %" PRId32 " but %" PRId32
+                              " references are held (tables + extra)",
+                              b, pool->refcount[b], want[b]);
+        n_zero += pool->refcount[b] == 0;
+        want[b] = 0; // reused below to count free-list appearances
+    }
+    if (pool->n_free < 0 || pool->n_free > nb)
+        return ci_err_set(err, CI_ERR_INTERNAL, "kv check: free count %d outside [0, %d]", pool->n_free, nb);
+    for (int i = 0; i < pool->n_free; i++) {
+        int32_t blk = pool->free_stack[i];
+        if (blk < 0 || blk >= nb)
+            return ci_err_set(err, CI_ERR_INTERNAL,
+                              "kv check: free list entry %d: id %" PRId32 " out of range", i, blk);
+        if (pool->refcount[blk] != 0)
+            return ci_err_set(err, CI_ERR_INTERNAL,
+                              "kv check: block %" PRId32 " is on the free list with refcount %" PRId32, blk,
+                              pool->refcount[blk]);
+        if (want[blk]++ != 0)
+            return ci_err_set(err, CI_ERR_INTERNAL, "kv check: block %" PRId32 " is on the free list twice",
+                              blk);
+    }
+    // Every free-list entry is a distinct refcount-0 block, so equal counts mean no unreferenced block
+    // leaked.
+    if (n_zero != pool->n_free)
+        return ci_err_set(err, CI_ERR_INTERNAL,
+                          "kv check: %d blocks have refcount 0 but the free list holds %d (leaked blocks)",
+                          n_zero, pool->n_free);
+    return CI_OK;
+}
+
+void kv_pool_check(struct kv_pool *pool, const struct kv_seq_blocks *const *seqs, int n_seqs,
+                   const int32_t *extra_refs) {
+    struct ci_err err = {0};
+    if (kv_pool_verify(pool, seqs, n_seqs, extra_refs, &err) != CI_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        CI_ASSERT(!"kv_pool_check failed");
+    }
+}
