@@ -1,0 +1,44 @@
+/* The batched forward pass.  One call runs every weight matrix once over a flat list of tokens drawn from any
+ * number of sequences: each token carries its sequence and position; its K/V are written into the paged KV
+ * memory at that position (through the sequence's block table) and it attends causally over its own
+ * sequence's positions 0..pos.  Logits are computed only for the rows the batch marks.
+ *
+ * struct forward owns its scratch (sized once for max_tokens and max_logit_rows) and never allocates per
+ * call. The KV memory belongs to the caller (engine/kv_pool); blocks a batch writes must not be shared (the
+ * caller does copy-on-write first). */
+#ifndef CINFER_MODEL_FORWARD_H
+#define CINFER_MODEL_FORWARD_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "kernels/kernels.h"
+
+struct model;
+struct ci_threadpool;
+struct forward;
+
+struct fwd_batch {
+    int n_tokens;
+    const int32_t *token;  // [n_tokens]
+    const int32_t *pos;    // [n_tokens]
+    const int32_t *seq;    // [n_tokens] index into seqs
+    const uint8_t *logits; // [n_tokens] nonzero: compute this row's logits
+    int n_seqs;
+    const struct ci_attn_seq *seqs; // [n_seqs] block tables covering every position the batch touches
+};
+
+enum ci_status forward_create(const struct model *m, int max_tokens, int max_logit_rows,
+                              struct ci_threadpool *tp, struct forward **out, struct ci_err *err);
+void forward_free(struct forward *f);
+
+/* Runs the batch.  kv: [n_layer] views of the KV memory.  On success *logits points at [n_rows][n_vocab]
+ * floats, rows in batch order of the marked tokens, valid until the next call.  Errors (CI_ERR_INVALID) only
+ * for batches that break the contract: too many tokens or rows, token id or position out of range, a
+ * position beyond its sequence's block table. */
+enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const struct ci_kv_layer *kv,
+                             const float **logits, int *n_rows, struct ci_err *err);
+
+int forward_max_tokens(const struct forward *f);
+
+#endif

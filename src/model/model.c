@@ -1,0 +1,112 @@
+#include "model/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/mapfile.h"
+#include "core/mem.h"
+#include "model/gguf.h"
+#include "model/llama2c.h"
+
+static const struct ci_tensor *gguf_lookup(const void *src, const char *name) {
+    const struct gguf *g = src;
+    int64_t i = gguf_find_tensor(g, name);
+    return i < 0 ? NULL : gguf_tensor(g, i);
+}
+
+static enum ci_status sniff_gguf(const char *path, bool *is_gguf, uint64_t *size, struct ci_err *err) {
+    struct ci_mapfile mf;
+    enum ci_status s = ci_mapfile_open(&mf, path, err);
+    if (s != CI_OK)
+        return s;
+    *is_gguf = mf.size >= 4 && !memcmp(mf.data, "GGUF", 4);
+    *size = mf.size;
+    ci_mapfile_close(&mf);
+    return CI_OK;
+}
+
+enum ci_status model_load(const char *path, struct model **out, struct ci_err *err) {
+    *out = NULL;
+    struct model *m = ci_calloc(1, sizeof *m);
+    if (!m)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    bool is_gguf = false;
+    enum ci_status s = sniff_gguf(path, &is_gguf, &m->file_bytes, err);
+    if (s != CI_OK)
+        goto fail;
+    if (is_gguf) {
+        m->format = MODEL_FORMAT_GGUF;
+        if ((s = gguf_open(path, &m->gguf, err)) != CI_OK)
+            goto fail;
+        if (gguf_n_tensors(m->gguf) == 0) {
+            s = ci_err_set(err, CI_ERR_FORMAT, "%s: vocab-only GGUF file (no tensors): not a model", path);
+            goto fail;
+        }
+        if ((s = model_config_from_gguf(&m->config, m->gguf, err)) != CI_OK)
+            goto fail;
+        s = model_weights_bind(&m->weights, &m->config, gguf_lookup, m->gguf, err);
+    } else {
+        m->format = MODEL_FORMAT_LLAMA2C;
+        if ((s = llama2c_open(path, &m->llama2c, err)) != CI_OK)
+            goto fail;
+        llama2c_config(m->llama2c, &m->config);
+        if ((s = model_config_validate(&m->config, err)) != CI_OK)
+            goto fail;
+        s = model_weights_bind(&m->weights, &m->config, llama2c_find_tensor, m->llama2c, err);
+    }
+    if (s != CI_OK)
+        goto fail;
+    *out = m;
+    return CI_OK;
+fail:
+    model_free(m);
+    return s;
+}
+
+void model_free(struct model *m) {
+    if (!m)
+        return;
+    model_weights_deinit(&m->weights);
+    gguf_free(m->gguf);
+    llama2c_free(m->llama2c);
+    ci_free(m);
+}
+
+static void add_tensor(const struct ci_tensor *t, uint64_t *bytes, uint64_t *params) {
+    if (!t->data)
+        return;
+    *bytes += t->nbytes;
+    uint64_t n = 1;
+    for (int d = 0; d < t->n_dims; d++)
+        n *= (uint64_t)t->ne[d];
+    *params += n;
+}
+
+static void totals(const struct model *m, uint64_t *bytes, uint64_t *params) {
+    const struct model_weights *w = &m->weights;
+    *bytes = *params = 0;
+    add_tensor(&w->tok_embd, bytes, params);
+    add_tensor(&w->output_norm, bytes, params);
+    if (w->output.data != w->tok_embd.data)
+        add_tensor(&w->output, bytes, params);
+    for (int il = 0; il < m->config.n_layer; il++) {
+        const struct layer_weights *l = &w->layers[il];
+        const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,   &l->wv,
+                                         &l->bq,        &l->bk,     &l->bv,   &l->wo,
+                                         &l->ffn_norm,  &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            add_tensor(all[i], bytes, params);
+    }
+}
+
+uint64_t model_weight_bytes(const struct model *m) {
+    uint64_t b, p;
+    totals(m, &b, &p);
+    return b;
+}
+
+uint64_t model_n_params(const struct model *m) {
+    uint64_t b, p;
+    totals(m, &b, &p);
+    return p;
+}

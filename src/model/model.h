@@ -1,0 +1,34 @@
+/* A loaded model: hyper-parameters and weight views over one read-only mapping of a GGUF file or a llama2.c
+ * checkpoint (detected by magic).  The tokenizer is loaded separately by the layer above (tokenizer/ and
+ * model/ know nothing of each other); model_gguf() exposes the GGUF metadata it needs. */
+#ifndef CINFER_MODEL_MODEL_H
+#define CINFER_MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+struct gguf;
+struct llama2c;
+
+enum model_format { MODEL_FORMAT_GGUF, MODEL_FORMAT_LLAMA2C };
+
+struct model {
+    struct model_config config;
+    struct model_weights weights;
+    enum model_format format;
+    struct gguf *gguf;       // GGUF files (NULL otherwise)
+    struct llama2c *llama2c; // llama2.c checkpoints (NULL otherwise)
+    uint64_t file_bytes;
+};
+
+enum ci_status model_load(const char *path, struct model **out, struct ci_err *err);
+void model_free(struct model *m);
+
+/* Bytes of weights (sum of tensor sizes as stored), parameter count. */
+uint64_t model_weight_bytes(const struct model *m);
+uint64_t model_n_params(const struct model *m);
+
+#endif

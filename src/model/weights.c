@@ -1,0 +1,106 @@
+#include "model/weights.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/mem.h"
+
+struct binder {
+    const struct model_config *c;
+    weights_lookup_fn lookup;
+    const void *src;
+    struct ci_err *err;
+};
+
+static const char *dims_str(char *buf, size_t n, int64_t ne0, int64_t ne1) {
+    if (ne1 > 1)
+        snprintf(buf, n, "[%lld, %lld]", (long long)ne0, (long long)ne1);
+    else
+        snprintf(buf, n, "[%lld]", (long long)ne0);
+    return buf;
+}
+
+/* Binds name to *out, checking shape {ne0, ne1} (ne1 = 1 for vectors).  Vectors (norms, biases) must be F32;
+ * matrices any type with kernels. */
+static enum ci_status bind(struct binder *b, const char *name, int64_t ne0, int64_t ne1, bool optional,
+                           struct ci_tensor *out) {
+    memset(out, 0, sizeof *out);
+    const struct ci_tensor *t = b->lookup(b->src, name);
+    if (!t)
+        return optional ? CI_OK : ci_err_set(b->err, CI_ERR_FORMAT, "tensor '%s' missing", name);
+    int64_t rows = 1;
+    for (int d = 1; d < t->n_dims; d++)
+        rows *= t->ne[d];
+    if (t->ne[0] != ne0 || rows != ne1 || (ne1 > 1 && t->n_dims != 2)) {
+        char want[64], got[64];
+        return ci_err_set(b->err, CI_ERR_FORMAT, "tensor '%s': shape %s, expected %s", name,
+                          dims_str(got, sizeof got, t->ne[0], rows), dims_str(want, sizeof want, ne0, ne1));
+    }
+    bool vector = ne1 == 1;
+    if (vector ? t->type != CI_TYPE_F32 : !ci_type_supported(t->type))
+        return ci_err_set(b->err, CI_ERR_UNSUPPORTED, "tensor '%s': type %s not supported here%s", name,
+                          ci_type_name(t->type), vector ? " (norms and biases must be F32)" : "");
+    *out = *t;
+    return CI_OK;
+}
+
+static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights *l) {
+    const struct model_config *c = b->c;
+    int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
+    bool biases = c->arch == MODEL_ARCH_QWEN2;
+    struct {
+        const char *suffix;
+        int64_t ne0, ne1;
+        bool optional;
+        struct ci_tensor *out;
+    } want[] = {
+        {"attn_norm.weight", c->n_embd, 1, false, &l->attn_norm},
+        {"attn_q.weight", c->n_embd, q_dim, false, &l->wq},
+        {"attn_k.weight", c->n_embd, kv_dim, false, &l->wk},
+        {"attn_v.weight", c->n_embd, kv_dim, false, &l->wv},
+        {"attn_q.bias", q_dim, 1, !biases, &l->bq},
+        {"attn_k.bias", kv_dim, 1, !biases, &l->bk},
+        {"attn_v.bias", kv_dim, 1, !biases, &l->bv},
+        {"attn_output.weight", q_dim, c->n_embd, false, &l->wo},
+        {"ffn_norm.weight", c->n_embd, 1, false, &l->ffn_norm},
+        {"ffn_gate.weight", c->n_embd, c->n_ff, false, &l->w_gate},
+        {"ffn_up.weight", c->n_embd, c->n_ff, false, &l->w_up},
+        {"ffn_down.weight", c->n_ff, c->n_embd, false, &l->w_down},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.%s", il, want[i].suffix);
+        enum ci_status s = bind(b, name, want[i].ne0, want[i].ne1, want[i].optional, want[i].out);
+        if (s != CI_OK)
+            return s;
+    }
+    return CI_OK;
+}
+
+enum ci_status model_weights_bind(struct model_weights *w, const struct model_config *c,
+                                  weights_lookup_fn lookup, const void *src, struct ci_err *err) {
+    memset(w, 0, sizeof *w);
+    struct binder b = {c, lookup, src, err};
+    enum ci_status s;
+    if ((s = bind(&b, "token_embd.weight", c->n_embd, c->n_vocab, false, &w->tok_embd)) ||
+        (s = bind(&b, "output_norm.weight", c->n_embd, 1, false, &w->output_norm)) ||
+        (s = bind(&b, "output.weight", c->n_embd, c->n_vocab, true, &w->output)))
+        return s;
+    if (!w->output.data)
+        w->output = w->tok_embd; // tied head
+    w->layers = ci_calloc((size_t)c->n_layer, sizeof *w->layers);
+    if (!w->layers)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory binding %d layers", c->n_layer);
+    for (int il = 0; il < c->n_layer; il++) {
+        if ((s = bind_layer(&b, il, &w->layers[il])) != CI_OK) {
+            model_weights_deinit(w);
+            return s;
+        }
+    }
+    return CI_OK;
+}
+
+void model_weights_deinit(struct model_weights *w) {
+    ci_free(w->layers);
+    w->layers = NULL;
+}

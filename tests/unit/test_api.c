@@ -1,0 +1,122 @@
+/* The public API (include/cinfer.h) as an embedding program uses it: load, tokenize, generate, errors. */
+#include "test.h"
+
+#include "cinfer.h"
+
+struct collect {
+    char text[4096];
+    size_t len;
+    cinfer_token ids[256];
+    int n_ids;
+    int stop_after; // 0: never
+};
+
+static bool collect_token(void *user, cinfer_token token, const char *text, size_t len) {
+    struct collect *c = user;
+    if (token >= 0 && c->n_ids < 256)
+        c->ids[c->n_ids++] = token;
+    if (c->len + len < sizeof c->text) {
+        memcpy(c->text + c->len, text, len);
+        c->len += len;
+        c->text[c->len] = '\0';
+    }
+    return !(c->stop_after && c->n_ids >= c->stop_after);
+}
+
+// llama2.c's published temperature-0 output of stories260K from BOS (../shared/models/MANIFEST.md).
+static const char *const stories_text =
+    "Once upon a time, there was a little girl named Lily. She loved to play "
+    "outside in the park. One day, she saw a big, red ball. She wanted to "
+    "play with it, but it was too high";
+
+static void check_greedy(const char *model, const char *tokenizer) {
+    char p[512], t[512];
+    struct cinfer_model *m = NULL;
+    struct cinfer_error err = {0};
+    if (cinfer_model_load(test_model_path(p, sizeof p, model),
+                          tokenizer ? test_model_path(t, sizeof t, tokenizer) : NULL, &m,
+                          &err) != CINFER_OK) {
+        TEST_FAILF("load %s: %s", model, err.message);
+        return;
+    }
+    struct cinfer_model_info info;
+    cinfer_model_info(m, &info);
+    CHECK(info.n_vocab == 512 && info.n_layer == 5 && info.n_head == 8 && info.n_kv_head == 4);
+    CHECK(info.kv_bytes_per_token == 2 * 5 * 4 * 8 * 4);
+    struct cinfer_generate_params gp;
+    cinfer_generate_params_default(&gp);
+    gp.sampling.temperature = 0;
+    gp.max_tokens = 60;
+    struct collect c = {0};
+    struct cinfer_generate_stats st;
+    ASSERT_STATUS(cinfer_generate(m, "", &gp, collect_token, &c, &st, &err), CINFER_OK);
+    CHECK(st.n_prompt == 1 && st.n_generated == 60);
+    CHECK(!strcmp(st.finish_reason, "length"));
+    CHECK(st.ttft_ms > 0 && st.tbt_ms > 0 && st.latency_ms >= st.ttft_ms);
+    if (strncmp(c.text, stories_text, strlen(stories_text)) != 0)
+        TEST_FAILF("greedy text differs:\n got: %s\nwant: %s", c.text, stories_text);
+
+    // A seeded sampler reproduces itself.
+    gp.sampling.temperature = 1.0f;
+    gp.sampling.seed = 1234;
+    gp.max_tokens = 40;
+    struct collect a = {0}, b = {0};
+    ASSERT_STATUS(cinfer_generate(m, "Once upon a time", &gp, collect_token, &a, NULL, &err), CINFER_OK);
+    ASSERT_STATUS(cinfer_generate(m, "Once upon a time", &gp, collect_token, &b, NULL, &err), CINFER_OK);
+    CHECK(a.n_ids == b.n_ids && !memcmp(a.ids, b.ids, sizeof(cinfer_token) * (size_t)a.n_ids));
+
+    // The callback ends generation early.
+    struct collect early = {.stop_after = 3};
+    ASSERT_STATUS(cinfer_generate(m, "Once", &gp, collect_token, &early, &st, &err), CINFER_OK);
+    CHECK(st.n_generated == 3 && !strcmp(st.finish_reason, "caller"));
+
+    // Prompt + max_tokens beyond the context is refused up front.
+    gp.n_ctx = 16;
+    gp.max_tokens = 16;
+    CHECK(cinfer_generate(m, "Once upon a time", &gp, collect_token, &a, NULL, &err) == CINFER_ERR_LIMIT);
+    CHECK(strstr(err.message, "context") != NULL);
+
+    cinfer_token *ids = NULL;
+    int n = 0;
+    ASSERT_STATUS(cinfer_tokenize(m, "Once upon a time", 16, true, &ids, &n, &err), CINFER_OK);
+    CHECK(n == 5 && ids[0] == 1 && ids[1] == 403 && ids[2] == 407 && ids[3] == 261 && ids[4] == 378);
+    cinfer_free(ids);
+    cinfer_model_free(m);
+}
+
+TEST(greedy_stories260k_gguf) {
+    check_greedy("stories260K.gguf", NULL);
+}
+
+TEST(greedy_stories260k_bin) {
+    check_greedy("stories260K.bin", "tok512.bin");
+}
+
+TEST(greedy_stories260k_v1) {
+    check_greedy("stories260K_v1.bin", "tok512.bin");
+}
+
+TEST(load_errors) {
+    char p[512];
+    struct cinfer_model *m = NULL;
+    struct cinfer_error err = {0};
+    CHECK(cinfer_model_load("/nonexistent/model.gguf", NULL, &m, &err) == CINFER_ERR_IO && m == NULL);
+    CHECK(strstr(err.message, "/nonexistent/model.gguf") != NULL);
+    // A checkpoint without its tokenizer, and a vocabulary that does not fit the model.
+    CHECK(cinfer_model_load(test_model_path(p, sizeof p, "stories260K.bin"), NULL, &m, &err) ==
+          CINFER_ERR_INVALID);
+    char t[512];
+    CHECK(cinfer_model_load(p, test_model_path(t, sizeof t, "tokenizer.bin"), &m, &err) != CINFER_OK);
+    // A vocab-only GGUF file is not a model.
+    CHECK(cinfer_model_load(test_model_path(p, sizeof p, "ggml-vocab/ggml-vocab-gpt-2.gguf"), NULL, &m,
+                            &err) == CINFER_ERR_FORMAT);
+    CHECK(m == NULL);
+}
+
+int main(void) {
+    RUN(greedy_stories260k_gguf);
+    RUN(greedy_stories260k_bin);
+    RUN(greedy_stories260k_v1);
+    RUN(load_errors);
+    return test_exit_code();
+}

@@ -1,0 +1,191 @@
+/* Model loading: the hyper-parameters and weights of real files, and every way a model file can be wrong
+ * in its content (unknown architecture, missing or misshapen tensors, unsupported types, inconsistent
+ * hyper-parameters) gives a clear error naming the key or tensor, never a crash. */
+#include "test.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/mem.h"
+#include "model/gguf_write.h"
+#include "model/model.h"
+
+// A small llama-shaped model: dim 32, 2 layers, 4 heads, 2 KV heads, ffn 48, vocab 64.
+enum { DIM = 32, LAYERS = 2, HEADS = 4, KV_HEADS = 2, FF = 48, VOCAB = 64, HEAD_DIM = DIM / HEADS };
+
+struct mutation {
+    const char *arch;     // general.architecture
+    const char *drop_key; // key not written
+    const char *drop;     // tensor not written
+    const char *reshape;  // tensor written with ne[0] + 1 ... (shape mismatch)
+    const char *retype;   // tensor written as Q4_1 (no kernel here) / F16 for vectors (must be F32)
+    int n_kv_head;        // 0: KV_HEADS
+};
+
+static float zeros[FF * DIM * 2 + VOCAB * DIM]; // big enough for any tensor here
+
+static char tmpdir[64];
+
+static void add(struct gguf_writer *w, const struct mutation *mu, const char *name, int64_t ne0,
+                int64_t ne1) {
+    if (mu->drop && !strcmp(mu->drop, name))
+        return;
+    int64_t ne[2] = {ne0, ne1};
+    uint32_t type = CI_TYPE_F32;
+    if (mu->reshape && !strcmp(mu->reshape, name))
+        ne[1] += 1;
+    if (mu->retype && !strcmp(mu->retype, name))
+        type = ne1 > 1 ? CI_TYPE_Q4_1 : CI_TYPE_F16;
+    gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, zeros);
+}
+
+static const char *write_model(const struct mutation *mu, char *path, size_t n) {
+    static int counter;
+    snprintf(path, n, "%s/m%d.gguf", tmpdir, counter++);
+    struct gguf_writer *w = gguf_writer_create();
+    const char *arch = mu->arch ? mu->arch : "llama";
+    char key[96];
+    gguf_writer_set_str(w, "general.architecture", arch);
+    struct {
+        const char *suffix;
+        uint32_t v;
+    } dims[] = {{"embedding_length", DIM},
+                {"block_count", LAYERS},
+                {"feed_forward_length", FF},
+                {"attention.head_count", HEADS},
+                {"attention.head_count_kv", (uint32_t)(mu->n_kv_head ? mu->n_kv_head : KV_HEADS)},
+                {"context_length", 128}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        snprintf(key, sizeof key, "%s.%s", arch, dims[i].suffix);
+        if (!mu->drop_key || strcmp(mu->drop_key, key))
+            gguf_writer_set_u32(w, key, dims[i].v);
+    }
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    gguf_writer_set_f32(w, key, 1e-5f);
+    add(w, mu, "token_embd.weight", DIM, VOCAB);
+    add(w, mu, "output_norm.weight", DIM, 1);
+    for (int il = 0; il < LAYERS; il++) {
+        struct {
+            const char *s;
+            int64_t ne0, ne1;
+        } t[] = {{"attn_norm.weight", DIM, 1},
+                 {"attn_q.weight", DIM, DIM},
+                 {"attn_k.weight", DIM, KV_HEADS * HEAD_DIM},
+                 {"attn_v.weight", DIM, KV_HEADS * HEAD_DIM},
+                 {"attn_output.weight", DIM, DIM},
+                 {"ffn_norm.weight", DIM, 1},
+                 {"ffn_gate.weight", DIM, FF},
+                 {"ffn_up.weight", DIM, FF},
+                 {"ffn_down.weight", FF, DIM}};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s", il, t[i].s);
+            add(w, mu, name, t[i].ne0, t[i].ne1);
+        }
+    }
+    struct ci_err err = {0};
+    enum ci_status s = gguf_writer_write_file(w, path, &err);
+    gguf_writer_free(w);
+    return s == CI_OK ? path : NULL;
+}
+
+/* Loads the mutated model and checks the status and that the message mentions `needle`. */
+static void expect_error(const struct mutation *mu, enum ci_status want, const char *needle) {
+    char path[128];
+    if (!write_model(mu, path, sizeof path)) {
+        TEST_FAILF("could not write the test model");
+        return;
+    }
+    struct model *m = NULL;
+    struct ci_err err = {0};
+    enum ci_status s = model_load(path, &m, &err);
+    if (s != want)
+        TEST_FAILF("want status %d, got %d (%s)", want, s, err.msg);
+    else if (needle && !strstr(err.msg, needle))
+        TEST_FAILF("message '%s' does not mention '%s'", err.msg, needle);
+    CHECK(m == NULL);
+    unlink(path);
+}
+
+TEST(valid_model_loads) {
+    struct mutation none = {0};
+    char path[128];
+    ASSERT(write_model(&none, path, sizeof path));
+    struct model *m = NULL;
+    struct ci_err err = {0};
+    ASSERT_STATUS(model_load(path, &m, &err), CI_OK);
+    const struct model_config *c = &m->config;
+    CHECK(c->n_embd == DIM && c->n_layer == LAYERS && c->n_head == HEADS && c->n_kv_head == KV_HEADS);
+    CHECK(c->n_vocab == VOCAB && c->head_dim == HEAD_DIM && c->rope_dim == HEAD_DIM && c->n_ff == FF);
+    CHECK(c->rope_base == 10000.0f && !c->rope_neox);
+    CHECK(m->weights.output.data == m->weights.tok_embd.data); // no output.weight: tied head
+    model_free(m);
+    unlink(path);
+}
+
+TEST(unknown_architecture) {
+    struct mutation mu = {.arch = "gpt-neox"};
+    expect_error(&mu, CI_ERR_UNSUPPORTED, "gpt-neox");
+}
+
+TEST(missing_key) {
+    struct mutation mu = {.drop_key = "llama.block_count"};
+    expect_error(&mu, CI_ERR_INVALID, "llama.block_count");
+}
+
+TEST(missing_tensor) {
+    struct mutation mu = {.drop = "blk.1.ffn_up.weight"};
+    expect_error(&mu, CI_ERR_FORMAT, "blk.1.ffn_up.weight");
+    struct mutation no_emb = {.drop = "token_embd.weight"};
+    expect_error(&no_emb, CI_ERR_FORMAT, "token_embd.weight");
+}
+
+TEST(wrong_shape) {
+    struct mutation mu = {.reshape = "blk.0.attn_k.weight"};
+    expect_error(&mu, CI_ERR_FORMAT, "blk.0.attn_k.weight");
+}
+
+TEST(unsupported_types) {
+    struct mutation q4_1 = {.retype = "blk.1.attn_q.weight"};
+    expect_error(&q4_1, CI_ERR_UNSUPPORTED, "blk.1.attn_q.weight");
+    struct mutation f16_norm = {.retype = "blk.0.attn_norm.weight"};
+    expect_error(&f16_norm, CI_ERR_UNSUPPORTED, "blk.0.attn_norm.weight");
+}
+
+TEST(inconsistent_heads) {
+    struct mutation mu = {.n_kv_head = 3};
+    expect_error(&mu, CI_ERR_FORMAT, "KV head");
+}
+
+TEST(real_files) {
+    char p[512];
+    struct model *m = NULL;
+    struct ci_err err = {0};
+    ASSERT_STATUS(model_load(test_model_path(p, sizeof p, "stories260K.gguf"), &m, &err), CI_OK);
+    CHECK(m->config.n_ctx_train == 2048 && m->config.rope_dim == 8 && m->config.n_kv_head == 4);
+    CHECK(model_n_params(m) > 250000 && model_n_params(m) < 300000);
+    model_free(m);
+    ASSERT_STATUS(model_load(test_model_path(p, sizeof p, "stories260K.bin"), &m, &err), CI_OK);
+    CHECK(m->config.n_ctx_train == 512 && m->format == MODEL_FORMAT_LLAMA2C);
+    model_free(m);
+    CHECK(model_load(test_model_path(p, sizeof p, "tok512.bin"), &m, &err) != CI_OK && m == NULL);
+    CHECK(err.msg[0] != '\0');
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/cinfer-test-model-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        printf("FAIL setup: mkdtemp\n");
+        return 1;
+    }
+    RUN(valid_model_loads);
+    RUN(unknown_architecture);
+    RUN(missing_key);
+    RUN(missing_tensor);
+    RUN(wrong_shape);
+    RUN(unsupported_types);
+    RUN(inconsistent_heads);
+    RUN(real_files);
+    rmdir(tmpdir);
+    return test_exit_code();
+}
