@@ -2,8 +2,9 @@
 # Runs every test program and prints the closing "N passed, N failed" line.
 #   tests/run.sh BUILD_DIR [fast|full]
 # Test programs print "PASS name" / "FAIL name: why" lines; a program that exits non-zero without printing a
-# FAIL line (a crash, a sanitizer report) counts as one failure.  "fast" runs the C unit tests only (the asan
-# subset); "full" also runs the script tests in tests/*/test_*.{py,sh}.
+# FAIL line (a crash, a sanitizer report) counts as one failure.  "fast" runs the C unit tests and the CLI
+# tests in tests/cli (the asan subset); "full" also runs the other script tests in tests/*/test_*.{py,sh}
+# (the numpy reference and the llama.cpp cross-check).
 set -u
 B=${1:?build dir}
 MODE=${2:-full}
@@ -47,6 +48,11 @@ for t in "$B"/tests/test_*; do
     run_one "$(basename "$t")" "$t"
 done
 
+for t in tests/cli/test_*.sh; do
+    [ -e "$t" ] || continue
+    run_one "$t" bash "$t"
+done
+
 if [ "$MODE" = full ]; then
     for t in tests/*/test_*.py; do
         [ -e "$t" ] || continue
@@ -54,6 +60,7 @@ if [ "$MODE" = full ]; then
     done
     for t in tests/*/test_*.sh; do
         [ -e "$t" ] || continue
+        case "$t" in tests/cli/*) continue ;; esac
         run_one "$t" bash "$t"
     done
 fi

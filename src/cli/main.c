@@ -1,11 +1,44 @@
+/* cinfer: one binary, many subcommands. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/commands.h"
+#include "kernels/kernels.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"run", cmd_run, "generate text from a prompt and print TTFT/TBT/TPS/latency"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"info", cmd_info, "print a model's hyper-parameters, tensor types, sizes and KV bytes per token"},
+    {"convert", cmd_convert, "convert a llama2.c checkpoint (+ tokenizer.bin) to GGUF"},
+    {"synth", cmd_synth, "write a random-weight GGUF model with a real model's shape"},
+    {"logits", cmd_logits, "write the logits of every position of a token list (testing)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: cinfer <command> [options]   (cinfer <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help")) {
-        printf("usage: cinfer <run|tokenize|info|convert|synth> ...\n");
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    ci_kernels_init();
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc, argv);
     fprintf(stderr, "cinfer: unknown command '%s'\n", argv[1]);
+    usage(stderr);
     return 2;
 }

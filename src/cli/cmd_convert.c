@@ -1,0 +1,101 @@
+/* cinfer convert (llama2.c → GGUF) and cinfer synth (random-weight GGUF models of real shapes). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "kernels/quant.h"
+#include "model/convert.h"
+#include "model/synth.h"
+
+static bool parse_type(const char *cmd, const char *name, const char *allowed, uint32_t *out) {
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } types[] = {{"f32", CI_TYPE_F32},
+                 {"f16", CI_TYPE_F16},
+                 {"bf16", CI_TYPE_BF16},
+                 {"q8_0", CI_TYPE_Q8_0},
+                 {"q4_0", CI_TYPE_Q4_0}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (!strcmp(name, types[i].name) && strstr(allowed, name)) {
+            *out = types[i].type;
+            return true;
+        }
+    }
+    fprintf(stderr, "cinfer %s: --type: '%s' is not one of %s\n", cmd, name, allowed);
+    return false;
+}
+
+int cmd_convert(int argc, char **argv) {
+    const char *tok_path = NULL, *out_path = NULL, *type_name = "f32";
+    struct arg_spec specs[] = {
+        {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  llama2.c tokenizer.bin (required)"},
+        {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  GGUF file to write"},
+        {"--type", NULL, ARG_STR, &type_name, 0, 0, "T  f32|f16|q8_0 for the matrices (default f32)"},
+    };
+    int n_specs = sizeof specs / sizeof specs[0];
+    if (args_want_help(argc, argv, 2)) {
+        args_usage("convert", "IN.bin --tokenizer TOK.bin -o OUT.gguf [--type f32|f16|q8_0]", specs, n_specs);
+        return 0;
+    }
+    const char *pos[1];
+    int n_pos;
+    uint32_t type;
+    if (!args_parse("convert", argc, argv, 2, specs, n_specs, pos, 1, &n_pos))
+        return 2;
+    if (n_pos != 1 || !tok_path || !out_path) {
+        fprintf(stderr, "cinfer convert: usage: cinfer convert IN.bin --tokenizer TOK.bin -o OUT.gguf\n");
+        return 2;
+    }
+    if (!parse_type("convert", type_name, "f32|f16|q8_0", &type))
+        return 2;
+    struct ci_err err = {0};
+    if (convert_llama2c(pos[0], tok_path, type, out_path, &err) != CI_OK) {
+        fprintf(stderr, "cinfer convert: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "cinfer convert: wrote %s\n", out_path);
+    return 0;
+}
+
+int cmd_synth(int argc, char **argv) {
+    const char *preset = NULL, *out_path = NULL, *type_name = "f32";
+    uint64_t seed = 42;
+    struct arg_spec specs[] = {
+        {"--preset", NULL, ARG_STR, &preset, 0, 0, "NAME  model shape (see below)"},
+        {"--type", NULL, ARG_STR, &type_name, 0, 0, "T  f32|f16|bf16|q8_0|q4_0 (default f32)"},
+        {"--seed", NULL, ARG_U64, &seed, 0, 9007199254740991.0, "S  random seed (default 42)"},
+        {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  GGUF file to write"},
+    };
+    int n_specs = sizeof specs / sizeof specs[0];
+    if (args_want_help(argc, argv, 2)) {
+        args_usage("synth", "--preset NAME --type TYPE --seed S -o OUT.gguf", specs, n_specs);
+        printf("\npresets:\n");
+        for (int i = 0; i < synth_n_presets(); i++) {
+            const struct synth_preset *p = synth_preset(i);
+            printf("  %-16s %s, %d layers, dim %d, %d heads (%d KV), ffn %d, vocab %d, context %d\n", p->name,
+                   model_arch_name(p->arch), p->n_layer, p->n_embd, p->n_head, p->n_kv_head, p->n_ff,
+                   p->n_vocab, p->n_ctx);
+        }
+        return 0;
+    }
+    const char *pos[1];
+    int n_pos;
+    uint32_t type;
+    if (!args_parse("synth", argc, argv, 2, specs, n_specs, pos, 0, &n_pos))
+        return 2;
+    if (!preset || !out_path) {
+        fprintf(stderr, "cinfer synth: --preset NAME and -o OUT.gguf are required\n");
+        return 2;
+    }
+    if (!parse_type("synth", type_name, "f32|f16|bf16|q8_0|q4_0", &type))
+        return 2;
+    struct ci_err err = {0};
+    if (synth_write(preset, type, seed, out_path, &err) != CI_OK) {
+        fprintf(stderr, "cinfer synth: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "cinfer synth: wrote %s\n", out_path);
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* cinfer tokenize: the token ids of a text, on one line. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/load.h"
+#include "core/mem.h"
+#include "tokenizer/tokenizer.h"
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model_path = NULL, *tok_path = NULL;
+    bool no_bos = false, no_special = false, pieces = false;
+    struct arg_spec specs[] = {
+        {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model or vocab-only GGUF"},
+        {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
+        {"--no-bos", NULL, ARG_FLAG, &no_bos, 0, 0, "    do not add BOS/EOS"},
+        {"--no-special", NULL, ARG_FLAG, &no_special, 0, 0, "    treat special-token texts as text"},
+        {"--pieces", NULL, ARG_FLAG, &pieces, 0, 0, "    print id:'piece' pairs"},
+    };
+    int n_specs = sizeof specs / sizeof specs[0];
+    if (args_want_help(argc, argv, 2)) {
+        args_usage("tokenize", "-m MODEL [--tokenizer FILE] TEXT", specs, n_specs);
+        return 0;
+    }
+    const char *pos[1];
+    int n_pos;
+    if (!args_parse("tokenize", argc, argv, 2, specs, n_specs, pos, 1, &n_pos))
+        return 2;
+    if (!model_path || n_pos != 1) {
+        fprintf(stderr, "cinfer tokenize: usage: cinfer tokenize -m MODEL [--tokenizer FILE] TEXT\n");
+        return 2;
+    }
+    struct loaded ld;
+    struct ci_err err = {0};
+    if (!load_tokenizer(model_path, tok_path, &ld))
+        return 1;
+    int32_t *ids = NULL;
+    int n = 0, rc = 1;
+    if (tokenizer_encode(ld.tok, pos[0], strlen(pos[0]), !no_bos, !no_special, &ids, &n, &err) != CI_OK) {
+        fprintf(stderr, "cinfer tokenize: %s\n", err.msg);
+    } else {
+        for (int i = 0; i < n; i++) {
+            if (pieces) {
+                size_t len;
+                const char *p = tokenizer_piece(ld.tok, ids[i], &len);
+                printf(i ? " %d:'%.*s'" : "%d:'%.*s'", ids[i], (int)len, p);
+            } else {
+                printf(i ? " %d" : "%d", ids[i]);
+            }
+        }
+        printf("\n");
+        rc = 0;
+    }
+    ci_free(ids);
+    unload_model(&ld);
+    return rc;
+}

@@ -1,0 +1,13 @@
+/* The subcommands of the one `cinfer` binary.  Each takes the full argv (argv[1] is its name) and returns the
+ * process exit status: 0 success, 1 runtime failure (bad model file, ...), 2 usage error. */
+#ifndef CINFER_CLI_COMMANDS_H
+#define CINFER_CLI_COMMANDS_H
+
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+#endif

@@ -1,0 +1,383 @@
+/* Synthetic GGUF models: presets, the weight scheme of synth.h, a synthetic SPM vocabulary, streamed out
+ * through the GGUF writer one tensor at a time. */
+#include "model/synth.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/check.h"
+#include "core/mem.h"
+#include "core/rng.h"
+#include "kernels/quant.h"
+#include "model/gguf_write.h"
+
+static const struct synth_preset presets[] = {
+    // name            arch              dim layers heads kv  ff    vocab   ctx    rope     eps   tied  bias
+    {"tiny", MODEL_ARCH_LLAMA, 256, 4, 8, 2, 768, 1024, 512, 10000.0f, 1e-5f, false, false},
+    {"tiny-qwen2", MODEL_ARCH_QWEN2, 256, 4, 8, 2, 768, 1024, 512, 1000000.0f, 1e-6f, true, true},
+    {"stories15m", MODEL_ARCH_LLAMA, 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f, true, false},
+    {"smollm2-135m", MODEL_ARCH_LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false},
+    {"tinyllama-1.1b", MODEL_ARCH_LLAMA, 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false},
+    {"qwen2-0.5b", MODEL_ARCH_QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true},
+};
+
+#define N_PRESETS      ((int)(sizeof presets / sizeof *presets))
+#define N_FIXED_TOKENS 259 // <unk>, <s>, </s>, 256 byte tokens
+#define Q_SCALE        4.0f
+#define NORM_JITTER    0.1f
+#define BIAS_STD       0.1f
+
+int synth_n_presets(void) {
+    return N_PRESETS;
+}
+
+const struct synth_preset *synth_preset(int i) {
+    CI_ASSERT(i >= 0 && i < N_PRESETS);
+    return &presets[i];
+}
+
+const struct synth_preset *synth_preset_find(const char *name) {
+    for (int i = 0; i < N_PRESETS; i++)
+        if (strcmp(presets[i].name, name) == 0)
+            return &presets[i];
+    return NULL;
+}
+
+void synth_preset_config(const struct synth_preset *p, struct model_config *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = p->arch;
+    c->n_vocab = p->n_vocab;
+    c->n_embd = p->n_embd;
+    c->n_layer = p->n_layer;
+    c->n_head = p->n_head;
+    c->n_kv_head = p->n_kv_head;
+    c->head_dim = p->n_embd / p->n_head;
+    c->n_ff = p->n_ff;
+    c->n_ctx_train = p->n_ctx;
+    c->rope_dim = c->head_dim;
+    c->rope_base = p->rope_base;
+    c->rms_eps = p->rms_eps;
+    c->rope_neox = p->arch == MODEL_ARCH_QWEN2;
+}
+
+bool synth_type_parse(const char *name, uint32_t *type) {
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } names[] = {{"f32", CI_TYPE_F32},
+                 {"f16", CI_TYPE_F16},
+                 {"bf16", CI_TYPE_BF16},
+                 {"q8_0", CI_TYPE_Q8_0},
+                 {"q4_0", CI_TYPE_Q4_0}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcasecmp(name, names[i].name) == 0) {
+            *type = names[i].type;
+            return true;
+        }
+    return false;
+}
+
+int synth_file_type(uint32_t type) {
+    switch (type) {
+    case CI_TYPE_F32:
+        return 0;
+    case CI_TYPE_F16:
+        return 1;
+    case CI_TYPE_Q4_0:
+        return 2;
+    case CI_TYPE_Q8_0:
+        return 7;
+    case CI_TYPE_BF16:
+        return 32;
+    default:
+        return -1;
+    }
+}
+
+/* ---- vocabulary ---- */
+
+int synth_vocab_piece(int i, char *buf) {
+    static const char sp[] = "\xe2\x96\x81"; // U+2581, SentencePiece's space
+    CI_ASSERT(i >= 0);
+    if (i == 0)
+        return sprintf(buf, "<unk>");
+    if (i == 1)
+        return sprintf(buf, "<s>");
+    if (i == 2)
+        return sprintf(buf, "</s>");
+    if (i < N_FIXED_TOKENS)
+        return sprintf(buf, "<0x%02X>", (unsigned)(i - 3));
+    int g = i - N_FIXED_TOKENS;
+    if (g == 0)
+        return sprintf(buf, "%s", sp);
+    if (g <= 94) // '!' .. '~'
+        return sprintf(buf, "%c", (char)(32 + g));
+    // Letter strings by length: length 1 only with the space prefix (bare letters came above), longer
+    // lengths as "\u2581s" then "s" for each s in lexicographic order.
+    int64_t idx = g - 95, len = 1, block = 26;
+    while (idx >= block) {
+        idx -= block;
+        len++;
+        block = 2;
+        for (int k = 0; k < len; k++)
+            block *= 26;
+    }
+    bool bare = len > 1 && (idx & 1);
+    int64_t s = len > 1 ? idx / 2 : idx;
+    int n = 0;
+    if (!bare)
+        n = sprintf(buf, "%s", sp);
+    for (int64_t k = len - 1; k >= 0; k--) {
+        int64_t div = 1;
+        for (int64_t j = 0; j < k; j++)
+            div *= 26;
+        buf[n++] = (char)('a' + (s / div) % 26);
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+static enum ci_status set_vocab(struct gguf_writer *w, int n_vocab, struct ci_err *err) {
+    enum ci_status s = CI_OK;
+    char *text = ci_malloc((size_t)n_vocab * 16);
+    const char **strs = ci_malloc((size_t)n_vocab * sizeof *strs);
+    float *scores = ci_malloc((size_t)n_vocab * sizeof *scores);
+    int32_t *types = ci_malloc((size_t)n_vocab * sizeof *types);
+    if (!text || !strs || !scores || !types) {
+        s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory for a %d-token vocabulary", n_vocab);
+        goto fail;
+    }
+    for (int i = 0; i < n_vocab; i++) {
+        char *p = text + (size_t)i * 16;
+        synth_vocab_piece(i, p);
+        strs[i] = p;
+        // Special and byte tokens score 0; the rest descend so earlier (shorter) pieces merge first.
+        scores[i] = i < N_FIXED_TOKENS ? 0.0f : -(float)(i - N_FIXED_TOKENS);
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < N_FIXED_TOKENS ? 6 : 1;
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, NULL, (uint64_t)n_vocab);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n_vocab);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n_vocab);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    s = gguf_writer_status(w, err);
+fail:
+    ci_free(text);
+    ci_free(strs);
+    ci_free(scores);
+    ci_free(types);
+    return s;
+}
+
+/* ---- weights ---- */
+
+enum init_kind { INIT_NORMAL, INIT_NORM, INIT_BIAS };
+
+struct plan {
+    char name[64];
+    uint32_t type;
+    int n_dims;
+    int64_t ne[2];
+    enum init_kind kind;
+    float scale; // std of the normal (INIT_NORMAL), overall factor (INIT_NORM)
+};
+
+/* Irwin-Hall(4) on 16-bit lanes of one xoshiro draw: mean 0, variance 1 (to 1 part in 2^32). */
+static inline float fast_normal(struct ci_rng *r) {
+    uint64_t u = ci_rng_u64(r);
+    int32_t sum = (int32_t)(u & 0xffff) + (int32_t)((u >> 16) & 0xffff) + (int32_t)((u >> 32) & 0xffff) +
+                  (int32_t)(u >> 48);
+    return (float)(2 * sum - 4 * 65535) * (1.7320508f / 131072.0f);
+}
+
+static uint64_t tensor_seed(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ULL ^ seed; // FNV-1a, then a splitmix finalizer
+    for (const char *p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    return h ^ (h >> 31);
+}
+
+static void gen_row(struct ci_rng *r, const struct plan *p, float *row) {
+    int64_t n = p->ne[0];
+    switch (p->kind) {
+    case INIT_NORMAL:
+    case INIT_BIAS:
+        for (int64_t i = 0; i < n; i++)
+            row[i] = p->scale * fast_normal(r);
+        return;
+    case INIT_NORM:
+        for (int64_t i = 0; i < n; i++)
+            row[i] = p->scale * (1.0f + NORM_JITTER * fast_normal(r));
+        return;
+    }
+    CI_UNREACHABLE();
+}
+
+static void add_plan(struct plan *plans, int *n, const char *name, uint32_t type, int64_t ne0, int64_t ne1,
+                     enum init_kind kind, float scale) {
+    struct plan *p = &plans[(*n)++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->n_dims = ne1 > 1 ? 2 : 1;
+    p->ne[0] = ne0;
+    p->ne[1] = ne1;
+    p->kind = kind;
+    p->scale = scale;
+    // Matrices take the requested type when its block divides the row; vectors stay F32.
+    const struct ci_type_traits *tt = ci_type_traits(type);
+    p->type = p->n_dims == 2 && tt && ne0 % tt->block_size == 0 ? type : CI_TYPE_F32;
+}
+
+static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan *plans) {
+    int n = 0;
+    const int64_t d = ps->n_embd, hd = ps->n_embd / ps->n_head, kv = hd * ps->n_kv_head, ff = ps->n_ff;
+    const float sd = 1.0f / sqrtf((float)d), sff = 1.0f / sqrtf((float)ff);
+    char name[64];
+    add_plan(plans, &n, "token_embd.weight", type, d, ps->n_vocab, INIT_NORMAL, sd);
+    for (int il = 0; il < ps->n_layer; il++) {
+#define LAYER(suffix, ne0, ne1, kind, scale)                                                                 \
+    do {                                                                                                     \
+        snprintf(name, sizeof name, "blk.%d.%s", il, suffix);                                                \
+        add_plan(plans, &n, name, type, ne0, ne1, kind, scale);                                              \
+    } while (0)
+        LAYER("attn_norm.weight", d, 1, INIT_NORM, 1.0f);
+        LAYER("attn_q.weight", d, d, INIT_NORMAL, Q_SCALE * sd);
+        if (ps->qkv_bias)
+            LAYER("attn_q.bias", d, 1, INIT_BIAS, BIAS_STD);
+        LAYER("attn_k.weight", d, kv, INIT_NORMAL, sd);
+        if (ps->qkv_bias)
+            LAYER("attn_k.bias", kv, 1, INIT_BIAS, BIAS_STD);
+        LAYER("attn_v.weight", d, kv, INIT_NORMAL, sd);
+        if (ps->qkv_bias)
+            LAYER("attn_v.bias", kv, 1, INIT_BIAS, BIAS_STD);
+        LAYER("attn_output.weight", d, d, INIT_NORMAL, sd);
+        LAYER("ffn_norm.weight", d, 1, INIT_NORM, 1.0f);
+        LAYER("ffn_gate.weight", d, ff, INIT_NORMAL, sd);
+        LAYER("ffn_up.weight", d, ff, INIT_NORMAL, sd);
+        LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
+#undef LAYER
+    }
+    // Tied: logits = token_embd . (g * norm(h)) with unit-norm rows, so g carries the logit scale.
+    add_plan(plans, &n, "output_norm.weight", type, d, 1, INIT_NORM, ps->tied ? SYNTH_LOGIT_STD : 1.0f);
+    if (!ps->tied)
+        add_plan(plans, &n, "output.weight", type, d, ps->n_vocab, INIT_NORMAL, SYNTH_LOGIT_STD * sd);
+    return n;
+}
+
+static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, uint32_t type) {
+    const char *arch = model_arch_name(ps->arch);
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    gguf_writer_set_str(w, "general.architecture", arch);
+    char name[96];
+    snprintf(name, sizeof name, "cinfer-synth-%s", ps->name);
+    gguf_writer_set_str(w, "general.name", name);
+    gguf_writer_set_u32(w, "general.file_type", (uint32_t)synth_file_type(type));
+    if (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0)
+        gguf_writer_set_u32(w, "general.quantization_version", 2);
+    gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)ps->n_vocab);
+    gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)ps->n_ctx);
+    gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)ps->n_embd);
+    gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)ps->n_layer);
+    gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)ps->n_ff);
+    gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)ps->n_head);
+    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)ps->n_kv_head);
+    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), ps->rms_eps);
+    gguf_writer_set_f32(w, KEY("rope.freq_base"), ps->rope_base);
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(ps->n_embd / ps->n_head));
+#undef KEY
+}
+
+enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, const char *path,
+                           struct ci_err *err) {
+    enum ci_status s = CI_OK;
+    struct gguf_writer *w = NULL;
+    struct plan *plans = NULL;
+    uint8_t *data = NULL;
+    float *row = NULL;
+    FILE *f = NULL;
+    const struct synth_preset *ps = synth_preset_find(preset);
+    if (!ps) {
+        char known[256] = "";
+        for (int i = 0; i < N_PRESETS; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                     presets[i].name);
+        return ci_err_set(err, CI_ERR_INVALID, "synth: unknown preset '%s' (known: %s)", preset, known);
+    }
+    if (synth_file_type(type) < 0)
+        return ci_err_set(err, CI_ERR_INVALID, "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0)",
+                          ci_type_name(type));
+
+    int max_tensors = 4 + 12 * ps->n_layer;
+    plans = ci_calloc((size_t)max_tensors, sizeof *plans);
+    if (!plans || !(w = gguf_writer_create())) {
+        s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
+        goto fail;
+    }
+    int n_plans = build_plan(ps, type, plans);
+    CI_ASSERT(n_plans <= max_tensors);
+    set_hparams(w, ps, type);
+    if ((s = set_vocab(w, ps->n_vocab, err)) != CI_OK)
+        goto fail;
+    uint64_t max_bytes = 0;
+    int64_t max_row = 0;
+    for (int i = 0; i < n_plans; i++) {
+        gguf_writer_add_tensor(w, plans[i].name, plans[i].type, plans[i].n_dims, plans[i].ne, NULL);
+        if ((s = gguf_writer_status(w, err)) != CI_OK)
+            goto fail;
+        uint64_t nb = gguf_writer_tensor_nbytes(w, i);
+        max_bytes = nb > max_bytes ? nb : max_bytes;
+        max_row = plans[i].ne[0] > max_row ? plans[i].ne[0] : max_row;
+    }
+    // One tensor's bytes at a time (the largest is token_embd or output).
+    if (max_bytes > SIZE_MAX || !(data = ci_malloc((size_t)max_bytes)) ||
+        !(row = ci_malloc((size_t)max_row * sizeof *row))) {
+        s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory for a %llu-byte tensor",
+                       (unsigned long long)max_bytes);
+        goto fail;
+    }
+    if (!(f = fopen(path, "wb"))) {
+        s = ci_err_set(err, CI_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        goto fail;
+    }
+    if ((s = gguf_writer_write_header(w, f, err)) != CI_OK)
+        goto fail;
+    for (int i = 0; i < n_plans; i++) {
+        const struct plan *p = &plans[i];
+        uint64_t rb = 0;
+        bool row_ok = ci_row_bytes(p->type, (uint64_t)p->ne[0], &rb);
+        CI_ASSERT(row_ok);
+        struct ci_rng rng;
+        ci_rng_seed(&rng, tensor_seed(seed, p->name));
+        for (int64_t r = 0; r < p->ne[1]; r++) {
+            gen_row(&rng, p, row);
+            ci_quantize_row(p->type, row, data + (uint64_t)r * rb, p->ne[0]);
+        }
+        if ((s = gguf_writer_write_tensor_data(w, f, i, data, err)) != CI_OK)
+            goto fail;
+    }
+    if (fflush(f) != 0 || ferror(f)) {
+        s = ci_err_set(err, CI_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        goto fail;
+    }
+fail:
+    if (f && fclose(f) != 0 && s == CI_OK)
+        s = ci_err_set(err, CI_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    if (f && s != CI_OK)
+        remove(path);
+    ci_free(row);
+    ci_free(data);
+    ci_free(plans);
+    gguf_writer_free(w);
+    return s;
+}

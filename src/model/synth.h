@@ -1,0 +1,62 @@
+/* Synthetic GGUF models with real shapes (`cinfer synth`): random weights from a fixed seed, a synthetic
+ * SentencePiece-style vocabulary, written as GGUF v3 that llama.cpp loads.  Presets mirror the shapes of
+ * real models (tiny test models up to TinyLlama 1.1B).  The file is generated and written tensor by tensor,
+ * so memory stays at one tensor's bytes; the same preset, type and seed give a byte-identical file.
+ *
+ * Weight scheme (chosen so greedy decoding is decided by clear margins and stays varied over 32+ tokens):
+ *   token_embd      ~ N(0, 1/sqrt(n_embd))       (rows of about unit norm)
+ *   attn_q          ~ N(0, 4/sqrt(n_embd))       (sharp attention: keeps outputs dependent on the context)
+ *   other matrices  ~ N(0, 1/sqrt(n_in))          (n_in = ne[0], the row length)
+ *   output          ~ N(0, SYNTH_LOGIT_STD/sqrt(n_embd)) when untied
+ *   norm weights    ~ 1 + 0.1 N(0, 1); output_norm additionally x SYNTH_LOGIT_STD when the head is tied
+ *   q/k/v biases    ~ N(0, 0.1)  (qwen2 presets)
+ * so the logits have a standard deviation of about SYNTH_LOGIT_STD.  Normals are Irwin-Hall sums of four
+ * 16-bit uniforms from xoshiro256** (fast, bounded at +-3.46 sigma); each tensor's stream is seeded from
+ * (seed, tensor name), independent of the order tensors are generated in.
+ *
+ * Matrices (token_embd included) are stored in the requested type; norm weights and biases stay F32, and so
+ * does any matrix whose row length the type's block size does not divide. */
+#ifndef CINFER_MODEL_SYNTH_H
+#define CINFER_MODEL_SYNTH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "model/config.h"
+
+#define SYNTH_LOGIT_STD 6.0f
+
+struct synth_preset {
+    const char *name;
+    enum model_arch arch;
+    int n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
+    float rope_base, rms_eps;
+    bool tied;     // no output.weight: the head is token_embd
+    bool qkv_bias; // attn_{q,k,v}.bias tensors (qwen2)
+};
+
+int synth_n_presets(void);
+const struct synth_preset *synth_preset(int i);
+const struct synth_preset *synth_preset_find(const char *name); // NULL if unknown
+/* The hyper-parameters a loader should read back from a preset's file. */
+void synth_preset_config(const struct synth_preset *p, struct model_config *out);
+
+/* "f32", "f16", "bf16", "q8_0", "q4_0" (case-insensitive) -> enum ci_type; false for anything else. */
+bool synth_type_parse(const char *name, uint32_t *type);
+/* llama.cpp's general.file_type for a file whose matrices are of `type` (0 F32, 1 F16, 2 Q4_0, 7 Q8_0,
+ * 32 BF16); -1 for a type without one here. */
+int synth_file_type(uint32_t type);
+
+/* Writes the preset's model with matrices of `type` (F32, F16, BF16, Q8_0 or Q4_0) to path.  A partial file
+ * is removed on failure.  CI_ERR_INVALID for an unknown preset or type, CI_ERR_IO/CI_ERR_NOMEM otherwise. */
+enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, const char *path,
+                           struct ci_err *err);
+
+/* The synthetic vocabulary of n_vocab (>= 260) tokens: "<unk>", "<s>", "</s>", "<0x00>".."<0xFF>", then
+ * "\u2581", the printable ASCII characters, and "\u2581"-prefixed and bare lowercase letter strings in order
+ * of length (all unique).  Token i's text is written NUL-terminated into buf (at least 16 bytes); returns its
+ * length.  Exposed for tests. */
+int synth_vocab_piece(int i, char *buf);
+
+#endif

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The cinfer binary from outside: usage errors exit 2, bad model files exit 1 with one clear error line on
+# stderr and never a crash or a sanitizer report (this script also runs under `make asan`), and the
+# subcommands print what they promise.
+set -u
+BIN=${CINFER_BIN:?}
+M=${CINFER_MODELS:?}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; }
+
+# expect NAME STATUS NEEDLE CMD...: exit status STATUS, and stderr holds NEEDLE on its first line
+# and has no sanitizer report or crash trace.
+expect() {
+    local name=$1 want=$2 needle=$3
+    shift 3
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        fail "$name" "exit $rc, want $want; stderr: $(head -3 "$T/err" | tr '\n' ' ')"
+    elif grep -qE 'Sanitizer|runtime error|Segmentation|Aborted|assertion' "$T/err"; then
+        fail "$name" "crash or sanitizer report: $(head -5 "$T/err" | tr '\n' ' ')"
+    elif [ -n "$needle" ] && ! head -1 "$T/err" | grep -qF -- "$needle"; then
+        fail "$name" "first stderr line '$(head -1 "$T/err")' lacks '$needle'"
+    else
+        pass "$name"
+    fi
+}
+
+# Usage errors.
+expect usage_no_command 2 "usage" "$BIN"
+expect usage_unknown_command 2 "unknown command" "$BIN" frobnicate
+expect usage_missing_model 2 "-m MODEL" "$BIN" run
+expect usage_unknown_flag 2 "unknown option '--bogus'" "$BIN" run -m x --bogus
+expect usage_bad_number 2 "--temp" "$BIN" run -m x --temp abc
+expect usage_negative_count 2 "--n-predict" "$BIN" run -m x -n -5
+expect usage_out_of_range 2 "--top-p" "$BIN" run -m x --top-p 1.5
+expect usage_missing_value 2 "needs a value" "$BIN" run -m
+expect usage_bad_type 2 "--type" "$BIN" synth --preset tiny --type q5_k -o "$T/x.gguf"
+
+# Bad model files: one clear line, exit 1.
+expect missing_file 1 "/nonexistent.gguf" "$BIN" run -m /nonexistent.gguf
+head -c 100000 "$M/stories260K.gguf" >"$T/trunc.gguf"
+expect truncated_gguf 1 "past end of file" "$BIN" run -m "$T/trunc.gguf"
+head -c 5000 "$M/stories260K.gguf" >"$T/trunc-meta.gguf"
+expect truncated_gguf_metadata 1 "gguf" "$BIN" info -m "$T/trunc-meta.gguf"
+head -c 500000 "$M/stories260K.bin" >"$T/trunc.bin"
+expect truncated_llama2c 1 "" "$BIN" run -m "$T/trunc.bin" --tokenizer "$M/tok512.bin"
+head -c 3000 "$M/tok512.bin" >"$T/trunc-tok.bin"
+expect truncated_tokenizer 1 "tokenizer" "$BIN" run -m "$M/stories260K.bin" --tokenizer "$T/trunc-tok.bin"
+head -c 4096 /dev/urandom >"$T/garbage.gguf"
+printf 'GGUF' | dd of="$T/garbage.gguf" conv=notrunc 2>/dev/null
+expect garbage_gguf 1 "" "$BIN" info -m "$T/garbage.gguf"
+: >"$T/empty.bin"
+expect empty_file 1 "" "$BIN" run -m "$T/empty.bin" --tokenizer "$M/tok512.bin"
+expect vocab_only_as_model 1 "vocab-only" "$BIN" run -m "$M/ggml-vocab/ggml-vocab-gpt-2.gguf"
+expect wrong_tokenizer_size 1 "tokenizer" "$BIN" run -m "$M/stories260K.bin" --tokenizer "$M/tokenizer.bin"
+expect checkpoint_without_tokenizer 1 "tokenizer" "$BIN" run -m "$M/stories260K.bin"
+expect context_exceeded 1 "context" "$BIN" run -m "$M/stories260K.gguf" -n 100 --ctx 50
+
+# What the subcommands print.
+out=$("$BIN" tokenize -m "$M/ggml-vocab/ggml-vocab-llama-spm.gguf" "Hello world" 2>&1)
+[ "$out" = "1 15043 3186" ] && pass tokenize_vocab_only || fail tokenize_vocab_only "got '$out'"
+out=$("$BIN" tokenize -m "$M/stories260K.bin" --tokenizer "$M/tok512.bin" "Once upon a time" 2>&1)
+[ "$out" = "1 403 407 261 378" ] && pass tokenize_llama2c || fail tokenize_llama2c "got '$out'"
+out=$("$BIN" info -m "$M/stories260K.gguf" 2>&1)
+if grep -q "KV cache per token *1280 bytes f32" <<<"$out" && grep -q "GQA" <<<"$out" &&
+    grep -q "parameters" <<<"$out"; then
+    pass info_kv_bytes
+else
+    fail info_kv_bytes "$(tr '\n' '|' <<<"$out")"
+fi
+out=$("$BIN" run -m "$M/stories260K.gguf" -n 30 --temp 0 2>"$T/err")
+if [[ "$out" == "Once upon a time, there was a little girl named Lily."* ]] &&
+    grep -q "TTFT" "$T/err" && grep -q "TBT" "$T/err" && grep -q "TPS" "$T/err" && grep -q "latency" "$T/err"; then
+    pass run_stream_and_metrics
+else
+    fail run_stream_and_metrics "stdout '$out' stderr $(tr '\n' '|' <"$T/err")"
+fi
+a=$("$BIN" run -m "$M/stories260K.gguf" -n 40 --temp 1 --seed 7 --ids 2>/dev/null)
+b=$("$BIN" run -m "$M/stories260K.gguf" -n 40 --temp 1 --seed 7 --ids 2>/dev/null)
+c=$("$BIN" run -m "$M/stories260K.gguf" -n 40 --temp 1 --seed 8 --ids 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] && pass run_seeded || fail run_seeded "'$a' / '$b' / '$c'"
