@@ -1,0 +1,385 @@
+"""Cross-checks against llama.cpp (prebuilt, through node-llama-cpp); run by tests/llamacpp/test_llamacpp.sh.
+
+Part A, the reference against llama.cpp (needs no cinfer): on stories260K.gguf and on random models written by
+tests/ref/gguf_write_np.py (llama with GQA/MQA, tied and untied output; qwen2 with Q/K/V biases and NeoX RoPE;
+F16/BF16/Q8_0/Q4_0 weights), llama.cpp's next-token log-probabilities at every position of a 24-token sequence
+equal the numpy reference's logits up to a constant per position:
+    max |(logp_i - logp_top) - (ref_i - ref_top)| <= tol * max(1, max|ref|)   over tokens with ref prob > 1e-12
+tol = 1e-4 for F32 models; 0.05 for F16/BF16/Q8_0/Q4_0 models, because llama.cpp's CPU matmul rounds the
+activations to the weight's companion type (F16, BF16, Q8_0) before the dot product.  A negative control
+shows that 0.05 still catches a wrong Q4_0 nibble layout.  (llama.cpp rejects rope.dimension_count != head_dim
+for llama and qwen2, so partial RoPE cannot be checked here.)
+
+Part B, cinfer against llama.cpp: for `cinfer synth --preset tiny --seed 1` in F32 and Q8_0 (and the qwen2-style
+preset tiny-qwen2 if synth offers it) and for stories260K.bin converted by `cinfer convert`:
+  - cinfer's logits vs llama.cpp's log-probabilities at every position (same measure and tolerances as part A);
+  - 32 greedy ids from BOS: `cinfer run -p "" -n 32 --temp 0 --ids` == llama.cpp's argmax decoding;
+  - 32 greedy ids after BOS + 3 prompt ids: cinfer's argmax of `cinfer logits` == llama.cpp's;
+  - for the converted stories model: llama.cpp's greedy ids equal MANIFEST.md's, and the text prompt
+    "Once upon a time" gives the same ids in both (tokenizer + forward pass).
+A greedy disagreement prints both id lists, the first differing step and llama.cpp's top two probabilities there.
+F32 models must match exactly.  For quantized models llama.cpp rounds the activations to 8 bits before each
+matmul (cinfer keeps them in float, and matches the numpy reference on the dequantized weights to 1e-3), and the
+synthetic models' sharp attention amplifies that rounding, so a free-running greedy sequence may fork at a near
+tie and then differ everywhere.  There the comparison is teacher-forced: cinfer's logits over BOS + llama.cpp's
+own greedy ids must pick llama.cpp's token at every step where llama.cpp's top-two log-probability gap exceeds
+QUANT_TIE = 1.0 logit (the steps below it are counted and reported), and the
+logit tolerance is 0.1 * max|logit| (a wrong Q4_0 layout is 1.7 off, see part A's negative control).
+
+All llama.cpp work runs in one node process per part (tests/llamacpp/batch.mjs).
+Env: NLC_DIR (node-llama-cpp install, from scripts/llamacpp-setup.sh), CINFER_BIN, CINFER_MODELS.
+Usage: llamacpp_check.py [a] [b]   (both parts by default)
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "ref"))
+
+import ciref  # noqa: E402
+import gguf_np  # noqa: E402
+import gguf_write_np  # noqa: E402
+import model_np  # noqa: E402
+from ciref import CinferError, model_path  # noqa: E402
+
+N_GEN = 32
+# Quantized synth models: llama.cpp's top-two log-probability gap below which a step is a near tie that its
+# 8-bit activation rounding may decide (measured: cinfer and llama.cpp agree at every step above 1.0 logit on
+# tiny-q8_0; 18 of 32 steps are compared).
+QUANT_TIE = 1.0
+N_SEQ = 24
+NODE_TIMEOUT = 300
+F16, BF16, Q8_0, Q4_0 = gguf_np.F16, gguf_np.BF16, gguf_np.Q8_0, gguf_np.Q4_0
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+class Jobs:
+    """llama.cpp jobs collected first and run in one batch.mjs process."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.jobs = []
+        self.results = None
+
+    def probs(self, model, ids):
+        self.jobs.append({"model": model, "kind": "probs", "ids": list(map(int, ids))})
+        return len(self.jobs) - 1
+
+    def greedy(self, model, n, prompt_ids=None, prompt_text=None):
+        j = {"model": model, "kind": "greedy", "n": n}
+        if prompt_ids is not None:
+            j["prompt_ids"] = list(map(int, prompt_ids))
+        if prompt_text is not None:
+            j["prompt_text"] = prompt_text
+        self.jobs.append(j)
+        return len(self.jobs) - 1
+
+    def run(self):
+        path = os.path.join(self.tmp, "jobs.json")
+        with open(path, "w") as f:
+            json.dump(self.jobs, f)
+        cmd = ["node", os.path.join(HERE, "batch.mjs"), path]
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=NODE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise NodeError("batch.mjs timed out")
+        if p.returncode != 0:
+            raise NodeError("batch.mjs exited %d: %s" % (p.returncode, p.stderr.decode("utf-8", "replace")[-400:]))
+        self.results = json.loads(p.stdout)
+        if len(self.results) != len(self.jobs):
+            raise NodeError("batch.mjs returned %d results for %d jobs" % (len(self.results), len(self.jobs)))
+
+    def get(self, i):
+        r = self.results[i]
+        if "error" in r:
+            raise NodeError("llama.cpp: %s" % r["error"])
+        if "probs" in r:
+            return np.array(r["probs"], dtype=np.float64)
+        return r
+
+
+def logprob_gap(probs, ref_logits):
+    """(max |(log p_i - log p_top) - (ref_i - ref_top)| over tokens with ref prob > 1e-12, max(1, max|ref|),
+    (pos, id) of the worst entry); top is the reference's argmax per position."""
+    ref = np.asarray(ref_logits, dtype=np.float64)
+    top = ref.argmax(axis=1)
+    rows = np.arange(len(ref))
+    rel_ref = ref - ref[rows, top][:, None]
+    keep = rel_ref > np.log(1e-12)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lp = np.log(probs)
+        rel_lp = lp - lp[rows, top][:, None]
+        diff = np.where(keep, np.abs(rel_lp - rel_ref), 0.0)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    worst = np.unravel_index(np.argmax(diff), diff.shape)
+    return float(diff.max()), max(1.0, float(np.abs(ref).max())), worst
+
+
+def compare_logprobs(rep, name, probs, ref_logits, tol):
+    """PASS if llama.cpp's probabilities match the logits up to a per-position constant (see the file comment).
+    Returns the gap, or None if the shapes differ."""
+    if probs.shape != np.shape(ref_logits):
+        rep.fail(name, "llama.cpp gives %s probabilities, the other %s logits" % (probs.shape, np.shape(ref_logits)))
+        return None
+    gap, scale, worst = logprob_gap(probs, ref_logits)
+    detail = "max|dlogit| %.3g at pos %d id %d, tol %.3g = %g * max(1, max|logit| %.3g)" % (
+        gap,
+        worst[0],
+        worst[1],
+        tol * scale,
+        tol,
+        scale,
+    )
+    rep.check(gap <= tol * scale, name, detail, detail)
+    return gap if gap <= tol * scale else None
+
+
+def first_diff(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def check_greedy(rep, name, ours, theirs):
+    """cinfer's greedy ids must equal llama.cpp's (theirs: a batch.mjs greedy result)."""
+    ids, margins = theirs["ids"], theirs["margins"]
+    step = first_diff(ours, ids)
+    if step is None:
+        return rep.ok(name, "%d ids" % len(ours))
+    why = "first difference at step %d; cinfer: %s; llama.cpp: %s" % (
+        step,
+        " ".join(map(str, ours)),
+        " ".join(map(str, ids)),
+    )
+    if step < len(margins):
+        m = margins[step]
+        why += "; llama.cpp's top two there: %d p=%.6g, %d p=%.6g" % (m["token"], m["p"], m["second"], m["p2"])
+    rep.fail(name, why)
+
+
+# ---- part A: the reference against llama.cpp -------------------------------------------------------------------
+
+RANDOM_CASES = [
+    # label, random_model keyword arguments, tolerance
+    ("llama-gqa-f32", dict(arch="llama", n_head=4, n_kv_head=2), 1e-4),
+    ("llama-mqa-tied-f32", dict(arch="llama", n_head=4, n_kv_head=1, tied=True), 1e-4),
+    ("qwen2-gqa-f32", dict(arch="qwen2", n_head=4, n_kv_head=2, rope_base=1e6), 1e-4),
+    ("qwen2-mha-tied-f32", dict(arch="qwen2", n_head=4, n_kv_head=4, tied=True), 1e-4),
+    ("llama-gqa-f16", dict(arch="llama", wtype=F16), 0.05),
+    ("llama-gqa-bf16", dict(arch="llama", wtype=BF16), 0.05),
+    ("llama-gqa-q8_0", dict(arch="llama", wtype=Q8_0), 0.05),
+    ("llama-gqa-q4_0", dict(arch="llama", wtype=Q4_0), 0.05),
+    ("qwen2-gqa-q8_0", dict(arch="qwen2", wtype=Q8_0), 0.05),
+]
+
+
+def q4_0_interleaved(raw):
+    """A plausible but wrong Q4_0 reading (byte j holds elements 2j and 2j+1), for the negative control."""
+    b = np.frombuffer(raw, dtype=[("d", "<f2"), ("qs", "u1", (16,))])
+    q = np.stack([b["qs"] & 0xF, b["qs"] >> 4], axis=2).reshape(len(b), 32).astype(np.float32) - 8
+    return (q * b["d"].astype(np.float32)[:, None]).ravel()
+
+
+def part_a(rep, tmp):
+    tokens = ciref.seeded_tokens(N_SEQ, 512, 1, seed=99)
+    cases = [("stories260K", model_path("stories260K.gguf"), 1e-4)]
+    for i, (label, kw, tol) in enumerate(RANDOM_CASES):
+        path = os.path.join(tmp, "rand-%s.gguf" % label)
+        gguf_write_np.random_model(path, ciref.MODELS, seed=10 + i, **kw)
+        cases.append((label, path, tol))
+    jobs = Jobs(tmp)
+    ids = [jobs.probs(path, tokens) for _, path, _ in cases]
+    try:
+        jobs.run()
+    except NodeError as e:
+        return rep.fail("llamacpp_vs_ref", e)
+    for (label, path, tol), j in zip(cases, ids):
+        name = "llamacpp_vs_ref_%s" % label
+        try:
+            m = model_np.Model.load(path)
+            ref = m.forward(tokens)
+            probs = jobs.get(j)
+        except (OSError, ValueError, NodeError) as e:
+            rep.fail(name, e)
+            continue
+        compare_logprobs(rep, name, probs, ref, tol)
+        if label == "llama-gqa-q4_0":
+            # negative control: the same comparison with a wrong nibble layout must fail by a wide margin
+            g = m.gguf
+            for n, t in g.tensors.items():
+                if t.type == Q4_0:
+                    m.w[n] = q4_0_interleaved(g.raw(n)).reshape(t.shape).astype(np.float64)
+            gap, scale, _ = logprob_gap(probs, m.forward(tokens))
+            r = gap / scale
+            rep.check(
+                r > 4 * tol,
+                "llamacpp_vs_ref_negative_control_q4_0_layout",
+                "a wrong Q4_0 layout is only %.3g (relative) off llama.cpp; tolerance %g cannot tell" % (r, tol),
+                "wrong layout is %.3g relative off, tolerance %g" % (r, tol),
+            )
+
+
+# ---- part B: cinfer against llama.cpp --------------------------------------------------------------------------
+
+
+def cinfer_run_ids(path, n, prompt=""):
+    out, _ = ciref.cinfer(["run", "-m", path, "-p", prompt, "-n", n, "--temp", "0", "--ids"])
+    try:
+        return [int(x) for x in out.decode("utf-8", "replace").split()]
+    except ValueError:
+        raise CinferError("run --ids printed something other than ids: %r" % out[:200])
+
+
+def cinfer_greedy_by_logits(path, prompt_ids, n, tmp):
+    ids = list(prompt_ids)
+    out = os.path.join(tmp, "greedy.f32")
+    gen = []
+    for _ in range(n):
+        logits, _ = ciref.cinfer_logits(path, ids, out)
+        t = int(np.argmax(logits[-1]))
+        gen.append(t)
+        ids.append(t)
+    return gen
+
+
+def check_teacher_forced(rep, name, path, prefix, theirs, allow_tie, tmp):
+    """Quantized models: cinfer's argmax over prefix + llama.cpp's greedy ids equals llama.cpp's token at every
+    step whose llama.cpp top-two log-probability gap exceeds allow_tie."""
+    ids, margins = theirs["ids"], theirs["margins"]
+    logits, _ = ciref.cinfer_logits(path, list(prefix) + ids[:-1], os.path.join(tmp, "forced.f32"))
+    ours = [int(np.argmax(row)) for row in logits[len(prefix) - 1 :]]
+    compared = skipped = 0
+    for step, (want, got) in enumerate(zip(ids, ours)):
+        m = margins[step]
+        gap = float(np.log(m["p"] / m["p2"])) if m["p2"] > 0 else float("inf")
+        if gap <= allow_tie:
+            skipped += 1
+            continue
+        compared += 1
+        if got != want:
+            return rep.fail(
+                name,
+                "step %d: cinfer picks %d, llama.cpp %d (p=%.4g, runner-up %d p=%.4g, gap %.3g > %.3g)"
+                % (step, got, want, m["p"], m["second"], m["p2"], gap, allow_tie),
+            )
+    rep.ok(name, "same top token at %d of %d steps; %d near ties (gap <= %.3g) not compared" % (
+        compared, len(ids), skipped, allow_tie))
+
+
+def part_b(rep, tmp):
+    models = []  # (label, path, f32, tokens, prompt)
+    for preset, t in (("tiny", "f32"), ("tiny", "q8_0"), ("tiny-qwen2", "f32")):
+        label = "%s-%s" % (preset, t)
+        path = os.path.join(tmp, "synth-%s.gguf" % label)
+        try:
+            ciref.cinfer(["synth", "--preset", preset, "--type", t, "--seed", 1, "-o", path])
+            g = gguf_np.GGUF(path)
+            n_vocab = g.tensors["token_embd.weight"].ne[1]
+            bos = int(g.get("tokenizer.ggml.bos_token_id", 1))
+        except (CinferError, OSError, ValueError, KeyError) as e:
+            rep.fail("llamacpp_synth_%s" % label, "cinfer synth --preset %s --type %s: %s" % (preset, t, e))
+            continue
+        tokens = ciref.seeded_tokens(N_SEQ, n_vocab, bos, seed=8)
+        prompt = ciref.seeded_tokens(4, n_vocab, bos, seed=7)
+        models.append((label, path, t == "f32", tokens, prompt))
+    conv = os.path.join(tmp, "stories260K-converted.gguf")
+    try:
+        ciref.cinfer(["convert", model_path("stories260K.bin"), "--tokenizer", model_path("tok512.bin"), "-o", conv])
+        models.append(("stories260K-converted", conv, True, ciref.seeded_tokens(N_SEQ, 512, 1, seed=8), None))
+    except CinferError as e:
+        rep.fail("llamacpp_convert_stories260K", e)
+    if not models:
+        return
+    text = "Once upon a time"
+    jobs = Jobs(tmp)
+    planned = []
+    for label, path, f32, tokens, prompt in models:
+        planned.append(
+            (
+                jobs.probs(path, tokens),
+                jobs.greedy(path, N_GEN),
+                jobs.greedy(path, N_GEN, prompt_ids=prompt) if prompt else jobs.greedy(path, N_GEN, prompt_text=text),
+            )
+        )
+    try:
+        jobs.run()
+    except NodeError as e:
+        return rep.fail("llamacpp_cinfer", e)
+
+    for (label, path, f32, tokens, prompt), (jp, jg, jg2) in zip(models, planned):
+        # distributions at every position
+        name = "llamacpp_logits_%s" % label
+        allow_tie = 0.0 if f32 else QUANT_TIE
+        try:
+            probs = jobs.get(jp)
+            got, _ = ciref.cinfer_logits(path, tokens, os.path.join(tmp, "cmp.f32"))
+            compare_logprobs(rep, name, probs, got, 1e-4 if f32 else 0.1)
+        except (NodeError, CinferError) as e:
+            rep.fail(name, e)
+        # greedy from BOS with cinfer run
+        name = "llamacpp_greedy_bos_%s" % label
+        try:
+            theirs = jobs.get(jg)
+            if prompt is None:
+                want = ciref.manifest_greedy_ids()[:N_GEN]
+                rep.check(theirs["ids"] == want, name + "_manifest", "llama.cpp gives %s" % theirs["ids"])
+            if f32:
+                check_greedy(rep, name, cinfer_run_ids(path, N_GEN), theirs)
+            else:
+                bos = int(gguf_np.GGUF(path).get("tokenizer.ggml.bos_token_id", 1))
+                check_teacher_forced(rep, name, path, [bos], theirs, allow_tie, tmp)
+        except (NodeError, CinferError, OSError, ValueError) as e:
+            rep.fail(name, e)
+        if prompt is not None:
+            # greedy after BOS + 3 prompt ids, cinfer side by argmax of `cinfer logits`
+            name = "llamacpp_greedy_prompt_%s" % label
+            try:
+                theirs = jobs.get(jg2)
+                if f32:
+                    check_greedy(rep, name, cinfer_greedy_by_logits(path, prompt, N_GEN, tmp), theirs)
+                else:
+                    check_teacher_forced(rep, name, path, prompt, theirs, allow_tie, tmp)
+            except (NodeError, CinferError) as e:
+                rep.fail(name, e)
+        else:
+            name = "llamacpp_greedy_text_%s" % label
+            try:
+                theirs = jobs.get(jg2)
+                ours = cinfer_run_ids(path, N_GEN, prompt=text)
+                if first_diff(ours, theirs["ids"]) is not None:
+                    rep.note("llama.cpp tokenized %r as %s (BOS first)" % (text, theirs["prompt"]))
+                check_greedy(rep, name, ours, theirs)
+            except (NodeError, CinferError) as e:
+                rep.fail(name, e)
+
+
+def main():
+    parts = sys.argv[1:] or ["a", "b"]
+    rep = ciref.Report()
+    if not os.environ.get("NLC_DIR"):
+        rep.fail("llamacpp_setup", "NLC_DIR is not set (run through tests/llamacpp/test_llamacpp.sh)")
+        rep.exit()
+    tmp = tempfile.mkdtemp(prefix="cinfer-llamacpp-")
+    try:
+        if "a" in parts:
+            part_a(rep, tmp)
+        if "b" in parts:
+            part_b(rep, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rep.exit()
+
+
+if __name__ == "__main__":
+    main()

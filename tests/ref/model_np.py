@@ -1,0 +1,249 @@
+"""The test suite's reference transformer forward pass, in float64 numpy on dequantized weights.
+
+Written from the model math (Llama: RMSNorm, rotary embedding on adjacent pairs, grouped-query causal attention,
+SwiGLU FFN; Qwen2: the same plus Q/K/V biases and NeoX rotary pairing), not from cinfer's C code, so it can check
+cinfer's forward pass.  Plain attention over the whole sequence with an optional growing K/V cache; no paging,
+no threads, nothing clever.
+
+Public API:
+    m = Model.load(path)              GGUF (llama / qwen2) or llama2.c legacy / version 1 checkpoint
+    m.forward(tokens) -> [n][vocab]   float64 logits for every position 0..n-1 of one sequence
+    m.greedy(prompt, n_steps) -> ids  argmax decoding (first index on ties) of n_steps tokens after prompt
+    m.n_vocab, m.n_ctx, m.arch, ...
+"""
+
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gguf_np  # noqa: E402
+import llama2c_np  # noqa: E402
+
+ARCHS = ("llama", "qwen2")
+
+
+class Model:
+    def __init__(self, hp, weights):
+        """hp: dict with arch, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, rope_dim, rope_base, rms_eps,
+        n_ctx; weights: GGUF tensor names -> arrays shaped [n_out][n_in] (any float dtype)."""
+        self.arch = hp["arch"]
+        if self.arch not in ARCHS:
+            raise ValueError("unsupported architecture %r" % self.arch)
+        self.n_embd = int(hp["n_embd"])
+        self.n_layer = int(hp["n_layer"])
+        self.n_head = int(hp["n_head"])
+        self.n_kv_head = int(hp["n_kv_head"])
+        self.head_dim = int(hp["head_dim"])
+        self.n_ff = int(hp["n_ff"])
+        self.rope_dim = int(hp["rope_dim"])
+        self.rope_base = float(hp["rope_base"])
+        self.rms_eps = float(hp["rms_eps"])
+        self.n_ctx = int(hp["n_ctx"])
+        self.neox = self.arch == "qwen2"
+        if self.n_head % self.n_kv_head or self.rope_dim % 2 or self.rope_dim > self.head_dim:
+            raise ValueError("inconsistent hyper-parameters %s" % hp)
+        self.w = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
+        self.tied = "output.weight" not in self.w
+        self.n_vocab = self.w["token_embd.weight"].shape[0]
+        self._check_shapes()
+
+    # ---- loading -------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_gguf(cls, path):
+        g = gguf_np.GGUF(path)
+        arch = g.arch
+        if arch not in ARCHS:
+            raise ValueError("unsupported architecture %r" % arch)
+
+        def key(k, default=None):
+            v = g.get("%s.%s" % (arch, k), default)
+            if v is None:
+                raise ValueError("missing GGUF key %s.%s" % (arch, k))
+            return v
+
+        n_embd = key("embedding_length")
+        n_head = key("attention.head_count")
+        head_dim = key("attention.key_length", n_embd // n_head)
+        hp = {
+            "arch": arch,
+            "n_embd": n_embd,
+            "n_layer": key("block_count"),
+            "n_head": n_head,
+            "n_kv_head": key("attention.head_count_kv", n_head),
+            "head_dim": head_dim,
+            "n_ff": key("feed_forward_length"),
+            "rope_dim": key("rope.dimension_count", head_dim),
+            "rope_base": key("rope.freq_base", 10000.0),
+            "rms_eps": key("attention.layer_norm_rms_epsilon"),
+            "n_ctx": key("context_length"),
+        }
+        m = cls(hp, {name: g.tensor(name) for name in g.tensors})
+        m.gguf = g
+        return m
+
+    @classmethod
+    def from_llama2c(cls, path):
+        c, w = llama2c_np.read(path)
+        hp = {
+            "arch": "llama",
+            "n_embd": c["dim"],
+            "n_layer": c["n_layers"],
+            "n_head": c["n_heads"],
+            "n_kv_head": c["n_kv_heads"],
+            "head_dim": c["head_dim"],
+            "n_ff": c["hidden_dim"],
+            "rope_dim": c["head_dim"],
+            "rope_base": 10000.0,
+            "rms_eps": float(np.float32(1e-5)),  # llama2.c uses the float 1e-5f
+            "n_ctx": c["seq_len"],
+        }
+        m = cls(hp, w)
+        m.llama2c = c
+        return m
+
+    @classmethod
+    def load(cls, path):
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic == gguf_np.GGUF_MAGIC:
+            return cls.from_gguf(path)
+        return cls.from_llama2c(path)
+
+    def _check_shapes(self):
+        d, hd, ff = self.n_embd, self.head_dim, self.n_ff
+        q_dim, kv_dim = self.n_head * hd, self.n_kv_head * hd
+        want = {"token_embd.weight": (self.n_vocab, d), "output_norm.weight": (d,)}
+        if not self.tied:
+            want["output.weight"] = (self.n_vocab, d)
+        for i in range(self.n_layer):
+            b = "blk.%d." % i
+            want.update(
+                {
+                    b + "attn_norm.weight": (d,),
+                    b + "attn_q.weight": (q_dim, d),
+                    b + "attn_k.weight": (kv_dim, d),
+                    b + "attn_v.weight": (kv_dim, d),
+                    b + "attn_output.weight": (d, q_dim),
+                    b + "ffn_norm.weight": (d,),
+                    b + "ffn_gate.weight": (ff, d),
+                    b + "ffn_up.weight": (ff, d),
+                    b + "ffn_down.weight": (d, ff),
+                }
+            )
+            if self.arch == "qwen2":
+                want.update({b + "attn_q.bias": (q_dim,), b + "attn_k.bias": (kv_dim,), b + "attn_v.bias": (kv_dim,)})
+        for name, shape in want.items():
+            if name not in self.w:
+                raise ValueError("missing tensor %s" % name)
+            if self.w[name].shape != shape:
+                raise ValueError("tensor %s has shape %s, want %s" % (name, self.w[name].shape, shape))
+
+    # ---- math ----------------------------------------------------------------------------------------------
+
+    def _rmsnorm(self, x, weight):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.rms_eps) * weight
+
+    def _rope(self, x, pos):
+        """x: [n][heads][head_dim] rotated in a copy; pos: [n] positions."""
+        half = self.rope_dim // 2
+        i = np.arange(half, dtype=np.float64)
+        inv_freq = self.rope_base ** (-2.0 * i / self.rope_dim)  # [half]
+        theta = np.asarray(pos, dtype=np.float64)[:, None] * inv_freq[None, :]  # [n][half]
+        cos = np.cos(theta)[:, None, :]
+        sin = np.sin(theta)[:, None, :]
+        y = x.copy()
+        if self.neox:
+            a = x[:, :, :half]
+            b = x[:, :, half : self.rope_dim]
+            y[:, :, :half] = a * cos - b * sin
+            y[:, :, half : self.rope_dim] = a * sin + b * cos
+        else:
+            a = x[:, :, 0 : self.rope_dim : 2]
+            b = x[:, :, 1 : self.rope_dim : 2]
+            y[:, :, 0 : self.rope_dim : 2] = a * cos - b * sin
+            y[:, :, 1 : self.rope_dim : 2] = a * sin + b * cos
+        return y
+
+    def _linear(self, x, name, bias=None):
+        y = x @ self.w[name].T
+        if bias is not None:
+            y = y + self.w[bias]
+        return y
+
+    def new_cache(self):
+        return {"n": 0, "k": [None] * self.n_layer, "v": [None] * self.n_layer}
+
+    def forward(self, tokens, cache=None):
+        """Logits [len(tokens)][n_vocab] (float64) of tokens at positions cache.n .. cache.n+len-1 (0.. without a
+        cache).  With a cache, the tokens' K/V are appended to it."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if tokens.ndim != 1 or len(tokens) == 0:
+            raise ValueError("need a non-empty 1-d token list")
+        if tokens.min() < 0 or tokens.max() >= self.n_vocab:
+            raise ValueError("token id out of range")
+        if cache is None:
+            cache = self.new_cache()
+        n, p0 = len(tokens), cache["n"]
+        pos = np.arange(p0, p0 + n)
+        H, G, hd = self.n_head, self.n_kv_head, self.head_dim
+        group = H // G
+        scale = 1.0 / math.sqrt(hd)
+        qwen = self.arch == "qwen2"
+        # causal mask over all cached + new keys: query at pos[i] sees keys 0..pos[i]
+        mask = np.arange(p0 + n)[None, :] > pos[:, None]  # [n][p0+n]
+
+        x = self.w["token_embd.weight"][tokens]  # [n][d]
+        for layer in range(self.n_layer):
+            b = "blk.%d." % layer
+            h = self._rmsnorm(x, self.w[b + "attn_norm.weight"])
+            q = self._linear(h, b + "attn_q.weight", b + "attn_q.bias" if qwen else None).reshape(n, H, hd)
+            k = self._linear(h, b + "attn_k.weight", b + "attn_k.bias" if qwen else None).reshape(n, G, hd)
+            v = self._linear(h, b + "attn_v.weight", b + "attn_v.bias" if qwen else None).reshape(n, G, hd)
+            q = self._rope(q, pos)
+            k = self._rope(k, pos)
+            if cache["k"][layer] is not None:
+                k = np.concatenate([cache["k"][layer], k], axis=0)
+                v = np.concatenate([cache["v"][layer], v], axis=0)
+            cache["k"][layer], cache["v"][layer] = k, v
+            # expand KV heads to query heads: query head j reads KV head j // group
+            kh = np.repeat(k, group, axis=1)  # [T][H][hd]
+            vh = np.repeat(v, group, axis=1)
+            s = np.einsum("nhd,thd->hnt", q, kh) * scale  # [H][n][T]
+            s = np.where(mask[None, :, :], -np.inf, s)
+            s = s - s.max(axis=-1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(axis=-1, keepdims=True)
+            att = np.einsum("hnt,thd->nhd", p, vh).reshape(n, H * hd)
+            x = x + self._linear(att, b + "attn_output.weight")
+
+            h = self._rmsnorm(x, self.w[b + "ffn_norm.weight"])
+            gate = self._linear(h, b + "ffn_gate.weight")
+            up = self._linear(h, b + "ffn_up.weight")
+            silu = gate / (1.0 + np.exp(-gate))
+            x = x + self._linear(silu * up, b + "ffn_down.weight")
+        cache["n"] = p0 + n
+
+        x = self._rmsnorm(x, self.w["output_norm.weight"])
+        out = self.w["token_embd.weight"] if self.tied else self.w["output.weight"]
+        return x @ out.T
+
+    def greedy(self, prompt, n_steps):
+        """n_steps argmax tokens after prompt (incremental with a K/V cache; no stop tokens)."""
+        cache = self.new_cache()
+        logits = self.forward(prompt, cache)[-1]
+        ids = []
+        for step in range(n_steps):
+            t = int(np.argmax(logits))
+            ids.append(t)
+            if step + 1 < n_steps:
+                logits = self.forward([t], cache)[-1]
+        return ids
+
+
+def load(path):
+    return Model.load(path)
