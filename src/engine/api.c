@@ -39,7 +39,8 @@ enum cinfer_status cinfer_model_load(const char *path, const char *tokenizer_pat
     enum ci_status s = model_load(path, &m->model, &e);
     if (s == CI_OK) {
         if (tokenizer_path)
-            s = tokenizer_from_llama2c(tokenizer_path, m->model->config.n_vocab, &m->tok, &e);
+            s = tokenizer_from_llama2c(tokenizer_path, 0, &m->tok,
+                                       &e); // size checked below, with a clearer message
         else if (m->model->gguf)
             s = tokenizer_from_gguf(m->model->gguf, &m->tok, &e);
         else

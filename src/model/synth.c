@@ -15,7 +15,7 @@
 #include "model/gguf_write.h"
 
 static const struct synth_preset presets[] = {
-    // name            arch              dim layers heads kv  ff    vocab   ctx    rope     eps   tied  bias
+    // name, arch, n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx, rope_base, rms_eps, tied, bias
     {"tiny", MODEL_ARCH_LLAMA, 256, 4, 8, 2, 768, 1024, 512, 10000.0f, 1e-5f, false, false},
     {"tiny-qwen2", MODEL_ARCH_QWEN2, 256, 4, 8, 2, 768, 1024, 512, 1000000.0f, 1e-6f, true, true},
     {"stories15m", MODEL_ARCH_LLAMA, 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f, true, false},
