@@ -78,9 +78,9 @@ bench: deps
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h')
 format:
-	clang-format -i $(FORMAT_FILES)
+	@clang-format -i $(FORMAT_FILES)
 format-check:
-	clang-format --dry-run --Werror $(FORMAT_FILES)
+	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "format-check: ok"
 
 clean:
 	rm -rf build

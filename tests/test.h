@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int test_failed_checks;    // in the current test
-static int test_total_failed;     // tests failed in this binary
-static const char *test_current;  // name of the running test
+static int test_failed_checks;   // in the current test
+static int test_total_failed;    // tests failed in this binary
+static const char *test_current; // name of the running test
 
 #define TEST(name) static void test_##name(void)
 

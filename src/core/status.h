@@ -1,5 +1,6 @@
 /* Status values and boundary error messages.  Every function that can fail returns an enum ci_status;
- * functions at a boundary also fill a caller-owned struct ci_err (which may be NULL) with a user-facing message. */
+ * functions at a boundary also fill a caller-owned struct ci_err (which may be NULL) with a user-facing
+ * message. */
 #ifndef CINFER_CORE_STATUS_H
 #define CINFER_CORE_STATUS_H
 

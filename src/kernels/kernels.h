@@ -73,14 +73,14 @@ struct ci_attn_seq {
  * one pass over the blocks. */
 struct ci_attn_args {
     int n_tokens;
-    const float *q;        // [n_tokens][n_head][head_dim]
-    const int32_t *pos;    // [n_tokens]
-    const int32_t *seq;    // [n_tokens] index into seqs
+    const float *q;     // [n_tokens][n_head][head_dim]
+    const int32_t *pos; // [n_tokens]
+    const int32_t *seq; // [n_tokens] index into seqs
     const struct ci_attn_seq *seqs;
     const struct ci_kv_layer *kv;
     int n_head;
-    float scale;           // usually 1/sqrt(head_dim)
-    float *out;            // [n_tokens][n_head][head_dim]
+    float scale; // usually 1/sqrt(head_dim)
+    float *out;  // [n_tokens][n_head][head_dim]
 };
 void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a);
 

@@ -58,7 +58,7 @@ struct ci_block_q4_0 {
 };
 
 struct ci_type_traits {
-    const char *name;   // "F32", "Q8_0", ... (NULL: id not a known type)
+    const char *name;    // "F32", "Q8_0", ... (NULL: id not a known type)
     uint32_t block_size; // elements per block
     uint32_t type_size;  // bytes per block
 };

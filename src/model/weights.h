@@ -9,16 +9,16 @@
 
 /* A tensor whose data is NULL is absent (only biases are optional). */
 struct layer_weights {
-    struct ci_tensor attn_norm; // [n_embd] F32
-    struct ci_tensor wq;        // [n_head*head_dim][n_embd]   (ne = {n_embd, n_head*head_dim})
-    struct ci_tensor wk;        // [n_kv_head*head_dim][n_embd]
-    struct ci_tensor wv;        // [n_kv_head*head_dim][n_embd]
+    struct ci_tensor attn_norm;  // [n_embd] F32
+    struct ci_tensor wq;         // [n_head*head_dim][n_embd]   (ne = {n_embd, n_head*head_dim})
+    struct ci_tensor wk;         // [n_kv_head*head_dim][n_embd]
+    struct ci_tensor wv;         // [n_kv_head*head_dim][n_embd]
     struct ci_tensor bq, bk, bv; // qwen2 biases, F32
-    struct ci_tensor wo;        // [n_embd][n_head*head_dim]
-    struct ci_tensor ffn_norm;  // [n_embd] F32
-    struct ci_tensor w_gate;    // [n_ff][n_embd]
-    struct ci_tensor w_up;      // [n_ff][n_embd]
-    struct ci_tensor w_down;    // [n_embd][n_ff]
+    struct ci_tensor wo;         // [n_embd][n_head*head_dim]
+    struct ci_tensor ffn_norm;   // [n_embd] F32
+    struct ci_tensor w_gate;     // [n_ff][n_embd]
+    struct ci_tensor w_up;       // [n_ff][n_embd]
+    struct ci_tensor w_down;     // [n_embd][n_ff]
 };
 
 struct model_weights {
@@ -31,8 +31,8 @@ struct model_weights {
 /* Looks up a tensor by name: returns NULL if absent.  Implemented by the file format (GGUF or llama2.c). */
 typedef const struct ci_tensor *(*weights_lookup_fn)(const void *src, const char *name);
 
-enum ci_status model_weights_bind(struct model_weights *w, const struct model_config *c, weights_lookup_fn lookup,
-                                  const void *src, struct ci_err *err);
+enum ci_status model_weights_bind(struct model_weights *w, const struct model_config *c,
+                                  weights_lookup_fn lookup, const void *src, struct ci_err *err);
 void model_weights_deinit(struct model_weights *w);
 
 #endif
