@@ -9,5 +9,6 @@ int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_calc(int argc, char **argv);
 
 #endif

@@ -15,6 +15,8 @@ static const struct {
     {"info", cmd_info, "print a model's hyper-parameters, tensor types, sizes and KV bytes per token"},
     {"convert", cmd_convert, "convert a llama2.c checkpoint (+ tokenizer.bin) to GGUF"},
     {"synth", cmd_synth, "write a random-weight GGUF model with a real model's shape"},
+    {"calc", cmd_calc,
+     "the seeds' arithmetic: KV bytes, FLOPs, intensity, roofline TTFT/TBT for a model and hardware"},
     {"logits", cmd_logits, "write the logits of every position of a token list (testing)"},
 };
 

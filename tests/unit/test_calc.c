@@ -1,0 +1,362 @@
+/* engine/calc: the seeds' worked numbers (docs/seeds.md), typed here from the text, reproduced from the
+ * formulas' inputs; public parameter counts of real models; roofline bounds; rejection of bad input (the CLI
+ * maps CI_ERR_INVALID from these functions to exit status 2). */
+#include "engine/calc.h"
+
+#include <string.h>
+
+#include "model/synth.h"
+#include "test.h"
+
+#define KIB 1024.0
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* |got - want| <= 1% of want */
+#define ASSERT_1PCT(got, want) ASSERT_NEAR(got, want, 0.01 * fabs((double)(want)))
+
+static bool run(const char *preset, int64_t context, int64_t batch, bool full_mha, struct calc_result *r) {
+    struct calc_model m;
+    struct calc_opts o;
+    if (!calc_preset(preset, &m))
+        return false;
+    calc_opts_default(&o);
+    o.context = context;
+    o.batch = batch;
+    o.full_mha = full_mha;
+    return calc_run(&m, &o, r, NULL) == CI_OK;
+}
+
+/* Defaults are the seeds' assumptions: a 1 PFLOP/s GPU, an H100's 3.3 TB/s, FP16 KV and weights, batch 1. */
+TEST(defaults_are_the_seeds) {
+    struct calc_opts o;
+    calc_opts_default(&o);
+    ASSERT_NEAR(o.peak_flops, 1e15, 0);
+    ASSERT_NEAR(o.bandwidth, 3.3e12, 0);
+    ASSERT_EQ_I64(o.kv_bytes, 2);
+    ASSERT_NEAR(o.weight_bytes, 2, 0);
+    ASSERT_EQ_I64(o.batch, 1);
+    ASSERT(!o.full_mha);
+}
+
+/* "Llama 3 405B with full multi-head KV in FP16: 16384 × 2 × 2 B = 64 KB per layer per token, × 126 = 8064 KB
+ * per token, ≈ 8.26 TB for a 1M-token context." (KB = 1024 B here; TB decimal, 1M = 10^6 tokens.) */
+TEST(llama3_405b_full_mha_kv) {
+    struct calc_result r;
+    ASSERT(run("llama3-405b", 1000000, 1, true, &r));
+    ASSERT_EQ_I64(r.n_kv_head, 128);
+    ASSERT_NEAR(r.kv_token_layer, 64 * KIB, 0);
+    ASSERT_NEAR(r.kv_token, 8064 * KIB, 0);
+    ASSERT_1PCT(r.kv_seq, 8.26e12);
+    ASSERT_1PCT(r.kv_total, 8.26e12);
+    char buf[96];
+    calc_fmt_bytes(r.kv_total, buf, sizeof buf);
+    CHECK(strstr(buf, "8.26 TB") != NULL);
+}
+
+/* GQA: the real model has 8 KV heads for 128 query heads, so 16x less KV (504 KiB per token). */
+TEST(llama3_405b_gqa_ratio) {
+    struct calc_result r;
+    ASSERT(run("llama3-405b", 0, 1, false, &r));
+    ASSERT_EQ_I64(r.n_kv_head, 8);
+    ASSERT_EQ_I64(r.context, 131072); // the model's own context by default
+    ASSERT_NEAR(r.kv_token, 8064 * KIB / 16, 0);
+    ASSERT_NEAR(r.kv_token_mha / r.kv_token_model, 16, 1e-12);
+    struct calc_result full;
+    ASSERT(run("llama3-405b", 0, 1, true, &full));
+    ASSERT_NEAR(full.kv_total / r.kv_total, 16, 1e-12);
+    ASSERT_NEAR(full.kv_token_model, r.kv_token, 0); // the model's own heads are reported either way
+}
+
+/* "N = 1000: linear FLOPs ≈ 2 × L × 11 × N × d² ≈ 744 TFLOPs for one token, i.e. ≈ 0.74 s on a 1 PFLOP/s GPU"
+ */
+TEST(llama3_405b_naive_step) {
+    struct calc_result r;
+    ASSERT(run("llama3-405b", 1000, 1, true, &r));
+    ASSERT_1PCT(r.rule_naive_flops, 744e12);
+    ASSERT_1PCT(r.rule_naive_s, 0.74);
+    // The step as computed from P: 2·N·P + 4·L·N²·d = 2·1000·405e9 + 4·126·1000²·16384.
+    ASSERT_1PCT(r.naive.flops, 2 * 1000 * 405e9 + 4.0 * 126 * 1e6 * 16384);
+    ASSERT(r.naive.compute_bound);
+    // A KV-cache step does 2·P + 4·L·N·d: exactly N times less when P is given.
+    ASSERT_1PCT(r.naive_over_kv_flops, 1000);
+    ASSERT(r.naive_over_kv_time > 1);
+}
+
+/* "at N = 1M the attention term dominates and one token takes hours" */
+TEST(llama3_405b_naive_1m_takes_hours) {
+    struct calc_result r;
+    ASSERT(run("llama3-405b", 1000000, 1, false, &r));
+    ASSERT(r.naive.attn_flops > r.naive.linear_flops);
+    ASSERT(r.naive.t_s > 3600);
+    char buf[64];
+    calc_fmt_time(r.naive.t_s, buf, sizeof buf);
+    CHECK(strstr(buf, " h)") != NULL);
+}
+
+/* "Llama 3 405B at N = 100k: linear 2·N·P = 8.1e16 FLOPs, attention 4·L·N²·d ≈ 8.26e16, total ≈ 1.64e17 FLOPs
+ * over ≈ 810 GB weights + 51.6 GB KV written → ≈ 190,000 FLOPs/byte, far above an H100's ridge point (≈ 1000
+ * TFLOP/s ÷ 3.3 TB/s ≈ 300 FLOPs/byte)." */
+TEST(llama3_405b_prefill_100k) {
+    struct calc_result r;
+    ASSERT(run("llama3-405b", 100000, 1, false, &r));
+    ASSERT_1PCT(r.prefill.linear_flops, 8.1e16);
+    ASSERT_1PCT(r.prefill.attn_flops, 8.26e16);
+    ASSERT_1PCT(r.prefill.flops, 1.64e17);
+    ASSERT_1PCT(r.prefill.weight_bytes, 810e9);
+    ASSERT_1PCT(r.prefill.kv_bytes, 51.6e9);
+    ASSERT_1PCT(r.prefill.intensity, 190000);
+    ASSERT_1PCT(r.ridge, 303);
+    ASSERT(r.prefill.compute_bound);
+    ASSERT_NEAR(r.prefill.t_s, r.prefill.t_compute_s, 0);
+}
+
+/* "Decode: same model at N = 100k: 2·P = 8.1e11 + 4·L·N·d ≈ 8.25e11 ≈ 1.635e12 FLOPs over 810 GB weights +
+ * 51.6 GB KV read → ≈ 1.9 FLOPs/byte: bandwidth-bound" */
+TEST(llama3_405b_decode_100k) {
+    struct calc_result r;
+    ASSERT(run("llama3-405b", 100000, 1, false, &r));
+    ASSERT_1PCT(r.decode.linear_flops, 8.1e11);
+    ASSERT_1PCT(r.decode.attn_flops, 8.25e11);
+    ASSERT_1PCT(r.decode.flops, 1.635e12);
+    ASSERT_1PCT(r.decode.bytes, 810e9 + 51.6e9);
+    ASSERT_1PCT(r.decode.intensity, 1.9);
+    ASSERT(!r.decode.compute_bound);
+    ASSERT_NEAR(r.decode.t_s, r.decode.t_memory_s, 0);
+    ASSERT_1PCT(r.decode.t_s, (810e9 + 51.6e9) / 3.3e12);
+    // Faster cores barely help: doubling the peak leaves the decode step's time unchanged.
+    struct calc_model m;
+    struct calc_opts o;
+    ASSERT(calc_preset("llama3-405b", &m));
+    calc_opts_default(&o);
+    o.context = 100000;
+    o.peak_flops *= 2;
+    struct calc_result r2;
+    ASSERT_STATUS(calc_run(&m, &o, &r2, NULL), CI_OK);
+    ASSERT_NEAR(r2.decode.t_s, r.decode.t_s, 0);
+    ASSERT_1PCT(r2.prefill.t_s, r.prefill.t_s / 2);
+}
+
+/* "Llama-7B (32 layers, 32 heads, head_dim 128, FP16): 512 KB per token; batch 64 × 1024 tokens → 32 GB —
+ * more than the weights." (binary KB and GB) */
+TEST(llama2_7b_kv) {
+    struct calc_result r;
+    ASSERT(run("llama2-7b", 1024, 64, false, &r));
+    ASSERT_NEAR(r.kv_token, 512 * KIB, 0);
+    ASSERT_NEAR(r.kv_total, 32 * GIB, 0);
+    ASSERT(r.kv_total > r.weight_bytes);
+    ASSERT_NEAR(r.params, 6738415616.0, 0); // Llama-2-7B's published parameter count
+    ASSERT(!r.params_given);
+    char buf[96];
+    calc_fmt_bytes(r.kv_total, buf, sizeof buf);
+    CHECK(strstr(buf, "32.00 GiB") != NULL);
+}
+
+/* Batching: weights move once per step for all B sequences, KV traffic grows with B. */
+TEST(batch_shares_weights_not_kv) {
+    struct calc_result r1, r64;
+    ASSERT(run("llama2-7b", 1024, 1, false, &r1));
+    ASSERT(run("llama2-7b", 1024, 64, false, &r64));
+    ASSERT_NEAR(r64.decode.weight_bytes, r1.decode.weight_bytes, 0);
+    ASSERT_NEAR(r64.decode.kv_bytes, 64 * r1.decode.kv_bytes, 1e-12 * r64.decode.kv_bytes);
+    ASSERT_NEAR(r64.decode.flops, 64 * r1.decode.flops, 1e-12 * r64.decode.flops);
+    ASSERT(r64.decode_tokens_s > 10 * r1.decode_tokens_s); // throughput rises...
+    ASSERT(r64.decode.t_s > r1.decode.t_s);                // ...and each stream's TBT lengthens
+    ASSERT(r64.decode.intensity > r1.decode.intensity);
+}
+
+/* The synth presets' shapes, reused from model/synth.h: KV bytes per token 2·22·4·64·2 = 22528 for TinyLlama.
+ */
+TEST(synth_presets) {
+    struct calc_result r;
+    ASSERT(run("tinyllama-1.1b", 0, 1, false, &r));
+    ASSERT_NEAR(r.kv_token, 22528, 0);
+    ASSERT_NEAR(r.params, 1100048384.0, 0); // TinyLlama-1.1B's published parameter count
+    ASSERT(run("tinyllama-1.1b", 0, 1, true, &r));
+    ASSERT_NEAR(r.kv_token, 2.0 * 22 * 32 * 64 * 2, 0);
+    ASSERT(run("qwen2-0.5b", 0, 1, false, &r)); // tied head, q/k/v biases
+    ASSERT_NEAR(r.params, 494032768.0, 0);      // Qwen2-0.5B's published parameter count
+    ASSERT_NEAR(r.kv_token, 2.0 * 24 * 2 * 64 * 2, 0);
+    ASSERT(run("smollm2-135m", 0, 1, false, &r));
+    ASSERT_NEAR(r.params, 134515008.0, 0); // SmolLM2-135M's published parameter count
+    ASSERT_EQ_I64(r.context, 8192);
+
+    ASSERT_EQ_I64(calc_n_presets(), 4 + synth_n_presets());
+    for (int i = 0; i < synth_n_presets(); i++) {
+        struct calc_model m;
+        ASSERT(calc_preset(synth_preset(i)->name, &m));
+        ASSERT_EQ_I64(m.cfg.n_layer, synth_preset(i)->n_layer);
+    }
+    for (int i = 0; i < calc_n_presets(); i++) {
+        struct calc_model m;
+        ASSERT(calc_preset(calc_preset_name(i), &m));
+        for (int j = 0; j < i; j++)
+            ASSERT(strcmp(calc_preset_name(i), calc_preset_name(j)) != 0);
+    }
+}
+
+TEST(kv_bytes_option) {
+    struct calc_model m;
+    struct calc_opts o;
+    struct calc_result r;
+    ASSERT(calc_preset("llama2-7b", &m));
+    calc_opts_default(&o);
+    o.kv_bytes = 1;
+    ASSERT_STATUS(calc_run(&m, &o, &r, NULL), CI_OK);
+    ASSERT_NEAR(r.kv_token, 256 * KIB, 0);
+    o.kv_bytes = 4;
+    ASSERT_STATUS(calc_run(&m, &o, &r, NULL), CI_OK);
+    ASSERT_NEAR(r.kv_token, 1024 * KIB, 0);
+    ASSERT_NEAR(calc_kv_bytes_per_token(32, 32, 128, 2), 524288, 0);
+}
+
+/* --params switches to the seeds' 2·N·P accounting; weights follow P × bytes per weight. */
+TEST(params_override) {
+    struct calc_model m;
+    struct calc_opts o;
+    struct calc_result r;
+    ASSERT(calc_preset("llama2-7b", &m));
+    m.n_params = 7e9;
+    calc_opts_default(&o);
+    o.context = 1000;
+    o.weight_bytes = 0.5;
+    ASSERT_STATUS(calc_run(&m, &o, &r, NULL), CI_OK);
+    ASSERT(r.params_given);
+    ASSERT_NEAR(r.weight_bytes, 3.5e9, 0);
+    ASSERT_NEAR(r.decode.linear_flops, 1.4e10, 0);
+    ASSERT_NEAR(r.prefill.linear_flops, 1.4e13, 0);
+    // A loaded file's stored size is used when no size per weight is asked for.
+    m.stored_weight_bytes = 1234567;
+    o.weight_bytes = 0;
+    ASSERT_STATUS(calc_run(&m, &o, &r, NULL), CI_OK);
+    ASSERT_NEAR(r.weight_bytes, 1234567, 0);
+}
+
+/* Roofline on hand numbers: 1e12 FLOP and 1e10 bytes on 1e15 FLOP/s and 1e12 B/s: 1 ms compute, 10 ms memory.
+ */
+TEST(roofline_picks_the_bound) {
+    struct calc_phase p = {0};
+    p.linear_flops = 6e11;
+    p.attn_flops = 4e11;
+    p.weight_bytes = 8e9;
+    p.kv_bytes = 2e9;
+    calc_roofline(&p, 1e15, 1e12);
+    ASSERT_NEAR(p.flops, 1e12, 0);
+    ASSERT_NEAR(p.bytes, 1e10, 0);
+    ASSERT_NEAR(p.intensity, 100, 1e-12);
+    ASSERT_NEAR(p.t_compute_s, 1e-3, 1e-15);
+    ASSERT_NEAR(p.t_memory_s, 1e-2, 1e-15);
+    ASSERT(!p.compute_bound);
+    ASSERT_NEAR(p.t_s, 1e-2, 1e-15);
+    calc_roofline(&p, 1e13, 1e12); // ridge 10 < intensity 100
+    ASSERT(p.compute_bound);
+    ASSERT_NEAR(p.t_s, 0.1, 1e-15);
+}
+
+TEST(parse_count) {
+    double v = 0;
+    ASSERT_STATUS(calc_parse_count("100000", true, &v, NULL), CI_OK);
+    ASSERT_NEAR(v, 1e5, 0);
+    ASSERT_STATUS(calc_parse_count("100k", true, &v, NULL), CI_OK);
+    ASSERT_NEAR(v, 1e5, 0);
+    ASSERT_STATUS(calc_parse_count("1M", true, &v, NULL), CI_OK);
+    ASSERT_NEAR(v, 1e6, 0);
+    ASSERT_STATUS(calc_parse_count("405e9", true, &v, NULL), CI_OK);
+    ASSERT_NEAR(v, 405e9, 0);
+    ASSERT_STATUS(calc_parse_count("1.1B", true, &v, NULL), CI_OK);
+    ASSERT_NEAR(v, 1.1e9, 0);
+    ASSERT_STATUS(calc_parse_count("2T", true, &v, NULL), CI_OK);
+    ASSERT_NEAR(v, 2e12, 0);
+    ASSERT_STATUS(calc_parse_count("2.5", false, &v, NULL), CI_OK);
+    ASSERT_NEAR(v, 2.5, 0);
+    const char *bad[] = {"",    " 5",  "abc", "10x",  "1MB",    "-5", "0",
+                         "1.5", "inf", "nan", "2e15", "1e-400", "k"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct ci_err err = {0};
+        v = -1;
+        if (calc_parse_count(bad[i], true, &v, &err) != CI_ERR_INVALID)
+            TEST_FAILF("'%s' accepted as %g", bad[i], v);
+        else if (!err.msg[0])
+            TEST_FAILF("'%s' rejected without a message", bad[i]);
+    }
+}
+
+/* What the CLI reports as a usage error (exit 2). */
+TEST(bad_options_rejected) {
+    struct calc_model m;
+    struct calc_opts o;
+    struct calc_result r;
+    struct ci_err err = {0};
+    ASSERT(!calc_preset("llama-9000", &m));
+    ASSERT(calc_preset("llama2-7b", &m));
+    calc_opts_default(&o);
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_OK);
+
+    o.kv_bytes = 3;
+    ASSERT_STATUS(calc_run(&m, &o, &r, &err), CI_ERR_INVALID);
+    CHECK(strstr(err.msg, "1, 2 or 4") != NULL);
+    calc_opts_default(&o);
+    o.batch = 0;
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    calc_opts_default(&o);
+    o.context = -1;
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    calc_opts_default(&o);
+    o.peak_flops = 0;
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    calc_opts_default(&o);
+    o.bandwidth = -1;
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    calc_opts_default(&o);
+    o.weight_bytes = 0; // "as stored" with no file behind it
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    o.weight_bytes = 9;
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    calc_opts_default(&o);
+    m.cfg.n_kv_head = 5; // 32 heads do not group into 5 KV heads
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    m.cfg.n_kv_head = 0;
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    ASSERT(calc_preset("llama2-7b", &m));
+    m.cfg.n_ctx_train = 0; // no default context to fall back on
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+    o.context = 10;
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_OK);
+    m.n_params = -1;
+    ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
+}
+
+TEST(formatting) {
+    char buf[96];
+    ASSERT(strcmp(calc_fmt_group(189849.4, buf, sizeof buf), "189,849") == 0);
+    ASSERT(strcmp(calc_fmt_group(1000, buf, sizeof buf), "1,000") == 0);
+    ASSERT(strcmp(calc_fmt_group(999, buf, sizeof buf), "999") == 0);
+    ASSERT(strcmp(calc_fmt_group(405e9, buf, sizeof buf), "405,000,000,000") == 0);
+    ASSERT(strcmp(calc_fmt_bytes(512, buf, sizeof buf), "512 B") == 0);
+    ASSERT(strcmp(calc_fmt_bytes(8257536, buf, sizeof buf), "8.26 MB (7.88 MiB)") == 0);
+    ASSERT(strcmp(calc_fmt_bytes_dec(810e9, buf, sizeof buf), "810.00 GB") == 0);
+    ASSERT(strcmp(calc_fmt_flops(1.6357536e17, buf, sizeof buf), "1.64e17 FLOP (163.58 PFLOP)") == 0);
+    ASSERT(strcmp(calc_fmt_flops(9.999e11, buf, sizeof buf), "1.00e12 FLOP (999.90 GFLOP)") == 0);
+    ASSERT(strcmp(calc_fmt_time(0.744, buf, sizeof buf), "0.744 s") == 0);
+    ASSERT(strcmp(calc_fmt_time(0.0145, buf, sizeof buf), "14.5 ms") == 0);
+    ASSERT(strcmp(calc_fmt_time(9068, buf, sizeof buf), "9068 s (2.52 h)") == 0);
+}
+
+int main(void) {
+    RUN(defaults_are_the_seeds);
+    RUN(llama3_405b_full_mha_kv);
+    RUN(llama3_405b_gqa_ratio);
+    RUN(llama3_405b_naive_step);
+    RUN(llama3_405b_naive_1m_takes_hours);
+    RUN(llama3_405b_prefill_100k);
+    RUN(llama3_405b_decode_100k);
+    RUN(llama2_7b_kv);
+    RUN(batch_shares_weights_not_kv);
+    RUN(synth_presets);
+    RUN(kv_bytes_option);
+    RUN(params_override);
+    RUN(roofline_picks_the_bound);
+    RUN(parse_count);
+    RUN(bad_options_rejected);
+    RUN(formatting);
+    return test_exit_code();
+}
