@@ -1,0 +1,856 @@
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/clock.h"
+#include "core/mem.h"
+#include "core/queue.h"
+#include "core/threadpool.h"
+#include "engine/kv_pool.h"
+#include "engine/prefix_cache.h"
+#include "kernels/kernels.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "tokenizer/detok.h"
+#include "tokenizer/tokenizer.h"
+
+#define DEFAULT_KV_MEM (256ll << 20)
+#define MAX_SAMPLES    64
+
+struct engine_request {
+    atomic_int refs; // the caller's and the engine's
+    struct engine *e;
+    int32_t *prompt; // [n_prompt]
+    int n_prompt;
+    int max_tokens;
+    int n;
+    struct sampling_params sampling;
+    char **stop; // [n_stop]
+    int n_stop;
+    bool ignore_eos;
+    bool want_text;
+    uint64_t order;
+    struct ci_channel **ch;          // [n]
+    struct request_metrics *metrics; // [n]
+    int n_live;                      // samples not finished (engine thread)
+};
+
+/* The engine's sequence: the scheduler's struct seq plus what streaming text needs. */
+struct eseq {
+    struct seq s; // first: sched hands back struct seq pointers
+    struct detok detok;
+    struct stop_matcher stop;
+    bool has_detok, has_stop;
+};
+
+struct engine {
+    const struct model *m;
+    const struct tokenizer *tok;
+    struct engine_params p;
+    int n_ctx;
+    int block_size;
+    struct ci_threadpool *tp;
+    struct kv_pool *pool;
+    struct prefix_cache *pc;
+    struct forward *fwd;
+    struct ci_kv_layer *layers; // [n_layer]
+    struct ci_queue *queue;
+
+    struct sched_state st;
+    struct seq **items;       // [cap]
+    int cap;                  // sequences the engine tracks at once (running + waiting)
+    struct kv_seq_blocks pad; // static batching: the block pad tokens are written to
+
+    // One forward pass: flat token arrays and the sequences they belong to.
+    int max_pass_tokens;
+    int max_rows;
+    int32_t *b_tok, *b_pos, *b_seq; // [max_pass_tokens]
+    uint8_t *b_want;                // [max_pass_tokens]
+    struct ci_attn_seq *b_seqs;     // [max_rows + 1]
+    struct seq **b_owner;           // [max_rows + 1] sequence of each b_seqs entry (NULL: pad)
+    struct seq **b_row_seq;         // [max_rows] sequence of each logits row
+
+    int32_t *eog; // [n_eog]
+    int n_eog;
+    uint64_t next_order;
+    double linear_params; // per token, matmul weights of all layers
+    double weight_bytes;
+
+    engine_step_fn hook;
+    void *hook_ctx;
+    pthread_t thread;
+    bool started;
+    atomic_bool stop_thread;
+
+    atomic_llong t_steps, t_finished, t_preempt, t_prompt, t_gen, t_pad, t_pq, t_ph;
+    atomic_int live_running, live_waiting, live_blocks;
+};
+
+struct engine_params engine_params_default(void) {
+    struct engine_params p = {0};
+    p.n_threads = 2;
+    p.sched.policy = SCHED_POLICY_CONTINUOUS;
+    p.sched.chunked_prefill = true;
+    p.sched.max_batch_tokens = 512;
+    p.sched.max_seqs = 64;
+    p.block_size = 16;
+    p.prefix_cache = true;
+    p.queue_capacity = 1024;
+    return p;
+}
+
+const char *engine_finish_str(enum engine_finish f) {
+    switch (f) {
+    case ENGINE_FINISH_NONE:
+        return "none";
+    case ENGINE_FINISH_STOP:
+        return "stop";
+    case ENGINE_FINISH_LENGTH:
+        return "length";
+    case ENGINE_FINISH_CANCELLED:
+        return "cancelled";
+    case ENGINE_FINISH_ERROR:
+        return "error";
+    }
+    return "unknown";
+}
+
+/* ---- requests ------------------------------------------------------------------------------------------ */
+
+static void request_free(struct engine_request *r) {
+    if (!r)
+        return;
+    for (int i = 0; r->metrics && i < r->n; i++)
+        ci_free(r->metrics[i].t_token_ns);
+    for (int i = 0; r->stop && i < r->n_stop; i++)
+        ci_free(r->stop[i]);
+    ci_free(r->stop);
+    ci_free(r->metrics);
+    ci_free(r->ch);
+    ci_free(r->prompt);
+    ci_free(r);
+}
+
+static void request_unref(struct engine_request *r) {
+    if (atomic_fetch_sub(&r->refs, 1) == 1)
+        request_free(r);
+}
+
+struct ci_channel *engine_request_channel(struct engine_request *r, int sample) {
+    CI_ASSERT(sample >= 0 && sample < r->n);
+    return r->ch[sample];
+}
+
+const struct request_metrics *engine_request_metrics(const struct engine_request *r, int sample) {
+    CI_ASSERT(sample >= 0 && sample < r->n);
+    return &r->metrics[sample];
+}
+
+int engine_request_n(const struct engine_request *r) {
+    return r->n;
+}
+
+void engine_request_cancel(struct engine_request *r) {
+    for (int i = 0; i < r->n; i++)
+        ci_channel_cancel(r->ch[i]);
+}
+
+void engine_request_release(struct engine_request *r) {
+    if (!r)
+        return;
+    for (int i = 0; i < r->n; i++)
+        ci_channel_release(r->ch[i], CI_CHANNEL_CONSUMER); // also cancels an unfinished stream
+    request_unref(r);
+}
+
+static int64_t blocks_for(const struct engine *e, int64_t n_tokens) {
+    return (n_tokens + e->block_size - 1) / e->block_size;
+}
+
+enum ci_status engine_submit(struct engine *e, const struct engine_request_params *p,
+                             struct engine_request **out, struct ci_err *err) {
+    *out = NULL;
+    const struct model_config *c = &e->m->config;
+    if (p->n_prompt < 1)
+        return ci_err_set(err, CI_ERR_INVALID, "the prompt must hold at least one token");
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= c->n_vocab)
+            return ci_err_set(err, CI_ERR_INVALID, "prompt token %d: id %d outside the vocabulary [0, %d)", i,
+                              p->prompt[i], c->n_vocab);
+    if (p->max_tokens < 1)
+        return ci_err_set(err, CI_ERR_INVALID, "max_tokens must be at least 1");
+    if (p->n < 1 || p->n > MAX_SAMPLES)
+        return ci_err_set(err, CI_ERR_INVALID, "n must be in [1, %d]", MAX_SAMPLES);
+    if ((p->n_stop > 0 || p->want_text) && !e->tok)
+        return ci_err_set(err, CI_ERR_INVALID, "text and stop strings need a tokenizer");
+    enum ci_status s = sampling_params_validate(&p->sampling, c->n_vocab, err);
+    if (s != CI_OK)
+        return s;
+    int64_t total = (int64_t)p->n_prompt + p->max_tokens;
+    if (total > e->n_ctx)
+        return ci_err_set(
+            err, CI_ERR_LIMIT,
+            "this model's context is %d tokens, but the prompt (%d tokens) plus max_tokens (%d) "
+            "needs %lld",
+            e->n_ctx, p->n_prompt, p->max_tokens, (long long)total);
+    if (blocks_for(e, total) > kv_pool_n_blocks(e->pool) - e->pad.n)
+        return ci_err_set(err, CI_ERR_LIMIT,
+                          "the prompt (%d tokens) plus max_tokens (%d) needs %lld KV blocks, the pool has %d",
+                          p->n_prompt, p->max_tokens, (long long)blocks_for(e, total),
+                          kv_pool_n_blocks(e->pool));
+    if (p->n > e->p.sched.max_seqs)
+        return ci_err_set(err, CI_ERR_LIMIT, "n = %d exceeds the %d sequences the engine runs at once", p->n,
+                          e->p.sched.max_seqs);
+
+    struct engine_request *r = ci_calloc(1, sizeof *r);
+    if (!r)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    atomic_init(&r->refs, 2);
+    r->e = e;
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    r->n = p->n;
+    r->sampling = p->sampling;
+    r->sampling.logit_bias = NULL; // copied below by each sampler from the caller's array at drain time? no:
+    r->sampling.n_logit_bias = 0;  // logit_bias arrays are not carried through the queue yet
+    r->ignore_eos = p->ignore_eos;
+    r->want_text = p->want_text;
+    r->prompt = ci_malloc((size_t)p->n_prompt * sizeof *r->prompt);
+    r->ch = ci_calloc((size_t)p->n, sizeof *r->ch);
+    r->metrics = ci_calloc((size_t)p->n, sizeof *r->metrics);
+    r->stop = p->n_stop ? ci_calloc((size_t)p->n_stop, sizeof *r->stop) : NULL;
+    if (!r->prompt || !r->ch || !r->metrics || (p->n_stop && !r->stop))
+        goto nomem;
+    memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
+    for (int i = 0; i < p->n_stop; i++, r->n_stop++)
+        if (!(r->stop[i] = ci_strdup(p->stop[i])))
+            goto nomem;
+    int64_t now = p->t_arrival_ns > 0 ? p->t_arrival_ns : ci_now_ns();
+    for (int i = 0; i < p->n; i++) {
+        // Room for every token and its text pieces, so the engine never finds a channel full.
+        if ((s = ci_channel_create(2 * p->max_tokens + 16, &r->ch[i], err)) != CI_OK)
+            goto fail;
+        r->metrics[i].t_token_ns = ci_calloc((size_t)p->max_tokens, sizeof(int64_t));
+        if (!r->metrics[i].t_token_ns)
+            goto nomem;
+        r->metrics[i].t_arrival_ns = now;
+        r->metrics[i].n_prompt = p->n_prompt;
+    }
+    if ((s = ci_queue_push(e->queue, r)) != CI_OK) {
+        s = ci_err_set(err, s == CI_ERR_BUSY ? CI_ERR_BUSY : CI_ERR_CANCELLED,
+                       s == CI_ERR_BUSY ? "the engine's queue is full" : "the engine is shutting down");
+        goto fail;
+    }
+    *out = r;
+    return CI_OK;
+nomem:
+    s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+fail:
+    for (int i = 0; i < r->n; i++)
+        if (r->ch[i]) {
+            ci_channel_release(r->ch[i], CI_CHANNEL_PRODUCER);
+            ci_channel_release(r->ch[i], CI_CHANNEL_CONSUMER);
+        }
+    request_free(r);
+    return s;
+}
+
+/* ---- sequences ----------------------------------------------------------------------------------------- */
+
+static void seq_destroy(struct eseq *q) {
+    if (q->has_detok)
+        detok_deinit(&q->detok);
+    if (q->has_stop)
+        stop_matcher_deinit(&q->stop);
+    sampler_free(q->s.sampler);
+    kv_seq_deinit(&q->s.blocks);
+    ci_free(q->s.tokens);
+    ci_free(q);
+}
+
+static enum ci_status seq_create(struct engine *e, struct engine_request *r, int sample, struct eseq **out,
+                                 struct ci_err *err) {
+    struct eseq *q = ci_calloc(1, sizeof *q);
+    if (!q)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    struct seq *s = &q->s;
+    s->req = r;
+    s->sample = sample;
+    s->order = r->order;
+    s->state = SEQ_STATE_WAITING;
+    s->n_prompt = s->n_tokens = r->n_prompt;
+    s->cap = r->n_prompt + r->max_tokens;
+    enum ci_status st = CI_OK;
+    struct sampling_params sp = r->sampling;
+    sp.seed = r->sampling.seed + (uint64_t)sample;
+    if (!(s->tokens = ci_malloc((size_t)s->cap * sizeof *s->tokens))) {
+        st = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
+    if ((st = kv_seq_init(&s->blocks, (int)blocks_for(e, s->cap), err)) ||
+        (st = sampler_create(&sp, e->m->config.n_vocab, &s->sampler, err)))
+        goto fail;
+    if (r->want_text || r->n_stop) {
+        int32_t last = r->prompt[r->n_prompt - 1];
+        bool at_start = r->n_prompt == 1 && last == tokenizer_bos(e->tok);
+        if ((st = detok_init(&q->detok, e->tok, at_start, false, err)))
+            goto fail;
+        q->has_detok = true;
+        if ((st = stop_matcher_init(&q->stop, (const char *const *)r->stop, r->n_stop,
+                                    detok_max_out(&q->detok), err)))
+            goto fail;
+        q->has_stop = true;
+    }
+    *out = q;
+    return CI_OK;
+fail:
+    seq_destroy(q);
+    return st;
+}
+
+static void send_or_fail(struct engine *e, struct eseq *q, enum ci_event_kind kind, int32_t tok, int64_t t,
+                         const char *text, size_t n, enum engine_finish *finish);
+
+/* Ends a sequence: releases its blocks, closes its stream, drops the engine's hold on the request when it was
+ * the last sample. */
+static void seq_finish(struct engine *e, struct eseq *q, enum engine_finish why, enum ci_status status,
+                       const char *msg) {
+    struct seq *s = &q->s;
+    struct engine_request *r = s->req;
+    struct request_metrics *mt = &r->metrics[s->sample];
+    if (why == ENGINE_FINISH_LENGTH && q->has_detok) { // release text held back at the end
+        const char *text, *rest;
+        size_t n, n_rest;
+        detok_flush(&q->detok, &text, &n);
+        enum engine_finish dummy = ENGINE_FINISH_NONE;
+        const char *out;
+        size_t n_out;
+        int stop = -1;
+        if (n && stop_matcher_feed(&q->stop, text, n, &out, &n_out, &stop) == CI_OK && n_out)
+            send_or_fail(e, q, CI_EVENT_TEXT, -1, ci_now_ns(), out, n_out, &dummy);
+        stop_matcher_flush(&q->stop, &rest, &n_rest);
+        if (n_rest && stop < 0)
+            send_or_fail(e, q, CI_EVENT_TEXT, -1, ci_now_ns(), rest, n_rest, &dummy);
+    }
+    sched_retire(&e->st, s);
+    kv_seq_release(e->pool, &s->blocks);
+    s->state = SEQ_STATE_FINISHED;
+    mt->finish = why;
+    mt->t_finish_ns = ci_now_ns();
+    mt->n_preempted = s->n_preempted;
+    atomic_fetch_add(&e->t_finished, 1);
+    ci_channel_close(r->ch[s->sample], why, status, msg);
+    ci_channel_release(r->ch[s->sample], CI_CHANNEL_PRODUCER);
+    seq_destroy(q);
+    if (--r->n_live == 0)
+        request_unref(r);
+}
+
+static void send_or_fail(struct engine *e, struct eseq *q, enum ci_event_kind kind, int32_t tok, int64_t t,
+                         const char *text, size_t n, enum engine_finish *finish) {
+    (void)e;
+    enum ci_status s = ci_channel_send(q->s.req->ch[q->s.sample], kind, tok, 0.0f, t, text, n);
+    if (s == CI_ERR_CANCELLED)
+        *finish = ENGINE_FINISH_CANCELLED;
+    else if (s != CI_OK)
+        *finish = ENGINE_FINISH_ERROR; // cannot happen with the channel sized for max_tokens
+}
+
+static bool is_eog(const struct engine *e, int32_t tok) {
+    for (int i = 0; i < e->n_eog; i++)
+        if (e->eog[i] == tok)
+            return true;
+    return false;
+}
+
+/* Appends a sampled token, streams it, and returns why the sequence ends (NONE: it goes on). */
+static enum engine_finish seq_emit(struct engine *e, struct eseq *q, int32_t tok) {
+    struct seq *s = &q->s;
+    struct engine_request *r = s->req;
+    struct request_metrics *mt = &r->metrics[s->sample];
+    int64_t now = ci_now_ns();
+    CI_ASSERT(s->n_tokens < s->cap);
+    s->tokens[s->n_tokens++] = tok;
+    int n_out = seq_n_output(s);
+    mt->t_token_ns[n_out - 1] = now;
+    mt->n_output = n_out;
+    if (n_out == 1)
+        mt->t_first_token_ns = now;
+    atomic_fetch_add(&e->t_gen, 1);
+    enum engine_finish finish = ENGINE_FINISH_NONE;
+    if (!r->ignore_eos && is_eog(e, tok))
+        return ENGINE_FINISH_STOP; // the end-of-generation token is not streamed as text
+    const char *out = "";
+    size_t n = 0;
+    int stop = -1;
+    if (q->has_detok) {
+        const char *text;
+        size_t n_text;
+        detok_push(&q->detok, tok, &text, &n_text);
+        if (stop_matcher_feed(&q->stop, text, n_text, &out, &n, &stop) != CI_OK)
+            return ENGINE_FINISH_ERROR;
+    }
+    send_or_fail(e, q, CI_EVENT_TOKEN, tok, now, out, n, &finish);
+    if (finish != ENGINE_FINISH_NONE)
+        return finish;
+    if (stop >= 0)
+        return ENGINE_FINISH_STOP;
+    if (n_out >= r->max_tokens)
+        return ENGINE_FINISH_LENGTH;
+    return ENGINE_FINISH_NONE;
+}
+
+/* ---- a step -------------------------------------------------------------------------------------------- */
+
+static void drain_queue(struct engine *e) {
+    void *items[64];
+    int n;
+    while (ci_queue_pop_all(e->queue, items, 64, &n) == CI_OK && n > 0) {
+        for (int i = 0; i < n; i++) {
+            struct engine_request *r = items[i];
+            r->order = e->next_order++;
+            struct ci_err err = {0};
+            enum ci_status s = CI_OK;
+            int made = 0;
+            struct eseq *qs[MAX_SAMPLES];
+            if (e->st.n_running + e->st.n_waiting + r->n > e->cap)
+                s = ci_err_set(&err, CI_ERR_BUSY, "the engine tracks %d sequences at most", e->cap);
+            for (; s == CI_OK && made < r->n; made++)
+                s = seq_create(e, r, made, &qs[made], &err);
+            if (s != CI_OK) {
+                for (int j = 0; j < made; j++)
+                    seq_destroy(qs[j]);
+                for (int j = 0; j < r->n; j++) {
+                    r->metrics[j].finish = ENGINE_FINISH_ERROR;
+                    ci_channel_close(r->ch[j], ENGINE_FINISH_ERROR, s, err.msg);
+                    ci_channel_release(r->ch[j], CI_CHANNEL_PRODUCER);
+                }
+                request_unref(r);
+                continue;
+            }
+            r->n_live = r->n;
+            atomic_fetch_add(&e->t_prompt, r->n_prompt);
+            for (int j = 0; j < r->n; j++)
+                e->st.waiting[e->st.n_waiting++] = &qs[j]->s; // orders only grow: FIFO append keeps the order
+        }
+    }
+}
+
+static void handle_cancellations(struct engine *e) {
+    for (int pass = 0; pass < 2; pass++) {
+        struct seq **arr = pass ? e->st.waiting : e->st.running;
+        int *n = pass ? &e->st.n_waiting : &e->st.n_running;
+        for (int i = 0; i < *n; i++) {
+            struct seq *s = arr[i];
+            if (ci_channel_cancelled(s->req->ch[s->sample])) {
+                seq_finish(e, (struct eseq *)s, ENGINE_FINISH_CANCELLED, CI_OK, NULL);
+                i--;
+            }
+        }
+    }
+}
+
+/* Sample i > 0 of a request shares sample 0's prompt blocks once sample 0 has computed its prompt. */
+static void fork_siblings(struct engine *e, struct seq *leader, const float *row) {
+    for (int i = 0; i < e->st.n_running; i++) {
+        struct seq *s = e->st.running[i];
+        if (s->req != leader->req || s->state != SEQ_STATE_FORKING)
+            continue;
+        enum ci_status st = kv_seq_fork(e->pool, &s->blocks, &leader->blocks);
+        CI_ASSERT(st == CI_OK); // tables are sized for the whole sequence
+        s->n_computed = leader->n_computed;
+        s->state = SEQ_STATE_RUNNING;
+        s->req->metrics[s->sample].t_scheduled_ns = leader->req->metrics[leader->sample].t_scheduled_ns;
+        int32_t tok = sampler_sample(s->sampler, row, e->m->config.n_vocab, s->tokens, s->n_tokens);
+        enum engine_finish f = seq_emit(e, (struct eseq *)s, tok);
+        if (f != ENGINE_FINISH_NONE) {
+            seq_finish(e, (struct eseq *)s, f, f == ENGINE_FINISH_ERROR ? CI_ERR_INTERNAL : CI_OK, NULL);
+            i--;
+        }
+    }
+}
+
+struct pass {
+    int n_tokens, n_rows, n_seqs;
+};
+
+static int pass_seq_index(struct engine *e, struct pass *ps, struct seq *s) {
+    for (int i = 0; i < ps->n_seqs; i++)
+        if (e->b_owner[i] == s)
+            return i;
+    e->b_owner[ps->n_seqs] = s;
+    e->b_seqs[ps->n_seqs].block_table = s ? s->blocks.ids : e->pad.ids;
+    e->b_seqs[ps->n_seqs].n_blocks = s ? s->blocks.n : e->pad.n;
+    return ps->n_seqs++;
+}
+
+/* Runs the pass built so far, then samples its rows.  Returns the number of sequences that finished. */
+static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_metrics *sm,
+                               struct ci_err *err) {
+    if (ps->n_tokens == 0)
+        return CI_OK;
+    struct fwd_batch b = {ps->n_tokens, e->b_tok, e->b_pos, e->b_seq, e->b_want, ps->n_seqs, e->b_seqs};
+    const float *logits;
+    int rows;
+    enum ci_status s = forward_batch(e->fwd, &b, e->layers, &logits, &rows, err);
+    if (s != CI_OK)
+        return s;
+    sm->n_passes++;
+    CI_ASSERT(rows == ps->n_rows);
+    int n_vocab = e->m->config.n_vocab;
+    for (int r = 0; r < rows; r++) {
+        struct seq *q = e->b_row_seq[r];
+        const float *row = logits + (size_t)r * n_vocab;
+        bool first = q->n_tokens == q->n_prompt;
+        int32_t tok = sampler_sample(q->sampler, row, n_vocab, q->tokens, q->n_tokens);
+        if (first && q->sample == 0 && q->req->n > 1)
+            fork_siblings(e, q, row);
+        enum engine_finish f = seq_emit(e, (struct eseq *)q, tok);
+        if (f != ENGINE_FINISH_NONE)
+            seq_finish(e, (struct eseq *)q, f, f == ENGINE_FINISH_ERROR ? CI_ERR_INTERNAL : CI_OK, NULL);
+    }
+    ps->n_tokens = ps->n_rows = ps->n_seqs = 0;
+    return CI_OK;
+}
+
+static void estimate_cost(const struct engine *e, int32_t pos, struct step_metrics *sm) {
+    const struct model_config *c = &e->m->config;
+    double ctx = (double)pos + 1, kv_row = 2.0 * c->n_layer * c->n_kv_head * c->head_dim * sizeof(float);
+    sm->flops += 2.0 * e->linear_params + 4.0 * c->n_layer * (double)c->n_head * c->head_dim * ctx;
+    sm->bytes += kv_row * ctx + kv_row; // read the context's K/V, write this token's
+}
+
+static enum ci_status execute(struct engine *e, const struct sched_result *res, struct step_metrics *sm,
+                              struct ci_err *err) {
+    struct pass ps = {0};
+    enum ci_status s = CI_OK;
+    // Sampled rows are handled by run_pass, which may finish sequences; the plan's items stay valid until
+    // then because a sequence samples only in the pass that holds its last planned token.
+    for (int i = 0; i < res->n_items; i++) {
+        struct seq *q = res->items[i];
+        int from = q->sched_from, left = q->sched_count;
+        if (q->req->metrics[q->sample].t_scheduled_ns == 0)
+            q->req->metrics[q->sample].t_scheduled_ns = ci_now_ns();
+        while (left > 0) {
+            if (ps.n_tokens == e->max_pass_tokens || ps.n_seqs == e->max_rows + 1 ||
+                ps.n_rows == e->max_rows) {
+                if ((s = run_pass(e, &ps, sm, err)) != CI_OK)
+                    return s;
+            }
+            int room = e->max_pass_tokens - ps.n_tokens, take = left < room ? left : room;
+            int si = pass_seq_index(e, &ps, q);
+            for (int k = 0; k < take; k++) {
+                int t = ps.n_tokens++;
+                e->b_tok[t] = q->tokens[from + k];
+                e->b_pos[t] = from + k;
+                e->b_seq[t] = si;
+                e->b_want[t] = 0;
+                estimate_cost(e, from + k, sm);
+            }
+            from += take;
+            left -= take;
+            q->n_computed = from;
+            if (left == 0 && from == q->n_tokens) {
+                e->b_want[ps.n_tokens - 1] = 1;
+                e->b_row_seq[ps.n_rows++] = q;
+                sm->flops += 2.0 * e->m->config.n_embd * e->m->config.n_vocab;
+            }
+        }
+        if (e->pc && q->state == SEQ_STATE_RUNNING)
+            prefix_cache_insert(e->pc, q->tokens, q->n_computed, &q->blocks);
+    }
+    // Static batching's padding: real tokens through the model whose results are thrown away.
+    for (int i = 0; i < res->n_pad_tokens; i++) {
+        if (ps.n_tokens == e->max_pass_tokens || ps.n_seqs == e->max_rows + 1)
+            if ((s = run_pass(e, &ps, sm, err)) != CI_OK)
+                return s;
+        int t = ps.n_tokens++;
+        e->b_tok[t] = 0;
+        e->b_pos[t] = 0;
+        e->b_seq[t] = pass_seq_index(e, &ps, NULL);
+        e->b_want[t] = 0;
+        estimate_cost(e, 0, sm);
+    }
+    if ((s = run_pass(e, &ps, sm, err)) != CI_OK)
+        return s;
+    sm->bytes += e->weight_bytes * sm->n_passes;
+    return CI_OK;
+}
+
+static void kv_usage(struct engine *e, struct step_metrics *sm) {
+    sm->kv_blocks_used = kv_pool_n_blocks(e->pool) - kv_pool_n_available(e->pool) - e->pad.n;
+    for (int i = 0; i < e->st.n_running; i++) {
+        const struct seq *s = e->st.running[i];
+        sm->kv_slots_used += s->n_computed;
+        sm->kv_slots_allocated += (int64_t)s->blocks.n * e->block_size;
+    }
+}
+
+static void check_invariants(struct engine *e) {
+    sched_check(&e->st);
+    const struct kv_seq_blocks *live[1024];
+    int n = 0;
+    for (int i = 0; i < e->st.n_running && n < 1023; i++)
+        live[n++] = &e->st.running[i]->blocks;
+    if (e->pad.n)
+        live[n++] = &e->pad;
+    if (e->st.n_running < 1023)
+        kv_pool_check(e->pool, live, n, NULL);
+    if (e->pc)
+        prefix_cache_check(e->pc);
+}
+
+bool engine_step(struct engine *e) {
+    struct step_metrics sm = {0};
+    sm.t_start_ns = ci_now_ns();
+    int before = e->st.n_running + e->st.n_waiting;
+    drain_queue(e);
+    handle_cancellations(e);
+    struct sched_result res = {.items = e->items};
+    sched_step(&e->p.sched, &e->st, &res);
+    bool work = res.n_items > 0 || res.n_pad_tokens > 0;
+    if (work) {
+        struct ci_err err = {0};
+        if (execute(e, &res, &sm, &err) != CI_OK) {
+            // A batch the forward pass refuses is an engine bug: fail its sequences rather than loop.
+            for (int i = 0; i < res.n_items; i++)
+                if (res.items[i]->state == SEQ_STATE_RUNNING)
+                    seq_finish(e, (struct eseq *)res.items[i], ENGINE_FINISH_ERROR, CI_ERR_INTERNAL, err.msg);
+        }
+    }
+    sm.t_end_ns = ci_now_ns();
+    sm.n_tokens = res.n_tokens;
+    sm.n_prefill_tokens = res.n_prefill_tokens;
+    sm.n_decode_tokens = res.n_decode_tokens;
+    sm.n_pad_tokens = res.n_pad_tokens;
+    sm.n_preempted = res.n_preempted;
+    sm.n_prefix_hit_tokens = res.n_prefix_hit_tokens;
+    sm.n_running = e->st.n_running;
+    sm.n_waiting = e->st.n_waiting;
+    kv_usage(e, &sm);
+    if (work) {
+        atomic_fetch_add(&e->t_steps, 1);
+        atomic_fetch_add(&e->t_preempt, res.n_preempted);
+        atomic_fetch_add(&e->t_pad, res.n_pad_tokens);
+        atomic_fetch_add(&e->t_ph, res.n_prefix_hit_tokens);
+        if (e->hook)
+            e->hook(e->hook_ctx, &sm);
+    }
+    atomic_store(&e->live_running, e->st.n_running);
+    atomic_store(&e->live_waiting, e->st.n_waiting);
+    atomic_store(&e->live_blocks, sm.kv_blocks_used);
+    if (e->p.check_invariants)
+        check_invariants(e);
+    return work || before != e->st.n_running + e->st.n_waiting;
+}
+
+bool engine_idle(struct engine *e) {
+    return e->st.n_running == 0 && e->st.n_waiting == 0 && ci_queue_len(e->queue) == 0;
+}
+
+/* ---- thread mode --------------------------------------------------------------------------------------- */
+
+static void *engine_main(void *arg) {
+    struct engine *e = arg;
+    while (!atomic_load(&e->stop_thread)) {
+        if (!engine_step(e))
+            ci_queue_wait(e->queue, 50 * 1000000LL);
+    }
+    return NULL;
+}
+
+enum ci_status engine_start(struct engine *e, struct ci_err *err) {
+    if (e->started)
+        return CI_OK;
+    atomic_store(&e->stop_thread, false);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0)
+        return ci_err_set(err, CI_ERR_INTERNAL, "cannot start the engine thread");
+    e->started = true;
+    return CI_OK;
+}
+
+void engine_stop(struct engine *e) {
+    if (!e->started)
+        return;
+    atomic_store(&e->stop_thread, true);
+    ci_queue_wake(e->queue);
+    pthread_join(e->thread, NULL);
+    e->started = false;
+}
+
+/* ---- creation ------------------------------------------------------------------------------------------ */
+
+void engine_set_step_hook(struct engine *e, engine_step_fn fn, void *ctx) {
+    e->hook = fn;
+    e->hook_ctx = ctx;
+}
+
+static double layer_params(const struct model_config *c) {
+    double q = (double)c->n_head * c->head_dim, kv = (double)c->n_kv_head * c->head_dim;
+    return (double)c->n_layer * (c->n_embd * (q + 2 * kv) + q * c->n_embd + 3.0 * c->n_embd * c->n_ff);
+}
+
+enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
+                             const struct engine_params *p, struct engine **out, struct ci_err *err) {
+    *out = NULL;
+    const struct model_config *c = &m->config;
+    struct sched_params sp = p->sched;
+    if (sp.max_seqs < 1 || sp.max_seqs > 4096)
+        return ci_err_set(err, CI_ERR_INVALID, "max running sequences %d outside [1, 4096]", sp.max_seqs);
+    if (sp.max_batch_tokens < 1 || sp.max_batch_tokens > (1 << 20))
+        return ci_err_set(err, CI_ERR_INVALID, "token budget %d outside [1, 1048576]", sp.max_batch_tokens);
+    if (p->n_ctx < 0 || p->block_size < 0 || p->kv_blocks < 0 || p->kv_mem_bytes < 0)
+        return ci_err_set(err, CI_ERR_INVALID, "negative context, block size or KV size");
+    struct engine *e = ci_calloc(1, sizeof *e);
+    if (!e)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    enum ci_status s;
+    e->m = m;
+    e->tok = tok;
+    e->p = *p;
+    e->n_ctx = p->n_ctx > 0 && p->n_ctx < c->n_ctx_train ? p->n_ctx : c->n_ctx_train;
+    e->block_size = p->contiguous_kv ? e->n_ctx : (p->block_size > 0 ? p->block_size : 16);
+    if (p->sched.policy == SCHED_POLICY_NAIVE)
+        e->p.prefix_cache = false; // nothing is reused under naive recompute
+    e->linear_params = layer_params(c);
+    e->weight_bytes = (double)model_weight_bytes(m);
+
+    struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, e->block_size, 1};
+    size_t bytes_one_block;
+    if ((s = kv_pool_size_bytes(&kp, &bytes_one_block, err)) != CI_OK)
+        goto fail;
+    int64_t want_blocks = p->kv_blocks;
+    if (!want_blocks) {
+        int64_t mem = p->kv_mem_bytes ? p->kv_mem_bytes : DEFAULT_KV_MEM;
+        want_blocks = mem / (int64_t)bytes_one_block;
+        if (!p->kv_mem_bytes && want_blocks < blocks_for(e, e->n_ctx))
+            want_blocks = blocks_for(e, e->n_ctx); // by default, always room for one whole-context sequence
+    }
+    bool padding = p->sched.policy == SCHED_POLICY_STATIC;
+    want_blocks += padding; // the pad tokens' block
+    if (want_blocks < 1 + padding || want_blocks > (1 << 30)) {
+        s = ci_err_set(err, CI_ERR_INVALID, "KV pool of %lld blocks of %d tokens: need at least one",
+                       (long long)want_blocks - padding, e->block_size);
+        goto fail;
+    }
+    kp.n_blocks = (int)want_blocks;
+    if ((s = ci_threadpool_create(p->n_threads, &e->tp, err)) || (s = kv_pool_create(&kp, &e->pool, err)))
+        goto fail;
+    if (padding && ((s = kv_seq_init(&e->pad, 1, err)) || (s = kv_seq_reserve(e->pool, &e->pad, 1))))
+        goto fail;
+    if (e->p.prefix_cache && (s = prefix_cache_create(e->pool, &e->pc, err)))
+        goto fail;
+    e->max_rows = sp.max_seqs;
+    e->max_pass_tokens = sp.max_batch_tokens > sp.max_seqs ? sp.max_batch_tokens : sp.max_seqs;
+    if ((s = forward_create(m, e->max_pass_tokens, e->max_rows, e->tp, &e->fwd, err)) ||
+        (s = ci_queue_create(p->queue_capacity > 0 ? p->queue_capacity : 1024, &e->queue, err)))
+        goto fail;
+    e->cap = sp.max_seqs + (p->queue_capacity > 0 ? p->queue_capacity : 1024) * 4 + 64;
+    size_t T = (size_t)e->max_pass_tokens, R = (size_t)e->max_rows;
+    e->layers = ci_calloc((size_t)c->n_layer, sizeof *e->layers);
+    e->st.running = ci_calloc((size_t)e->cap, sizeof(struct seq *));
+    e->st.waiting = ci_calloc((size_t)e->cap, sizeof(struct seq *));
+    e->items = ci_calloc((size_t)e->cap, sizeof(struct seq *));
+    e->b_tok = ci_calloc(T, sizeof *e->b_tok);
+    e->b_pos = ci_calloc(T, sizeof *e->b_pos);
+    e->b_seq = ci_calloc(T, sizeof *e->b_seq);
+    e->b_want = ci_calloc(T, sizeof *e->b_want);
+    e->b_seqs = ci_calloc(R + 1, sizeof *e->b_seqs);
+    e->b_owner = ci_calloc(R + 1, sizeof *e->b_owner);
+    e->b_row_seq = ci_calloc(R, sizeof *e->b_row_seq);
+    if (!e->layers || !e->st.running || !e->st.waiting || !e->items || !e->b_tok || !e->b_pos || !e->b_seq ||
+        !e->b_want || !e->b_seqs || !e->b_owner || !e->b_row_seq) {
+        s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    e->st.cap = e->cap;
+    e->st.pool = e->pool;
+    e->st.prefix = e->pc;
+    for (int il = 0; il < c->n_layer; il++)
+        kv_pool_layer(e->pool, il, &e->layers[il]);
+    if (tok) {
+        int n_vocab = tokenizer_n_vocab(tok);
+        for (int32_t id = 0; id < n_vocab; id++)
+            e->n_eog += tokenizer_is_eog(tok, id);
+        if (!(e->eog = ci_calloc((size_t)e->n_eog + 1, sizeof *e->eog))) {
+            s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        e->n_eog = 0;
+        for (int32_t id = 0; id < n_vocab; id++)
+            if (tokenizer_is_eog(tok, id))
+                e->eog[e->n_eog++] = id;
+    }
+    *out = e;
+    return CI_OK;
+fail:
+    engine_free(e);
+    return s;
+}
+
+void engine_free(struct engine *e) {
+    if (!e)
+        return;
+    engine_stop(e);
+    if (e->queue) {
+        ci_queue_close(e->queue);
+        drain_queue(e); // requests still queued become sequences, cancelled below
+    }
+    while (e->st.n_running > 0)
+        seq_finish(e, (struct eseq *)e->st.running[0], ENGINE_FINISH_CANCELLED, CI_ERR_CANCELLED,
+                   "the engine stopped");
+    while (e->st.n_waiting > 0)
+        seq_finish(e, (struct eseq *)e->st.waiting[0], ENGINE_FINISH_CANCELLED, CI_ERR_CANCELLED,
+                   "the engine stopped");
+    if (e->pad.ids) {
+        kv_seq_release(e->pool, &e->pad);
+        kv_seq_deinit(&e->pad);
+    }
+    prefix_cache_free(e->pc);
+    forward_free(e->fwd);
+    kv_pool_free(e->pool);
+    ci_threadpool_free(e->tp);
+    ci_queue_free(e->queue);
+    ci_free(e->layers);
+    ci_free(e->st.running);
+    ci_free(e->st.waiting);
+    ci_free(e->items);
+    ci_free(e->b_tok);
+    ci_free(e->b_pos);
+    ci_free(e->b_seq);
+    ci_free(e->b_want);
+    ci_free(e->b_seqs);
+    ci_free(e->b_owner);
+    ci_free(e->b_row_seq);
+    ci_free(e->eog);
+    ci_free(e);
+}
+
+void engine_info(const struct engine *e, struct engine_info *out) {
+    const struct model_config *c = &e->m->config;
+    out->n_ctx = e->n_ctx;
+    out->block_size = e->block_size;
+    out->n_blocks = kv_pool_n_blocks(e->pool) - e->pad.n;
+    out->kv_bytes = (int64_t)kv_pool_bytes(e->pool);
+    out->kv_bytes_per_token = 2ll * c->n_layer * c->n_kv_head * c->head_dim * (int64_t)sizeof(float);
+    out->full_context_seqs = (int)(out->n_blocks / blocks_for(e, e->n_ctx));
+}
+
+void engine_totals(const struct engine *e, struct engine_totals *out) {
+    out->n_steps = atomic_load(&e->t_steps);
+    out->n_requests_finished = atomic_load(&e->t_finished);
+    out->n_preemptions = atomic_load(&e->t_preempt);
+    out->n_prompt_tokens = atomic_load(&e->t_prompt);
+    out->n_generated_tokens = atomic_load(&e->t_gen);
+    out->n_pad_tokens = atomic_load(&e->t_pad);
+    out->prefix_hit_tokens = atomic_load(&e->t_ph);
+    out->prefix_query_tokens = atomic_load(&e->t_pq);
+    out->n_running = atomic_load(&e->live_running);
+    out->n_waiting = atomic_load(&e->live_waiting);
+    out->kv_blocks_used = atomic_load(&e->live_blocks);
+}

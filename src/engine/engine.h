@@ -1,0 +1,143 @@
+/* The serving engine: one engine thread owns every sequence, the paged KV pool, the prefix cache and the
+ * samplers (no locks inside).  Callers on any thread submit requests through a bounded queue and read each
+ * sample's tokens from its own channel (src/core/queue.h); cancellation is per request.  Each step the
+ * scheduler (sched.h) builds one batch and the model runs it with forward_batch (split into several passes
+ * only when a step holds more tokens than the forward scratch, e.g. a naive recompute).
+ *
+ * Two ways to drive it: engine_start() runs the step loop on its own thread (the server), or the caller
+ * calls engine_step() itself (the offline benchmark and the tests: deterministic, no thread).
+ *
+ * Ownership: struct engine_request is shared by the caller and the engine (refcounted): the caller drops its
+ * reference with engine_request_release (which also cancels the request if it is still running); the engine
+ * drops its own when every sample has finished.  Metrics of a sample are final once its channel delivered
+ * the last event. */
+#ifndef CINFER_ENGINE_ENGINE_H
+#define CINFER_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "engine/sampler.h"
+#include "engine/sched.h"
+
+struct model;
+struct tokenizer;
+struct engine;
+struct engine_request;
+struct ci_channel;
+
+struct engine_params {
+    int n_threads;
+    struct sched_params sched; // policy, chunked prefill, token budget, max running sequences
+    int block_size;            // tokens per KV block (0: 16)
+    bool contiguous_kv;        // block size = the context length: one whole-context block per sequence
+    int64_t kv_mem_bytes;      // KV pool size in bytes (0: use kv_blocks)
+    int kv_blocks;      // KV pool size in blocks (0 with kv_mem_bytes 0: enough for max_seqs full contexts)
+    bool prefix_cache;  // share full prompt blocks across requests (not with naive)
+    int n_ctx;          // context limit per sequence (0: the model's training context)
+    int queue_capacity; // pending submissions (0: 1024)
+    bool check_invariants; // kv_pool_check / sched_check / prefix_cache_check after every step
+};
+
+struct engine_params engine_params_default(void);
+
+enum engine_finish {
+    ENGINE_FINISH_NONE,
+    ENGINE_FINISH_STOP,      // end-of-generation token or a stop string
+    ENGINE_FINISH_LENGTH,    // max_tokens reached
+    ENGINE_FINISH_CANCELLED, // the caller cancelled (or disconnected)
+    ENGINE_FINISH_ERROR,     // rejected or failed
+};
+const char *engine_finish_str(enum engine_finish f);
+
+struct engine_request_params {
+    const int32_t *prompt; // [n_prompt], copied
+    int n_prompt;
+    int max_tokens; // >= 1
+    int n;          // samples (>= 1); sample i uses seed + i
+    struct sampling_params sampling;
+    const char *const *stop; // [n_stop] stop strings (need a tokenizer), copied
+    int n_stop;
+    bool ignore_eos;
+    bool want_text; // send detokenized text with each token (needs a tokenizer)
+    int64_t t_arrival_ns; // when the request arrived (ci_now_ns clock); 0: now.  Latencies count from here.
+};
+
+struct request_metrics {
+    int64_t t_arrival_ns;     // submit
+    int64_t t_scheduled_ns;   // first admitted (queue time = scheduled - arrival)
+    int64_t t_first_token_ns; // TTFT = first token - arrival
+    int64_t t_finish_ns;
+    int64_t *t_token_ns; // [max_tokens] when each output token was sampled (inter-token gaps)
+    int n_prompt;
+    int n_output;
+    int n_cached; // prompt tokens served by the prefix cache
+    int n_preempted;
+    enum engine_finish finish;
+};
+
+/* Per-step record (for benchmarks and live metrics). */
+struct step_metrics {
+    int64_t t_start_ns, t_end_ns;
+    int n_tokens, n_prefill_tokens, n_decode_tokens, n_pad_tokens;
+    int n_running, n_waiting;
+    int n_passes; // forward passes the step needed
+    int n_preempted;
+    int n_prefix_hit_tokens;
+    int kv_blocks_used;         // blocks referenced by sequences
+    int64_t kv_slots_used;      // token positions stored
+    int64_t kv_slots_allocated; // blocks_used * block_size (allocated - used = waste)
+    double flops; // estimated: linear 2·params·tokens (+ output head per sampled row) + attention 4·L·d·ctx
+    double bytes; // estimated: weights once per pass + KV read and written
+};
+
+typedef void (*engine_step_fn)(void *ctx, const struct step_metrics *m);
+
+/* tok may be NULL (no text, no stop strings). */
+enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
+                             const struct engine_params *p, struct engine **out, struct ci_err *err);
+/* Stops the thread if running; requests still in flight end with ENGINE_FINISH_CANCELLED. */
+void engine_free(struct engine *e);
+void engine_set_step_hook(struct engine *e, engine_step_fn fn, void *ctx);
+
+/* Any thread.  Validates (CI_ERR_INVALID), rejects a request that can never fit (CI_ERR_LIMIT: prompt +
+ * max_tokens beyond the context or the whole KV pool), CI_ERR_BUSY when the queue is full. */
+enum ci_status engine_submit(struct engine *e, const struct engine_request_params *p,
+                             struct engine_request **out, struct ci_err *err);
+struct ci_channel *engine_request_channel(struct engine_request *r, int sample);
+const struct request_metrics *engine_request_metrics(const struct engine_request *r, int sample);
+int engine_request_n(const struct engine_request *r);
+void engine_request_cancel(struct engine_request *r);
+void engine_request_release(struct engine_request *r);
+
+/* Synchronous mode: one step (drain submissions, schedule, run, sample, stream).  Returns false if there was
+ * nothing to do. */
+bool engine_step(struct engine *e);
+/* True when no request is queued, waiting or running. */
+bool engine_idle(struct engine *e);
+
+/* Thread mode. */
+enum ci_status engine_start(struct engine *e, struct ci_err *err);
+void engine_stop(struct engine *e);
+
+struct engine_info {
+    int n_ctx;
+    int block_size;
+    int n_blocks;
+    int64_t kv_bytes;
+    int64_t kv_bytes_per_token;
+    int full_context_seqs; // sequences of the whole context the pool holds at once
+};
+void engine_info(const struct engine *e, struct engine_info *out);
+
+struct engine_totals {
+    int64_t n_steps, n_requests_finished, n_preemptions;
+    int64_t n_prompt_tokens, n_generated_tokens, n_pad_tokens;
+    int64_t prefix_query_tokens, prefix_hit_tokens;
+    int n_running, n_waiting, kv_blocks_used;
+};
+/* A snapshot (engine thread, or any thread for the approximate live values). */
+void engine_totals(const struct engine *e, struct engine_totals *out);
+
+#endif
