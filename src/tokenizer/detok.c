@@ -253,7 +253,8 @@ enum ci_status stop_matcher_feed(struct stop_matcher *m, const char *text, size_
         }
     }
     // Hold back the longest tail that could still grow into a stop string.
-    size_t p = L > m->max_len ? L - m->max_len + 1 : 0;
+    // (With no stop strings nothing can grow into one: release everything.)
+    size_t p = m->max_len == 0 ? L : L > m->max_len ? L - m->max_len + 1 : 0;
     for (; p < L; p++) {
         size_t tail = L - p;
         bool prefix = false;

@@ -364,6 +364,22 @@ TEST(stop_chunking_invariant) {
 }
 
 /* detok + stop matcher on real tokens: the stop string spans byte tokens of a multi-byte character. */
+TEST(no_stop_strings_release_everything) {
+    struct stop_matcher m;
+    struct ci_err err = {0};
+    ASSERT_STATUS(stop_matcher_init(&m, NULL, 0, 16, &err), CI_OK);
+    const char *out;
+    size_t n;
+    int stop;
+    ASSERT_STATUS(stop_matcher_feed(&m, "hello", 5, &out, &n, &stop), CI_OK);
+    CHECK(n == 5 && !memcmp(out, "hello", 5) && stop == -1);
+    ASSERT_STATUS(stop_matcher_feed(&m, "", 0, &out, &n, &stop), CI_OK);
+    CHECK(n == 0 && stop == -1);
+    stop_matcher_flush(&m, &out, &n);
+    CHECK(n == 0);
+    stop_matcher_deinit(&m);
+}
+
 TEST(stop_with_detok) {
     struct tokenizer *t = load_gguf("ggml-vocab/ggml-vocab-llama-spm.gguf");
     ASSERT(t);
@@ -405,6 +421,7 @@ int main(void) {
     RUN(stream_roundtrip);
     RUN(stop_across_tokens);
     RUN(stop_chunking_invariant);
+    RUN(no_stop_strings_release_everything);
     RUN(stop_with_detok);
     return test_exit_code();
 }
