@@ -7,6 +7,7 @@
 #include "core/mem.h"
 #include "core/threadpool.h"
 #include "engine/kv_pool.h"
+#include "engine/metrics.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -33,11 +34,6 @@ const char *gen_finish_str(enum gen_finish f) {
     return "unknown";
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static bool is_stop(const struct gen_params *p, int32_t tok) {
     for (int i = 0; i < p->n_stop_tokens; i++)
         if (p->stop_tokens[i] == tok)
@@ -46,23 +42,15 @@ static bool is_stop(const struct gen_params *p, int32_t tok) {
 }
 
 static void finish_metrics(struct gen_metrics *mt, int64_t t0, const int64_t *t_tok, int n, double *gaps) {
+    struct token_timing tt;
+    metrics_token_timing(t0, t_tok, n, gaps, &tt);
     mt->n_generated = n;
-    if (n == 0)
-        return;
-    mt->ttft_ms = (double)(t_tok[0] - t0) / 1e6;
-    mt->latency_ms = (double)(t_tok[n - 1] - t0) / 1e6;
-    if (n > 1) {
-        double sum = 0;
-        for (int i = 1; i < n; i++) {
-            gaps[i - 1] = (double)(t_tok[i] - t_tok[i - 1]) / 1e6;
-            sum += gaps[i - 1];
-        }
-        mt->tbt_mean_ms = sum / (n - 1);
-        qsort(gaps, (size_t)n - 1, sizeof *gaps, cmp_double);
-        mt->tbt_p50_ms = gaps[(n - 2) / 2];
-        mt->tbt_p99_ms = gaps[(size_t)((n - 2) * 0.99)];
-        mt->tps = mt->tbt_mean_ms > 0 ? 1000.0 / mt->tbt_mean_ms : 0;
-    }
+    mt->ttft_ms = tt.ttft_ms;
+    mt->tbt_mean_ms = tt.tbt_mean_ms;
+    mt->tbt_p50_ms = tt.tbt_p50_ms;
+    mt->tbt_p99_ms = tt.tbt_p99_ms;
+    mt->tps = tt.tps;
+    mt->latency_ms = tt.latency_ms;
     if (mt->ttft_ms > 0)
         mt->prefill_tps = mt->n_prompt / (mt->ttft_ms / 1000.0);
 }
