@@ -115,6 +115,72 @@ CINFER_API enum cinfer_status cinfer_generate(const struct cinfer_model *m, cons
                                               cinfer_token_fn on_token, void *user,
                                               struct cinfer_generate_stats *stats, struct cinfer_error *err);
 
+/* ---- the serving engine ----------------------------------------------------------------------------------
+ * One engine runs many requests at once (continuous batching over a paged KV cache, or the other policies
+ * for comparison).  Drive it either with its own thread (cinfer_engine_start) or by calling
+ * cinfer_engine_step yourself.  Each request's samples stream their events through cinfer_stream_next. */
+
+struct cinfer_engine_options {
+    int n_threads;
+    const char *policy;   // "naive", "static" or "continuous" (default)
+    bool chunked_prefill; // continuous: split long prompts to fill the token budget (default on)
+    int max_batch_tokens; // per-step token budget (default 512)
+    int max_seqs;         // running sequences (static: the batch size) (default 64)
+    int kv_block_size;    // tokens per KV block (default 16)
+    bool contiguous_kv;   // one whole-context block per sequence
+    int64_t kv_mem_bytes; // KV pool size (0: 256 MiB)
+    int kv_blocks;        // KV pool size in blocks (overrides kv_mem_bytes)
+    bool prefix_cache;    // share full prompt blocks across requests (default on)
+    int n_ctx;            // context limit (0: the model's)
+};
+CINFER_API void cinfer_engine_options_default(struct cinfer_engine_options *o);
+
+struct cinfer_engine;
+CINFER_API enum cinfer_status cinfer_engine_create(const struct cinfer_model *m,
+                                                   const struct cinfer_engine_options *o,
+                                                   struct cinfer_engine **out, struct cinfer_error *err);
+CINFER_API void cinfer_engine_free(struct cinfer_engine *e);
+CINFER_API enum cinfer_status cinfer_engine_start(struct cinfer_engine *e, struct cinfer_error *err);
+/* Synchronous mode: one step; false if there was nothing to do. */
+CINFER_API bool cinfer_engine_step(struct cinfer_engine *e);
+
+struct cinfer_request_options {
+    int max_tokens;
+    int n; // samples; sample i uses seed + i
+    struct cinfer_sampling sampling;
+    const char *const *stop; // stop strings, never part of the text
+    int n_stop;
+    bool ignore_eos;
+};
+CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
+
+struct cinfer_stream;
+/* Any thread.  CINFER_ERR_LIMIT: the request can never fit (context or KV pool); CINFER_ERR_BUSY: queue full.
+ */
+CINFER_API enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_token *prompt,
+                                                   int n_prompt, const struct cinfer_request_options *o,
+                                                   struct cinfer_stream **out, struct cinfer_error *err);
+
+enum cinfer_event_kind { CINFER_EVENT_TOKEN = 1, CINFER_EVENT_TEXT, CINFER_EVENT_DONE, CINFER_EVENT_ERROR };
+
+struct cinfer_event {
+    enum cinfer_event_kind kind;
+    cinfer_token token; // TOKEN: the sampled token; otherwise -1
+    const char *text;   // TOKEN/TEXT: the UTF-8 text it completed; ERROR: the message
+    size_t len;
+    const char *finish_reason; // DONE/ERROR: "stop", "length", "cancelled", "error"
+};
+/* Waits up to timeout_ns (< 0: forever) for sample's next event; text stays valid until the next call.
+ * CINFER_ERR_BUSY on timeout; CINFER_ERR_CANCELLED after the final event was returned. */
+CINFER_API enum cinfer_status cinfer_stream_next(struct cinfer_stream *s, int sample, struct cinfer_event *ev,
+                                                 int64_t timeout_ns);
+CINFER_API void cinfer_stream_cancel(struct cinfer_stream *s);
+/* Request metrics of a finished sample (the seeds' yardstick). */
+CINFER_API void cinfer_stream_stats(const struct cinfer_stream *s, int sample,
+                                    struct cinfer_generate_stats *out);
+/* Releases the caller's hold (cancelling the request if it is still running). */
+CINFER_API void cinfer_stream_release(struct cinfer_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

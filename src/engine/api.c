@@ -4,7 +4,10 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "core/queue.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/metrics.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "tokenizer/detok.h"
@@ -198,4 +201,202 @@ enum cinfer_status cinfer_generate(const struct cinfer_model *m, const char *pro
         detok_deinit(&st.detok);
     ci_free(ids);
     return s == CI_OK ? CINFER_OK : fail(err, &e);
+}
+
+/* ---- the serving engine -------------------------------------------------------------------------------- */
+
+struct cinfer_engine {
+    struct engine *e;
+};
+
+struct cinfer_stream {
+    struct engine_request *r;
+    char *text; // [cap] one event's text, joined from its pieces
+    size_t cap;
+    int64_t kv_bytes_per_token;
+};
+
+void cinfer_engine_options_default(struct cinfer_engine_options *o) {
+    struct engine_params p = engine_params_default();
+    memset(o, 0, sizeof *o);
+    o->n_threads = p.n_threads;
+    o->policy = sched_policy_name(p.sched.policy);
+    o->chunked_prefill = p.sched.chunked_prefill;
+    o->max_batch_tokens = p.sched.max_batch_tokens;
+    o->max_seqs = p.sched.max_seqs;
+    o->kv_block_size = p.block_size;
+    o->prefix_cache = p.prefix_cache;
+}
+
+enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const struct cinfer_engine_options *o,
+                                        struct cinfer_engine **out, struct cinfer_error *err) {
+    struct ci_err e = {0};
+    *out = NULL;
+    struct engine_params p = engine_params_default();
+    if (o->policy && !sched_policy_parse(o->policy, &p.sched.policy)) {
+        ci_err_set(&e, CI_ERR_INVALID, "unknown policy '%s' (naive, static, continuous)", o->policy);
+        return fail(err, &e);
+    }
+    p.n_threads = o->n_threads;
+    p.sched.chunked_prefill = o->chunked_prefill;
+    p.sched.max_batch_tokens = o->max_batch_tokens;
+    p.sched.max_seqs = o->max_seqs;
+    p.block_size = o->kv_block_size;
+    p.contiguous_kv = o->contiguous_kv;
+    p.kv_mem_bytes = o->kv_mem_bytes;
+    p.kv_blocks = o->kv_blocks;
+    p.prefix_cache = o->prefix_cache;
+    p.n_ctx = o->n_ctx;
+    struct cinfer_engine *ce = ci_calloc(1, sizeof *ce);
+    if (!ce) {
+        ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
+        return fail(err, &e);
+    }
+    if (engine_create(m->model, m->tok, &p, &ce->e, &e) != CI_OK) {
+        ci_free(ce);
+        return fail(err, &e);
+    }
+    *out = ce;
+    return CINFER_OK;
+}
+
+void cinfer_engine_free(struct cinfer_engine *e) {
+    if (!e)
+        return;
+    engine_free(e->e);
+    ci_free(e);
+}
+
+enum cinfer_status cinfer_engine_start(struct cinfer_engine *e, struct cinfer_error *err) {
+    struct ci_err ce = {0};
+    return engine_start(e->e, &ce) == CI_OK ? CINFER_OK : fail(err, &ce);
+}
+
+bool cinfer_engine_step(struct cinfer_engine *e) {
+    return engine_step(e->e);
+}
+
+void cinfer_request_options_default(struct cinfer_request_options *o) {
+    struct cinfer_generate_params g;
+    cinfer_generate_params_default(&g);
+    memset(o, 0, sizeof *o);
+    o->max_tokens = g.max_tokens;
+    o->n = 1;
+    o->sampling = g.sampling;
+}
+
+enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_token *prompt, int n_prompt,
+                                        const struct cinfer_request_options *o, struct cinfer_stream **out,
+                                        struct cinfer_error *err) {
+    struct ci_err ce = {0};
+    *out = NULL;
+    struct engine_request_params rp = {0};
+    rp.prompt = prompt;
+    rp.n_prompt = n_prompt;
+    rp.max_tokens = o->max_tokens;
+    rp.n = o->n;
+    rp.sampling = sampling_params_default();
+    rp.sampling.temperature = o->sampling.temperature;
+    rp.sampling.top_k = o->sampling.top_k;
+    rp.sampling.top_p = o->sampling.top_p;
+    rp.sampling.min_p = o->sampling.min_p;
+    rp.sampling.repetition_penalty = o->sampling.repetition_penalty;
+    rp.sampling.presence_penalty = o->sampling.presence_penalty;
+    rp.sampling.frequency_penalty = o->sampling.frequency_penalty;
+    rp.sampling.seed = o->sampling.seed;
+    rp.stop = o->stop;
+    rp.n_stop = o->n_stop;
+    rp.ignore_eos = o->ignore_eos;
+    rp.want_text = true;
+    struct cinfer_stream *s = ci_calloc(1, sizeof *s);
+    if (!s) {
+        ci_err_set(&ce, CI_ERR_NOMEM, "out of memory");
+        return fail(err, &ce);
+    }
+    if (engine_submit(e->e, &rp, &s->r, &ce) != CI_OK) {
+        ci_free(s);
+        return fail(err, &ce);
+    }
+    struct engine_info info;
+    engine_info(e->e, &info);
+    s->kv_bytes_per_token = info.kv_bytes_per_token;
+    *out = s;
+    return CINFER_OK;
+}
+
+static bool append_text(struct cinfer_stream *s, size_t *len, const char *text, size_t n) {
+    if (*len + n + 1 > s->cap) {
+        size_t cap = (*len + n + 1) * 2;
+        char *grown = ci_realloc(s->text, cap);
+        if (!grown)
+            return false;
+        s->text = grown;
+        s->cap = cap;
+    }
+    memcpy(s->text + *len, text, n);
+    *len += n;
+    s->text[*len] = '\0';
+    return true;
+}
+
+enum cinfer_status cinfer_stream_next(struct cinfer_stream *s, int sample, struct cinfer_event *ev,
+                                      int64_t timeout_ns) {
+    if (sample < 0 || sample >= engine_request_n(s->r))
+        return CINFER_ERR_INVALID;
+    struct ci_channel *ch = engine_request_channel(s->r, sample);
+    struct ci_event e;
+    size_t len = 0;
+    enum ci_status st;
+    // An event's text may come in several pieces (F_MORE): join them into one cinfer_event.
+    while ((st = ci_channel_recv(ch, &e, len ? -1 : timeout_ns)) == CI_OK) {
+        if (!append_text(s, &len, e.text, e.n_text))
+            return CINFER_ERR_NOMEM;
+        if (!(e.flags & CI_EVENT_F_MORE))
+            break;
+    }
+    if (st != CI_OK)
+        return (enum cinfer_status)st;
+    ev->kind = (enum cinfer_event_kind)e.kind;
+    ev->token = e.kind == CI_EVENT_TOKEN ? e.token : -1;
+    ev->text = s->text ? s->text : "";
+    ev->len = len;
+    ev->finish_reason = e.kind >= CI_EVENT_DONE ? engine_finish_str((enum engine_finish)e.finish) : NULL;
+    return CINFER_OK;
+}
+
+void cinfer_stream_cancel(struct cinfer_stream *s) {
+    engine_request_cancel(s->r);
+}
+
+void cinfer_stream_stats(const struct cinfer_stream *s, int sample, struct cinfer_generate_stats *out) {
+    const struct request_metrics *m = engine_request_metrics(s->r, sample);
+    memset(out, 0, sizeof *out);
+    double gaps[1];
+    struct token_timing tt;
+    double *scratch = m->n_output > 1 ? ci_malloc((size_t)m->n_output * sizeof(double)) : gaps;
+    if (scratch)
+        metrics_token_timing(m->t_arrival_ns, m->t_token_ns, m->n_output, scratch, &tt);
+    else
+        memset(&tt, 0, sizeof tt);
+    if (scratch != gaps)
+        ci_free(scratch);
+    out->n_prompt = m->n_prompt;
+    out->n_generated = m->n_output;
+    out->ttft_ms = tt.ttft_ms;
+    out->tbt_ms = tt.tbt_mean_ms;
+    out->tbt_p50_ms = tt.tbt_p50_ms;
+    out->tbt_p99_ms = tt.tbt_p99_ms;
+    out->tps = tt.tps;
+    out->latency_ms = tt.latency_ms;
+    out->prefill_tps = tt.ttft_ms > 0 ? m->n_prompt / (tt.ttft_ms / 1000.0) : 0;
+    out->kv_bytes = (uint64_t)((int64_t)(m->n_prompt + m->n_output) * s->kv_bytes_per_token);
+    out->finish_reason = engine_finish_str(m->finish);
+}
+
+void cinfer_stream_release(struct cinfer_stream *s) {
+    if (!s)
+        return;
+    engine_request_release(s->r);
+    ci_free(s->text);
+    ci_free(s);
 }

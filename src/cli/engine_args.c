@@ -1,0 +1,86 @@
+#include "cli/engine_args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void engine_args_init(struct engine_args *a) {
+    a->p = engine_params_default();
+    a->policy = "continuous";
+    a->kv_mem = NULL;
+    a->no_chunked_prefill = false;
+    a->no_prefix_cache = false;
+}
+
+void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
+    struct engine_params *p = &a->p;
+    struct arg_spec specs[ENGINE_ARGS_N_SPECS] = {
+        {"--threads", "-t", ARG_INT, &p->n_threads, 1, 512, "N  kernel threads (default 2)"},
+        {"--policy", NULL, ARG_STR, &a->policy, 0, 0, "P  naive|static|continuous (default continuous)"},
+        {"--no-chunked-prefill", NULL, ARG_FLAG, &a->no_chunked_prefill, 0, 0, "    prompts enter a step whole"},
+        {"--max-batch-tokens", NULL, ARG_INT, &p->sched.max_batch_tokens, 1, 1 << 20,
+         "N  per-step token budget (default 512)"},
+        {"--max-seqs", NULL, ARG_INT, &p->sched.max_seqs, 1, 4096,
+         "N  running sequences; static: the batch size (default 64)"},
+        {"--block-size", NULL, ARG_INT, &p->block_size, 1, 1 << 20, "N  KV block size in tokens (default 16)"},
+        {"--contiguous-kv", NULL, ARG_FLAG, &p->contiguous_kv, 0, 0,
+         "    one whole-context KV block per sequence (static allocation)"},
+        {"--kv-mem", NULL, ARG_STR, &a->kv_mem, 0, 0, "BYTES  KV pool size, e.g. 256M (default 256M)"},
+        {"--kv-blocks", NULL, ARG_INT, &p->kv_blocks, 1, 1 << 30, "N  KV pool size in blocks"},
+        {"--no-prefix-cache", NULL, ARG_FLAG, &a->no_prefix_cache, 0, 0, "    do not share prompt blocks"},
+        {"--ctx", "-c", ARG_INT, &p->n_ctx, 0, 1 << 24, "N  context limit (default: the model's)"},
+    };
+    for (int i = 0; i < ENGINE_ARGS_N_SPECS; i++)
+        out[i] = specs[i];
+}
+
+bool engine_args_parse_bytes(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v <= 0)
+        return false;
+    double mult = 1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        mult = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += *end == 'i' ? 1 : 0;
+    if (*end == 'B')
+        end++;
+    if (*end || v * mult > 9.0e18 || v * mult < 1)
+        return false;
+    *out = (int64_t)(v * mult);
+    return true;
+}
+
+bool engine_args_finish(const char *cmd, struct engine_args *a) {
+    if (!sched_policy_parse(a->policy, &a->p.sched.policy)) {
+        fprintf(stderr, "cinfer %s: --policy: '%s' is not one of naive, static, continuous\n", cmd, a->policy);
+        return false;
+    }
+    if (a->kv_mem && !engine_args_parse_bytes(a->kv_mem, &a->p.kv_mem_bytes)) {
+        fprintf(stderr, "cinfer %s: --kv-mem: '%s' is not a size such as 64M or 1G\n", cmd, a->kv_mem);
+        return false;
+    }
+    a->p.sched.chunked_prefill = !a->no_chunked_prefill;
+    a->p.prefix_cache = !a->no_prefix_cache;
+    return true;
+}
