@@ -60,7 +60,7 @@ struct engine_request_params {
     const char *const *stop; // [n_stop] stop strings (need a tokenizer), copied
     int n_stop;
     bool ignore_eos;
-    bool want_text; // send detokenized text with each token (needs a tokenizer)
+    bool want_text;       // send detokenized text with each token (needs a tokenizer)
     int64_t t_arrival_ns; // when the request arrived (ci_now_ns clock); 0: now.  Latencies count from here.
 };
 

@@ -174,7 +174,9 @@ static bool try_admit(const struct sched_params *p, struct sched_state *st, stru
     int chunk = remaining;
     if (!whole_prompt && chunk > *budget)
         chunk = *budget;
-    bool fits = whole_prompt ? (remaining <= *budget || r->n_items == 0) : chunk > 0;
+    // Unchunked, a prompt enters whole: within the budget, or as the step's only prompt even if it overruns
+    // the budget (so a long prompt cannot starve; it stalls the step's decodes instead, as the seeds warn).
+    bool fits = whole_prompt ? (remaining <= *budget || r->n_prefill_tokens == 0) : chunk > 0;
     if (!fits || blocks_needed(st, s, s->n_computed, s->n_computed + chunk) > kv_pool_n_available(st->pool)) {
         if (hit) { // give the cached blocks back; the next attempt matches again
             kv_seq_release(st->pool, &s->blocks);
@@ -189,7 +191,7 @@ static bool try_admit(const struct sched_params *p, struct sched_state *st, stru
     r->n_prefix_hit_tokens += hit;
     r->n_admitted += group;
     plan(r, s, s->n_computed, chunk);
-    *budget -= chunk;
+    *budget = chunk < *budget ? *budget - chunk : 0;
     return true;
 }
 
@@ -208,25 +210,27 @@ static void step_continuous(const struct sched_params *p, struct sched_state *st
         budget--;
     }
     // 2. Prompt chunks of admitted sequences still computing their prompt (or recomputing after preemption).
-    for (int i = 0; i < st->n_running && budget > 0; i++) {
+    bool unchunked = !p->chunked_prefill;
+    for (int i = 0; i < st->n_running && (budget > 0 || (unchunked && r->n_prefill_tokens == 0)); i++) {
         struct seq *s = st->running[i];
         if (s->state != SEQ_STATE_RUNNING || s->sched_count || seq_is_decoding(s))
             continue;
         int remaining = s->n_tokens - s->n_computed, chunk = remaining;
         if (p->chunked_prefill && chunk > budget)
             chunk = budget;
-        if (!p->chunked_prefill && chunk > budget && r->n_items > 0)
+        if (!p->chunked_prefill && chunk > budget && r->n_prefill_tokens > 0)
             continue;
         if (!make_room(st, r, s, s->n_computed, s->n_computed + chunk)) {
             i = -1;
             continue;
         }
         plan(r, s, s->n_computed, chunk);
-        budget -= chunk;
+        budget = chunk < budget ? budget - chunk : 0;
     }
     // 3. Admission, first come first served, unless this step had to preempt.
-    while (st->n_waiting > 0 && budget > 0 && r->n_preempted == 0)
-        if (!try_admit(p, st, r, &budget, !p->chunked_prefill))
+    while (st->n_waiting > 0 && (budget > 0 || (unchunked && r->n_prefill_tokens == 0)) &&
+           r->n_preempted == 0)
+        if (!try_admit(p, st, r, &budget, unchunked))
             break;
 }
 
