@@ -1,5 +1,6 @@
-/* Paged KV block pool: one aligned allocation of K/V arrays, refcounts, a LIFO free list, copy-on-write and
- * the invariant checker.  Layout and ownership rules are in kv_pool.h. */
+/* Paged KV block pool: one aligned allocation of K/V arrays, refcounts, a LIFO free list, the parking hooks
+ * of an attached prefix cache, copy-on-write and the invariant checker.  Layout and ownership rules are in
+ * kv_pool.h. */
 #include "engine/kv_pool.h"
 
 #include <inttypes.h>
@@ -21,6 +22,12 @@ struct kv_pool {
     int32_t *free_stack;      // [n_blocks] free ids; top is free_stack[n_free - 1]
     int n_free;
     int32_t *scratch; // [n_blocks] for kv_pool_verify, so the check does not allocate
+    // The attached cache (has_cache) and the blocks it keeps: parked[b] = 1 for a parked block.
+    struct kv_pool_cache_hooks hooks;
+    void *cache_ctx;
+    bool has_cache;
+    unsigned char *parked; // [n_blocks]
+    int n_parked;
 };
 
 static enum ci_status sizes(const struct kv_pool_params *p, size_t *array_bytes, size_t *total,
@@ -76,7 +83,8 @@ enum ci_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
     pool->refcount = ci_calloc((size_t)p->n_blocks, sizeof *pool->refcount);
     pool->free_stack = ci_malloc((size_t)p->n_blocks * sizeof *pool->free_stack);
     pool->scratch = ci_malloc((size_t)p->n_blocks * sizeof *pool->scratch);
-    if (!pool->mem || !pool->refcount || !pool->free_stack || !pool->scratch) {
+    pool->parked = ci_calloc((size_t)p->n_blocks, sizeof *pool->parked);
+    if (!pool->mem || !pool->refcount || !pool->free_stack || !pool->scratch || !pool->parked) {
         st = ci_err_set(err, CI_ERR_NOMEM, "KV pool: cannot allocate %zu bytes for %d blocks", total,
                         p->n_blocks);
         goto fail;
@@ -99,6 +107,7 @@ void kv_pool_free(struct kv_pool *pool) {
     ci_free(pool->refcount);
     ci_free(pool->free_stack);
     ci_free(pool->scratch);
+    ci_free(pool->parked);
     ci_free(pool);
 }
 
@@ -131,6 +140,14 @@ int kv_pool_n_free(const struct kv_pool *pool) {
     return pool->n_free;
 }
 
+int kv_pool_n_parked(const struct kv_pool *pool) {
+    return pool->n_parked;
+}
+
+int kv_pool_n_available(const struct kv_pool *pool) {
+    return pool->n_free + pool->n_parked; // both <= n_blocks, disjoint
+}
+
 size_t kv_pool_bytes(const struct kv_pool *pool) {
     return pool->bytes;
 }
@@ -150,9 +167,19 @@ static void check_id(const struct kv_pool *pool, int32_t blk) {
 }
 
 int32_t kv_pool_alloc(struct kv_pool *pool) {
-    if (pool->n_free == 0)
-        return -1; // TODO(prefix_cache): evict the least recently used unreferenced cached block here
-    int32_t blk = pool->free_stack[--pool->n_free];
+    int32_t blk;
+    if (pool->n_free > 0) {
+        blk = pool->free_stack[--pool->n_free];
+    } else if (pool->n_parked > 0) {
+        // Only the cache knows its eviction order; the pool checks that what it returns was parked.
+        blk = pool->hooks.evict(pool->cache_ctx);
+        check_id(pool, blk);
+        CI_ASSERT(pool->parked[blk]);
+        pool->parked[blk] = 0;
+        pool->n_parked--;
+    } else {
+        return -1;
+    }
     CI_ASSERT(pool->refcount[blk] == 0);
     pool->refcount[blk] = 1;
     return blk;
@@ -168,7 +195,11 @@ void kv_pool_unref(struct kv_pool *pool, int32_t blk) {
     check_id(pool, blk);
     CI_ASSERT(pool->refcount[blk] > 0);
     if (--pool->refcount[blk] == 0) {
-        // TODO(prefix_cache): a cached block goes to the cache's LRU instead of the free list
+        if (pool->has_cache && pool->hooks.park(pool->cache_ctx, blk)) {
+            pool->parked[blk] = 1;
+            pool->n_parked++;
+            return;
+        }
         CI_ASSERT(pool->n_free < pool->p.n_blocks);
         pool->free_stack[pool->n_free++] = blk;
     }
@@ -177,6 +208,46 @@ void kv_pool_unref(struct kv_pool *pool, int32_t blk) {
 int kv_pool_refcount(const struct kv_pool *pool, int32_t blk) {
     check_id(pool, blk);
     return pool->refcount[blk];
+}
+
+void kv_pool_set_cache(struct kv_pool *pool, const struct kv_pool_cache_hooks *hooks, void *ctx) {
+    CI_ASSERT(pool->n_parked == 0);
+    if (!hooks) {
+        pool->has_cache = false;
+        memset(&pool->hooks, 0, sizeof pool->hooks);
+        pool->cache_ctx = NULL;
+        return;
+    }
+    CI_ASSERT(!pool->has_cache && hooks->park && hooks->evict);
+    pool->hooks = *hooks;
+    pool->cache_ctx = ctx;
+    pool->has_cache = true;
+}
+
+bool kv_pool_has_cache(const struct kv_pool *pool) {
+    return pool->has_cache;
+}
+
+bool kv_pool_is_parked(const struct kv_pool *pool, int32_t blk) {
+    check_id(pool, blk);
+    return pool->parked[blk] != 0;
+}
+
+void kv_pool_take_parked(struct kv_pool *pool, int32_t blk) {
+    check_id(pool, blk);
+    CI_ASSERT(pool->parked[blk] && pool->refcount[blk] == 0);
+    pool->parked[blk] = 0;
+    pool->n_parked--;
+    pool->refcount[blk] = 1;
+}
+
+void kv_pool_drop_parked(struct kv_pool *pool, int32_t blk) {
+    check_id(pool, blk);
+    CI_ASSERT(pool->parked[blk] && pool->refcount[blk] == 0);
+    pool->parked[blk] = 0;
+    pool->n_parked--;
+    CI_ASSERT(pool->n_free < pool->p.n_blocks);
+    pool->free_stack[pool->n_free++] = blk;
 }
 
 void kv_pool_copy_block(struct kv_pool *pool, int32_t dst, int32_t src, int n_slots) {
@@ -224,7 +295,7 @@ enum ci_status kv_seq_reserve(struct kv_pool *pool, struct kv_seq_blocks *seq, i
     int64_t need = kv_pool_blocks_for(pool, n_tokens_total);
     if (need <= seq->n)
         return CI_OK;
-    if (need > seq->cap || need - seq->n > pool->n_free)
+    if (need > seq->cap || need - seq->n > kv_pool_n_available(pool))
         return CI_ERR_LIMIT;
     while (seq->n < need) {
         int32_t blk = kv_pool_alloc(pool);
@@ -250,12 +321,16 @@ enum ci_status kv_seq_prepare_write(struct kv_pool *pool, struct kv_seq_blocks *
     int n_shared = 0;
     for (int64_t b = b0; b <= b1; b++)
         n_shared += kv_pool_refcount(pool, seq->ids[b]) > 1;
-    if (n_shared > pool->n_free)
+    if (n_shared > kv_pool_n_available(pool))
         return CI_ERR_LIMIT;
     for (int64_t b = b0; b <= b1; b++) {
         int32_t old = seq->ids[b];
-        if (pool->refcount[old] <= 1)
+        if (pool->refcount[old] <= 1) {
+            // Written in place: a cache that knew this block's content must forget it.
+            if (pool->has_cache && pool->hooks.invalidate)
+                pool->hooks.invalidate(pool->cache_ctx, old);
             continue;
+        }
         int32_t blk = kv_pool_alloc(pool);
         CI_ASSERT(blk >= 0);
         // The whole block: slots outside [pos_from, pos_to) may hold positions the sequence still needs.
@@ -303,16 +378,26 @@ enum ci_status kv_pool_verify(struct kv_pool *pool, const struct kv_seq_blocks *
             want[blk]++;
         }
     }
-    int n_zero = 0;
+    int n_zero = 0, n_parked = 0;
     for (int b = 0; b < nb; b++) {
         if (pool->refcount[b] != want[b])
             return ci_err_set(err, CI_ERR_INTERNAL,
                               "kv check: block %d has refcount %" PRId32 " but %" PRId32
                               " references are held (tables + extra)",
                               b, pool->refcount[b], want[b]);
+        if (pool->parked[b] && pool->refcount[b] != 0)
+            return ci_err_set(err, CI_ERR_INTERNAL, "kv check: block %d is parked with refcount %" PRId32, b,
+                              pool->refcount[b]);
+        if (pool->parked[b] && !pool->has_cache)
+            return ci_err_set(err, CI_ERR_INTERNAL, "kv check: block %d is parked but no cache is attached",
+                              b);
         n_zero += pool->refcount[b] == 0;
+        n_parked += pool->parked[b] != 0;
         want[b] = 0; // reused below to count free-list appearances
     }
+    if (n_parked != pool->n_parked)
+        return ci_err_set(err, CI_ERR_INTERNAL, "kv check: %d blocks are parked but the parked count is %d",
+                          n_parked, pool->n_parked);
     if (pool->n_free < 0 || pool->n_free > nb)
         return ci_err_set(err, CI_ERR_INTERNAL, "kv check: free count %d outside [0, %d]", pool->n_free, nb);
     for (int i = 0; i < pool->n_free; i++) {
@@ -324,16 +409,22 @@ enum ci_status kv_pool_verify(struct kv_pool *pool, const struct kv_seq_blocks *
             return ci_err_set(err, CI_ERR_INTERNAL,
                               "kv check: block %" PRId32 " is on the free list with refcount %" PRId32, blk,
                               pool->refcount[blk]);
+        if (pool->parked[blk])
+            return ci_err_set(err, CI_ERR_INTERNAL,
+                              "kv check: block %" PRId32 " is parked and on the free list", blk);
         if (want[blk]++ != 0)
             return ci_err_set(err, CI_ERR_INTERNAL, "kv check: block %" PRId32 " is on the free list twice",
                               blk);
     }
-    // Every free-list entry is a distinct refcount-0 block, so equal counts mean no unreferenced block
-    // leaked.
-    if (n_zero != pool->n_free)
+    // Free-list entries and parked blocks are distinct refcount-0 blocks, so equal counts mean no
+    // unreferenced block leaked.
+    if (n_zero != pool->n_free + pool->n_parked)
         return ci_err_set(err, CI_ERR_INTERNAL,
-                          "kv check: %d blocks have refcount 0 but the free list holds %d (leaked blocks)",
-                          n_zero, pool->n_free);
+                          "kv check: %d blocks have refcount 0 but the free list holds %d and %d are parked "
+                          "(leaked blocks)",
+                          n_zero, pool->n_free, pool->n_parked);
+    if (pool->has_cache && pool->hooks.verify)
+        return pool->hooks.verify(pool->cache_ctx, err);
     return CI_OK;
 }
 

@@ -1,8 +1,10 @@
 /* Unit tests for the paged KV block pool: sizes and layout, alloc/ref/unref and free-list reuse,
- * all-or-nothing reserve and copy-on-write, fork, the invariant checker, and seeded random operation
- * sequences whose data is compared after every step with a shadow copy kept by the test. */
+ * all-or-nothing reserve and copy-on-write, fork, the invariant checker, the cache hooks (parking, eviction,
+ * invalidation, verify) driven by a fake cache, and seeded random operation sequences whose data is compared
+ * after every step with a shadow copy kept by the test. */
 #include "engine/kv_pool.h" // first: the header must compile on its own
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -473,6 +475,170 @@ TEST(seq_init_errors) {
     ASSERT(s.ids == NULL);
 }
 
+/* A fake cache: parks the blocks listed in want_park, evicts in FIFO order of parking, records every
+ * invalidation and verify call, and can make verify fail. */
+struct fake_cache {
+    bool want_park[8];
+    int32_t queue[8]; // parked, oldest first
+    int n_queue;
+    int n_invalidated, n_verify;
+    int32_t invalidated[16];
+    bool fail_verify;
+};
+
+static bool fake_park(void *ctx, int32_t blk) {
+    struct fake_cache *fc = ctx;
+    if (!fc->want_park[blk])
+        return false;
+    fc->queue[fc->n_queue++] = blk;
+    return true;
+}
+
+static int32_t fake_evict(void *ctx) {
+    struct fake_cache *fc = ctx;
+    if (fc->n_queue == 0)
+        return -1;
+    int32_t blk = fc->queue[0];
+    memmove(fc->queue, fc->queue + 1, sizeof(int32_t) * (size_t)--fc->n_queue);
+    return blk;
+}
+
+static void fake_invalidate(void *ctx, int32_t blk) {
+    struct fake_cache *fc = ctx;
+    if (fc->n_invalidated < 16)
+        fc->invalidated[fc->n_invalidated] = blk;
+    fc->n_invalidated++;
+}
+
+static enum ci_status fake_verify(void *ctx, struct ci_err *err) {
+    struct fake_cache *fc = ctx;
+    fc->n_verify++;
+    return fc->fail_verify ? ci_err_set(err, CI_ERR_INTERNAL, "fake cache says no") : CI_OK;
+}
+
+// Takes blk out of the fake cache's queue (what a real cache does on a hit or when forgetting a block).
+static void fake_unqueue(struct fake_cache *fc, int32_t blk) {
+    for (int i = 0; i < fc->n_queue; i++)
+        if (fc->queue[i] == blk) {
+            memmove(fc->queue + i, fc->queue + i + 1, sizeof(int32_t) * (size_t)(fc->n_queue - i - 1));
+            fc->n_queue--;
+            return;
+        }
+}
+
+TEST(cache_hooks) {
+    enum { NB = 6 };
+    struct kv_pool *pool = make_pool(1, 1, 2, 2, NB);
+    ASSERT(pool);
+    struct fake_cache fc = {0};
+    struct kv_pool_cache_hooks h = {fake_park, fake_evict, fake_invalidate, fake_verify};
+    ASSERT(!kv_pool_has_cache(pool));
+    kv_pool_set_cache(pool, &h, &fc);
+    ASSERT(kv_pool_has_cache(pool));
+    struct kv_seq_blocks a, b;
+    ASSERT_STATUS(kv_seq_init(&a, NB, NULL), CI_OK);
+    ASSERT_STATUS(kv_seq_init(&b, NB, NULL), CI_OK);
+    const struct kv_seq_blocks *all[] = {&a, &b};
+    ASSERT_STATUS(kv_seq_reserve(pool, &a, 8), CI_OK); // blocks 0..3
+    for (int i = 0; i < 4; i++)
+        ASSERT_EQ_I64(a.ids[i], i);
+    fc.want_park[1] = fc.want_park[2] = fc.want_park[3] = true;
+    kv_pool_check(pool, all, 2, NULL);
+    ASSERT_EQ_I64(fc.n_verify, 1); // the pool's check runs the cache's
+
+    // Release last first: 3 and 2 are parked, in that order; shrink keeps 0 and 1.
+    kv_seq_shrink(pool, &a, 4);
+    ASSERT_EQ_I64(fc.n_queue, 2);
+    ASSERT_EQ_I64(fc.queue[0], 3);
+    ASSERT_EQ_I64(fc.queue[1], 2);
+    ASSERT(kv_pool_is_parked(pool, 3) && kv_pool_is_parked(pool, 2) && !kv_pool_is_parked(pool, 1));
+    ASSERT_EQ_I64(kv_pool_refcount(pool, 3), 0);
+    ASSERT_EQ_I64(kv_pool_n_free(pool), 2);
+    ASSERT_EQ_I64(kv_pool_n_parked(pool), 2);
+    ASSERT_EQ_I64(kv_pool_n_available(pool), 4);
+    kv_pool_check(pool, all, 2, NULL);
+
+    // Alloc takes free blocks first (LIFO), then asks the cache, oldest parked first.
+    ASSERT_STATUS(kv_seq_reserve(pool, &b, 6), CI_OK);
+    ASSERT_EQ_I64(b.ids[0], 4);
+    ASSERT_EQ_I64(b.ids[1], 5);
+    ASSERT_EQ_I64(b.ids[2], 3);
+    ASSERT_EQ_I64(kv_pool_refcount(pool, 3), 1);
+    ASSERT(!kv_pool_is_parked(pool, 3));
+    ASSERT_EQ_I64(kv_pool_n_parked(pool), 1);
+    kv_pool_check(pool, all, 2, NULL);
+    // Four more blocks than available (1): refused, nothing evicted.
+    ASSERT_STATUS(kv_seq_reserve(pool, &b, 10), CI_ERR_LIMIT);
+    ASSERT_EQ_I64(b.n, 3);
+    ASSERT_EQ_I64(kv_pool_n_parked(pool), 1);
+
+    // A hit hands a parked block back (refcount 0 -> 1); a forgotten one goes to the free list.
+    fake_unqueue(&fc, 2);
+    kv_pool_take_parked(pool, 2);
+    ASSERT_EQ_I64(kv_pool_refcount(pool, 2), 1);
+    ASSERT_EQ_I64(kv_pool_n_parked(pool), 0);
+    ASSERT_EQ_I64(kv_pool_alloc(pool), -1); // nothing free, nothing parked
+    int32_t extra[NB] = {0};
+    extra[2] = 1;
+    kv_pool_check(pool, all, 2, extra);
+    kv_pool_unref(pool, 2); // parked again
+    ASSERT(kv_pool_is_parked(pool, 2));
+    fake_unqueue(&fc, 2);
+    kv_pool_drop_parked(pool, 2);
+    ASSERT(!kv_pool_is_parked(pool, 2));
+    ASSERT_EQ_I64(kv_pool_n_free(pool), 1);
+    kv_pool_check(pool, all, 2, NULL);
+
+    // Writing in place (refcount 1) reports each block of the range to the cache; shared blocks are copied
+    // instead and not reported.
+    fc.n_invalidated = 0;
+    ASSERT_STATUS(kv_seq_prepare_write(pool, &a, 1, 4), CI_OK); // blocks 0 and 1 of a, both private
+    ASSERT_EQ_I64(fc.n_invalidated, 2);
+    ASSERT_EQ_I64(fc.invalidated[0], 0);
+    ASSERT_EQ_I64(fc.invalidated[1], 1);
+    kv_seq_release(pool, &b);
+    ASSERT_STATUS(kv_seq_fork(pool, &b, &a), CI_OK);
+    fc.n_invalidated = 0;
+    ASSERT_STATUS(kv_seq_prepare_write(pool, &b, 2, 3), CI_OK); // block 1 shared: copied
+    ASSERT(b.ids[1] != a.ids[1]);
+    ASSERT_EQ_I64(fc.n_invalidated, 0);
+    kv_pool_check(pool, all, 2, NULL);
+
+    // A failing cache check fails the pool's.
+    struct ci_err err = {0};
+    fc.fail_verify = true;
+    ASSERT_STATUS(kv_pool_verify(pool, all, 2, NULL, &err), CI_ERR_INTERNAL);
+    CHECK(strstr(err.msg, "fake cache") != NULL);
+    fc.fail_verify = false;
+
+    // Detach: park everything it holds, then give it back before detaching.
+    kv_seq_release(pool, &a);
+    kv_seq_release(pool, &b);
+    // Blocks the cache does not want (0, 4, 5 and b's copy) went to the free list as before.
+    ASSERT(!kv_pool_is_parked(pool, 0));
+    ASSERT_EQ_I64(kv_pool_refcount(pool, 0), 0);
+    ASSERT_EQ_I64(kv_pool_n_free(pool) + kv_pool_n_parked(pool), NB);
+    ASSERT_EQ_I64(kv_pool_n_parked(pool), fc.n_queue);
+    kv_pool_check(pool, all, 2, NULL);
+    while (fc.n_queue > 0) {
+        int32_t blk = fc.queue[0];
+        fake_unqueue(&fc, blk);
+        kv_pool_drop_parked(pool, blk);
+    }
+    kv_pool_set_cache(pool, NULL, NULL);
+    ASSERT(!kv_pool_has_cache(pool));
+    ASSERT_EQ_I64(kv_pool_n_free(pool), NB);
+    ASSERT_EQ_I64(kv_pool_n_available(pool), NB);
+    kv_pool_check(pool, all, 2, NULL);
+    // Without a cache nothing is parked any more.
+    int32_t blk = kv_pool_alloc(pool);
+    kv_pool_unref(pool, blk);
+    ASSERT_EQ_I64(kv_pool_n_parked(pool), 0);
+    kv_seq_deinit(&a);
+    kv_seq_deinit(&b);
+    kv_pool_free(pool);
+}
+
 /* Random operations over several sequences (append with COW, fork, shrink, release), with kv_pool_check and a
  * full data comparison against a shadow copy after every step.  The shadow stores, per sequence and position,
  * the tag of the write that produced it; sharing and copy-on-write must make every sequence read exactly its
@@ -576,6 +742,7 @@ int main(void) {
     RUN(copy_block_slots);
     RUN(verify_detects_corruption);
     RUN(seq_init_errors);
+    RUN(cache_hooks);
     RUN(random_ops);
     return test_exit_code();
 }
