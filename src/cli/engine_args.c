@@ -18,12 +18,14 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
     struct arg_spec specs[ENGINE_ARGS_N_SPECS] = {
         {"--threads", "-t", ARG_INT, &p->n_threads, 1, 512, "N  kernel threads (default 2)"},
         {"--policy", NULL, ARG_STR, &a->policy, 0, 0, "P  naive|static|continuous (default continuous)"},
-        {"--no-chunked-prefill", NULL, ARG_FLAG, &a->no_chunked_prefill, 0, 0, "    prompts enter a step whole"},
+        {"--no-chunked-prefill", NULL, ARG_FLAG, &a->no_chunked_prefill, 0, 0,
+         "    prompts enter a step whole"},
         {"--max-batch-tokens", NULL, ARG_INT, &p->sched.max_batch_tokens, 1, 1 << 20,
          "N  per-step token budget (default 512)"},
         {"--max-seqs", NULL, ARG_INT, &p->sched.max_seqs, 1, 4096,
          "N  running sequences; static: the batch size (default 64)"},
-        {"--block-size", NULL, ARG_INT, &p->block_size, 1, 1 << 20, "N  KV block size in tokens (default 16)"},
+        {"--block-size", NULL, ARG_INT, &p->block_size, 1, 1 << 20,
+         "N  KV block size in tokens (default 16)"},
         {"--contiguous-kv", NULL, ARG_FLAG, &p->contiguous_kv, 0, 0,
          "    one whole-context KV block per sequence (static allocation)"},
         {"--kv-mem", NULL, ARG_STR, &a->kv_mem, 0, 0, "BYTES  KV pool size, e.g. 256M (default 256M)"},
@@ -73,7 +75,8 @@ bool engine_args_parse_bytes(const char *s, int64_t *out) {
 
 bool engine_args_finish(const char *cmd, struct engine_args *a) {
     if (!sched_policy_parse(a->policy, &a->p.sched.policy)) {
-        fprintf(stderr, "cinfer %s: --policy: '%s' is not one of naive, static, continuous\n", cmd, a->policy);
+        fprintf(stderr, "cinfer %s: --policy: '%s' is not one of naive, static, continuous\n", cmd,
+                a->policy);
         return false;
     }
     if (a->kv_mem && !engine_args_parse_bytes(a->kv_mem, &a->p.kv_mem_bytes)) {
