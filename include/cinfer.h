@@ -141,6 +141,15 @@ CINFER_API enum cinfer_status cinfer_engine_create(const struct cinfer_model *m,
                                                    struct cinfer_engine **out, struct cinfer_error *err);
 CINFER_API void cinfer_engine_free(struct cinfer_engine *e);
 CINFER_API enum cinfer_status cinfer_engine_start(struct cinfer_engine *e, struct cinfer_error *err);
+struct cinfer_engine_info {
+    int n_ctx;         // context per sequence
+    int kv_block_size; // tokens per block
+    int kv_blocks;     // blocks in the pool
+    int64_t kv_bytes;  // the pool's size
+    int64_t kv_bytes_per_token;
+    int full_context_seqs; // sequences of the whole context that fit at once
+};
+CINFER_API void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info *out);
 /* Synchronous mode: one step; false if there was nothing to do. */
 CINFER_API bool cinfer_engine_step(struct cinfer_engine *e);
 

@@ -272,6 +272,17 @@ enum cinfer_status cinfer_engine_start(struct cinfer_engine *e, struct cinfer_er
     return engine_start(e->e, &ce) == CI_OK ? CINFER_OK : fail(err, &ce);
 }
 
+void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info *out) {
+    struct engine_info info;
+    engine_info(e->e, &info);
+    out->n_ctx = info.n_ctx;
+    out->kv_block_size = info.block_size;
+    out->kv_blocks = info.n_blocks;
+    out->kv_bytes = info.kv_bytes;
+    out->kv_bytes_per_token = info.kv_bytes_per_token;
+    out->full_context_seqs = info.full_context_seqs;
+}
+
 bool cinfer_engine_step(struct cinfer_engine *e) {
     return engine_step(e->e);
 }

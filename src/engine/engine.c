@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -82,6 +83,7 @@ struct engine {
 
     engine_step_fn hook;
     void *hook_ctx;
+    bool debug_sched; // CINFER_DEBUG contains "sched"
     pthread_t thread;
     bool started;
     atomic_bool stop_thread;
@@ -605,6 +607,20 @@ static void check_invariants(struct engine *e) {
         prefix_cache_check(e->pc);
 }
 
+/* CINFER_DEBUG=sched: one line per step, so the prefill/decode asymmetry is visible live. */
+static void log_step(const struct engine *e, const struct step_metrics *m) {
+    double s = (double)(m->t_end_ns - m->t_start_ns) / 1e9;
+    int64_t waste = m->kv_slots_allocated - m->kv_slots_used;
+    fprintf(stderr,
+            "step %lld: %.2f ms, %d tokens (%d prefill, %d decode, %d pad) in %d pass(es), %d running, %d "
+            "waiting, KV %d blocks (%lld slots unused), %d preempted, %d prefix-hit tokens, %.2f GFLOP/s, "
+            "%.2f GB/s, %.1f FLOP/byte\n",
+            (long long)atomic_load(&e->t_steps), s * 1e3, m->n_tokens, m->n_prefill_tokens,
+            m->n_decode_tokens, m->n_pad_tokens, m->n_passes, m->n_running, m->n_waiting, m->kv_blocks_used,
+            (long long)waste, m->n_preempted, m->n_prefix_hit_tokens, s > 0 ? m->flops / s / 1e9 : 0,
+            s > 0 ? m->bytes / s / 1e9 : 0, m->bytes > 0 ? m->flops / m->bytes : 0);
+}
+
 bool engine_step(struct engine *e) {
     struct step_metrics sm = {0};
     sm.t_start_ns = ci_now_ns();
@@ -640,6 +656,8 @@ bool engine_step(struct engine *e) {
         atomic_fetch_add(&e->t_ph, res.n_prefix_hit_tokens);
         if (e->hook)
             e->hook(e->hook_ctx, &sm);
+        if (e->debug_sched)
+            log_step(e, &sm);
     }
     atomic_store(&e->live_running, e->st.n_running);
     atomic_store(&e->live_waiting, e->st.n_waiting);
@@ -718,6 +736,11 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     if (p->sched.policy == SCHED_POLICY_NAIVE)
         e->p.prefix_cache = false; // nothing is reused under naive recompute
     e->linear_params = layer_params(c);
+    const char *debug = getenv("CINFER_DEBUG");
+    e->debug_sched = debug && strstr(debug, "sched");
+#if defined(CI_DEBUG_CHECKS) && CI_DEBUG_CHECKS
+    e->p.check_invariants = true; // debug and sanitizer builds check every step
+#endif
     e->weight_bytes = (double)model_weight_bytes(m);
 
     struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, e->block_size, 1};
