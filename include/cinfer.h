@@ -68,6 +68,21 @@ CINFER_API enum cinfer_status cinfer_tokenize(const struct cinfer_model *m, cons
                                               struct cinfer_error *err);
 CINFER_API void cinfer_free(void *p);
 
+/* Text of ids (special tokens rendered as nothing unless render_special).  *text is allocated and
+ * NUL-terminated: release it with cinfer_free. */
+CINFER_API enum cinfer_status cinfer_detokenize(const struct cinfer_model *m, const cinfer_token *ids,
+                                                int n_ids, bool render_special, char **text, size_t *len,
+                                                struct cinfer_error *err);
+/* The raw vocabulary text of a token ("\u2581Hello", "<0x0A>"); NULL for an id out of range. */
+CINFER_API const char *cinfer_token_piece(const struct cinfer_model *m, cinfer_token id, size_t *len);
+/* The model's Jinja chat template (GGUF tokenizer.chat_template), NULL if it has none; valid for the model's
+ * life. */
+CINFER_API const char *cinfer_model_chat_template(const struct cinfer_model *m, size_t *len);
+/* The model's name (GGUF general.name, else the file name without directories). */
+CINFER_API const char *cinfer_model_name(const struct cinfer_model *m);
+/* End-of-generation token (EOS/EOT)? */
+CINFER_API bool cinfer_token_is_eog(const struct cinfer_model *m, cinfer_token id);
+
 struct cinfer_sampling {
     float temperature;        // <= 0: greedy
     int top_k;                // 0: off
@@ -153,6 +168,11 @@ CINFER_API void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_
 /* Synchronous mode: one step; false if there was nothing to do. */
 CINFER_API bool cinfer_engine_step(struct cinfer_engine *e);
 
+struct cinfer_logit_bias {
+    cinfer_token token;
+    float bias; // -INFINITY bans the token
+};
+
 struct cinfer_request_options {
     int max_tokens;
     int n; // samples; sample i uses seed + i
@@ -160,6 +180,9 @@ struct cinfer_request_options {
     const char *const *stop; // stop strings, never part of the text
     int n_stop;
     bool ignore_eos;
+    const struct cinfer_logit_bias *logit_bias; // added to the logits before sampling
+    int n_logit_bias;
+    int logprobs; // -1: none; 0..20: the sampled token's log-probability and this many top alternatives
 };
 CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
 
@@ -178,6 +201,12 @@ struct cinfer_event {
     const char *text;   // TOKEN/TEXT: the UTF-8 text it completed; ERROR: the message
     size_t len;
     const char *finish_reason; // DONE/ERROR: "stop", "length", "cancelled", "error"
+    // TOKEN with logprobs >= 0: the sampled token's log-probability and the top alternatives (most likely
+    // first)
+    float logprob;
+    const cinfer_token *top_tokens; // [n_top]
+    const float *top_logprobs;      // [n_top]
+    int n_top;
 };
 /* Waits up to timeout_ns (< 0: forever) for sample's next event; text stays valid until the next call.
  * CINFER_ERR_BUSY on timeout; CINFER_ERR_CANCELLED after the final event was returned. */
@@ -187,6 +216,9 @@ CINFER_API void cinfer_stream_cancel(struct cinfer_stream *s);
 /* Request metrics of a finished sample (the seeds' yardstick). */
 CINFER_API void cinfer_stream_stats(const struct cinfer_stream *s, int sample,
                                     struct cinfer_generate_stats *out);
+/* Prometheus text exposition of the engine's metrics (prefix "cinfer:", vLLM's names).  *text is allocated:
+ * release it with cinfer_free.  Any thread. */
+CINFER_API enum cinfer_status cinfer_engine_metrics(const struct cinfer_engine *e, char **text, size_t *len);
 /* Releases the caller's hold (cancelling the request if it is still running). */
 CINFER_API void cinfer_stream_release(struct cinfer_stream *s);
 

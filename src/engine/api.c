@@ -1,6 +1,7 @@
 /* include/cinfer.h on top of model/, tokenizer/ and engine/generate: the embedding entry point. */
 #include "cinfer.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "core/mem.h"
@@ -14,10 +15,16 @@
 #include "tokenizer/tokenizer.h"
 
 _Static_assert((int)CINFER_ERR_INTERNAL == (int)CI_ERR_INTERNAL, "cinfer_status mirrors ci_status");
+_Static_assert(sizeof(struct cinfer_logit_bias) == sizeof(struct sampling_logit_bias) &&
+                   offsetof(struct cinfer_logit_bias, bias) == offsetof(struct sampling_logit_bias, bias),
+               "cinfer_logit_bias is passed to the sampler as is");
 
 struct cinfer_model {
     struct model *model;
     struct tokenizer *tok;
+    char *name;          // general.name or the file name
+    char *chat_template; // tokenizer.chat_template (NULL if absent)
+    size_t chat_template_len;
     int32_t *eog; // [n_eog] end-of-generation token ids
     int n_eog;
 };
@@ -28,6 +35,35 @@ static enum cinfer_status fail(struct cinfer_error *out, const struct ci_err *e)
         memcpy(out->message, e->msg, sizeof out->message);
     }
     return (enum cinfer_status)e->code;
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = ci_malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* The name and chat template, copied out of the GGUF metadata. */
+static enum ci_status model_strings(struct cinfer_model *m, const char *path, struct ci_err *e) {
+    struct gguf_str str = {0};
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (m->model->gguf && gguf_get_str_opt(m->model->gguf, "general.name", &str, NULL) == CI_OK && str.len)
+        m->name = dup_n(str.data, str.len);
+    else
+        m->name = dup_n(base, strlen(base));
+    str.len = 0;
+    if (m->model->gguf && gguf_get_str_opt(m->model->gguf, "tokenizer.chat_template", &str, NULL) == CI_OK &&
+        str.len) {
+        m->chat_template = dup_n(str.data, str.len);
+        m->chat_template_len = str.len;
+        if (!m->chat_template)
+            return ci_err_set(e, CI_ERR_NOMEM, "out of memory");
+    }
+    return m->name ? CI_OK : ci_err_set(e, CI_ERR_NOMEM, "out of memory");
 }
 
 enum cinfer_status cinfer_model_load(const char *path, const char *tokenizer_path, struct cinfer_model **out,
@@ -63,6 +99,8 @@ enum cinfer_status cinfer_model_load(const char *path, const char *tokenizer_pat
             if (tokenizer_is_eog(m->tok, id))
                 m->eog[m->n_eog++] = id;
     }
+    if (s == CI_OK)
+        s = model_strings(m, path, &e);
     if (s != CI_OK) {
         cinfer_model_free(m);
         return fail(err, &e);
@@ -77,6 +115,8 @@ void cinfer_model_free(struct cinfer_model *m) {
     tokenizer_free(m->tok);
     model_free(m->model);
     ci_free(m->eog);
+    ci_free(m->name);
+    ci_free(m->chat_template);
     ci_free(m);
 }
 
@@ -108,6 +148,33 @@ enum cinfer_status cinfer_tokenize(const struct cinfer_model *m, const char *tex
 
 void cinfer_free(void *p) {
     ci_free(p);
+}
+
+enum cinfer_status cinfer_detokenize(const struct cinfer_model *m, const cinfer_token *ids, int n_ids,
+                                     bool render_special, char **text, size_t *len,
+                                     struct cinfer_error *err) {
+    struct ci_err e = {0};
+    if (tokenizer_decode(m->tok, ids, n_ids, render_special, text, len, &e) != CI_OK)
+        return fail(err, &e);
+    return CINFER_OK;
+}
+
+const char *cinfer_token_piece(const struct cinfer_model *m, cinfer_token id, size_t *len) {
+    return tokenizer_piece(m->tok, id, len);
+}
+
+const char *cinfer_model_chat_template(const struct cinfer_model *m, size_t *len) {
+    if (len)
+        *len = m->chat_template_len;
+    return m->chat_template;
+}
+
+const char *cinfer_model_name(const struct cinfer_model *m) {
+    return m->name;
+}
+
+bool cinfer_token_is_eog(const struct cinfer_model *m, cinfer_token id) {
+    return tokenizer_is_eog(m->tok, id);
 }
 
 void cinfer_generate_params_default(struct cinfer_generate_params *p) {
@@ -211,6 +278,8 @@ struct cinfer_engine {
 
 struct cinfer_stream {
     struct engine_request *r;
+    int n_tokens[64]; // TOKEN events returned per sample (the row of their logprobs)
+    int logprobs;
     char *text; // [cap] one event's text, joined from its pieces
     size_t cap;
     int64_t kv_bytes_per_token;
@@ -319,6 +388,9 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.n_stop = o->n_stop;
     rp.ignore_eos = o->ignore_eos;
     rp.want_text = true;
+    rp.logprobs = o->logprobs;
+    rp.sampling.logit_bias = (const struct sampling_logit_bias *)o->logit_bias;
+    rp.sampling.n_logit_bias = o->n_logit_bias;
     struct cinfer_stream *s = ci_calloc(1, sizeof *s);
     if (!s) {
         ci_err_set(&ce, CI_ERR_NOMEM, "out of memory");
@@ -331,6 +403,7 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     struct engine_info info;
     engine_info(e->e, &info);
     s->kv_bytes_per_token = info.kv_bytes_per_token;
+    s->logprobs = o->logprobs;
     *out = s;
     return CINFER_OK;
 }
@@ -372,7 +445,34 @@ enum cinfer_status cinfer_stream_next(struct cinfer_stream *s, int sample, struc
     ev->text = s->text ? s->text : "";
     ev->len = len;
     ev->finish_reason = e.kind >= CI_EVENT_DONE ? engine_finish_str((enum engine_finish)e.finish) : NULL;
+    ev->logprob = e.logprob;
+    ev->top_tokens = NULL;
+    ev->top_logprobs = NULL;
+    ev->n_top = 0;
+    if (e.kind == CI_EVENT_TOKEN) {
+        int k = s->n_tokens[sample]++;
+        const struct request_metrics *mt = engine_request_metrics(s->r, sample);
+        if (s->logprobs > 0 && mt->top_ids) { // row k was written before the event was sent
+            ev->top_tokens = mt->top_ids + (size_t)k * (size_t)s->logprobs;
+            ev->top_logprobs = mt->top_logprob + (size_t)k * (size_t)s->logprobs;
+            ev->n_top = s->logprobs;
+        }
+    }
     return CINFER_OK;
+}
+
+enum cinfer_status cinfer_engine_metrics(const struct cinfer_engine *e, char **text, size_t *len) {
+    for (size_t cap = 16384; cap <= (1u << 24); cap *= 2) {
+        char *buf = ci_malloc(cap);
+        if (!buf)
+            return CINFER_ERR_NOMEM;
+        if (engine_metrics_text(e->e, buf, cap, len)) {
+            *text = buf;
+            return CINFER_OK;
+        }
+        ci_free(buf);
+    }
+    return CINFER_ERR_INTERNAL;
 }
 
 void cinfer_stream_cancel(struct cinfer_stream *s) {

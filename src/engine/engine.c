@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "core/queue.h"
 #include "core/threadpool.h"
 #include "engine/kv_pool.h"
+#include "engine/metrics.h"
 #include "engine/prefix_cache.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
@@ -34,6 +36,8 @@ struct engine_request {
     int n_stop;
     bool ignore_eos;
     bool want_text;
+    int logprobs;
+    struct sampling_logit_bias *bias; // [sampling.n_logit_bias], the copy sampling.logit_bias points at
     uint64_t order;
     struct ci_channel **ch;          // [n]
     struct request_metrics *metrics; // [n]
@@ -89,7 +93,9 @@ struct engine {
     atomic_bool stop_thread;
 
     atomic_llong t_steps, t_finished, t_preempt, t_prompt, t_gen, t_pad, t_pq, t_ph;
+    atomic_llong t_finish[ENGINE_FINISH_ERROR + 1]; // finished samples by reason
     atomic_int live_running, live_waiting, live_blocks;
+    struct histogram h_ttft, h_itl, h_e2e, h_queue;
 };
 
 struct engine_params engine_params_default(void) {
@@ -126,8 +132,13 @@ const char *engine_finish_str(enum engine_finish f) {
 static void request_free(struct engine_request *r) {
     if (!r)
         return;
-    for (int i = 0; r->metrics && i < r->n; i++)
+    for (int i = 0; r->metrics && i < r->n; i++) {
         ci_free(r->metrics[i].t_token_ns);
+        ci_free(r->metrics[i].logprob);
+        ci_free(r->metrics[i].top_ids);
+        ci_free(r->metrics[i].top_logprob);
+    }
+    ci_free(r->bias);
     for (int i = 0; r->stop && i < r->n_stop; i++)
         ci_free(r->stop[i]);
     ci_free(r->stop);
@@ -204,6 +215,8 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
                           "the prompt (%d tokens) plus max_tokens (%d) needs %lld KV blocks, the pool has %d",
                           p->n_prompt, p->max_tokens, (long long)blocks_for(e, total),
                           kv_pool_n_blocks(e->pool));
+    if (p->logprobs > ENGINE_MAX_LOGPROBS)
+        return ci_err_set(err, CI_ERR_INVALID, "logprobs must be at most %d", ENGINE_MAX_LOGPROBS);
     if (p->n > e->p.sched.max_seqs)
         return ci_err_set(err, CI_ERR_LIMIT, "n = %d exceeds the %d sequences the engine runs at once", p->n,
                           e->p.sched.max_seqs);
@@ -217,9 +230,10 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     r->max_tokens = p->max_tokens;
     r->n = p->n;
     r->sampling = p->sampling;
-    r->sampling.logit_bias = NULL; // copied below by each sampler from the caller's array at drain time? no:
-    r->sampling.n_logit_bias = 0;  // logit_bias arrays are not carried through the queue yet
+    r->sampling.logit_bias = NULL;
+    r->sampling.n_logit_bias = 0;
     r->ignore_eos = p->ignore_eos;
+    r->logprobs = p->logprobs < 0 ? -1 : p->logprobs;
     r->want_text = p->want_text;
     r->prompt = ci_malloc((size_t)p->n_prompt * sizeof *r->prompt);
     r->ch = ci_calloc((size_t)p->n, sizeof *r->ch);
@@ -228,6 +242,14 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     if (!r->prompt || !r->ch || !r->metrics || (p->n_stop && !r->stop))
         goto nomem;
     memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof *r->prompt);
+    if (p->sampling.n_logit_bias > 0) { // the caller's array may be gone by the time the engine reads it
+        r->bias = ci_malloc((size_t)p->sampling.n_logit_bias * sizeof *r->bias);
+        if (!r->bias)
+            goto nomem;
+        memcpy(r->bias, p->sampling.logit_bias, (size_t)p->sampling.n_logit_bias * sizeof *r->bias);
+        r->sampling.logit_bias = r->bias;
+        r->sampling.n_logit_bias = p->sampling.n_logit_bias;
+    }
     for (int i = 0; i < p->n_stop; i++, r->n_stop++)
         if (!(r->stop[i] = ci_strdup(p->stop[i])))
             goto nomem;
@@ -236,9 +258,18 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
         // Room for every token and its text pieces, so the engine never finds a channel full.
         if ((s = ci_channel_create(2 * p->max_tokens + 16, &r->ch[i], err)) != CI_OK)
             goto fail;
-        r->metrics[i].t_token_ns = ci_calloc((size_t)p->max_tokens, sizeof(int64_t));
-        if (!r->metrics[i].t_token_ns)
+        struct request_metrics *mt = &r->metrics[i];
+        mt->t_token_ns = ci_calloc((size_t)p->max_tokens, sizeof(int64_t));
+        if (!mt->t_token_ns)
             goto nomem;
+        if (r->logprobs >= 0) {
+            size_t top = (size_t)p->max_tokens * (size_t)(r->logprobs ? r->logprobs : 1);
+            mt->logprob = ci_calloc((size_t)p->max_tokens, sizeof(float));
+            mt->top_ids = ci_calloc(top, sizeof(int32_t));
+            mt->top_logprob = ci_calloc(top, sizeof(float));
+            if (!mt->logprob || !mt->top_ids || !mt->top_logprob)
+                goto nomem;
+        }
         r->metrics[i].t_arrival_ns = now;
         r->metrics[i].n_prompt = p->n_prompt;
     }
@@ -315,8 +346,8 @@ fail:
     return st;
 }
 
-static void send_or_fail(struct engine *e, struct eseq *q, enum ci_event_kind kind, int32_t tok, int64_t t,
-                         const char *text, size_t n, enum engine_finish *finish);
+static void send_or_fail(struct engine *e, struct eseq *q, enum ci_event_kind kind, int32_t tok,
+                         float logprob, int64_t t, const char *text, size_t n, enum engine_finish *finish);
 
 /* Ends a sequence: releases its blocks, closes its stream, drops the engine's hold on the request when it was
  * the last sample. */
@@ -334,10 +365,10 @@ static void seq_finish(struct engine *e, struct eseq *q, enum engine_finish why,
         size_t n_out;
         int stop = -1;
         if (n && stop_matcher_feed(&q->stop, text, n, &out, &n_out, &stop) == CI_OK && n_out)
-            send_or_fail(e, q, CI_EVENT_TEXT, -1, ci_now_ns(), out, n_out, &dummy);
+            send_or_fail(e, q, CI_EVENT_TEXT, -1, 0.0f, ci_now_ns(), out, n_out, &dummy);
         stop_matcher_flush(&q->stop, &rest, &n_rest);
         if (n_rest && stop < 0)
-            send_or_fail(e, q, CI_EVENT_TEXT, -1, ci_now_ns(), rest, n_rest, &dummy);
+            send_or_fail(e, q, CI_EVENT_TEXT, -1, 0.0f, ci_now_ns(), rest, n_rest, &dummy);
     }
     sched_retire(&e->st, s);
     kv_seq_release(e->pool, &s->blocks);
@@ -346,6 +377,12 @@ static void seq_finish(struct engine *e, struct eseq *q, enum engine_finish why,
     mt->t_finish_ns = ci_now_ns();
     mt->n_preempted = s->n_preempted;
     atomic_fetch_add(&e->t_finished, 1);
+    atomic_fetch_add(&e->t_finish[why], 1);
+    if (mt->n_output > 0)
+        histogram_observe_ns(&e->h_ttft, mt->t_first_token_ns - mt->t_arrival_ns);
+    if (mt->t_scheduled_ns)
+        histogram_observe_ns(&e->h_queue, mt->t_scheduled_ns - mt->t_arrival_ns);
+    histogram_observe_ns(&e->h_e2e, mt->t_finish_ns - mt->t_arrival_ns);
     ci_channel_close(r->ch[s->sample], why, status, msg);
     ci_channel_release(r->ch[s->sample], CI_CHANNEL_PRODUCER);
     seq_destroy(q);
@@ -353,10 +390,10 @@ static void seq_finish(struct engine *e, struct eseq *q, enum engine_finish why,
         request_unref(r);
 }
 
-static void send_or_fail(struct engine *e, struct eseq *q, enum ci_event_kind kind, int32_t tok, int64_t t,
-                         const char *text, size_t n, enum engine_finish *finish) {
+static void send_or_fail(struct engine *e, struct eseq *q, enum ci_event_kind kind, int32_t tok,
+                         float logprob, int64_t t, const char *text, size_t n, enum engine_finish *finish) {
     (void)e;
-    enum ci_status s = ci_channel_send(q->s.req->ch[q->s.sample], kind, tok, 0.0f, t, text, n);
+    enum ci_status s = ci_channel_send(q->s.req->ch[q->s.sample], kind, tok, logprob, t, text, n);
     if (s == CI_ERR_CANCELLED)
         *finish = ENGINE_FINISH_CANCELLED;
     else if (s != CI_OK)
@@ -371,7 +408,7 @@ static bool is_eog(const struct engine *e, int32_t tok) {
 }
 
 /* Appends a sampled token, streams it, and returns why the sequence ends (NONE: it goes on). */
-static enum engine_finish seq_emit(struct engine *e, struct eseq *q, int32_t tok) {
+static enum engine_finish seq_emit(struct engine *e, struct eseq *q, int32_t tok, float logprob) {
     struct seq *s = &q->s;
     struct engine_request *r = s->req;
     struct request_metrics *mt = &r->metrics[s->sample];
@@ -383,6 +420,8 @@ static enum engine_finish seq_emit(struct engine *e, struct eseq *q, int32_t tok
     mt->n_output = n_out;
     if (n_out == 1)
         mt->t_first_token_ns = now;
+    else
+        histogram_observe_ns(&e->h_itl, now - mt->t_token_ns[n_out - 2]);
     atomic_fetch_add(&e->t_gen, 1);
     enum engine_finish finish = ENGINE_FINISH_NONE;
     if (!r->ignore_eos && is_eog(e, tok))
@@ -397,7 +436,7 @@ static enum engine_finish seq_emit(struct engine *e, struct eseq *q, int32_t tok
         if (stop_matcher_feed(&q->stop, text, n_text, &out, &n, &stop) != CI_OK)
             return ENGINE_FINISH_ERROR;
     }
-    send_or_fail(e, q, CI_EVENT_TOKEN, tok, now, out, n, &finish);
+    send_or_fail(e, q, CI_EVENT_TOKEN, tok, logprob, now, out, n, &finish);
     if (finish != ENGINE_FINISH_NONE)
         return finish;
     if (stop >= 0)
@@ -457,6 +496,44 @@ static void handle_cancellations(struct engine *e) {
     }
 }
 
+/* Samples the next token of s from its logits row and, when the request asks, records the log-probabilities
+ * (log-softmax of the raw logits) of the sampled token and of the most likely alternatives. */
+static int32_t sample_token(struct engine *e, struct seq *s, const float *row, float *logprob) {
+    int n_vocab = e->m->config.n_vocab;
+    int32_t tok = sampler_sample(s->sampler, row, n_vocab, s->tokens, s->n_tokens);
+    *logprob = 0.0f;
+    struct engine_request *r = s->req;
+    if (r->logprobs < 0)
+        return tok;
+    float max = row[0];
+    for (int i = 1; i < n_vocab; i++)
+        max = row[i] > max ? row[i] : max;
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++)
+        sum += exp((double)row[i] - max);
+    double lse = max + log(sum);
+    struct request_metrics *mt = &r->metrics[s->sample];
+    int k = seq_n_output(s), n_top = r->logprobs;
+    *logprob = (float)(row[tok] - lse);
+    mt->logprob[k] = *logprob;
+    int32_t *ids = mt->top_ids + (size_t)k * (size_t)(n_top ? n_top : 1);
+    float *lps = mt->top_logprob + (size_t)k * (size_t)(n_top ? n_top : 1);
+    int have = 0;
+    for (int32_t i = 0; i < n_vocab; i++) { // insertion into a sorted top-n list (n <= 20)
+        if (have == n_top && (n_top == 0 || row[i] <= lps[have - 1] + lse))
+            continue;
+        int j = have < n_top ? have++ : have - 1;
+        while (j > 0 && row[i] > lps[j - 1] + lse) {
+            ids[j] = ids[j - 1];
+            lps[j] = lps[j - 1];
+            j--;
+        }
+        ids[j] = i;
+        lps[j] = (float)(row[i] - lse);
+    }
+    return tok;
+}
+
 /* Sample i > 0 of a request shares sample 0's prompt blocks once sample 0 has computed its prompt. */
 static void fork_siblings(struct engine *e, struct seq *leader, const float *row) {
     for (int i = 0; i < e->st.n_running; i++) {
@@ -468,8 +545,9 @@ static void fork_siblings(struct engine *e, struct seq *leader, const float *row
         s->n_computed = leader->n_computed;
         s->state = SEQ_STATE_RUNNING;
         s->req->metrics[s->sample].t_scheduled_ns = leader->req->metrics[leader->sample].t_scheduled_ns;
-        int32_t tok = sampler_sample(s->sampler, row, e->m->config.n_vocab, s->tokens, s->n_tokens);
-        enum engine_finish f = seq_emit(e, (struct eseq *)s, tok);
+        float lp;
+        int32_t tok = sample_token(e, s, row, &lp);
+        enum engine_finish f = seq_emit(e, (struct eseq *)s, tok, lp);
         if (f != ENGINE_FINISH_NONE) {
             seq_finish(e, (struct eseq *)s, f, f == ENGINE_FINISH_ERROR ? CI_ERR_INTERNAL : CI_OK, NULL);
             i--;
@@ -509,10 +587,11 @@ static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_me
         struct seq *q = e->b_row_seq[r];
         const float *row = logits + (size_t)r * n_vocab;
         bool first = q->n_tokens == q->n_prompt;
-        int32_t tok = sampler_sample(q->sampler, row, n_vocab, q->tokens, q->n_tokens);
+        float lp;
+        int32_t tok = sample_token(e, q, row, &lp);
         if (first && q->sample == 0 && q->req->n > 1)
             fork_siblings(e, q, row);
-        enum engine_finish f = seq_emit(e, (struct eseq *)q, tok);
+        enum engine_finish f = seq_emit(e, (struct eseq *)q, tok, lp);
         if (f != ENGINE_FINISH_NONE)
             seq_finish(e, (struct eseq *)q, f, f == ENGINE_FINISH_ERROR ? CI_ERR_INTERNAL : CI_OK, NULL);
     }
@@ -653,7 +732,6 @@ bool engine_step(struct engine *e) {
         atomic_fetch_add(&e->t_steps, 1);
         atomic_fetch_add(&e->t_preempt, res.n_preempted);
         atomic_fetch_add(&e->t_pad, res.n_pad_tokens);
-        atomic_fetch_add(&e->t_ph, res.n_prefix_hit_tokens);
         if (e->hook)
             e->hook(e->hook_ctx, &sm);
         if (e->debug_sched)
@@ -662,6 +740,12 @@ bool engine_step(struct engine *e) {
     atomic_store(&e->live_running, e->st.n_running);
     atomic_store(&e->live_waiting, e->st.n_waiting);
     atomic_store(&e->live_blocks, sm.kv_blocks_used);
+    if (e->pc) {
+        struct prefix_cache_stats ps;
+        prefix_cache_stats(e->pc, &ps);
+        atomic_store(&e->t_pq, (long long)ps.query_tokens);
+        atomic_store(&e->t_ph, (long long)ps.hit_tokens);
+    }
     if (e->p.check_invariants)
         check_invariants(e);
     return work || before != e->st.n_running + e->st.n_waiting;
@@ -736,6 +820,16 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     if (p->sched.policy == SCHED_POLICY_NAIVE)
         e->p.prefix_cache = false; // nothing is reused under naive recompute
     e->linear_params = layer_params(c);
+    static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,  0.75,
+                                         1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
+    static const double itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2, 0.3,
+                                        0.4,   0.5,    0.75,  1.0,  2.5,   5.0,  7.5,   10.0, 20.0, 40.0};
+    static const double e2e_bounds[] = {0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,   1.5,   2.0,   2.5,  5.0,
+                                        10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0};
+    histogram_init(&e->h_ttft, ttft_bounds, (int)(sizeof ttft_bounds / sizeof ttft_bounds[0]));
+    histogram_init(&e->h_itl, itl_bounds, (int)(sizeof itl_bounds / sizeof itl_bounds[0]));
+    histogram_init(&e->h_e2e, e2e_bounds, (int)(sizeof e2e_bounds / sizeof e2e_bounds[0]));
+    histogram_init(&e->h_queue, e2e_bounds, (int)(sizeof e2e_bounds / sizeof e2e_bounds[0]));
     const char *debug = getenv("CINFER_DEBUG");
     e->debug_sched = debug && strstr(debug, "sched");
 #if defined(CI_DEBUG_CHECKS) && CI_DEBUG_CHECKS
@@ -876,4 +970,54 @@ void engine_totals(const struct engine *e, struct engine_totals *out) {
     out->n_running = atomic_load(&e->live_running);
     out->n_waiting = atomic_load(&e->live_waiting);
     out->kv_blocks_used = atomic_load(&e->live_blocks);
+}
+
+bool engine_metrics_text(const struct engine *e, char *buf, size_t cap, size_t *len) {
+    *len = 0;
+    int n_blocks = kv_pool_n_blocks(e->pool) - e->pad.n;
+    int used = atomic_load(&e->live_blocks);
+    struct {
+        const char *name, *type, *help;
+        double value;
+    } simple[] = {
+        {"num_requests_running", "gauge", "Sequences running (admitted, computing or decoding).",
+         atomic_load(&e->live_running)},
+        {"num_requests_waiting", "gauge", "Sequences waiting for admission (new or preempted).",
+         atomic_load(&e->live_waiting)},
+        {"kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (1 = full).",
+         n_blocks > 0 ? (double)used / n_blocks : 0},
+        {"prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+         (double)atomic_load(&e->t_pq)},
+        {"prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache.",
+         (double)atomic_load(&e->t_ph)},
+        {"prompt_tokens_total", "counter", "Prompt tokens submitted.", (double)atomic_load(&e->t_prompt)},
+        {"generation_tokens_total", "counter", "Tokens generated.", (double)atomic_load(&e->t_gen)},
+        {"num_preemptions_total", "counter", "Sequences preempted by recompute.",
+         (double)atomic_load(&e->t_preempt)},
+    };
+    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
+        if (!metrics_appendf(buf, cap, len, "# HELP cinfer:%s %s\n# TYPE cinfer:%s %s\ncinfer:%s %.17g\n",
+                             simple[i].name, simple[i].help, simple[i].name, simple[i].type, simple[i].name,
+                             simple[i].value))
+            return false;
+    // vLLM's finished_reason labels: stop, length, abort (error requests are counted under their own name).
+    static const char *const reasons[] = {"stop", "length", "abort", "error"};
+    static const enum engine_finish which[] = {ENGINE_FINISH_STOP, ENGINE_FINISH_LENGTH,
+                                               ENGINE_FINISH_CANCELLED, ENGINE_FINISH_ERROR};
+    if (!metrics_appendf(buf, cap, len,
+                         "# HELP cinfer:request_success_total Finished requests by finish reason.\n"
+                         "# TYPE cinfer:request_success_total counter\n"))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (!metrics_appendf(buf, cap, len, "cinfer:request_success_total{finished_reason=\"%s\"} %lld\n",
+                             reasons[i], (long long)atomic_load(&e->t_finish[which[i]])))
+            return false;
+    return histogram_format(&e->h_ttft, "cinfer:time_to_first_token_seconds", "Time to first token.", buf,
+                            cap, len) &&
+           histogram_format(&e->h_itl, "cinfer:inter_token_latency_seconds",
+                            "Time between consecutive tokens.", buf, cap, len) &&
+           histogram_format(&e->h_e2e, "cinfer:e2e_request_latency_seconds", "End-to-end request latency.",
+                            buf, cap, len) &&
+           histogram_format(&e->h_queue, "cinfer:request_queue_time_seconds",
+                            "Time waiting before admission.", buf, cap, len);
 }

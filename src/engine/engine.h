@@ -62,7 +62,11 @@ struct engine_request_params {
     bool ignore_eos;
     bool want_text;       // send detokenized text with each token (needs a tokenizer)
     int64_t t_arrival_ns; // when the request arrived (ci_now_ns clock); 0: now.  Latencies count from here.
+    int logprobs; // -1: none; 0..ENGINE_MAX_LOGPROBS: the sampled token's log-probability and this many
+                  // most likely alternatives per token (log-softmax of the raw logits)
 };
+
+#define ENGINE_MAX_LOGPROBS 20
 
 struct request_metrics {
     int64_t t_arrival_ns;     // submit
@@ -75,6 +79,11 @@ struct request_metrics {
     int n_cached; // prompt tokens served by the prefix cache
     int n_preempted;
     enum engine_finish finish;
+    // With logprobs >= 0: row k (written before token k's event is sent) holds the sampled token's
+    // log-probability and the top alternatives.
+    float *logprob;     // [max_tokens]
+    int32_t *top_ids;   // [max_tokens][logprobs]
+    float *top_logprob; // [max_tokens][logprobs]
 };
 
 /* Per-step record (for benchmarks and live metrics). */
@@ -139,5 +148,11 @@ struct engine_totals {
 };
 /* A snapshot (engine thread, or any thread for the approximate live values). */
 void engine_totals(const struct engine *e, struct engine_totals *out);
+
+/* Prometheus text exposition of the engine's metrics under the prefix "cinfer:" (vLLM's names): running and
+ * waiting requests, KV cache usage, prefix cache queries and hits, prompt and generation tokens, finished
+ * requests by reason, preemptions, and histograms of TTFT, inter-token latency, end-to-end latency and queue
+ * time.  Any thread.  Returns false if buf[cap] was too small. */
+bool engine_metrics_text(const struct engine *e, char *buf, size_t cap, size_t *len);
 
 #endif

@@ -4,6 +4,7 @@
 #ifndef CINFER_ENGINE_METRICS_H
 #define CINFER_ENGINE_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct token_timing {
@@ -22,5 +23,30 @@ void metrics_token_timing(int64_t t_start_ns, const int64_t *t_token_ns, int n, 
 /* Value at quantile q in [0, 1] of sorted[0..n) by linear interpolation between closest ranks (numpy's
  * default); 0 for n == 0. */
 double metrics_quantile(const double *sorted, int n, double q);
+
+/* A Prometheus histogram of durations in seconds, updated by the engine thread and read by any thread
+ * (atomic counters; the sum is kept in nanoseconds). */
+#include <stdatomic.h>
+#include <stddef.h>
+
+#define METRICS_MAX_BUCKETS 24
+
+struct histogram {
+    const double *bounds; // [n_bounds] upper bounds in seconds, increasing (the +Inf bucket is implicit)
+    int n_bounds;
+    atomic_llong counts[METRICS_MAX_BUCKETS + 1]; // non-cumulative; last = above every bound
+    atomic_llong sum_ns;
+    atomic_llong count;
+};
+
+void histogram_init(struct histogram *h, const double *bounds, int n_bounds);
+void histogram_observe_ns(struct histogram *h, int64_t ns);
+/* printf into buf[*len..cap), advancing *len; false (nothing counted) if it did not fit. */
+bool metrics_appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Appends the Prometheus exposition of h as `name` (with # HELP/# TYPE lines) to buf[*len..cap); returns
+ * false if it did not fit. */
+bool histogram_format(const struct histogram *h, const char *name, const char *help, char *buf, size_t cap,
+                      size_t *len);
 
 #endif

@@ -1,6 +1,8 @@
 /* The public API (include/cinfer.h) as an embedding program uses it: load, tokenize, generate, errors. */
 #include "test.h"
 
+#include <math.h>
+
 #include "cinfer.h"
 
 struct collect {
@@ -113,10 +115,85 @@ TEST(load_errors) {
     CHECK(m == NULL);
 }
 
+TEST(engine_api) {
+    char p[512];
+    struct cinfer_model *m = NULL;
+    struct cinfer_error err = {0};
+    ASSERT_STATUS(cinfer_model_load(test_model_path(p, sizeof p, "stories260K.gguf"), NULL, &m, &err),
+                  CINFER_OK);
+    struct cinfer_engine_options eo;
+    cinfer_engine_options_default(&eo);
+    struct cinfer_engine *e = NULL;
+    ASSERT_STATUS(cinfer_engine_create(m, &eo, &e, &err), CINFER_OK);
+    cinfer_token *ids = NULL;
+    int n = 0;
+    ASSERT_STATUS(cinfer_tokenize(m, "Once upon a time", 16, true, &ids, &n, &err), CINFER_OK);
+    struct cinfer_request_options ro;
+    cinfer_request_options_default(&ro);
+    ro.max_tokens = 12;
+    ro.sampling.temperature = 0;
+    ro.logprobs = 3;
+    // Ban the token greedy decoding picks first (" there" after "Once upon a time,"? whichever): the stream
+    // must never contain it.
+    struct cinfer_logit_bias ban = {261, -INFINITY}; // " a"
+    ro.logit_bias = &ban;
+    ro.n_logit_bias = 1;
+    struct cinfer_stream *st = NULL;
+    ASSERT_STATUS(cinfer_engine_submit(e, ids, n, &ro, &st, &err), CINFER_OK);
+    cinfer_free(ids);
+    int n_tok = 0;
+    bool done = false, banned_seen = false, logprobs_ok = true;
+    char text[1024] = {0};
+    size_t len = 0;
+    while (!done) {
+        cinfer_engine_step(e);
+        struct cinfer_event ev;
+        while (!done && cinfer_stream_next(st, 0, &ev, 0) == CINFER_OK) {
+            if (ev.kind == CINFER_EVENT_TOKEN) {
+                n_tok++;
+                banned_seen |= ev.token == 261;
+                // Greedy: the sampled token is the most likely one, and log-probabilities are <= 0 and
+                // sorted.
+                logprobs_ok &= ev.n_top == 3 && ev.logprob <= 0 && ev.top_logprobs[0] >= ev.top_logprobs[1] &&
+                               ev.top_logprobs[1] >= ev.top_logprobs[2];
+            }
+            if (ev.len && len + ev.len < sizeof text) {
+                memcpy(text + len, ev.text, ev.len);
+                len += ev.len;
+            }
+            done = ev.kind == CINFER_EVENT_DONE || ev.kind == CINFER_EVENT_ERROR;
+        }
+    }
+    CHECK(n_tok == 12 && !banned_seen && logprobs_ok);
+    struct cinfer_generate_stats gs;
+    cinfer_stream_stats(st, 0, &gs);
+    CHECK(gs.n_generated == 12 && !strcmp(gs.finish_reason, "length") && gs.ttft_ms > 0);
+    cinfer_stream_release(st);
+    char *metrics = NULL;
+    size_t mlen = 0;
+    ASSERT_STATUS(cinfer_engine_metrics(e, &metrics, &mlen), CINFER_OK);
+    CHECK(strstr(metrics, "cinfer:generation_tokens_total 12\n") != NULL);
+    CHECK(strstr(metrics, "cinfer:request_success_total{finished_reason=\"length\"} 1\n") != NULL);
+    CHECK(strstr(metrics, "cinfer:time_to_first_token_seconds_count 1\n") != NULL);
+    CHECK(strstr(metrics, "cinfer:inter_token_latency_seconds_count 11\n") != NULL);
+    cinfer_free(metrics);
+    // Detokenizing what was streamed gives the same text back.
+    CHECK(strcmp(cinfer_model_name(m), "") != 0);
+    cinfer_token once[2] = {1, 403};
+    char *dt = NULL;
+    size_t dlen = 0;
+    ASSERT_STATUS(cinfer_detokenize(m, once, 2, false, &dt, &dlen, &err), CINFER_OK);
+    CHECK(!strcmp(dt, "Once"));
+    cinfer_free(dt);
+    cinfer_engine_free(e);
+    cinfer_model_free(m);
+}
+
 int main(void) {
     RUN(greedy_stories260k_gguf);
     RUN(greedy_stories260k_bin);
     RUN(greedy_stories260k_v1);
     RUN(load_errors);
+    RUN(engine_api);
     return test_exit_code();
 }
