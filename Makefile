@@ -18,17 +18,21 @@ CFLAGS_debug   := -O0 -g -DCI_DEBUG_CHECKS=1
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS_$(VARIANT)) -Iinclude -Isrc -MMD -MP
 LDFLAGS_asan := -fsanitize=address,undefined
 LDFLAGS := $(LDFLAGS_$(VARIANT))
-LDLIBS  := -lpcre2-8 -lpthread -lm
+LDLIBS  := -lpcre2-8 -lmicrohttpd -lcjson -lcurl -lpthread -lm
 
 # SIMD translation units get the ISA flags; everything else stays portable (runtime dispatch picks).
 SIMD_FLAGS := -mavx2 -mfma -mf16c
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/kernels/*.c src/tokenizer/*.c src/model/*.c src/engine/*.c))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(B)/%.o)
+# The web UI page is compiled into the binary as a C array generated from src/server/webui.html.
+ifneq ($(wildcard src/server/webui.html),)
+CLI_OBJ  += $(B)/gen/webui_data.o
+endif
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 LIB      := $(B)/libcinfer.a
 BIN      := $(B)/cinfer
@@ -43,6 +47,13 @@ $(B)/%_avx2.o: %_avx2.c
 $(B)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/gen/webui_data.c: src/server/webui.html scripts/embed.sh
+	@mkdir -p $(@D)
+	scripts/embed.sh $< $@
+
+$(B)/gen/webui_data.o: $(B)/gen/webui_data.c
+	$(CC) $(CFLAGS) -Isrc/server -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)

@@ -5,9 +5,12 @@
 #   python3-numpy    the tests' independent reference forward pass
 #   nodejs, npm      the llama.cpp cross-check (node-llama-cpp, pinned, installed by scripts/llamacpp-setup.sh)
 #   clang-format     make format-check
+#   libmicrohttpd-dev, libcjson-dev   the HTTP server and its JSON     libcurl4-openssl-dev   cinfer bench serve
+#   gnuplot-nox      benchmark plots    chromium   the web UI's browser test
 set -eu
 missing=""
-for p in build-essential libpcre2-dev python3 python3-numpy clang-format; do
+for p in build-essential libpcre2-dev libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev python3 python3-numpy \
+    clang-format gnuplot-nox chromium; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 # node and npm may come from elsewhere (e.g. a newer nodejs that bundles npm): only the commands matter.
