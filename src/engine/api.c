@@ -193,6 +193,19 @@ void cinfer_generate_params_default(struct cinfer_generate_params *p) {
     p->sampling.seed = g.sampling.seed;
 }
 
+static struct sampling_params sampling_from(const struct cinfer_sampling *c) {
+    struct sampling_params p = sampling_params_default();
+    p.temperature = c->temperature;
+    p.top_k = c->top_k;
+    p.top_p = c->top_p;
+    p.min_p = c->min_p;
+    p.repetition_penalty = c->repetition_penalty;
+    p.presence_penalty = c->presence_penalty;
+    p.frequency_penalty = c->frequency_penalty;
+    p.seed = c->seed;
+    return p;
+}
+
 struct stream {
     struct detok detok;
     cinfer_token_fn on_token;
@@ -232,14 +245,7 @@ enum cinfer_status cinfer_generate(const struct cinfer_model *m, const char *pro
     g.ignore_eos = p->ignore_eos;
     g.stop_tokens = m->eog;
     g.n_stop_tokens = m->n_eog;
-    g.sampling.temperature = p->sampling.temperature;
-    g.sampling.top_k = p->sampling.top_k;
-    g.sampling.top_p = p->sampling.top_p;
-    g.sampling.min_p = p->sampling.min_p;
-    g.sampling.repetition_penalty = p->sampling.repetition_penalty;
-    g.sampling.presence_penalty = p->sampling.presence_penalty;
-    g.sampling.frequency_penalty = p->sampling.frequency_penalty;
-    g.sampling.seed = p->sampling.seed;
+    g.sampling = sampling_from(&p->sampling);
     struct gen_metrics mt = {0};
     if (s == CI_OK)
         s = generate(m->model, ids, n_ids, &g, stream_token, &st, &mt, &e);
@@ -375,15 +381,7 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.n_prompt = n_prompt;
     rp.max_tokens = o->max_tokens;
     rp.n = o->n;
-    rp.sampling = sampling_params_default();
-    rp.sampling.temperature = o->sampling.temperature;
-    rp.sampling.top_k = o->sampling.top_k;
-    rp.sampling.top_p = o->sampling.top_p;
-    rp.sampling.min_p = o->sampling.min_p;
-    rp.sampling.repetition_penalty = o->sampling.repetition_penalty;
-    rp.sampling.presence_penalty = o->sampling.presence_penalty;
-    rp.sampling.frequency_penalty = o->sampling.frequency_penalty;
-    rp.sampling.seed = o->sampling.seed;
+    rp.sampling = sampling_from(&o->sampling);
     rp.stop = o->stop;
     rp.n_stop = o->n_stop;
     rp.ignore_eos = o->ignore_eos;
