@@ -9,21 +9,6 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 
-static void engine_options(const struct engine_args *a, struct cinfer_engine_options *o) {
-    cinfer_engine_options_default(o);
-    o->n_threads = a->p.n_threads;
-    o->policy = a->policy;
-    o->chunked_prefill = a->p.sched.chunked_prefill;
-    o->max_batch_tokens = a->p.sched.max_batch_tokens;
-    o->max_seqs = a->p.sched.max_seqs;
-    o->kv_block_size = a->p.block_size;
-    o->contiguous_kv = a->p.contiguous_kv;
-    o->kv_mem_bytes = a->p.kv_mem_bytes;
-    o->kv_blocks = a->p.kv_blocks;
-    o->prefix_cache = a->p.prefix_cache;
-    o->n_ctx = a->p.n_ctx;
-}
-
 int cmd_run(int argc, char **argv) {
     struct cinfer_request_options ro;
     cinfer_request_options_default(&ro);
@@ -71,7 +56,7 @@ int cmd_run(int argc, char **argv) {
     cinfer_token *ids = NULL;
     int n_ids = 0;
     struct cinfer_engine_options eo;
-    engine_options(&ea, &eo);
+    engine_args_to_options(&ea, &eo);
     if (cinfer_model_load(model_path, tok_path, &m, &err) != CINFER_OK ||
         cinfer_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err) != CINFER_OK ||
         cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK)

@@ -10,5 +10,6 @@ int cmd_logits(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_calc(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -87,3 +87,18 @@ bool engine_args_finish(const char *cmd, struct engine_args *a) {
     a->p.prefix_cache = !a->no_prefix_cache;
     return true;
 }
+
+void engine_args_to_options(const struct engine_args *a, struct cinfer_engine_options *o) {
+    cinfer_engine_options_default(o);
+    o->n_threads = a->p.n_threads;
+    o->policy = a->policy;
+    o->chunked_prefill = a->p.sched.chunked_prefill;
+    o->max_batch_tokens = a->p.sched.max_batch_tokens;
+    o->max_seqs = a->p.sched.max_seqs;
+    o->kv_block_size = a->p.block_size;
+    o->contiguous_kv = a->p.contiguous_kv;
+    o->kv_mem_bytes = a->p.kv_mem_bytes;
+    o->kv_blocks = a->p.kv_blocks;
+    o->prefix_cache = a->p.prefix_cache;
+    o->n_ctx = a->p.n_ctx;
+}

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 
+#include "cinfer.h"
 #include "cli/args.h"
 #include "engine/engine.h"
 
@@ -23,6 +24,8 @@ void engine_args_init(struct engine_args *a);
 void engine_args_specs(struct engine_args *a, struct arg_spec *out);
 /* After parsing: resolves names and sizes into a->p.  Prints the error and returns false on bad values. */
 bool engine_args_finish(const char *cmd, struct engine_args *a);
+/* The same settings as the public API's engine options (what run and serve hand to cinfer_engine_create). */
+void engine_args_to_options(const struct engine_args *a, struct cinfer_engine_options *o);
 /* Parses "64M", "1.5G", "4096", "512K" (binary multiples) into bytes; false if malformed or not positive. */
 bool engine_args_parse_bytes(const char *s, int64_t *out);
 

@@ -11,6 +11,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt and print TTFT/TBT/TPS/latency"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server with streaming, Prometheus metrics and a web UI"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"info", cmd_info, "print a model's hyper-parameters, tensor types, sizes and KV bytes per token"},
     {"convert", cmd_convert, "convert a llama2.c checkpoint (+ tokenizer.bin) to GGUF"},

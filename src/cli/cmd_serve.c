@@ -1,0 +1,224 @@
+/* cinfer serve: an OpenAI-compatible HTTP server (src/server/) over the serving engine.  The HTTP daemon
+ * starts first, so /health answers 503 while the model loads; then the engine runs on its own thread and
+ * the connection threads submit to it.  SIGINT/SIGTERM stop it gracefully: no new connections, every
+ * in-flight request cancelled, everything freed, exit 0. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cinfer.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/engine_args.h"
+#include "core/mem.h"
+#include "server/http.h"
+#include "server/routes.h"
+#include "tokenizer/chat.h"
+
+// The same mapping as cmd_run's: the shared engine flags onto the public engine options.
+/* The first line of path, without trailing whitespace; NULL (message printed) when unreadable or empty. */
+static char *read_key_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "cinfer serve: --api-key-file: cannot open '%s'\n", path);
+        return NULL;
+    }
+    char line[1024];
+    char *key = NULL;
+    if (fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+            line[--n] = '\0';
+        if (n)
+            key = ci_strdup(line);
+    }
+    fclose(f);
+    if (!key)
+        fprintf(stderr, "cinfer serve: --api-key-file: '%s' holds no key on its first line\n", path);
+    return key;
+}
+
+static void list_templates(void) {
+    fprintf(stderr, "  known templates:");
+    for (int t = 1; t < CHAT_TEMPLATE_COUNT; t++)
+        fprintf(stderr, " %s", chat_template_name((enum chat_template_id)t));
+    fprintf(stderr, "\n");
+}
+
+/* The model's template, by its GGUF tokenizer.chat_template; chatml (with a warning) when unrecognised. */
+static enum chat_template_id detect_template(const struct cinfer_model *m) {
+    size_t len = 0;
+    const char *jinja = cinfer_model_chat_template(m, &len);
+    enum chat_template_id t = jinja ? chat_template_detect(jinja, len) : CHAT_TEMPLATE_UNKNOWN;
+    if (t == CHAT_TEMPLATE_ZEPHYR || t == CHAT_TEMPLATE_ZEPHYR_HF) {
+        // The Zephyr layout ends turns with the EOS text: find it among the end-of-generation tokens.
+        struct cinfer_model_info mi;
+        cinfer_model_info(m, &mi);
+        for (cinfer_token id = 0; id < mi.n_vocab; id++) {
+            size_t n = 0;
+            const char *piece = cinfer_token_is_eog(m, id) ? cinfer_token_piece(m, id, &n) : NULL;
+            enum chat_template_id e = piece ? chat_template_for_eos(t, piece, n) : t;
+            if (e != t) {
+                t = e;
+                break;
+            }
+        }
+    }
+    if (t == CHAT_TEMPLATE_UNKNOWN) {
+        fprintf(stderr,
+                "cinfer serve: warning: %s; chat requests use %s (choose one with --chat-template NAME)\n",
+                jinja ? "the model's chat template is not one cinfer recognises"
+                      : "the model has no chat template",
+                chat_template_name(CHAT_TEMPLATE_DEFAULT));
+        t = CHAT_TEMPLATE_DEFAULT;
+    }
+    return t;
+}
+
+int cmd_serve(int argc, char **argv) {
+    struct engine_args ea;
+    engine_args_init(&ea);
+    const char *model_path = NULL, *tok_path = NULL, *host = "127.0.0.1", *api_key = NULL, *key_file = NULL;
+    const char *served = NULL, *tmpl_name = NULL, *max_body = "1M", *allow_origin = NULL;
+    int port = 8080, max_conn = 256, max_requests = 128, timeout_s = 300;
+    struct arg_spec specs[13 + ENGINE_ARGS_N_SPECS] = {
+        {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
+        {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
+        {"--host", NULL, ARG_STR, &host, 0, 0,
+         "ADDR  address to listen on (default 127.0.0.1: this host only)"},
+        {"--port", NULL, ARG_INT, &port, 0, 65535, "N  port (default 8080; 0: any free port)"},
+        {"--api-key", NULL, ARG_STR, &api_key, 0, 0,
+         "KEY  require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize (default: "
+         "$CINFER_API_KEY)"},
+        {"--api-key-file", NULL, ARG_STR, &key_file, 0, 0, "FILE  the key from the first line of FILE"},
+        {"--served-model-name", NULL, ARG_STR, &served, 0, 0,
+         "NAME  model name of the API (default: the model's)"},
+        {"--chat-template", NULL, ARG_STR, &tmpl_name, 0, 0,
+         "NAME  chat template (default: detected from the model, else chatml)"},
+        {"--max-connections", NULL, ARG_INT, &max_conn, 1, 100000,
+         "N  concurrent connections, one thread each (default 256)"},
+        {"--max-requests", NULL, ARG_INT, &max_requests, 1, 100000,
+         "N  generation requests in flight; more get 429 (default 128)"},
+        {"--timeout", NULL, ARG_INT, &timeout_s, 1, 86400,
+         "S  idle connection timeout in seconds (default 300)"},
+        {"--max-body", NULL, ARG_STR, &max_body, 0, 0,
+         "BYTES  request body limit; larger get 413 (default 1M)"},
+        {"--allow-origin", NULL, ARG_STR, &allow_origin, 0, 0,
+         "ORIGIN  send CORS headers allowing ORIGIN (default: none)"},
+    };
+    int n_specs = 13;
+    engine_args_specs(&ea, specs + n_specs);
+    n_specs += ENGINE_ARGS_N_SPECS;
+    if (args_want_help(argc, argv, 2)) {
+        args_usage("serve", "-m MODEL [--host ADDR] [--port N] [--api-key KEY] [engine options]", specs,
+                   n_specs);
+        return 0;
+    }
+    const char *pos[1];
+    int n_pos;
+    if (!args_parse("serve", argc, argv, 2, specs, n_specs, pos, 0, &n_pos) ||
+        !engine_args_finish("serve", &ea))
+        return 2;
+    if (!model_path) {
+        fprintf(stderr, "cinfer serve: -m MODEL is required\n");
+        return 2;
+    }
+    int64_t body_limit = 0;
+    if (!engine_args_parse_bytes(max_body, &body_limit) || body_limit > (int64_t)1 << 30) {
+        fprintf(stderr, "cinfer serve: --max-body: '%s' is not a size from 1 byte to 1G\n", max_body);
+        return 2;
+    }
+    if (api_key && key_file) {
+        fprintf(stderr, "cinfer serve: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    enum chat_template_id tmpl = CHAT_TEMPLATE_UNKNOWN;
+    if (tmpl_name && (tmpl = chat_template_from_name(tmpl_name)) == CHAT_TEMPLATE_UNKNOWN) {
+        fprintf(stderr, "cinfer serve: --chat-template: '%s' is not a known template\n", tmpl_name);
+        list_templates();
+        return 2;
+    }
+    char *key = NULL;
+    if (key_file && !(key = read_key_file(key_file)))
+        return 2;
+    if (!key && !api_key && getenv("CINFER_API_KEY") && *getenv("CINFER_API_KEY"))
+        api_key = getenv("CINFER_API_KEY");
+    if (!key && api_key && !(key = ci_strdup(api_key)))
+        return 1;
+
+    // Every thread started from here on (HTTP, engine, kernel pool) inherits this mask, so the signals
+    // reach only the sigwait below.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = 1;
+    struct ci_err ce = {0};
+    struct cinfer_error err = {0};
+    struct routes *routes = NULL;
+    struct http_server *http = NULL;
+    struct cinfer_model *m = NULL;
+    struct cinfer_engine *e = NULL;
+    int n_routes = 0;
+    const struct http_route *table = routes_table(&n_routes);
+    struct http_options ho = {host, port, key, max_conn, timeout_s, (size_t)body_limit, allow_origin};
+    if (routes_create(&routes, &ce) != CI_OK ||
+        http_server_start(&ho, table, n_routes, routes, &http, &ce) != CI_OK) {
+        fprintf(stderr, "cinfer serve: %s\n", ce.msg);
+        goto done;
+    }
+    bool v6 = strchr(host, ':') != NULL;
+    fprintf(stderr, "cinfer serve: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", host,
+            v6 ? "]" : "", http_server_port(http), model_path);
+    if (key)
+        fprintf(stderr, "cinfer serve: API key required on /v1/*, /tokenize and /detokenize\n");
+    fflush(stderr);
+
+    struct cinfer_engine_options eo;
+    engine_args_to_options(&ea, &eo);
+    if (cinfer_model_load(model_path, tok_path, &m, &err) != CINFER_OK ||
+        cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK || cinfer_engine_start(e, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer serve: %s\n", err.message);
+        goto done;
+    }
+    if (!tmpl_name)
+        tmpl = detect_template(m);
+    struct routes_config rc_cfg = {served, tmpl, max_requests, ea.p.sched.max_seqs};
+    if (routes_ready(routes, m, e, &rc_cfg, &ce) != CI_OK) {
+        fprintf(stderr, "cinfer serve: %s\n", ce.msg);
+        goto done;
+    }
+    struct cinfer_engine_info info;
+    cinfer_engine_info(e, &info);
+    fprintf(
+        stderr,
+        "cinfer serve: model '%s' ready (chat template %s, context %d, policy %s, %d threads)\n"
+        "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%lld bytes per token): %d sequence(s) of "
+        "the whole %d-token context fit\n",
+        served ? served : cinfer_model_name(m), chat_template_name(tmpl), info.n_ctx, ea.policy, eo.n_threads,
+        (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size,
+        (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
+    fflush(stderr);
+
+    int sig = 0;
+    while (sigwait(&stop_signals, &sig) != 0)
+        ;
+    fprintf(stderr, "cinfer serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    rc = 0;
+done:
+    // Order matters: the connections hold engine streams, so the HTTP server (which cancels and releases
+    // them) goes before the engine, and the engine before the model.
+    http_server_free(http);
+    cinfer_engine_free(e);
+    cinfer_model_free(m);
+    routes_free(routes);
+    ci_free(key);
+    if (rc == 0)
+        fprintf(stderr, "cinfer serve: stopped\n");
+    return rc;
+}

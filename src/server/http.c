@@ -1,0 +1,417 @@
+/* libmicrohttpd daemon, routing, body limit, authentication and lifecycle.  See http.h.
+ *
+ * A request's life: the first access-handler call (headers only) picks the route and decides any early
+ * error (404, 405, 401, 413 from Content-Length); the body calls either buffer the body (up to the limit)
+ * or drain it; the last call runs the handler, or sends the error decided earlier.  Errors are sent only
+ * after the body has been read, so a client that is still sending never meets a reset connection before it
+ * reads the answer; a body far past the limit (DRAIN_FACTOR times) closes the connection instead. */
+#include "server/http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/mem.h"
+#include "server/openai.h"
+
+#define DRAIN_FACTOR 16 // over-limit bytes drained before the connection is dropped, × the limit
+#define STREAM_BLOCK (16 * 1024)
+#define THREAD_STACK (1u << 20)
+#define GRACE_MS     2000 // at shutdown, the longest wait for in-flight requests to answer
+
+struct http_server {
+    struct MHD_Daemon *d;
+    struct http_options o;
+    char *api_key; // NULL: no authentication
+    char *allow_origin;
+    const struct http_route *routes;
+    int n_routes;
+    void *app;
+    int port;
+    atomic_bool stopping;
+    atomic_int n_active; // requests between their first call and their completion
+};
+
+struct http_conn {
+    struct http_server *srv;
+    struct MHD_Connection *mc;
+    const struct http_route *route;
+    struct openai_error early; // early.status != 0: the answer is decided, the body is drained
+    const char *allow;
+    bool options; // a CORS preflight
+    char *body;   // [cap]
+    size_t len, cap;
+    uint64_t content_length; // the Content-Length header (0 if absent)
+    uint64_t drained;
+};
+
+/* A streaming response's context, owned by the MHD response. */
+struct stream_wrap {
+    struct http_conn *conn;
+    http_fill_fn fill;
+    void *ctx;
+    void (*free_fn)(void *ctx);
+};
+
+bool http_auth_ok(const char *header, const char *key) {
+    if (!key || !*key)
+        return true;
+    if (!header || strncasecmp(header, "Bearer ", 7) != 0)
+        return false;
+    const char *tok = header + 7;
+    while (*tok == ' ')
+        tok++;
+    size_t n_tok = strlen(tok), n_key = strlen(key);
+    // Every byte of the key is compared whatever the token holds: the time depends on the key's length only.
+    unsigned diff = n_tok != n_key;
+    for (size_t i = 0; i < n_key; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < n_tok ? tok[i] : 0);
+    return diff == 0;
+}
+
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    // Client hang-ups and resets are routine for a server: only worth seeing when debugging.
+    CI_LOG_DEBUG("http: %s", line);
+}
+
+static const struct http_route *find_route(const struct http_server *s, const char *path) {
+    for (int i = 0; i < s->n_routes; i++) {
+        const struct http_route *r = &s->routes[i];
+        size_t n = strlen(r->path);
+        bool match = n > 1 && r->path[n - 1] == '/' ? strncmp(path, r->path, n) == 0 && path[n] != '\0'
+                                                    : strcmp(path, r->path) == 0;
+        if (match)
+            return r;
+    }
+    return NULL;
+}
+
+static bool method_ok(const struct http_route *r, const char *method) {
+    return strcmp(method, r->method) == 0 || (strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0);
+}
+
+static const char *allow_header(const struct http_route *r) {
+    return strcmp(r->method, "GET") == 0 ? "GET, HEAD" : r->method;
+}
+
+static void add_headers(const struct http_server *s, struct MHD_Response *resp,
+                        const struct http_response *r) {
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            r->content_type ? r->content_type : "application/json");
+    if (r->allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->retry_after_s > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", r->retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (r->fill) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no"); // proxies must not hold the stream back
+    }
+    if (s->allow_origin) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, s->allow_origin);
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    }
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    struct stream_wrap *w = cls;
+    ssize_t n = w->fill(w->ctx, w->conn, buf, max);
+    if (n == 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
+static void stream_free(void *cls) {
+    struct stream_wrap *w = cls;
+    if (w->free_fn)
+        w->free_fn(w->ctx);
+    ci_free(w);
+}
+
+static void free_response_parts(struct http_response *r) {
+    ci_free(r->body);
+    r->body = NULL;
+    if (r->fill && r->fill_free)
+        r->fill_free(r->fill_ctx);
+    r->fill = NULL;
+}
+
+static enum MHD_Result send_response(struct http_conn *c, struct http_response *r) {
+    struct MHD_Response *resp = NULL;
+    if (r->fill) {
+        struct stream_wrap *w = ci_calloc(1, sizeof *w);
+        if (w) {
+            *w = (struct stream_wrap){c, r->fill, r->fill_ctx, r->fill_free};
+            resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, w,
+                                                     stream_free);
+            if (!resp)
+                ci_free(w);
+            else
+                r->fill = NULL; // owned by the response now
+        }
+    } else if (r->body) {
+        resp = MHD_create_response_from_buffer_with_free_callback(r->body_len, r->body, ci_free);
+        if (resp)
+            r->body = NULL;
+    } else {
+        const char *b = r->static_body ? r->static_body : "";
+        resp = MHD_create_response_from_buffer(strlen(b), (void *)(uintptr_t)b, MHD_RESPMEM_PERSISTENT);
+    }
+    if (!resp) {
+        free_response_parts(r);
+        return MHD_NO;
+    }
+    add_headers(c->srv, resp, r);
+    free_response_parts(r);
+    enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+static enum MHD_Result send_error(struct http_conn *c, const struct openai_error *e, const char *allow) {
+    struct http_response r = {.status = e->status, .allow = allow};
+    r.body = openai_error_json(e, &r.body_len);
+    if (!r.body) {
+        r.status = 500;
+        r.static_body = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
+                        "\"code\":null}}";
+    }
+    return send_response(c, &r);
+}
+
+static bool body_append(struct http_conn *c, const char *data, size_t n) {
+    size_t need;
+    if (!ci_add_size(c->len, n, &need) || !ci_add_size(need, 1, &need))
+        return false;
+    if (need > c->cap) {
+        size_t cap = c->cap ? c->cap : 1024;
+        while (cap < need)
+            cap *= 2;
+        if (cap > c->srv->o.max_body_bytes + 1)
+            cap = c->srv->o.max_body_bytes + 1;
+        char *grown = ci_realloc(c->body, cap);
+        if (!grown)
+            return false;
+        c->body = grown;
+        c->cap = cap;
+    }
+    memcpy(c->body + c->len, data, n);
+    c->len += n;
+    c->body[c->len] = '\0';
+    return true;
+}
+
+/* Headers are in: pick the route and decide the answer when it is already known. */
+static void first_call(struct http_conn *c, const char *url, const char *method) {
+    struct http_server *s = c->srv;
+    struct openai_error *e = &c->early;
+    const char *len_hdr = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const struct http_route *r = c->route = find_route(s, url);
+    c->content_length = len_hdr ? strtoull(len_hdr, NULL, 10) : 0;
+    if (!r) {
+        openai_error_set(e, 404, NULL, "not_found", "no route %.64s %.200s", method, url);
+    } else if (s->allow_origin && strcmp(method, "OPTIONS") == 0) {
+        c->options = true;
+    } else if (!method_ok(r, method)) {
+        c->allow = allow_header(r);
+        openai_error_set(e, 405, NULL, "method_not_allowed", "%.16s is not allowed on %.200s (allowed: %s)",
+                         method, url, c->allow);
+    } else if (r->auth && s->api_key &&
+               !http_auth_ok(
+                   MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+                   s->api_key)) {
+        openai_error_set(e, 401, NULL, "invalid_api_key",
+                         "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+    } else if (c->content_length > s->o.max_body_bytes) {
+        openai_error_set(e, 413, NULL, "request_too_large", "the request body is %s bytes, the limit is %zu",
+                         len_hdr, s->o.max_body_bytes);
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    (void)version;
+    struct http_server *s = cls;
+    struct http_conn *c = *con_cls;
+    if (!c) {
+        if (!(c = ci_calloc(1, sizeof *c)))
+            return MHD_NO;
+        c->srv = s;
+        c->mc = mc;
+        *con_cls = c;
+        atomic_fetch_add(&s->n_active, 1);
+        first_call(c, url, method);
+        if (c->early.status && c->content_length > (uint64_t)DRAIN_FACTOR * s->o.max_body_bytes)
+            return send_error(c, &c->early, NULL); // too much to drain: answer now, the connection closes
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (c->early.status || c->options) {
+            c->drained += n;
+        } else if (c->len + n > s->o.max_body_bytes) {
+            openai_error_set(&c->early, 413, NULL, "request_too_large",
+                             "the request body is over the limit of %zu bytes", s->o.max_body_bytes);
+            c->drained = c->len + n;
+            ci_free(c->body);
+            c->body = NULL;
+            c->len = c->cap = 0;
+        } else if (!body_append(c, upload_data, n)) {
+            openai_error_set(&c->early, 500, NULL, NULL, "out of memory");
+        }
+        if (c->drained > (uint64_t)DRAIN_FACTOR * s->o.max_body_bytes)
+            return MHD_NO; // a body far past the limit: drop the connection
+        return MHD_YES;
+    }
+    // The whole request is in.
+    if (c->options) {
+        struct http_response r = {.status = 204, .content_type = "text/plain"};
+        return send_response(c, &r);
+    }
+    if (c->early.status)
+        return send_error(c, &c->early, c->allow);
+    struct http_request req = {method, url, c->body ? c->body : "", c->len, c};
+    struct http_response res = {.status = 200};
+    c->route->fn(s->app, &req, &res);
+    return send_response(c, &res);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)mc;
+    (void)toe;
+    struct http_server *s = cls;
+    struct http_conn *c = *con_cls;
+    if (!c)
+        return;
+    atomic_fetch_sub(&s->n_active, 1);
+    ci_free(c->body);
+    ci_free(c);
+    *con_cls = NULL;
+}
+
+bool http_conn_gone(struct http_conn *c) {
+    if (atomic_load(&c->srv->stopping))
+        return true;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+bool http_conn_stopping(const struct http_conn *c) {
+    return atomic_load(&c->srv->stopping);
+}
+
+void http_conn_set_busy(struct http_conn *c, bool busy) {
+    MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT,
+                              busy ? 0u : (unsigned)c->srv->o.timeout_s);
+}
+
+enum ci_status http_server_start(const struct http_options *o, const struct http_route *routes, int n_routes,
+                                 void *app, struct http_server **out, struct ci_err *err) {
+    *out = NULL;
+    enum ci_status st = CI_OK;
+    struct addrinfo *ai = NULL;
+    struct http_server *s = ci_calloc(1, sizeof *s);
+    if (!s)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    s->o = *o;
+    s->routes = routes;
+    s->n_routes = n_routes;
+    s->app = app;
+    atomic_init(&s->stopping, false);
+    atomic_init(&s->n_active, 0);
+    if ((o->api_key && *o->api_key && !(s->api_key = ci_strdup(o->api_key))) ||
+        (o->allow_origin && !(s->allow_origin = ci_strdup(o->allow_origin)))) {
+        st = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    s->o.api_key = s->api_key;
+    s->o.allow_origin = s->allow_origin;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    int gai = getaddrinfo(o->host, port, &hints, &ai);
+    if (gai != 0) {
+        st = ci_err_set(err, CI_ERR_INVALID, "--host '%s': %s", o->host, gai_strerror(gai));
+        goto fail;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_STACK_SIZE,
+                            (size_t)THREAD_STACK, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
+    if (!s->d) {
+        st = ci_err_set(err, CI_ERR_IO,
+                        "cannot listen on %s port %d (in use, or not an address of this host?)", o->host,
+                        o->port);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    freeaddrinfo(ai);
+    *out = s;
+    return CI_OK;
+fail:
+    if (ai)
+        freeaddrinfo(ai);
+    ci_free(s->api_key);
+    ci_free(s->allow_origin);
+    ci_free(s);
+    return st;
+}
+
+int http_server_port(const struct http_server *s) {
+    return s->port;
+}
+
+void http_server_quiesce(struct http_server *s) {
+    if (!s || atomic_exchange(&s->stopping, true))
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+void http_server_free(struct http_server *s) {
+    if (!s)
+        return;
+    http_server_quiesce(s);
+    // Handlers see the stop within one wait on the engine and answer (503, or a stream cut short): give
+    // them a moment to get that out before the daemon closes every socket.
+    for (int i = 0; i < GRACE_MS / 10 && atomic_load(&s->n_active) > 0; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    MHD_stop_daemon(s->d);
+    ci_free(s->api_key);
+    ci_free(s->allow_origin);
+    ci_free(s);
+}

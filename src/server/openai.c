@@ -1,0 +1,629 @@
+/* OpenAI request parsing and validation (cJSON), error bodies and the status → HTTP table.  Every value from
+ * the body is checked for type and range here, with the offending parameter named, so that what reaches
+ * cinfer_engine_submit is already sane; the engine still re-checks what only it knows (context, KV pool). */
+#include "server/openai.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "server/sse.h"
+
+static void *json_malloc(size_t n) {
+    return ci_malloc(n);
+}
+
+void openai_init(void) {
+    cJSON_Hooks h = {json_malloc, ci_free};
+    cJSON_InitHooks(&h);
+}
+
+/* ---- errors ------------------------------------------------------------------------------------------- */
+
+static const char *type_for(int status) {
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 429:
+        return "rate_limit_error";
+    default:
+        return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+void openai_error_set(struct openai_error *e, int status, const char *param, const char *code,
+                      const char *fmt, ...) {
+    e->status = status;
+    e->type = type_for(status);
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+int openai_http_status(enum cinfer_status s) {
+    switch (s) {
+    case CINFER_OK:
+        return 200;
+    case CINFER_ERR_INVALID:
+    case CINFER_ERR_FORMAT:
+    case CINFER_ERR_UNSUPPORTED:
+    case CINFER_ERR_LIMIT:
+        return 400;
+    case CINFER_ERR_BUSY:
+        return 429;
+    case CINFER_ERR_CANCELLED:
+        return 503;
+    case CINFER_ERR_NOMEM:
+    case CINFER_ERR_IO:
+    case CINFER_ERR_INTERNAL:
+        break;
+    }
+    return 500;
+}
+
+void openai_error_from_status(struct openai_error *e, enum cinfer_status s, const char *message) {
+    const char *code = NULL;
+    if (s == CINFER_ERR_LIMIT)
+        code = "context_length_exceeded";
+    else if (s == CINFER_ERR_BUSY)
+        code = "rate_limit_exceeded";
+    openai_error_set(e, openai_http_status(s), NULL, code, "%s", message && *message ? message : "error");
+}
+
+char *openai_error_json(const struct openai_error *e, size_t *len) {
+    char *out = NULL;
+    char *msg = sse_utf8_clean(e->message, strlen(e->message), NULL);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *er = cJSON_AddObjectToObject(root, "error");
+    if (!msg || !er || !cJSON_AddStringToObject(er, "message", msg) ||
+        !cJSON_AddStringToObject(er, "type", e->type ? e->type : type_for(e->status)))
+        goto done;
+    if (!(e->param[0] ? cJSON_AddStringToObject(er, "param", e->param)
+                      : cJSON_AddNullToObject(er, "param")) ||
+        !(e->code ? cJSON_AddStringToObject(er, "code", e->code) : cJSON_AddNullToObject(er, "code")))
+        goto done;
+    out = cJSON_PrintUnformatted(root);
+    if (out && len)
+        *len = strlen(out);
+done:
+    ci_free(msg);
+    cJSON_Delete(root);
+    return out;
+}
+
+/* ---- value readers: absent and null mean "not given" ----------------------------------------------------
+ */
+
+static bool absent(const cJSON *v) {
+    return !v || cJSON_IsNull(v);
+}
+
+static enum ci_status bad(struct openai_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static enum ci_status bad(struct openai_error *err, const char *param, const char *fmt, ...) {
+    char msg[sizeof err->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    openai_error_set(err, 400, param, NULL, "%s", msg);
+    return CI_ERR_INVALID;
+}
+
+static enum ci_status nomem(struct openai_error *err) {
+    openai_error_set(err, 500, NULL, NULL, "out of memory");
+    return CI_ERR_NOMEM;
+}
+
+static bool integral(const cJSON *v, double lo, double hi) {
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && floor(v->valuedouble) == v->valuedouble &&
+           v->valuedouble >= lo && v->valuedouble <= hi;
+}
+
+/* An integer in [lo, hi]; *out untouched when absent. */
+static enum ci_status get_int(const cJSON *o, const char *key, int lo, int hi, int *out, bool *given,
+                              struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (given)
+        *given = !absent(v);
+    if (absent(v))
+        return CI_OK;
+    if (!integral(v, lo, hi))
+        return bad(err, key, "'%s' must be an integer in [%d, %d]", key, lo, hi);
+    *out = (int)v->valuedouble;
+    return CI_OK;
+}
+
+/* A number in [lo, hi] (open at lo when lo_open). */
+static enum ci_status get_float(const cJSON *o, const char *key, double lo, bool lo_open, double hi,
+                                float *out, struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (absent(v))
+        return CI_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble > hi ||
+        (lo_open ? v->valuedouble <= lo : v->valuedouble < lo))
+        return bad(err, key, "'%s' must be a number in %s%g, %g]", key, lo_open ? "(" : "[", lo, hi);
+    *out = (float)v->valuedouble;
+    return CI_OK;
+}
+
+static enum ci_status get_bool(const cJSON *o, const char *key, bool *out, struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (absent(v))
+        return CI_OK;
+    if (!cJSON_IsBool(v))
+        return bad(err, key, "'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    return CI_OK;
+}
+
+static enum ci_status parse_root(const char *body, size_t len, cJSON **out, struct openai_error *err) {
+    *out = NULL;
+    if (memchr(body, '\0', len))
+        return bad(err, NULL, "the request body holds a NUL byte");
+    const char *end = NULL;
+    // len + 1 takes in the NUL, so trailing garbage after the value is rejected.
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len + 1, &end, true);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        return bad(err, NULL, "the request body is not valid JSON (near byte %zu)", at);
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return bad(err, NULL, "the request body must be a JSON object");
+    }
+    *out = root;
+    return CI_OK;
+}
+
+static enum ci_status dup_string(const char *s, char **out, struct openai_error *err) {
+    if (!(*out = ci_strdup(s)))
+        return nomem(err);
+    return CI_OK;
+}
+
+/* [0, n_vocab) integers of an array (may be empty). */
+static enum ci_status token_array(const cJSON *arr, const char *param, int n_vocab, cinfer_token **ids,
+                                  int *n, struct openai_error *err) {
+    int count = cJSON_GetArraySize(arr);
+    *ids = NULL;
+    *n = 0;
+    if (count == 0)
+        return CI_OK;
+    cinfer_token *t = ci_malloc((size_t)count * sizeof *t);
+    if (!t)
+        return nomem(err);
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, arr) {
+        if (!integral(v, 0, (double)n_vocab - 1)) {
+            ci_free(t);
+            return bad(err, param, "'%s': element %d is not a token id in [0, %d)", param, i, n_vocab);
+        }
+        t[i++] = (cinfer_token)v->valuedouble;
+    }
+    *ids = t;
+    *n = i;
+    return CI_OK;
+}
+
+/* ---- messages -------------------------------------------------------------------------------------------
+ */
+
+/* Concatenates the text parts [{"type":"text","text":"..."}] of a content array, joined by "\n". */
+static enum ci_status content_parts(const cJSON *arr, const char *param, char **out,
+                                    struct openai_error *err) {
+    size_t total = 1;
+    const cJSON *p;
+    int i = 0;
+    cJSON_ArrayForEach(p, arr) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (!cJSON_IsObject(p) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
+            !cJSON_IsString(text))
+            return bad(err, param,
+                       "'%s': part %d is not {\"type\": \"text\", \"text\": ...} (only text is supported)",
+                       param, i);
+        total += strlen(text->valuestring) + 1;
+        i++;
+    }
+    char *s = ci_malloc(total);
+    if (!s)
+        return nomem(err);
+    size_t o = 0;
+    i = 0;
+    cJSON_ArrayForEach(p, arr) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
+        size_t l = strlen(t);
+        if (i++)
+            s[o++] = '\n';
+        memcpy(s + o, t, l);
+        o += l;
+    }
+    s[o] = '\0';
+    *out = s;
+    return CI_OK;
+}
+
+static void messages_free(struct chat_message *m, int n) {
+    for (int i = 0; i < n; i++) {
+        ci_free((char *)(uintptr_t)m[i].role);
+        ci_free((char *)(uintptr_t)m[i].content);
+    }
+    ci_free(m);
+}
+
+static enum ci_status parse_messages(const cJSON *root, struct chat_message **out, int *n_out,
+                                     struct openai_error *err) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    *out = NULL;
+    *n_out = 0;
+    if (absent(arr))
+        return bad(err, "messages", "'messages' is required");
+    int count = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
+    if (!cJSON_IsArray(arr) || count < 1 || count > OPENAI_MAX_MESSAGES)
+        return bad(err, "messages", "'messages' must be an array of 1 to %d messages", OPENAI_MAX_MESSAGES);
+    struct chat_message *m = ci_calloc((size_t)count, sizeof *m);
+    if (!m)
+        return nomem(err);
+    enum ci_status s = CI_OK;
+    int i = 0;
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, arr) {
+        char param[64];
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+        if (!cJSON_IsObject(msg)) {
+            s = bad(err, "messages", "'messages': element %d is not an object", i);
+            goto fail;
+        }
+        if (!cJSON_IsString(role)) {
+            s = bad(err, param, "'%s' must be a string", param);
+            goto fail;
+        }
+        const char *r = role->valuestring;
+        if (strcmp(r, "developer") == 0) // OpenAI's newer name for the system role
+            r = "system";
+        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0) {
+            s = bad(err, param, "'%s': role '%.32s' is not supported (system, developer, user, assistant)",
+                    param, role->valuestring);
+            goto fail;
+        }
+        char *text = NULL;
+        if ((s = dup_string(r, &text, err)) != CI_OK)
+            goto fail;
+        m[i].role = text;
+        snprintf(param, sizeof param, "messages[%d].content", i);
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        text = NULL;
+        if (absent(content))
+            s = dup_string("", &text, err);
+        else if (cJSON_IsString(content))
+            s = dup_string(content->valuestring, &text, err);
+        else if (cJSON_IsArray(content))
+            s = content_parts(content, param, &text, err);
+        else
+            s = bad(err, param, "'%s' must be a string or an array of text parts", param);
+        m[i].content = text;
+        if (s != CI_OK)
+            goto fail;
+        i++;
+    }
+    *out = m;
+    *n_out = count;
+    return CI_OK;
+fail:
+    messages_free(m, count);
+    return s;
+}
+
+/* ---- /v1/completions prompts ------------------------------------------------------------------------------
+ */
+
+static bool token_prompt_shape(const cJSON *v) {
+    return cJSON_IsArray(v) && (cJSON_GetArraySize(v) == 0 || cJSON_IsNumber(cJSON_GetArrayItem(v, 0)));
+}
+
+static enum ci_status one_prompt(const cJSON *v, const char *param, int n_vocab, struct openai_prompt *p,
+                                 struct openai_error *err) {
+    if (cJSON_IsString(v))
+        return dup_string(v->valuestring, &p->text, err);
+    if (!token_prompt_shape(v))
+        return bad(err, param, "'%s' must be a string or an array of token ids", param);
+    enum ci_status s = token_array(v, param, n_vocab, &p->ids, &p->n_ids, err);
+    if (s == CI_OK && p->n_ids == 0)
+        return bad(err, param, "'%s' is an empty list of token ids", param);
+    return s;
+}
+
+static enum ci_status parse_prompts(const cJSON *root, int n_vocab, struct openai_request *r,
+                                    struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (absent(v))
+        return bad(err, "prompt", "'prompt' is required");
+    bool list = cJSON_IsArray(v) && !token_prompt_shape(v);
+    int count = list ? cJSON_GetArraySize(v) : 1;
+    if (count < 1 || count > OPENAI_MAX_PROMPTS)
+        return bad(err, "prompt", "'prompt' must hold 1 to %d prompts", OPENAI_MAX_PROMPTS);
+    if (!(r->prompts = ci_calloc((size_t)count, sizeof *r->prompts)))
+        return nomem(err);
+    r->n_prompts = count;
+    if (!list)
+        return one_prompt(v, "prompt", n_vocab, &r->prompts[0], err);
+    int i = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, v) {
+        char param[32];
+        snprintf(param, sizeof param, "prompt[%d]", i);
+        enum ci_status s = one_prompt(p, param, n_vocab, &r->prompts[i++], err);
+        if (s != CI_OK)
+            return s;
+    }
+    return CI_OK;
+}
+
+/* ---- the shared sampling parameters ---------------------------------------------------------------------
+ */
+
+static enum ci_status parse_stop(const cJSON *root, struct openai_request *r, struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    if (absent(v))
+        return CI_OK;
+    const cJSON *one[1] = {v};
+    int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 1;
+    if (!cJSON_IsString(v) && !cJSON_IsArray(v))
+        return bad(err, "stop", "'stop' must be a string or an array of strings");
+    if (count > OPENAI_MAX_STOP)
+        return bad(err, "stop", "'stop' holds %d strings, at most %d are allowed", count, OPENAI_MAX_STOP);
+    for (int i = 0; i < count; i++) {
+        const cJSON *s = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, i) : one[0];
+        size_t n = cJSON_IsString(s) ? strlen(s->valuestring) : 0;
+        if (!cJSON_IsString(s) || n < 1 || n > OPENAI_MAX_STOP_BYTES)
+            return bad(err, "stop", "'stop': each stop string must be a string of 1 to %d bytes",
+                       OPENAI_MAX_STOP_BYTES);
+        if (dup_string(s->valuestring, &r->stop[i], err) != CI_OK)
+            return CI_ERR_NOMEM;
+        r->n_stop = i + 1;
+    }
+    return CI_OK;
+}
+
+static enum ci_status parse_logit_bias(const cJSON *root, int n_vocab, struct openai_request *r,
+                                       struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (absent(v))
+        return CI_OK;
+    if (!cJSON_IsObject(v))
+        return bad(err, "logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+    int count = cJSON_GetArraySize(v);
+    if (count > OPENAI_MAX_LOGIT_BIAS)
+        return bad(err, "logit_bias", "'logit_bias' has %d entries, at most %d are allowed", count,
+                   OPENAI_MAX_LOGIT_BIAS);
+    if (count == 0)
+        return CI_OK;
+    if (!(r->logit_bias = ci_calloc((size_t)count, sizeof *r->logit_bias)))
+        return nomem(err);
+    const cJSON *e;
+    int i = 0;
+    cJSON_ArrayForEach(e, v) {
+        const char *k = e->string;
+        char *end = NULL;
+        long id = k && *k >= '0' && *k <= '9' ? strtol(k, &end, 10) : -1;
+        if (!end || *end || id < 0 || id >= n_vocab)
+            return bad(err, "logit_bias", "'logit_bias': key '%.32s' is not a token id in [0, %d)",
+                       k ? k : "", n_vocab);
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
+            return bad(err, "logit_bias",
+                       "'logit_bias': the bias of token %ld must be a number in [-100, 100]", id);
+        r->logit_bias[i].token = (cinfer_token)id;
+        // -100 bans the token outright, as OpenAI documents, whatever the logits' scale.
+        r->logit_bias[i].bias = e->valuedouble <= -100 ? -INFINITY : (float)e->valuedouble;
+        i++;
+    }
+    r->n_logit_bias = i;
+    return CI_OK;
+}
+
+static enum ci_status parse_seed(const cJSON *root, struct openai_request *r, struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    if (absent(v))
+        return CI_OK;
+    if (!integral(v, -9223372036854775808.0, 18446744073709551615.0))
+        return bad(err, "seed", "'seed' must be an integer");
+    r->has_seed = true;
+    r->sampling.seed = v->valuedouble < 0                         ? (uint64_t)(int64_t)v->valuedouble
+                       : v->valuedouble >= 18446744073709551615.0 ? UINT64_MAX
+                                                                  : (uint64_t)v->valuedouble;
+    return CI_OK;
+}
+
+static enum ci_status parse_logprobs(const cJSON *root, enum openai_endpoint ep, struct openai_request *r,
+                                     struct openai_error *err) {
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+    if (ep == OPENAI_COMPLETIONS) {
+        if (absent(lp))
+            return CI_OK;
+        if (cJSON_IsBool(lp)) // lenient: true means the sampled token only
+            r->logprobs = cJSON_IsTrue(lp) ? 0 : -1;
+        else if (!integral(lp, 0, OPENAI_MAX_LOGPROBS))
+            return bad(err, "logprobs", "'logprobs' must be an integer in [0, %d]", OPENAI_MAX_LOGPROBS);
+        else
+            r->logprobs = (int)lp->valuedouble;
+        return CI_OK;
+    }
+    bool want = false;
+    int top = 0;
+    bool top_given = false;
+    enum ci_status s;
+    if ((s = get_bool(root, "logprobs", &want, err)) != CI_OK ||
+        (s = get_int(root, "top_logprobs", 0, OPENAI_MAX_LOGPROBS, &top, &top_given, err)) != CI_OK)
+        return s;
+    if (top_given && top > 0 && !want)
+        return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+    r->logprobs = want ? top : -1;
+    return CI_OK;
+}
+
+enum ci_status openai_parse(enum openai_endpoint ep, const char *body, size_t len,
+                            const struct openai_limits *lim, struct openai_request *out,
+                            struct openai_error *err) {
+    memset(out, 0, sizeof *out);
+    out->endpoint = ep;
+    out->n = 1;
+    out->logprobs = -1;
+    // OpenAI's defaults, not the CLI's: plain sampling at temperature 1 with nothing truncated.
+    out->sampling = (struct cinfer_sampling){.temperature = 1.0f,
+                                             .top_k = 0,
+                                             .top_p = 1.0f,
+                                             .min_p = 0.0f,
+                                             .repetition_penalty = 1.0f,
+                                             .presence_penalty = 0.0f,
+                                             .frequency_penalty = 0.0f,
+                                             .seed = 0};
+    cJSON *root = NULL;
+    enum ci_status s = parse_root(body, len, &root, err);
+    if (s != CI_OK)
+        return s;
+    struct cinfer_sampling *sp = &out->sampling;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!absent(model) && !cJSON_IsString(model)) {
+        s = bad(err, "model", "'model' must be a string");
+        goto fail;
+    }
+    if (cJSON_IsString(model) && (s = dup_string(model->valuestring, &out->model, err)) != CI_OK)
+        goto fail;
+    if (ep == OPENAI_COMPLETIONS)
+        s = parse_prompts(root, lim->n_vocab, out, err);
+    else
+        s = parse_messages(root, &out->messages, &out->n_messages, err);
+    if (s != CI_OK)
+        goto fail;
+    int max_ctx = lim->n_ctx > 0 ? lim->n_ctx : 1;
+    bool given = false;
+    if (ep == OPENAI_CHAT &&
+        (s = get_int(root, "max_completion_tokens", 1, max_ctx, &out->max_tokens, &given, err)) != CI_OK)
+        goto fail;
+    if (!given && (s = get_int(root, "max_tokens", 1, max_ctx, &out->max_tokens, NULL, err)) != CI_OK)
+        goto fail;
+    int top_k = 0;
+    if ((s = get_int(root, "n", 1, OPENAI_MAX_N, &out->n, NULL, err)) != CI_OK ||
+        (s = get_float(root, "temperature", 0, false, 2, &sp->temperature, err)) != CI_OK ||
+        (s = get_float(root, "top_p", 0, true, 1, &sp->top_p, err)) != CI_OK ||
+        (s = get_int(root, "top_k", -1, 1 << 30, &top_k, NULL, err)) != CI_OK ||
+        (s = get_float(root, "min_p", 0, false, 1, &sp->min_p, err)) != CI_OK ||
+        (s = get_float(root, "presence_penalty", -2, false, 2, &sp->presence_penalty, err)) != CI_OK ||
+        (s = get_float(root, "frequency_penalty", -2, false, 2, &sp->frequency_penalty, err)) != CI_OK ||
+        (s = get_float(root, "repetition_penalty", 0, true, 100, &sp->repetition_penalty, err)) != CI_OK ||
+        (s = parse_seed(root, out, err)) != CI_OK || (s = parse_stop(root, out, err)) != CI_OK ||
+        (s = get_bool(root, "ignore_eos", &out->ignore_eos, err)) != CI_OK ||
+        (s = get_bool(root, "stream", &out->stream, err)) != CI_OK ||
+        (s = parse_logprobs(root, ep, out, err)) != CI_OK ||
+        (s = parse_logit_bias(root, lim->n_vocab, out, err)) != CI_OK)
+        goto fail;
+    sp->top_k = top_k < 0 ? 0 : top_k; // vLLM's -1 means off, as 0 does here
+    if (ep == OPENAI_COMPLETIONS && (s = get_bool(root, "echo", &out->echo, err)) != CI_OK)
+        goto fail;
+    if (out->n_prompts * out->n > OPENAI_MAX_CHOICES) {
+        s = bad(err, "n", "%d prompts × n = %d gives more than %d choices", out->n_prompts, out->n,
+                OPENAI_MAX_CHOICES);
+        goto fail;
+    }
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (!absent(so)) {
+        if (!cJSON_IsObject(so)) {
+            s = bad(err, "stream_options", "'stream_options' must be an object");
+            goto fail;
+        }
+        if ((s = get_bool(so, "include_usage", &out->include_usage, err)) != CI_OK) {
+            snprintf(err->param, sizeof err->param, "stream_options.include_usage");
+            goto fail;
+        }
+    }
+    cJSON_Delete(root);
+    return CI_OK;
+fail:
+    cJSON_Delete(root);
+    openai_request_deinit(out);
+    return s;
+}
+
+void openai_request_deinit(struct openai_request *r) {
+    ci_free(r->model);
+    for (int i = 0; r->prompts && i < r->n_prompts; i++) {
+        ci_free(r->prompts[i].text);
+        ci_free(r->prompts[i].ids);
+    }
+    ci_free(r->prompts);
+    messages_free(r->messages, r->n_messages);
+    for (int i = 0; i < r->n_stop; i++)
+        ci_free(r->stop[i]);
+    ci_free(r->logit_bias);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- /tokenize and /detokenize ---------------------------------------------------------------------------
+ */
+
+enum ci_status openai_parse_tokenize(const char *body, size_t len, struct openai_tokenize *out,
+                                     struct openai_error *err) {
+    memset(out, 0, sizeof *out);
+    out->add_special = true;
+    out->add_generation_prompt = true;
+    cJSON *root = NULL;
+    enum ci_status s = parse_root(body, len, &root, err);
+    if (s != CI_OK)
+        return s;
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!absent(prompt)) {
+        if (!cJSON_IsString(prompt))
+            s = bad(err, "prompt", "'prompt' must be a string");
+        else
+            s = dup_string(prompt->valuestring, &out->prompt, err);
+    } else if (!absent(cJSON_GetObjectItemCaseSensitive(root, "messages"))) {
+        s = parse_messages(root, &out->messages, &out->n_messages, err);
+    } else {
+        s = bad(err, "prompt", "give 'prompt' (a string) or 'messages'");
+    }
+    if (s == CI_OK)
+        s = get_bool(root, "add_special_tokens", &out->add_special, err);
+    if (s == CI_OK)
+        s = get_bool(root, "add_generation_prompt", &out->add_generation_prompt, err);
+    cJSON_Delete(root);
+    if (s != CI_OK)
+        openai_tokenize_deinit(out);
+    return s;
+}
+
+void openai_tokenize_deinit(struct openai_tokenize *t) {
+    ci_free(t->prompt);
+    messages_free(t->messages, t->n_messages);
+    memset(t, 0, sizeof *t);
+}
+
+enum ci_status openai_parse_detokenize(const char *body, size_t len, const struct openai_limits *lim,
+                                       struct openai_detokenize *out, struct openai_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = NULL;
+    enum ci_status s = parse_root(body, len, &root, err);
+    if (s != CI_OK)
+        return s;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if (!cJSON_IsArray(v))
+        s = bad(err, "tokens", "'tokens' must be an array of token ids");
+    else
+        s = token_array(v, "tokens", lim->n_vocab, &out->ids, &out->n_ids, err);
+    cJSON_Delete(root);
+    return s;
+}
+
+void openai_detokenize_deinit(struct openai_detokenize *d) {
+    ci_free(d->ids);
+    memset(d, 0, sizeof *d);
+}

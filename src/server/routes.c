@@ -1,0 +1,869 @@
+/* The endpoints of `cinfer serve`.  See routes.h.
+ *
+ * A generation request becomes a struct gen: one engine submission per prompt (n samples each) and one
+ * choice per (prompt, sample).  The handler submits everything before it answers, so a request that can
+ * never run (context, pool, queue) gets a proper HTTP error; then either it waits for every choice and
+ * answers one JSON body, or it hands the gen to the HTTP layer as a streaming body whose fill callback turns
+ * engine events into SSE chunks.  Both wait on the streams with a short timeout and check between waits
+ * whether the client is still there, so a client that goes away cancels its request (and the engine frees
+ * its KV blocks) within a step or two.  Whatever happens, gen_free releases the streams, which cancels any
+ * sample still running. */
+#include "server/routes.h"
+
+#include <cjson/cJSON.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/clock.h"
+#include "core/mem.h"
+#include "server/openai.h"
+#include "server/sse.h"
+#include "server/webui.h"
+
+// The page is linked in only when the build found src/server/webui.html: without it, / answers 404.
+#pragma weak cinfer_webui_html
+#pragma weak cinfer_webui_html_len
+
+#define WAIT_NS (50 * 1000 * 1000ll) // longest wait on a stream between checks of the client
+
+struct routes {
+    atomic_bool ready;
+    const struct cinfer_model *m;
+    struct cinfer_engine *e;
+    char *name;
+    enum chat_template_id tmpl;
+    int max_requests, max_seqs;
+    int n_ctx, n_vocab;
+    int max_tokens_cap; // the most tokens one sequence can hold: min(context, KV pool)
+    atomic_int n_inflight;
+    atomic_uint_fast64_t next_id;
+};
+
+/* ---- small helpers ----------------------------------------------------------------------------------------
+ */
+
+static const char oom_body[] =
+    "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+
+static void respond_error(struct http_response *res, const struct openai_error *e) {
+    res->status = e->status;
+    res->content_type = "application/json";
+    res->body = openai_error_json(e, &res->body_len);
+    if (!res->body) {
+        res->status = 500;
+        res->static_body = oom_body;
+    }
+    if (e->status == 429 || e->status == 503)
+        res->retry_after_s = 1;
+}
+
+static void respond_status(struct http_response *res, enum cinfer_status s, const char *message) {
+    struct openai_error e;
+    openai_error_from_status(&e, s, message);
+    respond_error(res, &e);
+}
+
+/* Takes obj. */
+static void respond_json(struct http_response *res, cJSON *obj) {
+    char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!text) {
+        res->status = 500;
+        res->static_body = oom_body;
+        return;
+    }
+    res->status = 200;
+    res->body = text;
+    res->body_len = strlen(text);
+}
+
+static bool check_ready(struct routes *r, struct http_response *res) {
+    if (atomic_load(&r->ready))
+        return true;
+    struct openai_error e;
+    openai_error_set(&e, 503, NULL, "model_loading", "the model is loading");
+    respond_error(res, &e);
+    return false;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* The text token id adds after token prev (-1: none), as the detokenizer renders it in a sequence: decoding
+ * a token alone would show the leading space a SentencePiece vocabulary drops at the start of a text, or
+ * drop one it keeps inside it.  Special tokens are rendered ("</s>"). */
+static char *token_text(const struct cinfer_model *m, cinfer_token prev, cinfer_token id, size_t *len) {
+    cinfer_token two[2] = {prev, id};
+    int first = prev >= 0 ? 0 : 1;
+    char *head = NULL, *both = NULL, *out = NULL;
+    size_t n_head = 0, n_both = 0;
+    if ((first == 1 || cinfer_detokenize(m, two, 1, true, &head, &n_head, NULL) == CINFER_OK) &&
+        cinfer_detokenize(m, two + first, 2 - first, true, &both, &n_both, NULL) == CINFER_OK &&
+        n_both >= n_head && (out = ci_malloc(n_both - n_head + 1))) {
+        *len = n_both - n_head;
+        memcpy(out, both + n_head, *len);
+        out[*len] = '\0';
+    }
+    cinfer_free(head);
+    cinfer_free(both);
+    return out;
+}
+
+/* ---- a generation request -------------------------------------------------------------------------------
+ */
+
+struct choice {
+    int stream;  // index into gen.streams
+    int sample;  // sample of that stream
+    bool done;   // its final event was seen
+    bool failed; // it ended in an error event
+    const char *finish;
+    char *text; // [cap] non-streaming: the text so far
+    size_t len, cap;
+    long long n_tokens;
+    cinfer_token last; // the sequence's last token (the prompt's, then the sampled ones): logprobs' context
+    long long text_offset; // bytes of the choice's text so far (echo included)
+    cJSON *logprobs;       // non-streaming: every token's entry
+    char error[256];
+};
+
+struct gen {
+    struct routes *r;
+    struct openai_request q;
+    bool chat, streaming;
+    struct cinfer_stream **streams; // [n_streams] one per prompt
+    int n_streams;
+    char **echo; // [n_streams] the prompt's text (completions with echo), or NULL
+    long long prompt_tokens;
+    struct choice *ch; // [n_ch]
+    int n_ch;
+    int n_done;
+    bool any_failed;
+    char id[48];
+    long long created;
+    struct sse_buf out;
+    bool begun, ended; // streaming: the opening chunks were written; [DONE] was written
+    bool counted;      // holds one of the max_requests slots
+};
+
+static void gen_free(void *ctx) {
+    struct gen *g = ctx;
+    if (!g)
+        return;
+    for (int i = 0; i < g->n_streams; i++)
+        cinfer_stream_release(g->streams[i]);
+    for (int i = 0; g->echo && i < g->n_streams; i++)
+        ci_free(g->echo[i]);
+    for (int i = 0; g->ch && i < g->n_ch; i++) {
+        ci_free(g->ch[i].text);
+        cJSON_Delete(g->ch[i].logprobs);
+    }
+    ci_free(g->streams);
+    ci_free(g->echo);
+    ci_free(g->ch);
+    sse_buf_deinit(&g->out);
+    if (g->counted)
+        atomic_fetch_sub(&g->r->n_inflight, 1);
+    openai_request_deinit(&g->q);
+    ci_free(g);
+}
+
+static void gen_cancel(struct gen *g) {
+    for (int i = 0; i < g->n_streams; i++)
+        if (g->streams[i])
+            cinfer_stream_cancel(g->streams[i]);
+}
+
+static bool text_append(struct choice *c, const char *s, size_t n) {
+    size_t need;
+    if (!ci_add_size(c->len, n, &need) || !ci_add_size(need, 1, &need))
+        return false;
+    if (need > c->cap) {
+        size_t cap = c->cap ? c->cap : 256;
+        while (cap < need)
+            cap *= 2;
+        char *grown = ci_realloc(c->text, cap);
+        if (!grown)
+            return false;
+        c->text = grown;
+        c->cap = cap;
+    }
+    memcpy(c->text + c->len, s, n);
+    c->len += n;
+    c->text[c->len] = '\0';
+    return true;
+}
+
+static struct sse_head gen_head(const struct gen *g, bool chunk) {
+    return (struct sse_head){
+        g->id, g->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion",
+        g->created, g->r->name};
+}
+
+/* A logprobs object holding one TOKEN event's entry (the sampled token and its alternatives). */
+static bool add_logprobs(struct gen *g, struct choice *c, const struct cinfer_event *ev, cJSON *lp) {
+    const struct cinfer_model *m = g->r->m;
+    struct sse_top tok = {NULL, 0, ev->logprob};
+    struct sse_top top[OPENAI_MAX_LOGPROBS];
+    int n_top = ev->n_top < OPENAI_MAX_LOGPROBS ? ev->n_top : OPENAI_MAX_LOGPROBS;
+    char *texts[OPENAI_MAX_LOGPROBS + 1] = {0};
+    bool ok = (texts[0] = token_text(m, c->last, ev->token, &tok.len)) != NULL;
+    tok.text = texts[0];
+    for (int i = 0; ok && i < n_top; i++) {
+        top[i].logprob = ev->top_logprobs[i];
+        ok = (texts[i + 1] = token_text(m, c->last, ev->top_tokens[i], &top[i].len)) != NULL;
+        top[i].text = texts[i + 1];
+    }
+    if (ok)
+        ok = g->chat ? sse_chat_logprobs_add(lp, &tok, top, n_top)
+                     : sse_completion_logprobs_add(lp, &tok, top, n_top, c->text_offset);
+    for (int i = 0; i <= n_top; i++)
+        ci_free(texts[i]);
+    return ok;
+}
+
+/* Streaming: one chunk with choice index i. */
+static bool emit_chunk(struct gen *g, int i, const char *text, size_t len, bool role, cJSON *logprobs,
+                       const char *finish) {
+    struct sse_head h = gen_head(g, true);
+    cJSON *obj = sse_object(&h);
+    cJSON *arr = obj ? cJSON_AddArrayToObject(obj, "choices") : NULL;
+    cJSON *choice =
+        sse_choice(g->chat ? SSE_CHAT_DELTA : SSE_COMPLETION, i, text, len, role, logprobs, finish);
+    bool ok = arr && choice && cJSON_AddItemToArray(arr, choice);
+    if (!ok && choice)
+        cJSON_Delete(choice);
+    ok = ok && sse_buf_event(&g->out, obj);
+    cJSON_Delete(obj);
+    return ok;
+}
+
+static bool emit_error(struct gen *g, const char *message) {
+    struct openai_error e;
+    openai_error_set(&e, 500, NULL, NULL, "%s", message);
+    char *json = openai_error_json(&e, NULL);
+    bool ok = json && sse_buf_append(&g->out, "data: ", 6) && sse_buf_append(&g->out, json, strlen(json)) &&
+              sse_buf_append(&g->out, "\n\n", 2);
+    ci_free(json);
+    return ok;
+}
+
+/* One event of choice i.  false: out of memory. */
+static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
+    struct choice *c = &g->ch[i];
+    bool want_lp = g->q.logprobs >= 0 && ev->kind == CINFER_EVENT_TOKEN;
+    switch (ev->kind) {
+    case CINFER_EVENT_TOKEN:
+    case CINFER_EVENT_TEXT: {
+        cJSON *lp = NULL;
+        if (want_lp) {
+            cJSON *into = g->streaming ? (g->chat ? sse_chat_logprobs_new() : sse_completion_logprobs_new())
+                                       : c->logprobs;
+            if (!into || !add_logprobs(g, c, ev, into)) {
+                if (g->streaming)
+                    cJSON_Delete(into);
+                return false;
+            }
+            lp = g->streaming ? into : NULL;
+        }
+        if (ev->kind == CINFER_EVENT_TOKEN) {
+            c->n_tokens++;
+            c->last = ev->token;
+        }
+        c->text_offset += (long long)ev->len;
+        if (!g->streaming)
+            return text_append(c, ev->text, ev->len);
+        if (ev->len == 0 && !lp)
+            return true; // held-back bytes (a partial character or stop string): nothing to say yet
+        return emit_chunk(g, i, ev->text, ev->len, false, lp, NULL);
+    }
+    case CINFER_EVENT_DONE:
+    case CINFER_EVENT_ERROR:
+        c->done = true;
+        g->n_done++;
+        c->finish = ev->finish_reason ? ev->finish_reason : "stop";
+        if (ev->kind == CINFER_EVENT_ERROR || strcmp(c->finish, "cancelled") == 0 ||
+            strcmp(c->finish, "error") == 0) {
+            c->failed = g->any_failed = true;
+            snprintf(c->error, sizeof c->error, "%.*s", (int)(ev->len < 200 ? ev->len : 200),
+                     ev->kind == CINFER_EVENT_ERROR && ev->len ? ev->text : "the request was cancelled");
+            return !g->streaming || emit_error(g, c->error);
+        }
+        return !g->streaming || emit_chunk(g, i, g->chat ? NULL : "", 0, false, NULL, c->finish);
+    }
+    return true;
+}
+
+/* Moves every event that is ready (waiting up to wait_ns when none is) into g.  false: out of memory. */
+static bool gen_pump(struct gen *g, int64_t wait_ns) {
+    bool progress = false;
+    int first_open = -1;
+    for (int i = 0; i < g->n_ch; i++) {
+        struct choice *c = &g->ch[i];
+        struct cinfer_event ev;
+        while (!c->done) {
+            enum cinfer_status s = cinfer_stream_next(g->streams[c->stream], c->sample, &ev, 0);
+            if (s == CINFER_ERR_BUSY)
+                break;
+            if (s != CINFER_OK) { // the stream is over without a final event (cannot happen) or out of memory
+                struct cinfer_event end = {.kind = CINFER_EVENT_ERROR, .text = "stream failed", .len = 13};
+                return on_event(g, i, &end);
+            }
+            if (!on_event(g, i, &ev))
+                return false;
+            progress = true;
+        }
+        if (!c->done && first_open < 0)
+            first_open = i;
+    }
+    if (progress || first_open < 0 || wait_ns <= 0)
+        return true;
+    struct choice *c = &g->ch[first_open];
+    struct cinfer_event ev;
+    enum cinfer_status s = cinfer_stream_next(g->streams[c->stream], c->sample, &ev, wait_ns);
+    if (s == CINFER_OK)
+        return on_event(g, first_open, &ev);
+    return true;
+}
+
+/* Streaming: the chunks that open every choice (chat: the assistant role; completions: the echo). */
+static bool gen_begin(struct gen *g) {
+    for (int i = 0; i < g->n_ch; i++) {
+        const char *echo = g->echo ? g->echo[g->ch[i].stream] : NULL;
+        if (g->chat && !emit_chunk(g, i, "", 0, true, NULL, NULL))
+            return false;
+        if (echo && !emit_chunk(g, i, echo, strlen(echo), false, NULL, NULL))
+            return false;
+    }
+    return true;
+}
+
+static long long gen_completion_tokens(const struct gen *g) {
+    long long n = 0;
+    for (int i = 0; i < g->n_ch; i++)
+        n += g->ch[i].n_tokens;
+    return n;
+}
+
+static bool gen_end(struct gen *g) {
+    if (g->q.include_usage) {
+        struct sse_head h = gen_head(g, true);
+        cJSON *obj = sse_object(&h);
+        bool ok = obj && cJSON_AddArrayToObject(obj, "choices") &&
+                  sse_add_usage(obj, g->prompt_tokens, gen_completion_tokens(g)) &&
+                  sse_buf_event(&g->out, obj);
+        cJSON_Delete(obj);
+        if (!ok)
+            return false;
+    }
+    g->ended = true;
+    return sse_buf_done(&g->out);
+}
+
+/* The streaming body: SSE chunks as the engine produces tokens. */
+static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max) {
+    struct gen *g = ctx;
+    for (;;) {
+        if (sse_buf_pending(&g->out))
+            return (ssize_t)sse_buf_take(&g->out, buf, max);
+        if (g->ended) {
+            http_conn_set_busy(conn, false);
+            return 0;
+        }
+        if (http_conn_gone(conn)) {
+            gen_cancel(g);
+            // Shutting down: the client is still there, so end the stream properly (an error, then [DONE]).
+            if (!http_conn_stopping(conn) || !emit_error(g, "the server is shutting down") ||
+                !sse_buf_done(&g->out))
+                return -1;
+            g->ended = true;
+            continue;
+        }
+        bool ok = true;
+        if (!g->begun) {
+            g->begun = true;
+            ok = gen_begin(g);
+        } else if (g->n_done == g->n_ch || g->any_failed) {
+            if (g->any_failed)
+                gen_cancel(g);
+            ok = gen_end(g);
+        } else {
+            ok = gen_pump(g, WAIT_NS);
+        }
+        if (!ok) {
+            gen_cancel(g);
+            return -1;
+        }
+    }
+}
+
+/* The whole answer as one JSON object. */
+static cJSON *gen_response(struct gen *g) {
+    struct sse_head h = gen_head(g, false);
+    cJSON *obj = sse_object(&h);
+    cJSON *arr = obj ? cJSON_AddArrayToObject(obj, "choices") : NULL;
+    if (!arr)
+        goto fail;
+    for (int i = 0; i < g->n_ch; i++) {
+        struct choice *c = &g->ch[i];
+        cJSON *choice = sse_choice(g->chat ? SSE_CHAT_MESSAGE : SSE_COMPLETION, i, c->text ? c->text : "",
+                                   c->len, false, c->logprobs, c->finish);
+        c->logprobs = NULL;
+        if (!choice)
+            goto fail;
+        if (!cJSON_AddItemToArray(arr, choice)) {
+            cJSON_Delete(choice);
+            goto fail;
+        }
+    }
+    if (!sse_add_usage(obj, g->prompt_tokens, gen_completion_tokens(g)))
+        goto fail;
+    return obj;
+fail:
+    cJSON_Delete(obj);
+    return NULL;
+}
+
+/* Tokens of a prompt string, with BOS as the vocabulary asks (special-token texts parsed). */
+static enum cinfer_status tokenize(const struct routes *r, const char *text, bool add_special,
+                                   cinfer_token **ids, int *n, struct cinfer_error *err) {
+    return cinfer_tokenize(r->m, text, strlen(text), add_special, ids, n, err);
+}
+
+static enum cinfer_status apply_template(const struct routes *r, const struct chat_message *msgs, int n,
+                                         bool add_generation_prompt, char **out, struct openai_error *oe) {
+    struct ci_err ce = {0};
+    size_t len = 0;
+    enum ci_status s = chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
+    if (s != CI_OK)
+        openai_error_set(oe, s == CI_ERR_NOMEM ? 500 : 400, s == CI_ERR_NOMEM ? NULL : "messages", NULL, "%s",
+                         ce.msg);
+    return (enum cinfer_status)s;
+}
+
+/* Parses, tokenizes and submits; on failure fills oe and returns NULL. */
+static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const struct http_request *req,
+                             struct openai_error *oe) {
+    struct gen *g = ci_calloc(1, sizeof *g);
+    cinfer_token *ids = NULL;
+    char *prompt = NULL;
+    if (!g) {
+        openai_error_set(oe, 500, NULL, NULL, "out of memory");
+        return NULL;
+    }
+    g->r = r;
+    g->chat = ep == OPENAI_CHAT;
+    sse_buf_init(&g->out);
+    struct openai_limits lim = {r->n_vocab, r->n_ctx};
+    if (openai_parse(ep, req->body, req->body_len, &lim, &g->q, oe) != CI_OK)
+        goto fail;
+    struct openai_request *q = &g->q;
+    g->streaming = q->stream;
+    if (q->model && strcmp(q->model, r->name) != 0) {
+        openai_error_set(oe, 404, "model", "model_not_found",
+                         "The model '%.200s' does not exist (this server has '%.64s').", q->model, r->name);
+        goto fail;
+    }
+    if (q->n > r->max_seqs) {
+        openai_error_set(oe, 400, "n", NULL,
+                         "n = %d exceeds the %d sequences the engine runs at once (--max-seqs)", q->n,
+                         r->max_seqs);
+        goto fail;
+    }
+    if (atomic_fetch_add(&r->n_inflight, 1) >= r->max_requests) {
+        atomic_fetch_sub(&r->n_inflight, 1);
+        openai_error_set(oe, 429, NULL, "rate_limit_exceeded",
+                         "too many requests in flight (%d, --max-requests): retry later", r->max_requests);
+        goto fail;
+    }
+    g->counted = true;
+    g->n_streams = g->chat ? 1 : q->n_prompts;
+    g->n_ch = g->n_streams * q->n;
+    g->streams = ci_calloc((size_t)g->n_streams, sizeof *g->streams);
+    g->ch = ci_calloc((size_t)g->n_ch, sizeof *g->ch);
+    if (q->echo)
+        g->echo = ci_calloc((size_t)g->n_streams, sizeof *g->echo);
+    if (!g->streams || !g->ch || (q->echo && !g->echo)) {
+        openai_error_set(oe, 500, NULL, NULL, "out of memory");
+        goto fail;
+    }
+    uint64_t id_bits = splitmix64((uint64_t)ci_now_ns() ^ atomic_fetch_add(&r->next_id, 1) << 40);
+    snprintf(g->id, sizeof g->id, "%s-%016llx", g->chat ? "chatcmpl" : "cmpl", (unsigned long long)id_bits);
+    g->created = (long long)time(NULL);
+
+    struct cinfer_request_options ro;
+    cinfer_request_options_default(&ro);
+    ro.n = q->n;
+    ro.sampling = q->sampling;
+    if (!q->has_seed) // OpenAI's default: a fresh draw for every request
+        ro.sampling.seed = splitmix64(id_bits);
+    ro.stop = (const char *const *)q->stop;
+    ro.n_stop = q->n_stop;
+    ro.ignore_eos = q->ignore_eos;
+    ro.logit_bias = q->logit_bias;
+    ro.n_logit_bias = q->n_logit_bias;
+    ro.logprobs = q->logprobs;
+    for (int p = 0; p < g->n_streams; p++) {
+        struct cinfer_error ce = {0};
+        int n_ids = 0;
+        enum cinfer_status s = CINFER_OK;
+        const cinfer_token *use = NULL;
+        if (g->chat) {
+            if ((s = apply_template(r, q->messages, q->n_messages, true, &prompt, oe)) != CINFER_OK)
+                goto fail;
+            s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
+            use = ids;
+        } else if (q->prompts[p].text) {
+            s = tokenize(r, q->prompts[p].text, true, &ids, &n_ids, &ce);
+            use = ids;
+        } else {
+            use = q->prompts[p].ids;
+            n_ids = q->prompts[p].n_ids;
+        }
+        if (s != CINFER_OK) {
+            openai_error_from_status(oe, s, ce.message);
+            goto fail;
+        }
+        if (n_ids == 0) {
+            openai_error_set(oe, 400, g->chat ? "messages" : "prompt", NULL,
+                             "the prompt is empty (and the vocabulary adds no BOS token)");
+            goto fail;
+        }
+        if (g->echo) {
+            if (q->prompts[p].text)
+                g->echo[p] = ci_strdup(q->prompts[p].text);
+            else if (cinfer_detokenize(r->m, use, n_ids, false, &g->echo[p], &(size_t){0}, &ce) != CINFER_OK)
+                g->echo[p] = NULL;
+            if (!g->echo[p]) {
+                openai_error_set(oe, 500, NULL, NULL, "out of memory");
+                goto fail;
+            }
+        }
+        // Chat's default is the rest of the context (as far as the KV pool can hold one sequence).
+        ro.max_tokens = q->max_tokens > 0               ? q->max_tokens
+                        : !g->chat                      ? 16
+                        : r->max_tokens_cap - n_ids > 0 ? r->max_tokens_cap - n_ids
+                                                        : 1;
+        s = cinfer_engine_submit(r->e, use, n_ids, &ro, &g->streams[p], &ce);
+        if (s != CINFER_OK) {
+            openai_error_from_status(oe, s, ce.message);
+            goto fail;
+        }
+        g->prompt_tokens += n_ids;
+        cinfer_token last = use[n_ids - 1];
+        cinfer_free(ids);
+        ids = NULL;
+        ci_free(prompt);
+        prompt = NULL;
+        for (int k = 0; k < q->n; k++) {
+            struct choice *c = &g->ch[p * q->n + k];
+            c->stream = p;
+            c->sample = k;
+            c->last = last;
+            if (g->echo)
+                c->text_offset = (long long)strlen(g->echo[p]);
+            if (!g->streaming && q->logprobs >= 0 &&
+                !(c->logprobs = g->chat ? sse_chat_logprobs_new() : sse_completion_logprobs_new())) {
+                openai_error_set(oe, 500, NULL, NULL, "out of memory");
+                goto fail;
+            }
+            if (!g->streaming && g->echo && !text_append(c, g->echo[p], strlen(g->echo[p]))) {
+                openai_error_set(oe, 500, NULL, NULL, "out of memory");
+                goto fail;
+            }
+        }
+    }
+    return g;
+fail:
+    cinfer_free(ids);
+    ci_free(prompt);
+    gen_free(g);
+    return NULL;
+}
+
+static void handle_generate(struct routes *r, enum openai_endpoint ep, const struct http_request *req,
+                            struct http_response *res) {
+    if (!check_ready(r, res))
+        return;
+    struct openai_error oe;
+    struct gen *g = gen_start(r, ep, req, &oe);
+    if (!g) {
+        respond_error(res, &oe);
+        return;
+    }
+    // A long prefill is not an idle connection: the idle timeout waits until the answer is out.
+    http_conn_set_busy(req->conn, true);
+    if (g->streaming) {
+        res->status = 200;
+        res->content_type = "text/event-stream";
+        res->fill = gen_fill;
+        res->fill_ctx = g;
+        res->fill_free = gen_free;
+        return;
+    }
+    bool ok = true, gone = false;
+    while (ok && g->n_done < g->n_ch && !g->any_failed && !(gone = http_conn_gone(req->conn)))
+        ok = gen_pump(g, WAIT_NS);
+    http_conn_set_busy(req->conn, false);
+    if (!ok || gone || g->any_failed) {
+        gen_cancel(g);
+        const char *why = !ok ? "out of memory" : gone ? "the server is shutting down" : NULL;
+        for (int i = 0; !why && i < g->n_ch; i++)
+            if (g->ch[i].failed)
+                why = g->ch[i].error;
+        openai_error_set(&oe, !ok ? 500 : 503, NULL, NULL, "%s", why ? why : "the request failed");
+        respond_error(res, &oe);
+    } else {
+        respond_json(res, gen_response(g));
+    }
+    gen_free(g);
+}
+
+static void on_completions(void *app, const struct http_request *req, struct http_response *res) {
+    handle_generate(app, OPENAI_COMPLETIONS, req, res);
+}
+
+static void on_chat(void *app, const struct http_request *req, struct http_response *res) {
+    handle_generate(app, OPENAI_CHAT, req, res);
+}
+
+/* ---- the other endpoints ----------------------------------------------------------------------------------
+ */
+
+static cJSON *model_object(const struct routes *r) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !sse_add_string(o, "id", r->name, strlen(r->name)) ||
+        !cJSON_AddStringToObject(o, "object", "model") ||
+        !cJSON_AddNumberToObject(o, "created", (double)time(NULL)) ||
+        !cJSON_AddStringToObject(o, "owned_by", "cinfer") ||
+        !sse_add_string(o, "root", r->name, strlen(r->name)) ||
+        !cJSON_AddNumberToObject(o, "max_model_len", r->n_ctx)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static void on_models(void *app, const struct http_request *req, struct http_response *res) {
+    (void)req;
+    struct routes *r = app;
+    if (!check_ready(r, res))
+        return;
+    cJSON *list = cJSON_CreateObject();
+    cJSON *data =
+        list && cJSON_AddStringToObject(list, "object", "list") ? cJSON_AddArrayToObject(list, "data") : NULL;
+    cJSON *m = data ? model_object(r) : NULL;
+    if (!m || !cJSON_AddItemToArray(data, m)) {
+        cJSON_Delete(m);
+        cJSON_Delete(list);
+        list = NULL;
+    }
+    respond_json(res, list);
+}
+
+static void on_model(void *app, const struct http_request *req, struct http_response *res) {
+    struct routes *r = app;
+    if (!check_ready(r, res))
+        return;
+    const char *name = req->path + strlen("/v1/models/");
+    if (strcmp(name, r->name) != 0) {
+        struct openai_error e;
+        openai_error_set(&e, 404, "model", "model_not_found", "The model '%.200s' does not exist.", name);
+        respond_error(res, &e);
+        return;
+    }
+    respond_json(res, model_object(r));
+}
+
+static void on_health(void *app, const struct http_request *req, struct http_response *res) {
+    (void)req;
+    struct routes *r = app;
+    bool ready = atomic_load(&r->ready);
+    res->status = ready ? 200 : 503;
+    res->static_body = ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}";
+    if (!ready)
+        res->retry_after_s = 1;
+}
+
+static void on_metrics(void *app, const struct http_request *req, struct http_response *res) {
+    (void)req;
+    struct routes *r = app;
+    if (!check_ready(r, res))
+        return;
+    char *text = NULL;
+    size_t len = 0;
+    enum cinfer_status s = cinfer_engine_metrics(r->e, &text, &len);
+    if (s != CINFER_OK) {
+        respond_status(res, s, "cannot format the metrics");
+        return;
+    }
+    // The engine's buffer is not ours to hand to the HTTP layer's ci_free: copy it.
+    res->body = ci_malloc(len + 1);
+    if (res->body) {
+        memcpy(res->body, text, len);
+        res->body[len] = '\0';
+        res->body_len = len;
+        res->status = 200;
+        res->content_type = "text/plain; version=0.0.4";
+    } else {
+        res->status = 500;
+        res->static_body = oom_body;
+    }
+    cinfer_free(text);
+}
+
+static void on_index(void *app, const struct http_request *req, struct http_response *res) {
+    (void)app;
+    (void)req;
+    // Through volatile: the compiler assumes a declared object's address is never NULL, but a weak one's is.
+    const char *volatile page = cinfer_webui_html;
+    const size_t *volatile page_len = &cinfer_webui_html_len;
+    if (!page || !page_len) {
+        struct openai_error e;
+        openai_error_set(&e, 404, NULL, "not_found", "this build has no web UI (src/server/webui.html)");
+        respond_error(res, &e);
+        return;
+    }
+    res->status = 200;
+    res->content_type = "text/html; charset=utf-8";
+    res->static_body = page;
+}
+
+static void on_tokenize(void *app, const struct http_request *req, struct http_response *res) {
+    struct routes *r = app;
+    if (!check_ready(r, res))
+        return;
+    struct openai_tokenize t;
+    struct openai_error oe;
+    struct cinfer_error ce = {0};
+    cinfer_token *ids = NULL;
+    char *templated = NULL;
+    int n = 0;
+    if (openai_parse_tokenize(req->body, req->body_len, &t, &oe) != CI_OK) {
+        respond_error(res, &oe);
+        return;
+    }
+    if (t.messages &&
+        apply_template(r, t.messages, t.n_messages, t.add_generation_prompt, &templated, &oe) != CINFER_OK) {
+        respond_error(res, &oe);
+        goto done;
+    }
+    enum cinfer_status s = tokenize(r, templated ? templated : t.prompt, t.add_special, &ids, &n, &ce);
+    if (s != CINFER_OK) {
+        respond_status(res, s, ce.message);
+        goto done;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = o ? cJSON_AddArrayToObject(o, "tokens") : NULL;
+    for (int i = 0; arr && i < n; i++) {
+        cJSON *v = cJSON_CreateNumber(ids[i]);
+        if (!v || !cJSON_AddItemToArray(arr, v)) {
+            cJSON_Delete(v);
+            arr = NULL;
+        }
+    }
+    if (!arr || !cJSON_AddNumberToObject(o, "count", n) ||
+        !cJSON_AddNumberToObject(o, "max_model_len", r->n_ctx)) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    respond_json(res, o);
+done:
+    cinfer_free(ids);
+    ci_free(templated);
+    openai_tokenize_deinit(&t);
+}
+
+static void on_detokenize(void *app, const struct http_request *req, struct http_response *res) {
+    struct routes *r = app;
+    if (!check_ready(r, res))
+        return;
+    struct openai_detokenize d;
+    struct openai_error oe;
+    struct openai_limits lim = {r->n_vocab, r->n_ctx};
+    if (openai_parse_detokenize(req->body, req->body_len, &lim, &d, &oe) != CI_OK) {
+        respond_error(res, &oe);
+        return;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    struct cinfer_error ce = {0};
+    enum cinfer_status s =
+        d.n_ids ? cinfer_detokenize(r->m, d.ids, d.n_ids, false, &text, &len, &ce) : CINFER_OK;
+    if (s != CINFER_OK) {
+        respond_status(res, s, ce.message);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        if (o && !sse_add_string(o, "prompt", text ? text : "", len)) {
+            cJSON_Delete(o);
+            o = NULL;
+        }
+        respond_json(res, o);
+    }
+    cinfer_free(text);
+    openai_detokenize_deinit(&d);
+}
+
+static const struct http_route table[] = {
+    {"/", "GET", false, on_index},
+    {"/health", "GET", false, on_health},
+    {"/metrics", "GET", false, on_metrics},
+    {"/v1/models", "GET", true, on_models},
+    {"/v1/models/", "GET", true, on_model},
+    {"/v1/completions", "POST", true, on_completions},
+    {"/v1/chat/completions", "POST", true, on_chat},
+    {"/tokenize", "POST", true, on_tokenize},
+    {"/detokenize", "POST", true, on_detokenize},
+};
+
+const struct http_route *routes_table(int *n_routes) {
+    *n_routes = (int)(sizeof table / sizeof table[0]);
+    return table;
+}
+
+enum ci_status routes_create(struct routes **out, struct ci_err *err) {
+    openai_init();
+    struct routes *r = ci_calloc(1, sizeof *r);
+    if (!r)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    atomic_init(&r->ready, false);
+    atomic_init(&r->n_inflight, 0);
+    atomic_init(&r->next_id, 0);
+    *out = r;
+    return CI_OK;
+}
+
+enum ci_status routes_ready(struct routes *r, const struct cinfer_model *m, struct cinfer_engine *e,
+                            const struct routes_config *c, struct ci_err *err) {
+    const char *name = c->served_name ? c->served_name : cinfer_model_name(m);
+    if (!(r->name = ci_strdup(name ? name : "cinfer")))
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    struct cinfer_model_info mi;
+    struct cinfer_engine_info ei;
+    cinfer_model_info(m, &mi);
+    cinfer_engine_info(e, &ei);
+    r->m = m;
+    r->e = e;
+    r->tmpl = c->chat_template;
+    r->max_requests = c->max_requests;
+    r->max_seqs = c->max_seqs;
+    r->n_ctx = ei.n_ctx;
+    r->n_vocab = mi.n_vocab;
+    int64_t pool = (int64_t)ei.kv_blocks * ei.kv_block_size;
+    r->max_tokens_cap = pool < ei.n_ctx ? (int)pool : ei.n_ctx;
+    atomic_store(&r->ready, true); // publishes the fields above to the connection threads
+    return CI_OK;
+}
+
+void routes_free(struct routes *r) {
+    if (!r)
+        return;
+    ci_free(r->name);
+    ci_free(r);
+}

@@ -1,0 +1,34 @@
+/* The endpoints of `cinfer serve`: /v1/completions, /v1/chat/completions, /v1/models, /tokenize,
+ * /detokenize, /health, /metrics and the web UI at /.  Handlers run on the HTTP layer's connection threads:
+ * they parse (openai.c), template (tokenizer/chat.c) and tokenize, submit to the engine through the public
+ * API, and wait on the request's stream, answering as one JSON body or as server-sent events (sse.c).
+ *
+ * Life: routes_create before the HTTP server starts (everything but / and /health answers 503 "loading"),
+ * routes_ready once the model and the engine are up, routes_free after the HTTP server is gone.  The model
+ * and engine stay the caller's. */
+#ifndef CINFER_SERVER_ROUTES_H
+#define CINFER_SERVER_ROUTES_H
+
+#include "cinfer.h"
+#include "core/status.h"
+#include "server/http.h"
+#include "tokenizer/chat.h"
+
+struct routes_config {
+    const char *served_name;             // the model name of responses and /v1/models (NULL: the model's)
+    enum chat_template_id chat_template; // a built-in template (the caller resolves names and detection)
+    int max_requests;                    // generation requests in flight at once; more get 429
+    int max_seqs;                        // the engine's running sequences: n above it is refused (400)
+};
+
+struct routes;
+
+enum ci_status routes_create(struct routes **out, struct ci_err *err);
+/* The route table to give http_server_start, with the struct routes as its app. */
+const struct http_route *routes_table(int *n_routes);
+/* Starts answering with model m and engine e (both must outlive the HTTP server). */
+enum ci_status routes_ready(struct routes *r, const struct cinfer_model *m, struct cinfer_engine *e,
+                            const struct routes_config *c, struct ci_err *err);
+void routes_free(struct routes *r);
+
+#endif

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `cinfer serve` through the official OpenAI SDK for Node: installs the pinned npm package `openai` into
+# build/npm-openai (git-ignored) if needed, starts a real server on a free loopback port and runs
+# tests/server/openai_sdk.mjs against it.  Prints "SKIP openai_sdk: ..." and succeeds only when node is
+# missing, or npm cannot fetch the package and nothing is installed or cached (an offline machine).
+set -u
+VERSION=6.49.0 # the last major that runs on Debian 12's node 20 (openai 7 needs node >= 22)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 1
+BIN=${CINFER_BIN:-$ROOT/build/release/cinfer}
+MODELS=${CINFER_MODELS:-$ROOT/../shared/models}
+DIR=$ROOT/build/npm-openai
+KEY=sdk-test-key
+NAME=tiny-stories
+
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "SKIP openai_sdk: node/npm are not installed"
+    exit 0
+fi
+T=$(mktemp -d)
+PID=
+cleanup() {
+    [ -n "$PID" ] && kill "$PID" 2>/dev/null
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+have() {
+    [ -f "$DIR/node_modules/openai/package.json" ] &&
+        node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \
+            "$DIR/node_modules/openai/package.json" "$VERSION"
+}
+if ! have; then
+    mkdir -p "$DIR" || exit 1
+    [ -f "$DIR/package.json" ] || echo '{ "name": "cinfer-openai-sdk-test", "private": true }' >"$DIR/package.json"
+    if ! npm install --prefix "$DIR" --prefer-offline --no-audit --no-fund --save-exact "openai@$VERSION" \
+        >"$T/npm.log" 2>&1; then
+        if grep -qE 'ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ENETUNREACH|network' "$T/npm.log"; then
+            echo "SKIP openai_sdk: npm cannot fetch openai@$VERSION (offline?): $(tail -1 "$T/npm.log")"
+            exit 0
+        fi
+        echo "FAIL openai_sdk_setup: npm install failed: $(tail -3 "$T/npm.log" | tr '\n' ' ')"
+        exit 1
+    fi
+    have || { echo "FAIL openai_sdk_setup: openai@$VERSION is not in $DIR after npm install"; exit 1; }
+fi
+echo "PASS openai_sdk_setup (openai@$VERSION)"
+
+"$BIN" serve -m "$MODELS/stories260K.gguf" --port 0 --threads 1 --api-key "$KEY" --served-model-name "$NAME" \
+    2>"$T/serve.log" &
+PID=$!
+PORT=
+for _ in $(seq 200); do
+    grep -q ' ready ' "$T/serve.log" && PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$T/serve.log")
+    [ -n "$PORT" ] && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.05
+done
+if [ -z "$PORT" ]; then
+    echo "FAIL openai_sdk_server: cinfer serve did not start: $(tail -3 "$T/serve.log" | tr '\n' ' ')"
+    exit 1
+fi
+
+node tests/server/openai_sdk.mjs "$DIR" "http://127.0.0.1:$PORT" "$KEY" "$NAME"
+rc=$?
+
+kill -TERM "$PID"
+for _ in $(seq 100); do
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.05
+done
+if kill -0 "$PID" 2>/dev/null; then
+    echo "FAIL openai_sdk_server_exit: still running 5 s after SIGTERM"
+    rc=1
+else
+    wait "$PID"
+    src=$?
+    PID=
+    if [ "$src" -ne 0 ]; then
+        echo "FAIL openai_sdk_server_exit: exit status $src after SIGTERM: $(tail -3 "$T/serve.log" | tr '\n' ' ')"
+        rc=1
+    elif grep -qE 'Sanitizer|runtime error' "$T/serve.log"; then
+        echo "FAIL openai_sdk_server_exit: sanitizer report: $(grep -m3 -E 'Sanitizer|runtime error' "$T/serve.log")"
+        rc=1
+    else
+        echo "PASS openai_sdk_server_exit"
+    fi
+fi
+exit "$rc"
