@@ -5,6 +5,11 @@
 #include "cli/commands.h"
 #include "kernels/kernels.h"
 
+/* `cinfer bench` runs the offline policy benchmark; `cinfer bench serve|hw|kernels` the other benchmarks. */
+static int cmd_bench_any(int argc, char **argv) {
+    return cmd_bench(argc, argv);
+}
+
 static const struct {
     const char *name;
     int (*fn)(int, char **);
@@ -12,6 +17,7 @@ static const struct {
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt and print TTFT/TBT/TPS/latency"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with streaming, Prometheus metrics and a web UI"},
+    {"bench", cmd_bench_any, "benchmarks: policies (offline), serve (HTTP load), hw (machine), kernels"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"info", cmd_info, "print a model's hyper-parameters, tensor types, sizes and KV bytes per token"},
     {"convert", cmd_convert, "convert a llama2.c checkpoint (+ tokenizer.bin) to GGUF"},

@@ -615,8 +615,11 @@ static enum ci_status execute(struct engine *e, const struct sched_result *res, 
     for (int i = 0; i < res->n_items; i++) {
         struct seq *q = res->items[i];
         int from = q->sched_from, left = q->sched_count;
-        if (q->req->metrics[q->sample].t_scheduled_ns == 0)
-            q->req->metrics[q->sample].t_scheduled_ns = ci_now_ns();
+        struct request_metrics *mt = &q->req->metrics[q->sample];
+        if (mt->t_scheduled_ns == 0)
+            mt->t_scheduled_ns = ci_now_ns();
+        if (q->n_cached > mt->n_cached)
+            mt->n_cached = q->n_cached;
         while (left > 0) {
             if (ps.n_tokens == e->max_pass_tokens || ps.n_seqs == e->max_rows + 1 ||
                 ps.n_rows == e->max_rows) {
