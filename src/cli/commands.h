@@ -12,5 +12,6 @@ int cmd_synth(int argc, char **argv);
 int cmd_calc(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);         // cinfer bench: offline workloads under each policy
+int cmd_bench_serve(int argc, char **argv);   // cinfer bench serve: load generator for any OpenAI server
 
 #endif

@@ -7,6 +7,8 @@
 
 /* `cinfer bench` runs the offline policy benchmark; `cinfer bench serve|hw|kernels` the other benchmarks. */
 static int cmd_bench_any(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[2], "serve"))
+        return cmd_bench_serve(argc, argv);
     return cmd_bench(argc, argv);
 }
 
