@@ -1,7 +1,7 @@
-/* Runtime selection of the dot-product table: a CPU probe at ci_kernels_init picks AVX2/FMA/F16C when the
- * CPU (and OS) support it, else the portable scalar table; CINFER_NO_SIMD=1 forces scalar.  The choice is an
- * atomic pointer, so a kernel reached before ci_kernels_init (from any thread) still runs the probe itself.
- */
+/* Runtime selection of the kernel table: a CPU probe at ci_kernels_init picks AVX-512 (F/BW/VL/DQ + VNNI)
+ * when the CPU and OS support it, else AVX2/FMA/F16C, else the portable scalar table.  CINFER_NO_SIMD=1
+ * forces scalar, CINFER_NO_AVX512=1 stops at AVX2.  The choice is an atomic pointer, so a kernel reached
+ * before ci_kernels_init (from any thread) still runs the probe itself. */
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
 
@@ -12,7 +12,7 @@
 #include "core/check.h"
 
 static _Atomic(const struct ci_dot_table *) probed; // what the CPU probe and the environment chose
-static _Atomic(const struct ci_dot_table *) active; // probed, or scalar while a test forces it
+static _Atomic(const struct ci_dot_table *) active; // probed, or what a test forces
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #include <cpuid.h>
@@ -32,12 +32,42 @@ static bool cpu_has_avx2_fma_f16c(void) {
 #endif
 }
 
+static bool cpu_has_avx512_vnni(void) {
+#ifdef HAVE_X86_PROBE
+    // These also check that the OS saves the ZMM and opmask state.
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return false;
+#endif
+}
+
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
+int ci_kernels_tables(const struct ci_dot_table **out) {
+    int n = 0;
+    if (cpu_has_avx2_fma_f16c() && ci_dot_avx2_table()) {
+        if (cpu_has_avx512_vnni() && ci_dot_avx512_table())
+            out[n++] = ci_dot_avx512_table();
+        out[n++] = ci_dot_avx2_table();
+    }
+    out[n++] = ci_dot_ref_table();
+    return n;
+}
+
 static const struct ci_dot_table *probe(void) {
-    const char *env = getenv("CINFER_NO_SIMD");
-    bool no_simd = env && env[0] && strcmp(env, "0") != 0;
-    if (!no_simd && cpu_has_avx2_fma_f16c() && ci_dot_avx2_table())
-        return ci_dot_avx2_table();
-    return ci_dot_ref_table();
+    const struct ci_dot_table *t[3];
+    int n = ci_kernels_tables(t);
+    if (env_on("CINFER_NO_SIMD"))
+        return t[n - 1];
+    if (env_on("CINFER_NO_AVX512") && t[0] == ci_dot_avx512_table())
+        return t[1];
+    return t[0];
 }
 
 void ci_kernels_init(void) {
@@ -46,7 +76,7 @@ void ci_kernels_init(void) {
     atomic_store_explicit(&active, t, memory_order_release);
 }
 
-static const struct ci_dot_table *current(void) {
+const struct ci_dot_table *ci_kernels_table(void) {
     const struct ci_dot_table *t = atomic_load_explicit(&active, memory_order_acquire);
     if (!t) { // racing first calls all compute and store the same answer
         ci_kernels_init();
@@ -56,18 +86,21 @@ static const struct ci_dot_table *current(void) {
 }
 
 const char *ci_kernels_isa(void) {
-    return current()->isa;
+    return ci_kernels_table()->isa;
+}
+
+void ci_kernels_force_table(const struct ci_dot_table *t) {
+    if (!atomic_load_explicit(&probed, memory_order_acquire))
+        ci_kernels_init();
+    atomic_store_explicit(&active, t ? t : atomic_load(&probed), memory_order_release);
 }
 
 void ci_kernels_force_scalar(bool on) {
-    if (!atomic_load_explicit(&probed, memory_order_acquire))
-        ci_kernels_init();
-    const struct ci_dot_table *t = on ? ci_dot_ref_table() : atomic_load(&probed);
-    atomic_store_explicit(&active, t, memory_order_release);
+    ci_kernels_force_table(on ? ci_dot_ref_table() : NULL);
 }
 
 ci_dot_fn ci_dot_select(uint32_t type) {
-    const struct ci_dot_table *t = current();
+    const struct ci_dot_table *t = ci_kernels_table();
     switch (type) {
     case CI_TYPE_F32:
         return t->f32;
@@ -81,6 +114,24 @@ ci_dot_fn ci_dot_select(uint32_t type) {
         return t->q4_0;
     default:
         CI_ASSERT(!"ci_dot: type has no kernel (the loader must reject it)");
+        return NULL;
+    }
+}
+
+ci_mm_fn ci_mm_select(const struct ci_dot_table *t, uint32_t type) {
+    switch (type) {
+    case CI_TYPE_F32:
+        return t->mm_f32;
+    case CI_TYPE_F16:
+        return t->mm_f16;
+    case CI_TYPE_BF16:
+        return t->mm_bf16;
+    case CI_TYPE_Q8_0:
+        return t->mm_q8_0;
+    case CI_TYPE_Q4_0:
+        return t->mm_q4_0;
+    default:
+        CI_ASSERT(!"ci_matmul: type has no kernel (the loader must reject it)");
         return NULL;
     }
 }

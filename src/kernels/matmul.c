@@ -1,45 +1,128 @@
-/* y = x · W^T over a thread pool.  Output rows are cut into chunks handed out as pool tasks; a task computes
- * its rows for every token of the batch, so each weight row is streamed from memory once per step and reused
- * across tokens.  Each y[t][o] is one ci_dot call on (row o, x[t]) whose order depends only on n_in: the bits
- * do not depend on the thread count, the chunking, or which other tokens share the batch. */
+/* y = x · W^T over a thread pool.
+ * Quantized weights (Q8_0/Q4_0) first get their activations quantized to Q8 blocks, once per matmul, into
+ * the caller's workspace (as llama.cpp does), so the dots run on int8.  The output rows are then cut into
+ * tasks: for decode-sized batches (weights streamed once, bandwidth-bound) one equal share per thread; for
+ * larger batches row chunks whose weights fit in L2, each computing every token (split by tokens too when
+ * there are too few rows to keep the threads busy).  The per-ISA kernels (dot.h) tile each task's panel in
+ * registers; every element follows the reduction order of dot.h, so the bits do not depend on the thread
+ * count, the chunking, the tile shapes or which other tokens share the batch. */
 #include "kernels/kernels.h"
 
 #include "core/check.h"
+#include "core/mem.h"
 #include "core/threadpool.h"
 #include "kernels/dot.h"
 
-struct matmul_job {
-    ci_dot_fn dot;
-    const uint8_t *w; // [n_out] rows of row_bytes
-    size_t row_bytes;
-    int64_t n_in, n_out;
-    const float *x; // [n_tok][n_in]
-    float *y;       // [n_tok][n_out]
-    int n_tok;
-    int64_t rows_per_chunk;
-};
+// Batches up to this many tokens are bandwidth-bound: split the rows into equal shares.
+#define GEMV_MAX_TOKENS        4
+#define GEMV_SHARES_PER_THREAD 4
+#define GEMV_MIN_SHARE_ROWS    64
+// Weight bytes of one GEMM task's rows (stay in L2 while the task's tokens stream over them).
+#define TASK_L2_BYTES (256 * 1024)
+// Quantize activations on the pool from this many tokens on (below, the caller does it: a few microseconds).
+#define PARALLEL_QUANT_TOKENS 32
+#define QUANT_TOKENS_PER_TASK 16
 
-static void matmul_chunk(void *ctx, int task, int thread) {
-    (void)thread;
-    const struct matmul_job *j = ctx;
-    int64_t o0 = (int64_t)task * j->rows_per_chunk;
-    int64_t o1 = o0 + j->rows_per_chunk < j->n_out ? o0 + j->rows_per_chunk : j->n_out;
-    for (int64_t o = o0; o < o1; o++) {
-        const void *row = j->w + (size_t)o * j->row_bytes;
-        for (int t = 0; t < j->n_tok; t++)
-            j->y[(size_t)t * (size_t)j->n_out + (size_t)o] =
-                j->dot(row, j->x + (size_t)t * (size_t)j->n_in, j->n_in);
-    }
+static bool is_quantized(uint32_t type) {
+    return type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0;
+}
+
+static size_t align64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Workspace layout for quantized activations: qs, then d, then sum, each 64-byte aligned.  Returns false on
+ * overflow. */
+static bool act_layout(int64_t n_in, int n_tok, size_t *qs_bytes, size_t *vec_bytes, int *tok_stride) {
+    int stride = (n_tok + 7) / 8 * 8;
+    if (stride < 8)
+        stride = 8;
+    size_t qb, nv, vb;
+    if (!ci_mul_size((size_t)n_in, (size_t)n_tok, &qb) || qb > SIZE_MAX - 64 ||
+        !ci_mul_size((size_t)(n_in / 32), (size_t)stride, &nv) || !ci_mul_size(nv, 4, &vb) ||
+        vb > SIZE_MAX - 64)
+        return false;
+    *qs_bytes = align64(qb);
+    *vec_bytes = align64(vb);
+    *tok_stride = stride;
+    return true;
 }
 
 size_t ci_matmul_work_bytes(uint32_t type, int64_t n_in, int n_tok) {
-    (void)type, (void)n_in, (void)n_tok;
-    return 0; // activations stay float for now; the workspace is for quantized activations later
+    if (!is_quantized(type) || n_in <= 0 || n_tok <= 0)
+        return 0;
+    size_t qb, vb, total;
+    int stride;
+    if (!act_layout(n_in, n_tok, &qb, &vb, &stride) || !ci_add_size(qb, vb, &total) ||
+        !ci_add_size(total, vb, &total))
+        return SIZE_MAX; // an allocation of this size fails cleanly
+    return total;
+}
+
+struct quant_job {
+    ci_quant_act_fn fn;
+    const float *x; // [n_tok][n_in]
+    struct ci_act_q8 *q;
+};
+
+static void quant_tokens(const struct quant_job *j, int t0, int t1) {
+    struct ci_act_q8 *q = j->q;
+    for (int t = t0; t < t1; t++)
+        j->fn(j->x + (size_t)t * (size_t)q->n_in, q->n_in, q->qs + (size_t)t * (size_t)q->n_in, q->d + t,
+              q->sum + t, q->tok_stride);
+}
+
+static void quant_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const struct quant_job *j = ctx;
+    int t0 = task * QUANT_TOKENS_PER_TASK;
+    int t1 = t0 + QUANT_TOKENS_PER_TASK < j->q->n_tok ? t0 + QUANT_TOKENS_PER_TASK : j->q->n_tok;
+    quant_tokens(j, t0, t1);
+}
+
+static void quantize_activations(struct ci_threadpool *tp, ci_quant_act_fn fn, const float *x,
+                                 struct ci_act_q8 *q) {
+    struct quant_job j = {.fn = fn, .x = x, .q = q};
+    if (tp && ci_threadpool_n_threads(tp) > 1 && q->n_tok >= PARALLEL_QUANT_TOKENS)
+        ci_threadpool_run(tp, quant_task, &j, (q->n_tok + QUANT_TOKENS_PER_TASK - 1) / QUANT_TOKENS_PER_TASK);
+    else
+        quant_tokens(&j, 0, q->n_tok);
+    // Padding columns repeat the last token, so tiles that clamp to it read defined values.
+    for (int64_t b = 0; b < q->n_in / 32; b++) {
+        size_t base = (size_t)b * (size_t)q->tok_stride;
+        for (int t = q->n_tok; t < q->tok_stride; t++) {
+            q->d[base + (size_t)t] = q->d[base + (size_t)q->n_tok - 1];
+            q->sum[base + (size_t)t] = q->sum[base + (size_t)q->n_tok - 1];
+        }
+    }
+}
+
+struct matmul_job {
+    ci_mm_fn mm;
+    struct ci_mm m;
+    int64_t rows_per_task;
+    int64_t n_row_tasks;
+    int toks_per_task;
+};
+
+static void matmul_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const struct matmul_job *j = ctx;
+    int64_t rt = task % j->n_row_tasks, tt = task / j->n_row_tasks;
+    int64_t r0 = rt * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task < j->m.n_out ? r0 + j->rows_per_task : j->m.n_out;
+    int t0 = (int)tt * j->toks_per_task;
+    int t1 = t0 + j->toks_per_task < j->m.n_tok ? t0 + j->toks_per_task : j->m.n_tok;
+    if (r0 < r1 && t0 < t1)
+        j->mm(&j->m, r0, r1, t0, t1);
+}
+
+static int64_t round_up(int64_t v, int64_t a) {
+    return (v + a - 1) / a * a;
 }
 
 void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float *x, int n_tok, float *y,
                void *work) {
-    (void)work;
     CI_ASSERT(w && ci_type_supported(w->type) && n_tok >= 0);
     int64_t n_in = w->ne[0], n_out = w->ne[1];
     uint64_t row_bytes = 0;
@@ -48,29 +131,67 @@ void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float 
     if (n_tok == 0)
         return;
 
-    int n_threads = tp ? ci_threadpool_n_threads(tp) : 1;
-    // 64-row chunks, shrunk down to 8 rows while there are fewer than ~4 chunks per thread (load balance).
-    int64_t rows = 64;
-    while (rows > 8 && (n_out + rows - 1) / rows < 4 * (int64_t)n_threads)
-        rows /= 2;
-    int64_t n_chunks = (n_out + rows - 1) / rows;
-    CI_ASSERT(n_chunks <= INT32_MAX);
-
+    const struct ci_dot_table *tab = ci_kernels_table();
     struct matmul_job j = {
-        .dot = ci_dot_select(w->type),
-        .w = w->data,
-        .row_bytes = (size_t)row_bytes,
-        .n_in = n_in,
-        .n_out = n_out,
-        .x = x,
-        .y = y,
-        .n_tok = n_tok,
-        .rows_per_chunk = rows,
+        .mm = ci_mm_select(tab, w->type),
+        .m = {.type = w->type,
+              .w = w->data,
+              .row_bytes = (size_t)row_bytes,
+              .n_in = n_in,
+              .n_out = n_out,
+              .x = x,
+              .y = y,
+              .n_tok = n_tok},
     };
-    if (tp) {
-        ci_threadpool_run(tp, matmul_chunk, &j, (int)n_chunks);
+    struct ci_act_q8 q;
+    if (is_quantized(w->type)) {
+        size_t qb = 0, vb = 0;
+        bool sized = act_layout(n_in, n_tok, &qb, &vb, &q.tok_stride);
+        CI_ASSERT(sized && work && ((uintptr_t)work & 63) == 0 && n_in % 32 == 0);
+        q.qs = work;
+        q.d = (float *)(void *)((uint8_t *)work + qb);
+        q.sum = (int32_t *)(void *)((uint8_t *)work + qb + vb);
+        q.n_in = n_in;
+        q.n_tok = n_tok;
+        quantize_activations(tp, tab->quant_act, x, &q);
+        j.m.q = &q;
+    }
+
+    int n_threads = tp ? ci_threadpool_n_threads(tp) : 1;
+    int64_t n_tasks;
+    if (n_tok <= GEMV_MAX_TOKENS) {
+        // Bandwidth-bound: a few large equal shares per thread (big contiguous streams for the prefetchers,
+        // and a thread that starts late or is preempted by another process leaves shares to the others).
+        int64_t shares = (int64_t)n_threads * GEMV_SHARES_PER_THREAD;
+        if (shares > n_out / GEMV_MIN_SHARE_ROWS)
+            shares = n_out / GEMV_MIN_SHARE_ROWS > n_threads ? n_out / GEMV_MIN_SHARE_ROWS : n_threads;
+        j.rows_per_task = round_up((n_out + shares - 1) / shares, CI_MM_ROW_ALIGN);
+        j.n_row_tasks = (n_out + j.rows_per_task - 1) / j.rows_per_task;
+        j.toks_per_task = n_tok;
+        n_tasks = j.n_row_tasks;
     } else {
-        for (int c = 0; c < (int)n_chunks; c++)
-            matmul_chunk(&j, c, 0);
+        // Compute-bound: row chunks that fit in L2, at least 8 per thread for balance; split the tokens too
+        // (in multiples of 24, whole register tiles of 6 and 8) when there are too few row chunks.
+        int64_t rows = (int64_t)(TASK_L2_BYTES / row_bytes);
+        int64_t fair = (n_out + 8 * n_threads - 1) / (8 * (int64_t)n_threads);
+        rows = rows < fair ? rows : fair;
+        rows = rows < CI_MM_ROW_ALIGN ? CI_MM_ROW_ALIGN : round_up(rows, CI_MM_ROW_ALIGN);
+        j.rows_per_task = rows;
+        j.n_row_tasks = (n_out + rows - 1) / rows;
+        int tok_groups = 1;
+        if (n_threads > 1 && j.n_row_tasks < 4 * n_threads) {
+            int64_t want = (4 * n_threads + j.n_row_tasks - 1) / j.n_row_tasks;
+            int64_t max_groups = (n_tok + 23) / 24;
+            tok_groups = (int)(want < max_groups ? want : max_groups);
+        }
+        j.toks_per_task = (int)round_up((n_tok + tok_groups - 1) / tok_groups, tok_groups > 1 ? 24 : 1);
+        n_tasks = j.n_row_tasks * ((n_tok + j.toks_per_task - 1) / j.toks_per_task);
+    }
+    CI_ASSERT(n_tasks <= INT32_MAX);
+    if (tp) {
+        ci_threadpool_run(tp, matmul_task, &j, (int)n_tasks);
+    } else {
+        for (int c = 0; c < (int)n_tasks; c++)
+            matmul_task(&j, c, 0);
     }
 }

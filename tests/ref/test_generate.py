@@ -7,8 +7,8 @@ cinfer checks: `cinfer run -p "" -n 200 --temp 0 --ids` from the .gguf and from 
 MANIFEST's 60 ids first and the reference's 200 greedy ids in all; without --ids the text starts with MANIFEST's
 sentence.  `cinfer convert stories260K.bin --tokenizer tok512.bin` writes a GGUF whose tensors equal the .bin's
 bit for bit and whose logits are byte-identical to the .bin's; --type f16 rounds each weight to nearest even and
---type q8_0 stays within one block scale of it, and both give logits within 1e-3 * max(1, max|ref|) of the
-reference run on the converted file's own dequantized weights.
+--type q8_0 stays within one block scale of it, and both give logits within ciref.logit_tolerance(type) *
+max(1, max|ref|) of the reference run on the converted file's own dequantized weights.
 """
 
 import os
@@ -180,7 +180,7 @@ def check_convert(rep, tmp):
             if bin_raw is not None:
                 rep.check(raw == bin_raw, name + "_equal_bin", "logits of the converted GGUF differ from the .bin's")
         ref = model_np.Model.load(out).forward(tokens)
-        ciref.compare_logits(rep, name + "_reference", got, ref, 1e-4 if t == "f32" else 1e-3)
+        ciref.compare_logits(rep, name + "_reference", got, ref, ciref.logit_tolerance(t))
 
 
 def main():

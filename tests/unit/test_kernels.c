@@ -1,13 +1,16 @@
-/* Kernel tests: every SIMD dot against the scalar ground truth and against dequantize-then-double-dot,
- * matmul bit-invariance across thread counts and batch composition, and rope/rmsnorm/softmax/silu/attention
- * against straightforward double-precision formulas written here. */
+/* Kernel tests: every SIMD kernel against the scalar ground truth and against dequantize-then-double-dot,
+ * the Q8 activation quantizer (bit-exact across implementations, ties to even, within half a step), matmul
+ * bit-invariance across thread counts, tile shapes and batch composition, the thread pool, and
+ * rope/rmsnorm/softmax/silu/attention against straightforward double-precision formulas written here. */
 #include "kernels/kernels.h"
 
 #include "kernels/dot.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/mem.h"
 #include "core/rng.h"
@@ -32,10 +35,13 @@
 static const uint32_t all_types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_BF16, CI_TYPE_Q8_0, CI_TYPE_Q4_0};
 #define N_TYPES ((int)(sizeof all_types / sizeof all_types[0]))
 
-static bool simd_available(void) {
-    ci_kernels_force_scalar(false);
-    return strcmp(ci_kernels_isa(), "scalar") != 0 && ci_dot_avx2_table() != NULL;
+static bool is_quant(uint32_t type) {
+    return type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0;
 }
+
+/* Every table this CPU runs, best first, the scalar ground truth last: each test runs on all of them. */
+static const struct ci_dot_table *tables[3];
+static int n_tables;
 
 static ci_dot_fn table_fn(const struct ci_dot_table *t, uint32_t type) {
     switch (type) {
@@ -82,6 +88,37 @@ static double ref_dot(uint32_t type, const void *row, const float *x, int64_t n,
     return s;
 }
 
+/* Float summation error relative to sum |w_i x_i|: observed at most ~2e-7 on these inputs (n up to 4160);
+ * 4e-6 leaves a wide margin yet is far below any indexing, scaling or layout mistake (those are O(1)). */
+#define DOT_REL_TOL 4e-6
+
+/* The largest |ci_dot - exact dot of the stored weights with x| allowed; *want = that exact dot (double).
+ * Float types: float summation error only, DOT_REL_TOL * sum |w x|.
+ * Q8_0/Q4_0 also quantize x to Q8 blocks (scale d_b = max_b |x| / 127, values rounded to nearest): each x_j
+ * moves by at most d_b / 2 = max_b |x| / 254 (x 1.0001 for the float rounding of d and 1/d), so the dot moves
+ * by at most qerr = sum_b (max_b |x| / 254) * sum_{j in b} |w_j|.  The block dots are exact integers; the
+ * float chain of n/32 fmas (each term's scale product rounded once) adds (n/32 + 2) * 2^-24 of the sum of the
+ * terms' magnitudes, which is at most sum |w x| + qerr. */
+static double dot_bound(uint32_t type, const void *row, const float *x, int64_t n, double *want) {
+    double abs_sum;
+    *want = ref_dot(type, row, x, n, &abs_sum);
+    if (!is_quant(type))
+        return DOT_REL_TOL * abs_sum;
+    float *w = ci_malloc((size_t)n * sizeof(float));
+    ci_dequantize_row(type, row, w, n);
+    double qerr = 0.0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        double amax = 0.0, wabs = 0.0;
+        for (int j = 0; j < 32; j++) {
+            amax = fmax(amax, fabs((double)x[b * 32 + j]));
+            wabs += fabs((double)w[b * 32 + j]);
+        }
+        qerr += amax / 254.0 * wabs;
+    }
+    ci_free(w);
+    return 1.0001 * qerr + ((double)(n / 32) + 2.0) * 0x1p-24 * (abs_sum + qerr);
+}
+
 static bool same_bits(float a, float b) {
     return memcmp(&a, &b, sizeof a) == 0;
 }
@@ -101,84 +138,97 @@ static double large_scale(uint32_t type) {
     }
 }
 
-/* Float summation error relative to sum |w_i x_i|: observed at most ~2e-7 on these inputs (n up to 4128);
- * 4e-6 leaves a wide margin yet is far below any indexing, scaling or layout mistake (those are O(1)). */
-#define DOT_REL_TOL 4e-6
-
 TEST(dot_simd_matches_scalar) {
-    if (!simd_available()) {
-        printf("note: SIMD kernels unavailable or disabled (CINFER_NO_SIMD): scalar path only\n");
+    if (n_tables == 1) {
+        printf("note: no SIMD kernels on this CPU: scalar path only\n");
         return;
     }
-    const struct ci_dot_table *ref = ci_dot_ref_table(), *simd = ci_dot_avx2_table();
+    const struct ci_dot_table *ref = ci_dot_ref_table();
     const int64_t sizes[] = {32, 64, 96, 4096, 4128};
     const int64_t odd_sizes[] = {1, 7, 8, 9, 31, 33, 40, 1001}; // block-size-1 types: every tail length
     struct ci_rng r;
     ci_rng_seed(&r, 1234);
-    double worst = 0.0;
-    for (int ti = 0; ti < N_TYPES; ti++) {
-        uint32_t type = all_types[ti];
-        bool scalar_blocks = ci_type_traits(type)->block_size == 1;
-        int n_sizes = 5 + (scalar_blocks ? 8 : 0);
-        for (int si = 0; si < n_sizes; si++) {
-            int64_t n = si < 5 ? sizes[si] : odd_sizes[si - 5];
-            for (int trial = 0; trial < 4; trial++) {
-                double ws = trial == 3 ? large_scale(type) : 1.0, xs = trial == 3 ? 1e3 : 1.0;
-                float *w = ci_malloc((size_t)n * sizeof(float)), *x = ci_malloc((size_t)n * sizeof(float));
-                ASSERT(w && x);
-                fill_normal(&r, w, n, ws);
-                fill_normal(&r, x, n, xs);
-                if (trial == 2) // offset activations: sums far from zero
-                    for (int64_t i = 0; i < n; i++)
-                        x[i] += 3.0f;
-                void *row = make_row(type, w, n);
-                ASSERT(row);
-                double abs_sum;
-                (void)ref_dot(type, row, x, n, &abs_sum);
-                float a = table_fn(ref, type)(row, x, n), b = table_fn(simd, type)(row, x, n);
-                double err = fabs((double)a - (double)b);
-                if (abs_sum > 0 && err / abs_sum > worst)
-                    worst = err / abs_sum;
-                if (!(err <= DOT_REL_TOL * abs_sum) || !isfinite(a))
-                    FAIL_FIRST("%s n=%lld trial %d: scalar %.9g simd %.9g (abs sum %g)", ci_type_name(type),
-                               (long long)n, trial, a, b, abs_sum);
-                // ci_dot itself follows the selected table exactly
-                CHECK1(same_bits(ci_dot(type, row, x, n), b));
-                ci_kernels_force_scalar(true);
-                CHECK1(same_bits(ci_dot(type, row, x, n), a));
-                ci_kernels_force_scalar(false);
-                ci_free(row);
-                ci_free(w);
-                ci_free(x);
+    for (int k = 0; k + 1 < n_tables; k++) {
+        const struct ci_dot_table *simd = tables[k];
+        double worst = 0.0;
+        for (int ti = 0; ti < N_TYPES; ti++) {
+            uint32_t type = all_types[ti];
+            bool scalar_blocks = ci_type_traits(type)->block_size == 1;
+            int n_sizes = 5 + (scalar_blocks ? 8 : 0);
+            for (int si = 0; si < n_sizes; si++) {
+                int64_t n = si < 5 ? sizes[si] : odd_sizes[si - 5];
+                for (int trial = 0; trial < 4; trial++) {
+                    double ws = trial == 3 ? large_scale(type) : 1.0, xs = trial == 3 ? 1e3 : 1.0;
+                    float *w = ci_malloc((size_t)n * sizeof(float)),
+                          *x = ci_malloc((size_t)n * sizeof(float));
+                    ASSERT(w && x);
+                    fill_normal(&r, w, n, ws);
+                    fill_normal(&r, x, n, xs);
+                    if (trial == 2) // offset activations: sums far from zero
+                        for (int64_t i = 0; i < n; i++)
+                            x[i] += 3.0f;
+                    void *row = make_row(type, w, n);
+                    ASSERT(row);
+                    double abs_sum;
+                    (void)ref_dot(type, row, x, n, &abs_sum);
+                    float a = table_fn(ref, type)(row, x, n), b = table_fn(simd, type)(row, x, n);
+                    double err = fabs((double)a - (double)b);
+                    if (abs_sum > 0 && err / abs_sum > worst)
+                        worst = err / abs_sum;
+                    // Quantized types follow one canonical order in every table: the same bits.
+                    bool ok = is_quant(type) ? same_bits(a, b) : err <= DOT_REL_TOL * abs_sum;
+                    if (!ok || !isfinite(a))
+                        FAIL_FIRST("%s n=%lld trial %d: scalar %.9g simd %.9g (abs sum %g)",
+                                   ci_type_name(type), (long long)n, trial, a, b, abs_sum);
+                    // ci_dot itself follows the selected table exactly
+                    ci_kernels_force_table(simd);
+                    CHECK1(same_bits(ci_dot(type, row, x, n), b));
+                    ci_kernels_force_scalar(true);
+                    CHECK1(same_bits(ci_dot(type, row, x, n), a));
+                    ci_kernels_force_table(NULL);
+                    ci_free(row);
+                    ci_free(w);
+                    ci_free(x);
+                }
             }
         }
+        printf("note: %s: worst |simd - scalar| / sum|w x| = %.3g\n", simd->isa, worst);
     }
-    printf("note: worst |simd - scalar| / sum|w x| = %.3g\n", worst);
 }
 
 TEST(dot_matches_dequantized_double_reference) {
     const int64_t sizes[] = {32, 64, 96, 4096, 4128};
-    for (int pass = 0; pass < 2; pass++) {
-        ci_kernels_force_scalar(pass == 0);
+    double worst_rel[N_TYPES] = {0}, worst_frac[N_TYPES] = {0};
+    for (int pass = 0; pass < n_tables; pass++) {
+        ci_kernels_force_table(tables[pass]);
         struct ci_rng r;
         ci_rng_seed(&r, 99);
         for (int ti = 0; ti < N_TYPES; ti++) {
             uint32_t type = all_types[ti];
             for (int si = 0; si < 5; si++) {
                 int64_t n = sizes[si];
-                for (int trial = 0; trial < 3; trial++) {
+                for (int trial = 0; trial < 4; trial++) {
                     float *w = ci_malloc((size_t)n * sizeof(float)),
                           *x = ci_malloc((size_t)n * sizeof(float));
                     ASSERT(w && x);
                     fill_normal(&r, w, n, trial == 2 ? large_scale(type) : 0.1);
                     fill_normal(&r, x, n, trial == 2 ? 1e3 : 1.0);
+                    if (trial == 3) // an outlier per block, as in real activations: coarse Q8 steps elsewhere
+                        for (int64_t i = 5; i < n; i += 32)
+                            x[i] *= 40.0f;
                     void *row = make_row(type, w, n);
                     ASSERT(row);
-                    double abs_sum, want = ref_dot(type, row, x, n, &abs_sum);
+                    double want, bound = dot_bound(type, row, x, n, &want), abs_sum;
+                    (void)ref_dot(type, row, x, n, &abs_sum);
                     float got = ci_dot(type, row, x, n);
-                    if (!(fabs(got - want) <= DOT_REL_TOL * abs_sum))
-                        FAIL_FIRST("%s %s n=%lld: got %.9g want %.9g", ci_kernels_isa(), ci_type_name(type),
-                                   (long long)n, got, want);
+                    double err = fabs(got - want);
+                    if (!(err <= bound))
+                        FAIL_FIRST("%s %s n=%lld trial %d: got %.9g want %.9g (bound %g)", ci_kernels_isa(),
+                                   ci_type_name(type), (long long)n, trial, got, want, bound);
+                    if (abs_sum > 0)
+                        worst_rel[ti] = fmax(worst_rel[ti], err / abs_sum);
+                    if (bound > 0)
+                        worst_frac[ti] = fmax(worst_frac[ti], err / bound);
                     ci_free(row);
                     ci_free(w);
                     ci_free(x);
@@ -186,7 +236,10 @@ TEST(dot_matches_dequantized_double_reference) {
             }
         }
     }
-    ci_kernels_force_scalar(false);
+    for (int ti = 0; ti < N_TYPES; ti++)
+        printf("note: %s worst |dot - exact| = %.3g of sum|w x|, %.3g of the stated bound\n",
+               ci_type_name(all_types[ti]), worst_rel[ti], worst_frac[ti]);
+    ci_kernels_force_table(NULL);
 }
 
 TEST(dot_zero_rows_and_zero_activations) {
@@ -196,8 +249,8 @@ TEST(dot_zero_rows_and_zero_activations) {
     ci_rng_seed(&r, 5);
     fill_normal(&r, w, N, 1.0);
     fill_normal(&r, x, N, 1.0);
-    for (int pass = 0; pass < 2; pass++) {
-        ci_kernels_force_scalar(pass == 0);
+    for (int pass = 0; pass < n_tables; pass++) {
+        ci_kernels_force_table(tables[pass]);
         for (int ti = 0; ti < N_TYPES; ti++) {
             uint32_t type = all_types[ti];
             void *zrow = make_row(type, zero, N), *row = make_row(type, w, N);
@@ -208,13 +261,14 @@ TEST(dot_zero_rows_and_zero_activations) {
             ci_free(row);
         }
     }
-    ci_kernels_force_scalar(false);
+    ci_kernels_force_table(NULL);
 }
 
-/* Values worked out by hand from the block layouts in quant.h, not from any code. */
+/* Values worked out by hand from the block layouts in quant.h, not from any code.  For Q8_0/Q4_0 the
+ * activations are chosen so that their Q8 quantization is exact: max |x| = 127 gives the scale d = 1. */
 TEST(dot_known_values) {
-    for (int pass = 0; pass < 2; pass++) {
-        ci_kernels_force_scalar(pass == 0);
+    for (int pass = 0; pass < n_tables; pass++) {
+        ci_kernels_force_table(tables[pass]);
         // F32: sum_{i=1..96} i*i = 96*97*193/6 = 299536, exact in float in any order.
         float w[96], x[96];
         for (int i = 0; i < 96; i++)
@@ -231,36 +285,113 @@ TEST(dot_known_values) {
         CHECK1(ci_dot(CI_TYPE_F16, h, x, 40) == 1180.0f);
         CHECK1(ci_dot(CI_TYPE_BF16, bf, x, 40) == 1180.0f);
 
-        // Q8_0: two blocks, d = 0.5 (0x3800) and 2.0 (0x4000), q[j] = j - 16, x = 1:
-        // 0.5 * (-16) + 2 * (-16) = -40.
+        // Q8_0: two blocks, d = 0.5 (0x3800) and 2.0 (0x4000), q[j] = j - 16 (sum -16), x = 127:
+        // 127 * (0.5 * (-16) + 2 * (-16)) = -5080.
         struct ci_block_q8_0 b8[2];
         b8[0].d = 0x3800;
         b8[1].d = 0x4000;
         for (int j = 0; j < 32; j++)
             b8[0].qs[j] = b8[1].qs[j] = (int8_t)(j - 16);
-        float ones[64];
+        float x127[64];
         for (int i = 0; i < 64; i++)
-            ones[i] = 1.0f;
-        CHECK1(ci_dot(CI_TYPE_Q8_0, b8, ones, 64) == -40.0f);
+            x127[i] = 127.0f;
+        CHECK1(ci_dot(CI_TYPE_Q8_0, b8, x127, 64) == -5080.0f);
 
         // Q4_0: d = 1, byte j = lo (j) | hi (15 - j) << 4 → element j = j - 8, element 16 + j = 7 - j
-        // (low nibbles are elements 0..15); with x[k] = k the sum is accumulated below from that rule alone.
+        // (low nibbles are elements 0..15); with x[0] = 127 and x[k] = k otherwise, the sum is accumulated
+        // below from that rule alone.
         struct ci_block_q4_0 b4;
         b4.d = 0x3c00;
+        float xk[32];
+        for (int k = 0; k < 32; k++)
+            xk[k] = k ? (float)k : 127.0f;
         double want = 0.0;
         for (int j = 0; j < 16; j++) {
             b4.qs[j] = (uint8_t)(j | ((15 - j) << 4));
-            want += (double)(j - 8) * j + (double)(7 - j) * (16 + j);
+            want += (double)(j - 8) * xk[j] + (double)(7 - j) * xk[16 + j];
         }
-        float xk[32];
-        for (int k = 0; k < 32; k++)
-            xk[k] = (float)k;
         CHECK1(ci_dot(CI_TYPE_Q4_0, &b4, xk, 32) == (float)want);
     }
-    ci_kernels_force_scalar(false);
+    ci_kernels_force_table(NULL);
 }
 
-/* A weight tensor of n_out random rows. */
+/* Runs every table's activation quantizer on one token (index n_tables - 1: scalar). */
+static void quant_all(const float *x, int64_t n, int8_t **qs, float **d, int32_t **s) {
+    for (int i = 0; i < n_tables; i++)
+        tables[i]->quant_act(x, n, qs[i], d[i], s[i], 1);
+}
+
+TEST(quant_act_rounds_to_nearest_even_within_half_a_step) {
+    enum { N = 32 * 40 };
+    static float x[N];
+    static int8_t qbuf[3][N];
+    static float dbuf[3][N / 32];
+    static int32_t sbuf[3][N / 32];
+    int8_t *qs[3] = {qbuf[0], qbuf[1], qbuf[2]};
+    float *d[3] = {dbuf[0], dbuf[1], dbuf[2]};
+    int32_t *s[3] = {sbuf[0], sbuf[1], sbuf[2]};
+    // the scalar ground truth's output, checked against the formulas below
+    const int8_t *qa = qbuf[n_tables - 1];
+    const float *da = dbuf[n_tables - 1];
+    const int32_t *sa = sbuf[n_tables - 1];
+
+    // Worked by hand: max |x| = 127 makes d = 1 and 1/d = 1, so q = x rounded with ties to even.
+    const float tie[8] = {2.5f, -2.5f, 3.5f, 0.5f, -0.5f, 127.0f, 1.49f, -126.5f};
+    const int8_t tie_q[8] = {2, -2, 4, 0, 0, 127, 1, -126};
+    memset(x, 0, 32 * sizeof(float));
+    memcpy(x, tie, sizeof tie);
+    quant_all(x, 32, qs, d, s);
+    for (int i = 0; i < n_tables; i++) {
+        CHECK1(d[i][0] == 1.0f);
+        CHECK1(memcmp(qs[i], tie_q, sizeof tie_q) == 0);
+        CHECK1(s[i][0] == 2 - 2 + 4 + 127 + 1 - 126);
+        for (int j = 8; j < 32; j++)
+            CHECK1(qs[i][j] == 0);
+    }
+
+    // Random blocks at many scales, a zero block, one-outlier blocks, denormal-sized values.
+    struct ci_rng r;
+    ci_rng_seed(&r, 31);
+    for (int b = 0; b < N / 32; b++) {
+        double scale = pow(10.0, (double)(b % 13) - 6.0);
+        fill_normal(&r, x + b * 32, 32, scale);
+        if (b % 7 == 3)
+            x[b * 32 + b % 32] *= 1000.0f;
+        if (b == 11)
+            memset(x + b * 32, 0, 32 * sizeof(float));
+        if (b == 12)
+            for (int j = 0; j < 32; j++)
+                x[b * 32 + j] = (float)(j - 16) * 1e-40f;
+    }
+    quant_all(x, N, qs, d, s);
+    for (int b = 0; b < N / 32; b++) {
+        double amax = 0.0;
+        int arg = 0;
+        for (int j = 0; j < 32; j++)
+            if (fabs(x[b * 32 + j]) > amax)
+                amax = fabs(x[b * 32 + j]), arg = j;
+        int32_t sum = 0, nonzero = 0;
+        for (int j = 0; j < 32; j++) {
+            double step = da[b];
+            CHECK1(fabs((double)x[b * 32 + j] - step * qa[b * 32 + j]) <=
+                   (amax >= 0x1p-100 ? 0.5001 * step : amax));
+            sum += qa[b * 32 + j];
+            nonzero += qa[b * 32 + j] != 0;
+        }
+        CHECK1(sa[b] == sum);
+        if (amax >= 0x1p-100) // below: flushed to zero (dot.h), e.g. the block of values near 1e-40
+            CHECK1(abs(qa[b * 32 + arg]) == 127);
+        else
+            CHECK1(da[b] == 0.0f && nonzero == 0);
+    }
+    for (int i = 0; i + 1 < n_tables; i++) { // the SIMD quantizers give the same bytes and scales
+        CHECK1(memcmp(qa, qbuf[i], sizeof qbuf[i]) == 0);
+        CHECK1(memcmp(da, dbuf[i], sizeof dbuf[i]) == 0);
+        CHECK1(memcmp(sa, sbuf[i], sizeof sbuf[i]) == 0);
+    }
+}
+
+/* A weight tensor of n_out random rows (Q8_0: some weights -128, which files may hold). */
 static struct ci_tensor make_weights(struct ci_rng *r, uint32_t type, int64_t n_in, int64_t n_out) {
     struct ci_tensor t = {.name = "w", .type = type, .n_dims = 2, .ne = {n_in, n_out, 1, 1}};
     uint64_t rb = 0;
@@ -272,73 +403,212 @@ static struct ci_tensor make_weights(struct ci_rng *r, uint32_t type, int64_t n_
     for (int64_t o = 0; o < n_out; o++) {
         fill_normal(r, src, n_in, 0.5);
         ci_quantize_row(type, src, data + (size_t)o * rb, n_in);
+        if (type == CI_TYPE_Q8_0 && o % 3 == 1) {
+            struct ci_block_q8_0 *b = (struct ci_block_q8_0 *)(void *)(data + (size_t)o * rb);
+            b[0].qs[o % 32] = -128;
+            b[n_in / 32 - 1].qs[(o * 7) % 32] = -128;
+        }
     }
     ci_free(src);
     t.data = data;
     return t;
 }
 
-TEST(matmul_bit_identical_across_threads_and_batches) {
-    enum { N_IN = 160, N_OUT = 203, MAX_TOK = 9 };
-    struct ci_threadpool *pools[4] = {NULL, NULL, NULL, NULL}; // NULL, 1, 2, 3 threads
-    for (int i = 1; i < 4; i++)
-        ASSERT_STATUS(ci_threadpool_create(i, &pools[i], NULL), CI_OK);
-    static float x[MAX_TOK * N_IN], y[MAX_TOK * N_OUT], want[MAX_TOK * N_OUT];
-    static float xb[MAX_TOK * N_IN], yb[MAX_TOK * N_OUT];
+/* ci_matmul with a fresh workspace of exactly ci_matmul_work_bytes plus a guard that must stay intact. */
+static bool matmul_guarded(struct ci_threadpool *tp, const struct ci_tensor *w, const float *x, int n_tok,
+                           float *y) {
+    size_t wb = ci_matmul_work_bytes(w->type, w->ne[0], n_tok);
+    if (!is_quant(w->type) && wb != 0)
+        return false;
+    uint8_t *work = ci_malloc_aligned(wb + 64);
+    if (!work)
+        return false;
+    memset(work + wb, 0xa5, 64);
+    ci_matmul(tp, w, x, n_tok, y, work);
+    bool ok = true;
+    for (int i = 0; i < 64; i++)
+        ok &= work[wb + (size_t)i] == 0xa5;
+    ci_free_aligned(work);
+    return ok;
+}
+
+struct mm_case {
+    int64_t n_in, n_out;
+    int max_tok;
+    bool quant; // also run Q8_0/Q4_0 (n_in a multiple of 32)
+};
+
+/* Every element equals ci_dot of its row and token (the reference order) for every thread count, every
+ * batch size 1..max_tok (so every register tile shape and edge) and every position in a shuffled batch;
+ * quantized types give the same bits in the scalar and the SIMD table; each is within dot_bound. */
+static void matmul_case(const struct mm_case *c, struct ci_threadpool **pools) {
+    const int64_t n_in = c->n_in, n_out = c->n_out;
+    const int max_tok = c->max_tok;
+    float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float)),
+          *xb = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
+    float *y = ci_malloc((size_t)((max_tok + 1) * n_out) * sizeof(float)),
+          *yb = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
+    float *want = ci_malloc((size_t)(max_tok * n_out) * sizeof(float)),
+          *scalar_y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
     struct ci_rng r;
-    ci_rng_seed(&r, 42);
-    for (int pass = 0; pass < 2; pass++) {
-        ci_kernels_force_scalar(pass == 0);
-        for (int ti = 0; ti < N_TYPES; ti++) {
-            uint32_t type = all_types[ti];
-            struct ci_tensor w = make_weights(&r, type, N_IN, N_OUT);
-            ASSERT(w.data);
-            fill_normal(&r, x, MAX_TOK * N_IN, 1.0);
-            // Expected: each element is one dot of its row and token, and close to the double reference.
-            for (int t = 0; t < MAX_TOK; t++) {
-                for (int o = 0; o < N_OUT; o++) {
+    ci_rng_seed(&r, 42 + (uint64_t)n_in);
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = all_types[ti];
+        if (is_quant(type) && !c->quant)
+            continue;
+        struct ci_tensor w = make_weights(&r, type, n_in, n_out);
+        ASSERT(w.data);
+        fill_normal(&r, x, max_tok * n_in, 1.0);
+        for (int pass = 0; pass < n_tables; pass++) {
+            ci_kernels_force_table(tables[n_tables - 1 - pass]); // scalar first
+            for (int t = 0; t < max_tok; t++) {
+                for (int64_t o = 0; o < n_out; o++) {
                     const void *row = (const uint8_t *)w.data + (size_t)o * w.row_bytes;
-                    want[t * N_OUT + o] = ci_dot(type, row, x + t * N_IN, N_IN);
-                    double abs_sum, d = ref_dot(type, row, x + t * N_IN, N_IN, &abs_sum);
-                    if (!(fabs(want[t * N_OUT + o] - d) <= DOT_REL_TOL * abs_sum))
-                        FAIL_FIRST("%s t=%d o=%d off the double reference", ci_type_name(type), t, o);
+                    float got = want[t * n_out + o] = ci_dot(type, row, x + t * n_in, n_in);
+                    double exact, bound = dot_bound(type, row, x + t * n_in, n_in, &exact);
+                    if (!(fabs(got - exact) <= bound))
+                        FAIL_FIRST("%s t=%d o=%lld off the double reference", ci_type_name(type), t,
+                                   (long long)o);
                 }
             }
+            if (pass > 0 && is_quant(type) && memcmp(want, scalar_y, (size_t)(max_tok * n_out) * 4) != 0)
+                FAIL_FIRST("%s %s: SIMD and scalar differ", ci_kernels_isa(), ci_type_name(type));
             for (int p = 0; p < 4; p++) {
-                for (int n_tok = 1; n_tok <= MAX_TOK; n_tok++) {
-                    for (int i = 0; i < MAX_TOK * N_OUT; i++)
+                for (int n_tok = 1; n_tok <= max_tok; n_tok++) {
+                    if (max_tok > 20 && n_tok % 8 != 1 && n_tok != max_tok && n_tok != 24)
+                        continue; // long batches: a sample of sizes (token-split task paths)
+                    for (int64_t i = 0; i < (max_tok + 1) * n_out; i++)
                         y[i] = NAN;
-                    ci_matmul(pools[p], &w, x, n_tok, y, NULL);
-                    if (memcmp(y, want, (size_t)n_tok * N_OUT * sizeof(float)) != 0)
-                        FAIL_FIRST("%s %s pool %d n_tok %d: not bit-identical", ci_kernels_isa(),
-                                   ci_type_name(type), p, n_tok);
-                    if (n_tok < MAX_TOK)
-                        CHECK1(isnan(y[n_tok * N_OUT])); // nothing written past n_tok rows
+                    CHECK1(matmul_guarded(pools[p], &w, x, n_tok, y));
+                    if (memcmp(y, want, (size_t)(n_tok * n_out) * sizeof(float)) != 0)
+                        FAIL_FIRST("%s %s n_in %lld n_out %lld pool %d n_tok %d: not bit-identical",
+                                   ci_kernels_isa(), ci_type_name(type), (long long)n_in, (long long)n_out, p,
+                                   n_tok);
+                    CHECK1(isnan(y[n_tok * n_out])); // nothing written past n_tok rows
                 }
             }
+            if (pass == 0)
+                memcpy(scalar_y, want, (size_t)(max_tok * n_out) * sizeof(float));
             // Token k alone vs. inside a batch of the other tokens in a shuffled order.
-            for (int k = 0; k < MAX_TOK; k++) {
-                ci_matmul(pools[2], &w, x + k * N_IN, 1, y, NULL);
-                int at = (k * 4 + 3) % MAX_TOK;
-                for (int s = 0, src = 0; s < MAX_TOK; s++) {
+            for (int k = 0; k<max_tok; k += max_tok> 20 ? 7 : 1) {
+                CHECK1(matmul_guarded(pools[2], &w, x + k * n_in, 1, y));
+                int at = (k * 4 + 3) % max_tok;
+                for (int s = 0, src = 0; s < max_tok; s++) {
                     if (s == at) {
-                        memcpy(xb + s * N_IN, x + k * N_IN, N_IN * sizeof(float));
+                        memcpy(xb + s * n_in, x + k * n_in, (size_t)n_in * sizeof(float));
                         continue;
                     }
                     if (src == k)
                         src++;
-                    memcpy(xb + s * N_IN, x + ((src * 5) % MAX_TOK) * N_IN, N_IN * sizeof(float));
+                    memcpy(xb + s * n_in, x + ((src * 5) % max_tok) * n_in, (size_t)n_in * sizeof(float));
                     src++;
                 }
-                ci_matmul(pools[3], &w, xb, MAX_TOK, yb, NULL);
-                CHECK1(memcmp(y, yb + at * N_OUT, N_OUT * sizeof(float)) == 0);
+                CHECK1(matmul_guarded(pools[3], &w, xb, max_tok, yb));
+                CHECK1(memcmp(y, yb + at * n_out, (size_t)n_out * sizeof(float)) == 0);
             }
-            ci_free((void *)(uintptr_t)w.data);
         }
+        ci_free((void *)(uintptr_t)w.data);
     }
-    ci_kernels_force_scalar(false);
+    ci_kernels_force_table(NULL);
+    ci_free(x);
+    ci_free(xb);
+    ci_free(y);
+    ci_free(yb);
+    ci_free(want);
+    ci_free(scalar_y);
+}
+
+TEST(matmul_bit_identical_across_threads_tiles_and_batches) {
+    const struct mm_case cases[] = {
+        {160, 203, 17, true}, // rows not a multiple of any tile, every batch size up to two 8-token tiles + 1
+        {163, 37, 13, false}, // float rows with a tail (n mod 8 = 3)
+        {4160, 21, 9, true},  // long rows: several k slices per tile (parked accumulators)
+        {64, 24, 50, true},   // few rows, long batch: tasks split by tokens
+        {7, 9, 7, false},     // a row shorter than one SIMD step
+    };
+    struct ci_threadpool *pools[4] = {NULL, NULL, NULL, NULL}; // NULL, 1, 2, 3 threads
+    for (int i = 1; i < 4; i++)
+        ASSERT_STATUS(ci_threadpool_create(i, &pools[i], NULL), CI_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        matmul_case(&cases[i], pools);
     for (int i = 1; i < 4; i++)
         ci_threadpool_free(pools[i]);
+}
+
+TEST(matmul_work_bytes) {
+    CHECK1(ci_matmul_work_bytes(CI_TYPE_F32, 4096, 512) == 0);
+    CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4096, 1) == 0);
+    // Q8 activations: n_in int8 per token plus a float scale and an int32 sum per block and token slot.
+    size_t one = ci_matmul_work_bytes(CI_TYPE_Q4_0, 4096, 1),
+           many = ci_matmul_work_bytes(CI_TYPE_Q8_0, 4096, 100);
+    CHECK1(one >= 4096 + 2 * 128 * 4 && one < 4096 + 2 * 128 * 4 * 8 + 256);
+    CHECK1(many >= 100 * 4096 + 2 * 128 * 100 * 4 && many < 100 * 4096 + 2 * 128 * 104 * 4 + 256);
+    CHECK1(ci_matmul_work_bytes(CI_TYPE_Q8_0, (int64_t)1 << 62, 1 << 30) == SIZE_MAX);
+}
+
+struct pool_job {
+    atomic_int *runs; // [n_tasks]
+    atomic_int bad_thread;
+    int n_threads;
+};
+
+static void pool_task(void *ctx, int task, int thread) {
+    struct pool_job *j = ctx;
+    atomic_fetch_add(&j->runs[task], 1);
+    if (thread < 0 || thread >= j->n_threads)
+        atomic_store(&j->bad_thread, 1);
+}
+
+TEST(threadpool_runs_every_task_once) {
+    const int task_counts[] = {0, 1, 2, 3, 5, 64, 1000};
+    static atomic_int runs[1000];
+    for (int n_threads = 1; n_threads <= 4; n_threads++) {
+        struct ci_threadpool *tp = NULL;
+        ASSERT_STATUS(ci_threadpool_create(n_threads, &tp, NULL), CI_OK);
+        ASSERT_EQ_I64(ci_threadpool_n_threads(tp), n_threads);
+        for (int rep = 0; rep < 3; rep++) {
+            if (rep == 2) { // long enough that spinning workers go to sleep: the condvar path must wake them
+                struct timespec ts = {0, 60 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            for (size_t k = 0; k < sizeof task_counts / sizeof task_counts[0]; k++) {
+                int n = task_counts[k];
+                struct pool_job j = {.runs = runs, .n_threads = n_threads};
+                atomic_init(&j.bad_thread, 0);
+                for (int i = 0; i < n; i++)
+                    atomic_init(&runs[i], 0);
+                ci_threadpool_run(tp, pool_task, &j, n);
+                for (int i = 0; i < n; i++)
+                    if (atomic_load(&runs[i]) != 1)
+                        FAIL_FIRST("%d threads, %d tasks: task %d ran %d times", n_threads, n, i,
+                                   atomic_load(&runs[i]));
+                CHECK1(atomic_load(&j.bad_thread) == 0);
+            }
+        }
+        ci_threadpool_free(tp);
+    }
+    // Many short jobs back to back (decode's pattern): workers join some, are excused from others.
+    for (int n_threads = 2; n_threads <= 3; n_threads++) {
+        struct ci_threadpool *tp = NULL;
+        ASSERT_STATUS(ci_threadpool_create(n_threads, &tp, NULL), CI_OK);
+        for (int job = 0; job < 20000; job++) {
+            int n = 1 + job % 5;
+            struct pool_job j = {.runs = runs, .n_threads = n_threads};
+            atomic_init(&j.bad_thread, 0);
+            for (int i = 0; i < n; i++)
+                atomic_init(&runs[i], 0);
+            ci_threadpool_run(tp, pool_task, &j, n);
+            for (int i = 0; i < n; i++)
+                if (atomic_load(&runs[i]) != 1)
+                    FAIL_FIRST("%d threads, job %d: task %d ran %d times", n_threads, job, i,
+                               atomic_load(&runs[i]));
+            CHECK1(atomic_load(&j.bad_thread) == 0);
+        }
+        ci_threadpool_free(tp);
+    }
+    struct ci_threadpool *tp = NULL;
+    ASSERT_STATUS(ci_threadpool_create(0, &tp, NULL), CI_ERR_INVALID);
+    CHECK1(tp == NULL);
 }
 
 /* Rotates by the formula in kernels.h, in double. */
@@ -540,9 +810,14 @@ static void attn_reference(const struct att_case *c, const float *q, double **kc
     }
 }
 
-static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, struct ci_threadpool *tp2) {
-    struct ci_rng r;
-    ci_rng_seed(&r, 1000 + (uint64_t)(c->n_head * 131 + c->head_dim * 7 + c->block_size));
+/* keep[pass] (may be NULL) receives the batch output of table `pass`.  The data depend on the heads and
+ * head_dim only (the block permutation has its own stream), so cases that differ in block size alone must
+ * produce the same bits. */
+static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, struct ci_threadpool *tp2,
+                          float **keep) {
+    struct ci_rng r, rp;
+    ci_rng_seed(&r, 1000 + (uint64_t)(c->n_head * 131 + c->head_dim * 7));
+    ci_rng_seed(&rp, 77 + (uint64_t)c->block_size);
     int hd = c->head_dim, bs = c->block_size;
     int n_blk[ATT_SEQS], total = 0;
     for (int s = 0; s < ATT_SEQS; s++)
@@ -567,7 +842,7 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
     for (int i = 0; i < pool_blocks; i++)
         perm[i] = i;
     for (int i = pool_blocks - 1; i > 0; i--) { // shuffled block tables
-        int j = (int)(ci_rng_u64(&r) % (uint64_t)(i + 1));
+        int j = (int)(ci_rng_u64(&rp) % (uint64_t)(i + 1));
         int32_t tmp = perm[i];
         perm[i] = perm[j];
         perm[j] = tmp;
@@ -607,10 +882,12 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
                              .scale = scale,
                              .out = out};
     attn_reference(c, q, kc, vc, scale, ref);
-    for (int pass = 0; pass < 2; pass++) {
-        ci_kernels_force_scalar(pass == 0);
+    for (int pass = 0; pass < n_tables; pass++) {
+        ci_kernels_force_table(tables[pass]);
         a.out = out;
         ci_attention_paged(NULL, &a);
+        if (keep && keep[pass])
+            memcpy(keep[pass], out, qn * sizeof(float));
         for (size_t i = 0; i < qn; i++)
             if (!(fabs(out[i] - ref[i]) <= 1e-5)) {
                 FAIL_FIRST("heads %d:%d hd %d bs %d %s: out[%zu] %.9g vs %.9g", c->n_head, c->n_kv_head, hd,
@@ -665,8 +942,21 @@ TEST(attention_paged_matches_contiguous_double) {
     struct ci_threadpool *tp1 = NULL, *tp2 = NULL;
     ASSERT_STATUS(ci_threadpool_create(1, &tp1, NULL), CI_OK);
     ASSERT_STATUS(ci_threadpool_create(2, &tp2, NULL), CI_OK);
+    // The first three cases differ only in block size (16, 1, 3): the same bits, table by table.
+    size_t qn = (size_t)ATT_TOKENS * 8 * 64;
+    float *keep[3][3] = {{NULL}};
+    for (int c = 0; c < 3; c++)
+        for (int t = 0; t < n_tables; t++)
+            keep[c][t] = ci_malloc(qn * sizeof(float));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        attn_case_run(&cases[i], tp1, tp2);
+        attn_case_run(&cases[i], tp1, tp2, i < 3 ? keep[i] : NULL);
+    for (int t = 0; t < n_tables; t++) {
+        CHECK1(memcmp(keep[0][t], keep[1][t], qn * sizeof(float)) == 0);
+        CHECK1(memcmp(keep[0][t], keep[2][t], qn * sizeof(float)) == 0);
+    }
+    for (int c = 0; c < 3; c++)
+        for (int t = 0; t < n_tables; t++)
+            ci_free(keep[c][t]);
     ci_threadpool_free(tp1);
     ci_threadpool_free(tp2);
 }
@@ -674,7 +964,9 @@ TEST(attention_paged_matches_contiguous_double) {
 TEST(isa_names) {
     ci_kernels_init();
     const char *isa = ci_kernels_isa();
-    CHECK1(strcmp(isa, "scalar") == 0 || strcmp(isa, "avx2+fma+f16c") == 0);
+    CHECK1(strcmp(isa, "scalar") == 0 || strcmp(isa, "avx2+fma+f16c") == 0 ||
+           strcmp(isa, "avx512+vnni") == 0);
+    CHECK1(n_tables >= 1 && strcmp(tables[n_tables - 1]->isa, "scalar") == 0);
     ci_kernels_force_scalar(true);
     CHECK1(strcmp(ci_kernels_isa(), "scalar") == 0);
     ci_kernels_force_scalar(false);
@@ -684,12 +976,16 @@ TEST(isa_names) {
 
 int main(void) {
     ci_kernels_init();
+    n_tables = ci_kernels_tables(tables);
     RUN(isa_names);
     RUN(dot_known_values);
     RUN(dot_simd_matches_scalar);
     RUN(dot_matches_dequantized_double_reference);
     RUN(dot_zero_rows_and_zero_activations);
-    RUN(matmul_bit_identical_across_threads_and_batches);
+    RUN(quant_act_rounds_to_nearest_even_within_half_a_step);
+    RUN(matmul_work_bytes);
+    RUN(matmul_bit_identical_across_threads_tiles_and_batches);
+    RUN(threadpool_runs_every_task_once);
     RUN(rope_matches_double_formula);
     RUN(rmsnorm_matches_double);
     RUN(softmax_matches_double);

@@ -1,0 +1,519 @@
+/* AVX-512 kernels (AVX512F/BW/VL/DQ and VNNI: Ice Lake, Sapphire Rapids, Zen 4 and later).  The Makefile
+ * gives ISA flags only to *_avx2.c, so this file is built portably and every function carries a target
+ * attribute; dispatch.c calls in only after the CPU probe.
+ *
+ * Float types: as dot_avx2.c with 16-lane accumulators.  This table's reduction order: one 16-lane
+ * accumulator per element over steps of 16, the last partial step with zero-masked loads, then a fixed
+ * horizontal sum.  Register tiles go up to 3 rows x 8 tokens (24 of the 32 registers accumulate).
+ *
+ * Quantized types keep the canonical order of dot.h, so they give the same bits as the scalar and AVX2
+ * tables. Batches of VNNI_MIN_TOKENS or more: a task repacks 16 weight rows at a time (a slice of blocks)
+ * into a "vertical" layout: per block, for each 4-byte chunk c, the 16 rows' chunk c side by side in one
+ * 64-byte vector (values made unsigned: Q4_0 nibbles as they are, Q8_0 + 128), then the 16 row scales as
+ * floats. One vpdpbusd of chunk c with a token's 4 activation bytes broadcast then adds 4 products to each of
+ * 16 rows in 16 lanes; 8 of them are the rows' exact block dots, with no horizontal reduction.  The offset (8
+ * or 128 times the sum of the token's block) is subtracted and each lane continues the canonical fma chain.
+ * The repacking is paid once per 16 rows and slice and reused by up to 256 tokens.  Smaller batches (decode)
+ * use the AVX2 kernels, which read each weight once without repacking. */
+#include "kernels/dot.h"
+
+#include "kernels/quant.h"
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#define T512   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define AI     static inline __attribute__((always_inline)) T512
+#define UNROLL _Pragma("GCC unroll 16")
+/* A value used by several FMAs is loaded once into a register: left alone, the compiler folds the load into
+ * every FMA as a memory operand, and the tile becomes bound by load ports instead of FMA ports. */
+#define KEEP_IN_REG(v) __asm__("" : "+v"(v))
+
+// Float panels: weight bytes of a row block kept in L2, its row count cap (sizes the parked accumulators) and
+// the bytes of a token group's activation slice kept in L1.
+#define L2_BLOCK_BYTES (256 * 1024)
+#define BLOCK_ROWS     64
+#define L1_X_BYTES     (32 * 1024)
+
+// Quantized batches from this many tokens take the repacked VNNI path.
+#define VNNI_MIN_TOKENS  3
+#define PACK_ROWS        16
+#define PACK_BLOCKS      32            // blocks per repacked slice
+#define PACK_BLOCK_BYTES (8 * 64 + 64) // 8 chunk vectors + 16 float scales
+#define REPACK_AHEAD     16            // blocks prefetched ahead while repacking
+#define PACK_TOKENS      256           // tokens sharing one repacked slice (bounds the parked accumulators)
+
+AI float hsum16(__m512 v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- float types ----------------------------------------------------------------------------------------
+ */
+
+AI __m512 widen16(uint32_t type, __m256i h) {
+    if (type == CI_TYPE_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); // BF16
+}
+
+/* 16 weights from element i; partial: only the lanes of mask (others zero). */
+AI __m512 load16(uint32_t type, const uint8_t *row, int64_t i) {
+    if (type == CI_TYPE_F32)
+        return _mm512_loadu_ps(row + 4 * i);
+    return widen16(type, _mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * i)));
+}
+
+AI __m512 load16_mask(uint32_t type, const uint8_t *row, int64_t i, __mmask16 mask) {
+    if (type == CI_TYPE_F32)
+        return _mm512_maskz_loadu_ps(mask, row + 4 * i);
+    return widen16(type, _mm256_maskz_loadu_epi16(mask, row + 2 * i));
+}
+
+/* The reference order of this table. */
+AI float dot1(uint32_t type, const void *row, const float *x, int64_t n) {
+    const uint8_t *w = row;
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(load16(type, w, i), _mm512_loadu_ps(x + i), acc);
+    if (i < n) {
+        __mmask16 mask = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(load16_mask(type, w, i, mask), _mm512_maskz_loadu_ps(mask, x + i), acc);
+    }
+    return hsum16(acc);
+}
+
+T512 static float dot_f32(const void *row, const float *x, int64_t n) {
+    return dot1(CI_TYPE_F32, row, x, n);
+}
+T512 static float dot_f16(const void *row, const float *x, int64_t n) {
+    return dot1(CI_TYPE_F16, row, x, n);
+}
+T512 static float dot_bf16(const void *row, const float *x, int64_t n) {
+    return dot1(CI_TYPE_BF16, row, x, n);
+}
+
+/* Attention's q.k: two accumulators for short rows (not tied to the matmul order). */
+T512 static float dot_f32_short(const void *row, const float *x, int64_t n) {
+    const float *w = row;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 mask = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, w + i), _mm512_maskz_loadu_ps(mask, x + i), a0);
+    }
+    return hsum16(_mm512_add_ps(a0, a1));
+}
+
+/* A register tile over a k slice (units of 16 elements; the last unit of a row may be partial), as in
+ * dot_avx2.c: accumulators parked between slices, exactly. */
+struct tile_args {
+    const struct ci_mm *m;
+    int64_t r;
+    int nr;
+    int t;
+    int nt;
+    int64_t k0, k1;
+    bool first, last;
+    __m512 *acc;
+};
+
+AI void prefetch_lines(const uint8_t *p, const int n_lines) {
+    UNROLL
+    for (int l = 0; l < n_lines; l++)
+        _mm_prefetch((const char *)(p + 64 * l), _MM_HINT_T0);
+}
+
+AI void ftile(uint32_t type, const int RM, const int TN, const struct tile_args *ta) {
+    const struct ci_mm *m = ta->m;
+    const int64_t n = m->n_in, full = n / 16;
+    const uint8_t *wr[8];
+    const float *xt[8];
+    UNROLL
+    for (int i = 0; i < RM; i++)
+        wr[i] = m->w + (size_t)(ta->r + (i < ta->nr ? i : ta->nr - 1)) * m->row_bytes;
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        xt[j] = m->x + (size_t)(ta->t + (j < ta->nt ? j : ta->nt - 1)) * (size_t)n;
+    __m512 acc[24];
+    UNROLL
+    for (int k = 0; k < RM * TN; k++)
+        acc[k] = ta->first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&ta->acc[k]);
+    const int esize = type == CI_TYPE_F32 ? 4 : 2;
+    const int step = RM * 16 * esize;
+    const uint8_t *pf = m->w + (size_t)(ta->r + RM) * m->row_bytes + (size_t)ta->k0 * (size_t)step;
+    const uint8_t *wn[8]; // prefill shapes: the next tile's rows, same k range, fetched into L1 from L2
+    UNROLL
+    for (int a = 0; a < RM; a++)
+        wn[a] = m->w + (size_t)(ta->r + RM + a) * m->row_bytes;
+    int64_t u1 = ta->k1 < full ? ta->k1 : full;
+    for (int64_t i = ta->k0 * 16; i < u1 * 16; i += 16) {
+        if (RM >= 4 && TN <= 2) { // decode shapes stream from memory: prefetch the next tile's rows
+            prefetch_lines(pf, (step + 63) / 64);
+            pf += step;
+        } else {
+            UNROLL
+            for (int a = 0; a < RM; a++)
+                _mm_prefetch((const char *)(wn[a] + (size_t)i * (size_t)esize), _MM_HINT_T0);
+        }
+        if (RM <= TN) {
+            __m512 wv[8];
+            UNROLL
+            for (int a = 0; a < RM; a++)
+                wv[a] = load16(type, wr[a], i);
+            UNROLL
+            for (int j = 0; j < TN; j++) {
+                __m512 xv = _mm512_loadu_ps(xt[j] + i);
+                KEEP_IN_REG(xv);
+                UNROLL
+                for (int a = 0; a < RM; a++)
+                    acc[a * TN + j] = _mm512_fmadd_ps(wv[a], xv, acc[a * TN + j]);
+            }
+        } else {
+            __m512 xv[8];
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                xv[j] = _mm512_loadu_ps(xt[j] + i);
+            UNROLL
+            for (int a = 0; a < RM; a++) {
+                __m512 wv = load16(type, wr[a], i);
+                KEEP_IN_REG(wv);
+                UNROLL
+                for (int j = 0; j < TN; j++)
+                    acc[a * TN + j] = _mm512_fmadd_ps(wv, xv[j], acc[a * TN + j]);
+            }
+        }
+    }
+    if (ta->k1 > full) { // the row's partial last unit
+        const int64_t i = full * 16;
+        const __mmask16 mask = (__mmask16)((1u << (n - i)) - 1);
+        UNROLL
+        for (int j = 0; j < TN; j++) {
+            __m512 xv = _mm512_maskz_loadu_ps(mask, xt[j] + i);
+            UNROLL
+            for (int a = 0; a < RM; a++)
+                acc[a * TN + j] = _mm512_fmadd_ps(load16_mask(type, wr[a], i, mask), xv, acc[a * TN + j]);
+        }
+    }
+    if (!ta->last) {
+        UNROLL
+        for (int k = 0; k < RM * TN; k++)
+            _mm512_store_ps((float *)&ta->acc[k], acc[k]);
+        return;
+    }
+    UNROLL
+    for (int a = 0; a < RM; a++) {
+        if (a >= ta->nr)
+            break;
+        UNROLL
+        for (int j = 0; j < TN; j++) {
+            if (j >= ta->nt)
+                break;
+            m->y[(size_t)(ta->t + j) * (size_t)m->n_out + (size_t)(ta->r + a)] = hsum16(acc[a * TN + j]);
+        }
+    }
+}
+
+typedef void (*tile_fn)(const struct tile_args *ta);
+
+#define FTILE(T, name, RM, TN)                                                                               \
+    T512 static void name##_##RM##x##TN(const struct tile_args *ta) {                                        \
+        ftile(T, RM, TN, ta);                                                                                \
+    }
+#define FTILES(T, name)                                                                                      \
+    FTILE(T, name, 8, 1)                                                                                     \
+    FTILE(T, name, 6, 2)                                                                                     \
+    FTILE(T, name, 6, 3)                                                                                     \
+    FTILE(T, name, 6, 4)                                                                                     \
+    FTILE(T, name, 4, 5)                                                                                     \
+    FTILE(T, name, 4, 6)                                                                                     \
+    FTILE(T, name, 3, 7)                                                                                     \
+    FTILE(T, name, 3, 8)                                                                                     \
+    static const tile_fn name##_tiles[9] = {NULL,       name##_8x1, name##_6x2, name##_6x3, name##_6x4,      \
+                                            name##_4x5, name##_4x6, name##_3x7, name##_3x8};
+
+FTILES(CI_TYPE_F32, f32)
+FTILES(CI_TYPE_F16, f16)
+FTILES(CI_TYPE_BF16, bf16)
+
+static const int ftile_rows[9] = {0, 8, 6, 6, 6, 4, 4, 3, 3}; // RM of the tile for TN tokens
+
+/* Row blocks that stay in L2; inside, token groups of up to 8; inside, k slices whose activations stay in L1;
+ * inside, the row tiles of the block. */
+T512 static void fpanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const tile_fn *tiles) {
+    _Alignas(64) __m512 park[(BLOCK_ROWS + 2) * 8]; // ceil(64 / RM) tiles of RM x TN accumulators, at most
+    const int64_t n_units = (m->n_in + 15) / 16;
+    int64_t block = (int64_t)(L2_BLOCK_BYTES / (m->row_bytes ? m->row_bytes : 1));
+    block = block > BLOCK_ROWS ? BLOCK_ROWS : block;
+    block = block < CI_MM_ROW_ALIGN ? CI_MM_ROW_ALIGN : block / CI_MM_ROW_ALIGN * CI_MM_ROW_ALIGN;
+    for (int64_t rb = r0; rb < r1; rb += block) {
+        int64_t re = rb + block < r1 ? rb + block : r1;
+        for (int t = t0; t < t1;) {
+            int tn = t1 - t < 8 ? t1 - t : 8;
+            int rm = ftile_rows[tn];
+            int64_t slice = L1_X_BYTES / (64 * tn);
+            struct tile_args ta = {.m = m, .t = t, .nt = tn};
+            for (int64_t k0 = 0; k0 < n_units; k0 += slice) {
+                ta.k0 = k0;
+                ta.k1 = n_units - k0 > slice ? k0 + slice : n_units;
+                ta.first = k0 == 0;
+                ta.last = ta.k1 == n_units;
+                __m512 *acc = park;
+                for (int64_t r = rb; r < re; r += rm) {
+                    ta.r = r;
+                    ta.nr = re - r < rm ? (int)(re - r) : rm;
+                    ta.acc = acc;
+                    tiles[tn](&ta);
+                    acc += rm * tn;
+                }
+            }
+            t += tn;
+        }
+    }
+}
+
+T512 static void mm_f32(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    fpanel(m, r0, r1, t0, t1, f32_tiles);
+}
+T512 static void mm_f16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    fpanel(m, r0, r1, t0, t1, f16_tiles);
+}
+T512 static void mm_bf16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    fpanel(m, r0, r1, t0, t1, bf16_tiles);
+}
+
+/* ---- quantized types: repacked VNNI ----------------------------------------------------------------------
+ */
+
+/* Index vectors of the 16 x 8 dword transpose (three vpermt2d stages, each swapping one bit of the register
+ * index with one bit of the lane index; [stage][output bit]). */
+static const int32_t transpose_idx[3][2][16] = {
+    {{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+     {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31}},
+    {{0, 1, 4, 5, 16, 17, 20, 21, 8, 9, 12, 13, 24, 25, 28, 29},
+     {2, 3, 6, 7, 18, 19, 22, 23, 10, 11, 14, 15, 26, 27, 30, 31}},
+    {{0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30},
+     {1, 3, 17, 19, 5, 7, 21, 23, 9, 11, 25, 27, 13, 15, 29, 31}},
+};
+
+/* A block's 32 weights as unsigned bytes in element order (Q4_0: nibble values 0..15, low nibbles = elements
+ * 0..15 first; Q8_0: w + 128). */
+AI __m256i block_u8(uint32_t type, const uint8_t *blk) {
+    if (type == CI_TYPE_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(blk + 2)),
+                                _mm256_set1_epi8((char)0x80));
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(blk + 2)));
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* Rows [r, r + nr) (missing rows repeat the last), blocks [b0, b1) -> pack. */
+AI void repack(uint32_t type, const struct ci_mm *m, int64_t r, int nr, int64_t b0, int64_t b1,
+               uint8_t *pack) {
+    const size_t bb = type == CI_TYPE_Q8_0 ? sizeof(struct ci_block_q8_0) : sizeof(struct ci_block_q4_0);
+    const uint8_t *wr[PACK_ROWS];
+    for (int i = 0; i < PACK_ROWS; i++)
+        wr[i] = m->w + (size_t)(r + (i < nr ? i : nr - 1)) * m->row_bytes;
+    __m512i idx[3][2];
+    for (int s = 0; s < 3; s++)
+        for (int o = 0; o < 2; o++)
+            idx[s][o] = _mm512_loadu_si512(transpose_idx[s][o]);
+    for (int64_t b = b0; b < b1; b++) {
+        const size_t off = (size_t)b * bb;
+        uint8_t *dst = pack + (size_t)(b - b0) * PACK_BLOCK_BYTES;
+        // 16 rows in lockstep from memory (decode-sized batches): keep REPACK_AHEAD blocks in flight per row
+        UNROLL
+        for (int i = 0; i < PACK_ROWS; i++)
+            _mm_prefetch((const char *)(wr[i] + off + REPACK_AHEAD * bb), _MM_HINT_T0);
+        // z[k]: rows 2k and 2k+1 (register bits r3 r2 r1, lane = r0 chunk); after the three stages
+        // c[chunk]: lane = row.
+        __m512i z[8], a[8], t[8];
+        UNROLL
+        for (int k = 0; k < 8; k++)
+            z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(block_u8(type, wr[2 * k] + off)),
+                                      block_u8(type, wr[2 * k + 1] + off), 1);
+        UNROLL
+        for (int k = 0; k < 4; k++) // pairs differing in r3 -> register bit 2 becomes chunk bit 2
+            for (int o = 0; o < 2; o++)
+                a[(o << 2) | k] = _mm512_permutex2var_epi32(z[k], idx[0][o], z[k | 4]);
+        UNROLL
+        for (int c2 = 0; c2 < 2; c2++) // pairs differing in r2 -> register bit 1 becomes chunk bit 1
+            for (int r1 = 0; r1 < 2; r1++)
+                for (int o = 0; o < 2; o++)
+                    t[(c2 << 2) | (o << 1) | r1] =
+                        _mm512_permutex2var_epi32(a[(c2 << 2) | r1], idx[1][o], a[(c2 << 2) | 2 | r1]);
+        UNROLL
+        for (int k = 0; k < 4; k++) // pairs differing in r1 -> register bit 0 becomes chunk bit 0
+            for (int o = 0; o < 2; o++)
+                _mm512_storeu_si512(dst + 64 * ((k << 1) | o),
+                                    _mm512_permutex2var_epi32(t[k << 1], idx[2][o], t[(k << 1) | 1]));
+        uint16_t h[PACK_ROWS];
+        for (int i = 0; i < PACK_ROWS; i++)
+            memcpy(&h[i], wr[i] + off, 2);
+        _mm512_storeu_ps(dst + 512, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h)));
+    }
+}
+
+AI int32_t load_i32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* 16 repacked rows x TN tokens over the pack's blocks [b0, b1); F (lanes = rows) parked between slices. */
+AI void vtile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *pack, int64_t b0, int64_t b1,
+              int64_t r, int nr, int t, bool first, bool last, __m512 *park) {
+    const struct ci_act_q8 *q = m->q;
+    const int shift = type == CI_TYPE_Q8_0 ? 7 : 3; // the unsigned offset: 128 or 8 times sum(x)
+    const int64_t stride = q->tok_stride;
+    const int8_t *xt[8];
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        xt[j] = q->qs + (size_t)(t + j) * (size_t)m->n_in;
+    __m512 f[8];
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        f[j] = first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&park[j]);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = pack + (size_t)(b - b0) * PACK_BLOCK_BYTES;
+        __m512i acc[8];
+        UNROLL
+        for (int j = 0; j < TN; j++)
+            acc[j] = _mm512_setzero_si512();
+        UNROLL
+        for (int c = 0; c < 8; c++) {
+            __m512i w = _mm512_load_si512(p + 64 * c);
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                acc[j] = _mm512_dpbusd_epi32(acc[j], w, _mm512_set1_epi32(load_i32(xt[j] + b * 32 + 4 * c)));
+        }
+        __m512 dw = _mm512_load_ps(p + 512);
+        const float *dx = q->d + b * stride + t;
+        const int32_t *xs = q->sum + b * stride + t;
+        UNROLL
+        for (int j = 0; j < TN; j++) {
+            __m512i s = _mm512_sub_epi32(acc[j], _mm512_set1_epi32(xs[j] * (1 << shift)));
+            f[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[j])), _mm512_cvtepi32_ps(s), f[j]);
+        }
+    }
+    if (!last) {
+        UNROLL
+        for (int j = 0; j < TN; j++)
+            _mm512_store_ps((float *)&park[j], f[j]);
+        return;
+    }
+    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        _mm512_mask_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)r, rows, f[j]);
+}
+
+typedef void (*vtile_fn)(const struct ci_mm *m, const uint8_t *pack, int64_t b0, int64_t b1, int64_t r,
+                         int nr, int t, bool first, bool last, __m512 *park);
+
+#define VTILE(T, name, TN)                                                                                   \
+    T512 static void name##_v##TN(const struct ci_mm *m, const uint8_t *pack, int64_t b0, int64_t b1,        \
+                                  int64_t r, int nr, int t, bool first, bool last, __m512 *park) {           \
+        vtile(T, TN, m, pack, b0, b1, r, nr, t, first, last, park);                                          \
+    }
+#define VTILES(T, name)                                                                                      \
+    VTILE(T, name, 1)                                                                                        \
+    VTILE(T, name, 2)                                                                                        \
+    VTILE(T, name, 4)                                                                                        \
+    VTILE(T, name, 8)                                                                                        \
+    T512 static void name##_repack(const struct ci_mm *m, int64_t r, int nr, int64_t b0, int64_t b1,         \
+                                   uint8_t *pack) {                                                          \
+        repack(T, m, r, nr, b0, b1, pack);                                                                   \
+    }                                                                                                        \
+    static const vtile_fn name##_vtiles[9] = {NULL, name##_v1, name##_v2, NULL,     name##_v4,               \
+                                              NULL, NULL,      NULL,      name##_v8};
+
+VTILES(CI_TYPE_Q8_0, q8_0)
+VTILES(CI_TYPE_Q4_0, q4_0)
+
+typedef void (*repack_fn)(const struct ci_mm *m, int64_t r, int nr, int64_t b0, int64_t b1, uint8_t *pack);
+
+/* 16-row groups; inside, up to PACK_TOKENS tokens; inside, slices of PACK_BLOCKS blocks repacked once;
+ * inside, token groups of 8 (then 4, 2, 1). */
+T512 static void vpanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, repack_fn rp,
+                        const vtile_fn *tiles) {
+    _Alignas(64) uint8_t pack[PACK_BLOCKS * PACK_BLOCK_BYTES];
+    _Alignas(64) __m512 park[PACK_TOKENS];
+    const int64_t nb = m->n_in / 32;
+    for (int64_t r = r0; r < r1; r += PACK_ROWS) {
+        int nr = r1 - r < PACK_ROWS ? (int)(r1 - r) : PACK_ROWS;
+        for (int tp = t0; tp < t1; tp += PACK_TOKENS) {
+            int tp1 = t1 - tp < PACK_TOKENS ? t1 : tp + PACK_TOKENS;
+            for (int64_t b0 = 0; b0 < nb; b0 += PACK_BLOCKS) {
+                int64_t b1 = nb - b0 < PACK_BLOCKS ? nb : b0 + PACK_BLOCKS;
+                rp(m, r, nr, b0, b1, pack);
+                for (int t = tp; t < tp1;) {
+                    int tn = tp1 - t >= 8 ? 8 : tp1 - t >= 4 ? 4 : tp1 - t >= 2 ? 2 : 1;
+                    tiles[tn](m, pack, b0, b1, r, nr, t, b0 == 0, b1 == nb, park + (t - tp));
+                    t += tn;
+                }
+            }
+        }
+    }
+}
+
+T512 static void mm_q8_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    if (t1 - t0 < VNNI_MIN_TOKENS) // bandwidth-bound: one pass over the weights, no repacking
+        ci_dot_avx2_table()->mm_q8_0(m, r0, r1, t0, t1);
+    else
+        vpanel(m, r0, r1, t0, t1, q8_0_repack, q8_0_vtiles);
+}
+T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    if (t1 - t0 < VNNI_MIN_TOKENS)
+        ci_dot_avx2_table()->mm_q4_0(m, r0, r1, t0, t1);
+    else
+        vpanel(m, r0, r1, t0, t1, q4_0_repack, q4_0_vtiles);
+}
+
+T512 static void attn_chunk(const float *const *k, const float *const *v, int n, const float *const *q,
+                            int ng, int hd, float scale, float *m, float *l, float *acc) {
+    ci_dot_avx2_table()->attn_chunk(k, v, n, q, ng, hd, scale, m, l, acc);
+}
+
+T512 static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride) {
+    ci_dot_avx2_table()->quant_act(x, n_in, qs, d, sum, stride);
+}
+
+static const struct ci_dot_table avx512_table = {
+    .isa = "avx512+vnni",
+    .f32 = dot_f32,
+    .f16 = dot_f16,
+    .bf16 = dot_bf16,
+    .q8_0 = ci_ref_dot_q8_0,
+    .q4_0 = ci_ref_dot_q4_0,
+    .f32_short = dot_f32_short,
+    .attn_chunk = attn_chunk,
+    .quant_act = quant_act,
+    .mm_f32 = mm_f32,
+    .mm_f16 = mm_f16,
+    .mm_bf16 = mm_bf16,
+    .mm_q8_0 = mm_q8_0,
+    .mm_q4_0 = mm_q4_0,
+};
+
+const struct ci_dot_table *ci_dot_avx512_table(void) {
+    return &avx512_table;
+}
+
+#else
+
+const struct ci_dot_table *ci_dot_avx512_table(void) {
+    return NULL;
+}
+
+#endif
