@@ -13,5 +13,7 @@ int cmd_calc(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);         // cinfer bench: offline workloads under each policy
 int cmd_bench_serve(int argc, char **argv);   // cinfer bench serve: load generator for any OpenAI server
+int cmd_bench_hw(int argc, char **argv);      // cinfer bench hw: memory bandwidth and FMA peak
+int cmd_bench_kernels(int argc, char **argv); // cinfer bench kernels: pp512, tg128, batched decode
 
 #endif

@@ -9,6 +9,10 @@
 static int cmd_bench_any(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[2], "serve"))
         return cmd_bench_serve(argc, argv);
+    if (argc > 2 && !strcmp(argv[2], "hw"))
+        return cmd_bench_hw(argc, argv);
+    if (argc > 2 && !strcmp(argv[2], "kernels"))
+        return cmd_bench_kernels(argc, argv);
     return cmd_bench(argc, argv);
 }
 

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds native llama.cpp benchmark tools (llama-bench, llama-batched-bench) from the llama.cpp source that the
+# pinned npm package node-llama-cpp carries as llama/gitRelease.bundle, so bench/kernels.sh can run cinfer and
+# llama.cpp side by side on the same files and threads.  CPU only, Release, -march=native (GGML_NATIVE).
+#   scripts/llamacpp-native.sh [DIR]
+# DIR defaults to ${CINFER_LLAMACPP_DIR:-$HOME/.cache/cinfer/llama.cpp}: outside the repository, never committed.
+# Idempotent: an existing build of the bundle's commit is reused.  Prints the directory holding the binaries.
+# Environment: CINFER_LLAMACPP_JOBS (default 2) parallel compile jobs.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR=${1:-${CINFER_LLAMACPP_DIR:-$HOME/.cache/cinfer/llama.cpp}}
+case "$DIR" in /*) ;; *) DIR=$PWD/$DIR ;; esac
+JOBS=${CINFER_LLAMACPP_JOBS:-2}
+NPM=$ROOT/build/npm
+BUNDLE=$NPM/node_modules/node-llama-cpp/llama/gitRelease.bundle
+BUILD=$DIR/build-cinfer
+BIN=$BUILD/bin
+
+die() {
+    echo "llamacpp-native: $*" >&2
+    exit 1
+}
+
+case "$DIR/" in "$ROOT"/*) die "refusing to put llama.cpp inside the repository ($DIR)" ;; esac
+
+if [ ! -f "$BUNDLE" ]; then
+    "$ROOT/scripts/llamacpp-setup.sh" "$NPM" >&2 || die "node-llama-cpp is not installed (scripts/llamacpp-setup.sh)"
+    [ -f "$BUNDLE" ] || die "no $BUNDLE in the installed node-llama-cpp"
+fi
+command -v git >/dev/null 2>&1 || die "git is not installed"
+command -v cmake >/dev/null 2>&1 || die "cmake is not installed (apt-get install cmake)"
+
+COMMIT=$(git bundle list-heads "$BUNDLE" | awk '$2 == "HEAD" { print $1; exit } { c = $1 } END { if (c) print c }' |
+    head -1)
+[ -n "$COMMIT" ] || die "cannot read the commit of $BUNDLE"
+
+if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-batched-bench" ] && [ -f "$BUILD/.cinfer-commit" ] &&
+    [ "$(cat "$BUILD/.cinfer-commit")" = "$COMMIT" ]; then
+    echo "$BIN"
+    exit 0
+fi
+
+if [ ! -d "$DIR/.git" ]; then
+    mkdir -p "$(dirname "$DIR")" || die "cannot create $(dirname "$DIR")"
+    git clone -q --no-checkout "$BUNDLE" "$DIR" >&2 || die "git clone of $BUNDLE failed"
+fi
+if [ "$(git -C "$DIR" rev-parse HEAD 2>/dev/null)" != "$COMMIT" ] || [ ! -f "$DIR/CMakeLists.txt" ]; then
+    git -C "$DIR" -c advice.detachedHead=false checkout -q --force "$COMMIT" >&2 || die "checkout of $COMMIT failed"
+fi
+
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+    cmake -S "$DIR" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+        -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+        -DLLAMA_BUILD_TOOLS=ON \
+        >"$BUILD.configure.log" 2>&1 ||
+        { tail -30 "$BUILD.configure.log" >&2; die "cmake configure failed (log: $BUILD.configure.log)"; }
+fi
+cmake --build "$BUILD" --config Release --target llama-bench llama-batched-bench -j"$JOBS" >"$BUILD.build.log" 2>&1 ||
+    { tail -30 "$BUILD.build.log" >&2; die "build failed (log: $BUILD.build.log)"; }
+[ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-batched-bench" ] || die "build finished without the binaries in $BIN"
+echo "$COMMIT" >"$BUILD/.cinfer-commit"
+echo "$BIN"
