@@ -21,3 +21,9 @@ if [ -f "$SHARED/stories260K.gguf" ]; then
     "$BIN" run -m "$SHARED/stories260K.gguf" -n 120 --temp 0
     echo
 fi
+BENCH_OUT=bench/out/demo
+echo "== cinfer bench -m $MODEL --compare naive,static,continuous,chunked,paged,prefix -w shared-prefix ..."
+echo "   (the seeds' claims as numbers: the same workload under each serving policy)"
+"$BIN" bench -m "$MODEL" --compare naive,static,continuous,chunked,paged,prefix -w shared-prefix -n 8 \
+    --groups 2 --prefix-len 64 --suffix-len 8 --output-len 16 --ctx 256 --max-seqs 8 --quiet --out "$BENCH_OUT"
+echo "(CSV, JSON and PNG plots in $BENCH_OUT)"
