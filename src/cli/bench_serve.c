@@ -135,7 +135,7 @@ static bool parse_goodput(const char *spec, struct slo *slo, char *msg, size_t m
         const char *colon = strchr(p, ':');
         size_t key_len = colon ? (size_t)(colon - p) : 0;
         if (!colon || key_len == 0 || key_len > 8 || memchr(p, ' ', key_len) || memchr(p, ',', key_len)) {
-            snprintf(msg, msg_size, "'%s': expected KEY:MS terms (keys ttft, tpot, e2el)", spec);
+            snprintf(msg, msg_size, "'%.120s': expected KEY:MS terms (keys ttft, tpot, e2el)", spec);
             return false;
         }
         char *end = NULL;
