@@ -2,18 +2,32 @@
 # Builds native llama.cpp benchmark tools (llama-bench, llama-batched-bench) from the llama.cpp source that the
 # pinned npm package node-llama-cpp carries as llama/gitRelease.bundle, so bench/kernels.sh can run cinfer and
 # llama.cpp side by side on the same files and threads.  CPU only, Release, -march=native (GGML_NATIVE).
-#   scripts/llamacpp-native.sh [DIR]
+#   scripts/llamacpp-native.sh [--server] [DIR]
+# --server builds llama-server instead (for bench/serve.sh), in its own build directory (the server target needs
+# LLAMA_BUILD_SERVER, which the benchmark build leaves off).
 # DIR defaults to ${CINFER_LLAMACPP_DIR:-$HOME/.cache/cinfer/llama.cpp}: outside the repository, never committed.
 # Idempotent: an existing build of the bundle's commit is reused.  Prints the directory holding the binaries.
 # Environment: CINFER_LLAMACPP_JOBS (default 2) parallel compile jobs.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SERVER=0
+if [ "${1:-}" = --server ]; then
+    SERVER=1
+    shift
+fi
 DIR=${1:-${CINFER_LLAMACPP_DIR:-$HOME/.cache/cinfer/llama.cpp}}
 case "$DIR" in /*) ;; *) DIR=$PWD/$DIR ;; esac
 JOBS=${CINFER_LLAMACPP_JOBS:-2}
 NPM=$ROOT/build/npm
 BUNDLE=$NPM/node_modules/node-llama-cpp/llama/gitRelease.bundle
 BUILD=$DIR/build-cinfer
+TARGETS=(llama-bench llama-batched-bench)
+SERVER_FLAG=OFF
+if [ "$SERVER" -eq 1 ]; then
+    BUILD=$DIR/build-cinfer-server
+    TARGETS=(llama-server)
+    SERVER_FLAG=ON
+fi
 BIN=$BUILD/bin
 
 die() {
@@ -34,8 +48,13 @@ COMMIT=$(git bundle list-heads "$BUNDLE" | awk '$2 == "HEAD" { print $1; exit } 
     head -1)
 [ -n "$COMMIT" ] || die "cannot read the commit of $BUNDLE"
 
-if [ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-batched-bench" ] && [ -f "$BUILD/.cinfer-commit" ] &&
-    [ "$(cat "$BUILD/.cinfer-commit")" = "$COMMIT" ]; then
+have_all() {
+    local t
+    for t in "${TARGETS[@]}"; do
+        [ -x "$BIN/$t" ] || return 1
+    done
+}
+if have_all && [ -f "$BUILD/.cinfer-commit" ] && [ "$(cat "$BUILD/.cinfer-commit")" = "$COMMIT" ]; then
     echo "$BIN"
     exit 0
 fi
@@ -53,13 +72,13 @@ command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     cmake -S "$DIR" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
         -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
-        -DLLAMA_BUILD_TOOLS=ON \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$SERVER_FLAG -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON \
         >"$BUILD.configure.log" 2>&1 ||
         { tail -30 "$BUILD.configure.log" >&2; die "cmake configure failed (log: $BUILD.configure.log)"; }
 fi
-cmake --build "$BUILD" --config Release --target llama-bench llama-batched-bench -j"$JOBS" >"$BUILD.build.log" 2>&1 ||
+cmake --build "$BUILD" --config Release --target "${TARGETS[@]}" -j"$JOBS" >"$BUILD.build.log" 2>&1 ||
     { tail -30 "$BUILD.build.log" >&2; die "build failed (log: $BUILD.build.log)"; }
-[ -x "$BIN/llama-bench" ] && [ -x "$BIN/llama-batched-bench" ] || die "build finished without the binaries in $BIN"
+have_all || die "build finished without ${TARGETS[*]} in $BIN"
 echo "$COMMIT" >"$BUILD/.cinfer-commit"
 echo "$BIN"
