@@ -57,7 +57,8 @@ struct cinfer_model_info {
     int n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_ctx_train;
     uint64_t n_params;
     uint64_t weight_bytes;
-    uint64_t kv_bytes_per_token; // 2 · layers · kv_heads · head_dim · sizeof(float)
+    uint64_t kv_bytes_per_token; // 2 · layers · kv_heads · head_dim · 4: an f32 cache (the default; an engine
+                                 // reports its own --kv-type in cinfer_engine_info)
 };
 CINFER_API void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out);
 
@@ -144,6 +145,7 @@ struct cinfer_engine_options {
     int kv_block_size;    // tokens per KV block (default 16)
     bool contiguous_kv;   // one whole-context block per sequence
     int64_t kv_mem_bytes; // KV pool size (0: 256 MiB)
+    const char *kv_type;  // KV element type: "f32" (NULL: the default), "f16" or "q8_0" (head_dim % 32 == 0)
     int kv_blocks;        // KV pool size in blocks (overrides kv_mem_bytes)
     bool prefix_cache;    // share full prompt blocks across requests (default on)
     int n_ctx;            // context limit (0: the model's)
@@ -157,12 +159,13 @@ CINFER_API enum cinfer_status cinfer_engine_create(const struct cinfer_model *m,
 CINFER_API void cinfer_engine_free(struct cinfer_engine *e);
 CINFER_API enum cinfer_status cinfer_engine_start(struct cinfer_engine *e, struct cinfer_error *err);
 struct cinfer_engine_info {
-    int n_ctx;         // context per sequence
-    int kv_block_size; // tokens per block
-    int kv_blocks;     // blocks in the pool
-    int64_t kv_bytes;  // the pool's size
-    int64_t kv_bytes_per_token;
-    int full_context_seqs; // sequences of the whole context that fit at once
+    int n_ctx;                  // context per sequence
+    int kv_block_size;          // tokens per block
+    int kv_blocks;              // blocks in the pool
+    int64_t kv_bytes;           // the pool's size
+    int64_t kv_bytes_per_token; // 2 · layers · kv_heads · bytes of head_dim elements of kv_type
+    const char *kv_type;        // "f32", "f16" or "q8_0" (static string)
+    int full_context_seqs;      // sequences of the whole context that fit at once
 };
 CINFER_API void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info *out);
 /* Synchronous mode: one step; false if there was nothing to do. */

@@ -83,7 +83,7 @@ static double tensor_params(const struct ci_tensor *t) {
     return n;
 }
 
-static void shape_init(struct kb_shape *s, const struct model *m) {
+static void shape_init(struct kb_shape *s, const struct model *m, uint32_t kv_type) {
     const struct model_config *c = &m->config;
     const struct model_weights *w = &m->weights;
     memset(s, 0, sizeof *s);
@@ -101,7 +101,7 @@ static void shape_init(struct kb_shape *s, const struct model *m) {
     s->p_head = tensor_params(&w->output);
     s->w_head_bytes = (double)w->output.nbytes + (double)w->output_norm.nbytes;
     s->emb_row_bytes = (double)w->tok_embd.row_bytes;
-    s->kv_tok_bytes = 2.0 * c->n_layer * c->n_kv_head * c->head_dim * sizeof(float);
+    s->kv_tok_bytes = 2.0 * c->n_layer * c->n_kv_head * (double)ci_kv_row_bytes(kv_type, c->head_dim);
     s->attn_flops_pos = 4.0 * c->n_layer * c->n_head * c->head_dim;
 }
 
@@ -258,6 +258,7 @@ static void json_str(const char *s) {
 struct kb_opts {
     const char *model;
     int n_threads, n_prompt, n_gen, reps, batch_reps, batch_pp, batch_tg, ubatch, block_size;
+    uint32_t kv_type; // KV cache element type (--kv-type)
     int batches[MAX_BATCHES], n_batches;
     float bw_gbs, peak_gflops;
     int hw_mib;
@@ -406,7 +407,8 @@ static enum ci_status kb_setup(struct kb_run *r, const struct kb_opts *o, struct
     r->ubatch = o->ubatch;
     r->max_tokens = imax(most < o->ubatch ? most : o->ubatch, max_b);
     r->max_seqs = max_b;
-    struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, o->block_size, (int)n_blocks};
+    struct kv_pool_params kp = {c->n_layer,    c->n_kv_head,  c->head_dim,
+                                o->block_size, (int)n_blocks, o->kv_type};
     enum ci_status st;
     if ((st = kv_pool_create(&kp, &r->pool, err)) != CI_OK ||
         (st = forward_create(r->m, r->max_tokens, max_b, tp, &r->fwd, err)) != CI_OK)
@@ -500,7 +502,7 @@ static int bench(const struct kb_opts *o) {
     r.peak = hw.peak_gflops * 1e9;
     r.bw = hw.bw_gbs * 1e9;
     ci_rng_seed(&r.rng, o->seed);
-    shape_init(&r.shape, m);
+    shape_init(&r.shape, m, o->kv_type);
     if (kb_setup(&r, o, tp, &err) != CI_OK)
         goto fail;
 
@@ -522,15 +524,15 @@ static int bench(const struct kb_opts *o) {
             ", \"arch\": \"%s\", \"weight_type\": \"%s\", \"n_params\": %.0f, \"weight_bytes\": %.0f, "
             "\"n_layer\": %d, \"n_embd\": %d, \"n_head\": %d, \"n_kv_head\": %d, \"n_ff\": %d, \"n_vocab\": "
             "%d, "
-            "\"kv_type\": \"f32\", \"n_threads\": %d, \"ubatch\": %d, \"block_size\": %d, \"kernels_isa\": "
+            "\"kv_type\": \"%s\", \"n_threads\": %d, \"ubatch\": %d, \"block_size\": %d, \"kernels_isa\": "
             "\"%s\", \"peak_gflops\": %.3f, \"bw_gbs\": %.3f}\n",
             model_arch_name(c->arch), wtype, params, wbytes, c->n_layer, c->n_embd, c->n_head, c->n_kv_head,
-            c->n_ff, c->n_vocab, o->n_threads, o->ubatch, o->block_size, ci_kernels_isa(), hw.peak_gflops,
-            hw.bw_gbs);
+            c->n_ff, c->n_vocab, kv_type_name(o->kv_type), o->n_threads, o->ubatch, o->block_size,
+            ci_kernels_isa(), hw.peak_gflops, hw.bw_gbs);
     } else {
-        printf("\nmodel %s: %s, %.1f M params, %.1f MiB of weights (%s), KV f32; %d threads, kernels %s\n",
-               base, model_arch_name(c->arch), params / 1e6, wbytes / (1024.0 * 1024.0), wtype, o->n_threads,
-               ci_kernels_isa());
+        printf("\nmodel %s: %s, %.1f M params, %.1f MiB of weights (%s), KV %s; %d threads, kernels %s\n",
+               base, model_arch_name(c->arch), params / 1e6, wbytes / (1024.0 * 1024.0), wtype,
+               kv_type_name(o->kv_type), o->n_threads, ci_kernels_isa());
     }
     fflush(stdout);
 
@@ -601,6 +603,7 @@ int cmd_bench_kernels(int argc, char **argv) {
         .seed = 1,
     };
     const char *batches = "1,4,16";
+    const char *kv_type = "f32";
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--threads", "-t", ARG_INT, &o.n_threads, 1, 512, "N  kernel threads (default: online CPUs)"},
@@ -617,6 +620,7 @@ int cmd_bench_kernels(int argc, char **argv) {
         {"--batch-reps", NULL, ARG_INT, &o.batch_reps, 1, MAX_REPS, "R  batched: runs averaged (default 1)"},
         {"--ubatch", NULL, ARG_INT, &o.ubatch, 1, 1 << 16, "N  most tokens per forward call (default 512)"},
         {"--block-size", NULL, ARG_INT, &o.block_size, 1, 1 << 16, "N  KV block size in tokens (default 16)"},
+        {"--kv-type", NULL, ARG_STR, &kv_type, 0, 0, "T  KV cache element type: f32|f16|q8_0 (default f32)"},
         {"--bandwidth-gbs", NULL, ARG_FLOAT, &o.bw_gbs, 0.001, 1e6,
          "X  memory bandwidth, GB/s (default: measure)"},
         {"--peak-gflops", NULL, ARG_FLOAT, &o.peak_gflops, 0.001, 1e9,
@@ -638,6 +642,10 @@ int cmd_bench_kernels(int argc, char **argv) {
         return 2;
     if (!o.model) {
         fprintf(stderr, "cinfer bench kernels: -m MODEL is required\n");
+        return 2;
+    }
+    if (!kv_type_parse(kv_type, &o.kv_type)) {
+        fprintf(stderr, "cinfer bench kernels: --kv-type: '%s' is not one of f32, f16, q8_0\n", kv_type);
         return 2;
     }
     if (!parse_batches(batches, &o)) {

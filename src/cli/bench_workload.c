@@ -328,6 +328,7 @@ struct engine_params bench_policy_params(enum bench_policy p, const struct bench
     ep.n_threads = c->n_threads;
     ep.n_ctx = c->n_ctx;
     ep.kv_mem_bytes = c->kv_mem_bytes;
+    ep.kv_type = c->kv_type;
     ep.sched.max_seqs = c->max_seqs;
     ep.sched.max_batch_tokens = c->max_batch_tokens;
     ep.block_size = c->block_size;

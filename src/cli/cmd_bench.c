@@ -14,6 +14,8 @@
 #include "cli/bench_workload.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "engine/kv_pool.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 int cmd_bench(int argc, char **argv);
@@ -80,6 +82,7 @@ static bool parse_rate(const char *s, double *out) {
 
 struct opts {
     const char *model_path, *workload, *rate, *compare, *policy, *sweep, *out_dir, *batch_sizes, *contexts;
+    const char *kv_type;
     int num_prompts, input_len, output_len, groups, prefix_len, suffix_len, long_len, long_output_len;
     float range_ratio, input_sigma, output_sigma, long_at, long_delay_ms, kv_mem_mib;
     uint64_t seed;
@@ -133,9 +136,9 @@ static void default_out_dir(char *buf, size_t n) {
     snprintf(buf, n, "bench/out/%s", stamp);
 }
 
-static int64_t kv_bytes_per_token(const struct model *m) {
+static int64_t kv_bytes_per_token(const struct model *m, uint32_t kv_type) {
     const struct model_config *c = &m->config;
-    return 2ll * c->n_layer * c->n_kv_head * c->head_dim * (int64_t)sizeof(float); // the engine's KV is f32
+    return 2ll * c->n_layer * c->n_kv_head * (int64_t)ci_kv_row_bytes(kv_type, c->head_dim);
 }
 
 static void print_workload(const struct bench_workload_params *p, const struct bench_workload *w) {
@@ -170,13 +173,15 @@ static void print_workload(const struct bench_workload_params *p, const struct b
 }
 
 static void print_engine(const struct bench_engine_config *c, const struct model *m) {
-    int64_t bpt = kv_bytes_per_token(m);
+    int64_t bpt = kv_bytes_per_token(m, c->kv_type);
     printf("engine     %d threads, context %d, max %d sequences, chunk budget %d tokens, block %d tokens\n",
            c->n_threads, c->n_ctx, c->max_seqs, c->max_batch_tokens, c->block_size);
-    printf("KV budget  %.1f MiB (%lld bytes/token): contiguous policies hold %lld whole-context sequences, "
-           "paged ones %lld tokens\n",
-           (double)c->kv_mem_bytes / MIB, (long long)bpt, (long long)(c->kv_mem_bytes / (bpt * c->n_ctx)),
-           (long long)(c->kv_mem_bytes / (bpt * c->block_size) * c->block_size));
+    printf(
+        "KV budget  %.1f MiB (%s, %lld bytes/token): contiguous policies hold %lld whole-context sequences, "
+        "paged ones %lld tokens\n",
+        (double)c->kv_mem_bytes / MIB, kv_type_name(c->kv_type), (long long)bpt,
+        (long long)(c->kv_mem_bytes / (bpt * c->n_ctx)),
+        (long long)(c->kv_mem_bytes / (bpt * c->block_size) * c->block_size));
 }
 
 static bool config_json(char *buf, size_t n, const struct opts *o, const struct bench_workload_params *p,
@@ -201,10 +206,11 @@ static bool config_json(char *buf, size_t n, const struct opts *o, const struct 
         "\"input_len\": %d, \"output_len\": %d, \"range_ratio\": %g, \"input_sigma\": %g, \"output_sigma\": "
         "%g, \"groups\": %d, \"prefix_len\": %d, \"suffix_len\": %d, \"long_len\": %d, \"long_output_len\": "
         "%d, \"long_at\": %g, \"long_delay_s\": %g, \"threads\": %d, \"ctx\": %d, \"max_seqs\": %d, "
-        "\"max_batch_tokens\": %d, \"block_size\": %d, \"kv_mem_bytes\": %lld}",
+        "\"max_batch_tokens\": %d, \"block_size\": %d, \"kv_mem_bytes\": %lld, \"kv_type\": \"%s\"}",
         p->input_len, p->output_len, p->range_ratio, p->input_sigma, p->output_sigma, p->n_groups,
         p->prefix_len, p->suffix_len, p->long_len, p->long_output_len, p->long_at, p->long_delay_s,
-        c->n_threads, c->n_ctx, c->max_seqs, c->max_batch_tokens, c->block_size, (long long)c->kv_mem_bytes);
+        c->n_threads, c->n_ctx, c->max_seqs, c->max_batch_tokens, c->block_size, (long long)c->kv_mem_bytes,
+        kv_type_name(c->kv_type));
     return strlen(buf) + 1 < n;
 }
 
@@ -388,6 +394,7 @@ int cmd_bench(int argc, char **argv) {
     o.long_len = o.long_output_len = -1;
     o.range_ratio = o.input_sigma = o.output_sigma = o.long_at = o.long_delay_ms = -1;
     o.kv_mem_mib = 0;
+    o.kv_type = "f32";
     o.seed = 1;
     o.sweep_steps = 2;
     o.threads = 2;
@@ -439,6 +446,8 @@ int cmd_bench(int argc, char **argv) {
          "N  context per sequence (default min(model, 1024); the contiguous block)"},
         {"--kv-mem", NULL, ARG_FLOAT, &o.kv_mem_mib, 0, 1 << 24,
          "MIB  KV budget for every policy (default: 4 whole contexts)"},
+        {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, 0,
+         "T  KV cache element type: f32|f16|q8_0 (default f32)"},
         {"--max-seqs", NULL, ARG_INT, &o.max_seqs, 1, 4096,
          "N  running sequences; static batch (default 16)"},
         {"--max-batch-tokens", NULL, ARG_INT, &o.max_batch_tokens, 1, 1 << 20,
@@ -482,6 +491,11 @@ int cmd_bench(int argc, char **argv) {
     int n_pol = 1;
     pol[0] = BENCH_POLICY_PREFIX;
     char msg[160];
+    uint32_t kv_type;
+    if (!kv_type_parse(o.kv_type, &kv_type)) {
+        fprintf(stderr, "cinfer bench: --kv-type: '%s' is not one of f32, f16, q8_0\n", o.kv_type);
+        return 2;
+    }
     if (o.compare && o.policy) {
         fprintf(stderr, "cinfer bench: --compare and --policy exclude each other\n");
         return 2;
@@ -535,8 +549,15 @@ int cmd_bench(int argc, char **argv) {
     struct bench_workload w = {0};
     w.long_index = -1;
     int model_ctx = m->config.n_ctx_train;
-    struct bench_engine_config ec = {o.threads, o.ctx, o.max_seqs, o.max_batch_tokens, o.block_size, 0};
-    int64_t bpt = kv_bytes_per_token(m);
+    struct bench_engine_config ec = {o.threads,    o.ctx, o.max_seqs, o.max_batch_tokens,
+                                     o.block_size, 0,     kv_type};
+    int64_t bpt = kv_bytes_per_token(m, kv_type);
+    if (bpt <= 0) {
+        fprintf(stderr, "cinfer bench: --kv-type q8_0 needs head_dim a multiple of 32 (the model's is %d)\n",
+                m->config.head_dim);
+        model_free(m);
+        return 2;
+    }
     printf("model      %s: %d layers, d %d, %d heads (%d KV), vocab %d, %.1f MiB of weights, context %d\n",
            o.model_path, m->config.n_layer, m->config.n_embd, m->config.n_head, m->config.n_kv_head,
            m->config.n_vocab, (double)model_weight_bytes(m) / MIB, model_ctx);

@@ -43,8 +43,12 @@ static char *ratio_str(double v, char *buf, size_t n) {
     return buf;
 }
 
-static const char *kv_type_name(int kv_bytes) {
-    return kv_bytes == 1 ? "8-bit, q8_0-like" : kv_bytes == 2 ? "FP16" : "FP32";
+static const char *kv_type_name(const struct calc_opts *o) {
+    if (o->kv_type)
+        return !strcmp(o->kv_type, "q8_0")  ? "q8_0: 34 bytes per 32 elements, --kv-type q8_0"
+               : !strcmp(o->kv_type, "f16") ? "f16, --kv-type f16"
+                                            : "f32, --kv-type f32";
+    return o->kv_bytes == 1 ? "8-bit" : o->kv_bytes == 2 ? "FP16" : "FP32";
 }
 
 static void print_phase(const struct calc_phase *p, const char *kv_verb, const char *time_label,
@@ -102,8 +106,8 @@ static void print_report(const struct calc_model *m, bool is_file, const struct 
     row("memory bandwidth", "%g GB/s", o->bandwidth / 1e9);
     row("ridge point", "%.0f FLOP/byte (peak ÷ bandwidth)", r->ridge);
 
-    printf("\nKV cache: 2 (K, V) · %d layers · %d KV heads · %d head dim · %d bytes (%s)%s\n", c->n_layer,
-           r->n_kv_head, c->head_dim, o->kv_bytes, kv_type_name(o->kv_bytes),
+    printf("\nKV cache: 2 (K, V) · %d layers · %d KV heads · %d head dim · %g bytes (%s)%s\n", c->n_layer,
+           r->n_kv_head, c->head_dim, o->kv_bytes, kv_type_name(o),
            o->full_mha && c->n_kv_head != c->n_head ? ", full MHA as the seeds assume" : "");
     row("per token per layer", "%g KiB = %s B", r->kv_token_layer / 1024,
         calc_fmt_group(r->kv_token_layer, a, sizeof a));
@@ -133,6 +137,13 @@ static void print_report(const struct calc_model *m, bool is_file, const struct 
     else
         row("weights + KV", "%s; the KV is %.3g%% of the weights", calc_fmt_bytes(r->mem_bytes, a, sizeof a),
             100 * kv_w);
+    snprintf(lab, sizeof lab, "capacity in %g GB", o->mem_bytes / 1e9);
+    if (r->kv_capacity_tokens > 0)
+        row(lab, "%s tokens of KV after the weights = %s sequences of %lld (--mem-gb)",
+            calc_fmt_group(r->kv_capacity_tokens, a, sizeof a),
+            calc_fmt_group(r->kv_capacity_seqs, b, sizeof b), (long long)r->context);
+    else
+        row(lab, "the weights alone do not fit (--mem-gb)");
 
     const char *bn = r->batch > 1 ? "B·" : "";
     printf("\nprefill of %lld tokens × batch %lld (the TTFT bound)\n", (long long)r->context,
@@ -245,6 +256,10 @@ static void print_json(const struct calc_model *m, bool is_file, const struct ca
     json_num("batch", (double)r->batch, false);
     printf("\"kv\": {");
     json_num("bytes_per_elem", o->kv_bytes, false);
+    printf("\"type\": \"%s\", ", o->kv_type ? o->kv_type : "");
+    json_num("capacity_mem_bytes", o->mem_bytes, false);
+    json_num("capacity_tokens", r->kv_capacity_tokens, false);
+    json_num("capacity_seqs", r->kv_capacity_seqs, false);
     printf("\"full_mha\": %s, ", o->full_mha ? "true" : "false");
     json_num("n_kv_head", r->n_kv_head, false);
     json_num("bytes_per_token_layer", r->kv_token_layer, false);
@@ -287,8 +302,9 @@ static bool count_flag(const char *flag, const char *v, double *out) {
 
 int cmd_calc(int argc, char **argv) {
     const char *preset = NULL, *model_path = NULL, *context_s = NULL, *batch_s = NULL, *params_s = NULL;
-    float peak_tflops = 1000, bandwidth_gbs = 3300, weight_bytes = -1;
-    int kv_bytes = 2;
+    float peak_tflops = 1000, bandwidth_gbs = 3300, weight_bytes = -1, mem_gb = 80;
+    int kv_bytes = 0;
+    const char *kv_type = NULL;
     bool full_mha = false, json = false;
     struct arg_spec specs[] = {
         {"--preset", NULL, ARG_STR, &preset, 0, 0, "NAME  a built-in model shape (see the list below)"},
@@ -300,6 +316,10 @@ int cmd_calc(int argc, char **argv) {
          "N  tokens per sequence, e.g. 100k, 1M (default: model's)"},
         {"--batch", NULL, ARG_STR, &batch_s, 0, 0, "B  sequences stepped together (default 1)"},
         {"--kv-bytes", NULL, ARG_INT, &kv_bytes, 1, 4, "1|2|4  bytes per KV element (default 2, FP16)"},
+        {"--kv-type", NULL, ARG_STR, &kv_type, 0, 0,
+         "T  the engine's KV element type f32|f16|q8_0 (4, 2, 34/32 bytes; instead of --kv-bytes)"},
+        {"--mem-gb", NULL, ARG_FLOAT, &mem_gb, 1e-6, 1e9,
+         "G  device memory for the KV capacity line, GB (default 80, an H100)"},
         {"--weight-bytes", NULL, ARG_FLOAT, &weight_bytes, 0.01, 8,
          "W  bytes per weight (default 2; a file: as stored)"},
         {"--params", NULL, ARG_STR, &params_s, 0, 0,
@@ -308,10 +328,10 @@ int cmd_calc(int argc, char **argv) {
         {"--json", NULL, ARG_FLAG, &json, 0, 0, "   machine-readable output"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
-    const char *synopsis =
-        "(--preset NAME | -m MODEL) [--context N] [--batch B] [--peak-tflops T] "
-        "[--bandwidth-gbs B] [--kv-bytes 1|2|4] [--weight-bytes W] [--params P] [--full-mha] "
-        "[--json]";
+    const char *synopsis = "(--preset NAME | -m MODEL) [--context N] [--batch B] [--peak-tflops T] "
+                           "[--bandwidth-gbs B] [--kv-bytes 1|2|4 | --kv-type f32|f16|q8_0] [--mem-gb G] "
+                           "[--weight-bytes W] [--params P] [--full-mha] "
+                           "[--json]";
     if (args_want_help(argc, argv, 2)) {
         args_usage("calc", synopsis, specs, n_specs);
         printf("\n");
@@ -330,7 +350,18 @@ int cmd_calc(int argc, char **argv) {
     calc_opts_default(&o);
     o.peak_flops = (double)peak_tflops * 1e12;
     o.bandwidth = (double)bandwidth_gbs * 1e9;
-    o.kv_bytes = kv_bytes;
+    if (kv_bytes && kv_type) {
+        fprintf(stderr, "cinfer calc: --kv-bytes and --kv-type exclude each other\n");
+        return 2;
+    }
+    if (kv_type && !calc_kv_type_bytes(kv_type, &o.kv_bytes)) {
+        fprintf(stderr, "cinfer calc: --kv-type: '%s' is not one of f32, f16, q8_0\n", kv_type);
+        return 2;
+    }
+    if (kv_bytes)
+        o.kv_bytes = kv_bytes;
+    o.kv_type = kv_type;
+    o.mem_bytes = (double)mem_gb * 1e9;
     o.full_mha = full_mha;
     double v;
     if (context_s) {

@@ -5,6 +5,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/load.h"
+#include "engine/kv_pool.h"
+#include "kernels/kernels.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -26,14 +28,16 @@ static void count_type(const struct ci_tensor *t, uint64_t *per_type) {
 }
 
 int cmd_info(int argc, char **argv) {
-    const char *model_path = NULL, *tok_path = NULL;
+    const char *model_path = NULL, *tok_path = NULL, *kv_type_s = "f32";
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
+        {"--kv-type", NULL, ARG_STR, &kv_type_s, 0, 0,
+         "T  KV element type of the full-context lines: f32|f16|q8_0 (default f32)"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 2)) {
-        args_usage("info", "-m MODEL [--tokenizer FILE]", specs, n_specs);
+        args_usage("info", "-m MODEL [--tokenizer FILE] [--kv-type f32|f16|q8_0]", specs, n_specs);
         return 0;
     }
     const char *pos[1];
@@ -42,6 +46,11 @@ int cmd_info(int argc, char **argv) {
         return 2;
     if (!model_path) {
         fprintf(stderr, "cinfer info: -m MODEL is required\n");
+        return 2;
+    }
+    uint32_t kv_type;
+    if (!kv_type_parse(kv_type_s, &kv_type)) {
+        fprintf(stderr, "cinfer info: --kv-type: '%s' is not one of f32, f16, q8_0\n", kv_type_s);
         return 2;
     }
     struct loaded ld;
@@ -101,16 +110,32 @@ int cmd_info(int argc, char **argv) {
     print_bytes("weights (mapped)", (double)model_weight_bytes(m));
 
     // The seeds' formula: KV bytes per token = 2 (K and V) · layers · kv_heads · head_dim · bytes per
-    // element.
-    double kv_elems = 2.0 * c->n_layer * c->n_kv_head * c->head_dim;
-    printf("%-28s %.0f bytes f32, %.0f bytes f16  (2·%d layers·%d kv heads·%d head dim·bytes)\n",
-           "KV cache per token", kv_elems * 4, kv_elems * 2, c->n_layer, c->n_kv_head, c->head_dim);
+    // element; q8_0 stores 34 bytes per 32 elements (head_dim a multiple of 32).
+    double kv_rows = 2.0 * c->n_layer * c->n_kv_head, kv_elems = kv_rows * c->head_dim;
+    size_t q8_row = ci_kv_row_bytes(CI_TYPE_Q8_0, c->head_dim);
+    char q8[64];
+    if (q8_row)
+        snprintf(q8, sizeof q8, "%.0f bytes q8_0", kv_rows * (double)q8_row);
+    else
+        snprintf(q8, sizeof q8, "q8_0 n/a: head_dim %% 32 != 0");
+    printf("%-28s %.0f bytes f32, %.0f bytes f16, %s  (2·%d layers·%d kv heads·%d head dim·bytes)\n",
+           "KV cache per token", kv_elems * 4, kv_elems * 2, q8, c->n_layer, c->n_kv_head, c->head_dim);
     if (c->n_kv_head != c->n_head)
         printf("%-28s %.0f bytes f32 (GQA saves %.0f%%)\n", "  same model with full MHA",
                2.0 * c->n_layer * c->n_head * c->head_dim * 4,
                100.0 * (1.0 - (double)c->n_kv_head / c->n_head));
-    print_bytes("KV cache, full context f32", kv_elems * 4 * c->n_ctx_train);
-    print_bytes("memory, one full sequence", (double)model_weight_bytes(m) + kv_elems * 4 * c->n_ctx_train);
+    size_t row = ci_kv_row_bytes(kv_type, c->head_dim);
+    if (row) {
+        double per_tok = kv_rows * (double)row;
+        char label[64];
+        printf("%-28s %.0f bytes (--kv-type %s)\n", "KV cache per token, chosen", per_tok, kv_type_s);
+        snprintf(label, sizeof label, "KV cache, full context %s", kv_type_s);
+        print_bytes(label, per_tok * c->n_ctx_train);
+        print_bytes("memory, one full sequence", (double)model_weight_bytes(m) + per_tok * c->n_ctx_train);
+    } else {
+        printf("%-28s --kv-type %s needs head_dim a multiple of 32 (head_dim %d)\n", "KV cache, chosen",
+               kv_type_s, c->head_dim);
+    }
     if (ld.tok)
         printf("%-28s %s (pre-tokenizer %s), %d tokens, bos %d, eos %d\n", "tokenizer",
                tokenizer_type_name(ld.tok), tokenizer_pre(ld.tok), tokenizer_n_vocab(ld.tok),

@@ -45,12 +45,16 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *tokens = NULL, *out_path = NULL;
     int n_threads = 2, block_size = 16;
+    const char *kv_type_s = "f32";
+    uint32_t kv_type = 0;
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  accepted as by run; ids need no tokenizer"},
         {"--tokens", NULL, ARG_STR, &tokens, 0, 0, "IDS  comma-separated token ids"},
         {"--threads", NULL, ARG_INT, &n_threads, 1, 512, "N  kernel threads (default 2)"},
         {"--block-size", NULL, ARG_INT, &block_size, 1, 1 << 20, "N  KV block size in tokens (default 16)"},
+        {"--kv-type", NULL, ARG_STR, &kv_type_s, 0, 0,
+         "T  KV cache element type: f32|f16|q8_0 (default f32)"},
         {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  where to write float32 [n_tokens][n_vocab]"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
@@ -64,6 +68,10 @@ int cmd_logits(int argc, char **argv) {
         return 2;
     if (!model_path || !tokens || !out_path) {
         fprintf(stderr, "cinfer logits: -m MODEL, --tokens IDS and -o OUT are required\n");
+        return 2;
+    }
+    if (!kv_type_parse(kv_type_s, &kv_type)) {
+        fprintf(stderr, "cinfer logits: --kv-type: '%s' is not one of f32, f16, q8_0\n", kv_type_s);
         return 2;
     }
     int32_t *ids = NULL;
@@ -90,7 +98,7 @@ int cmd_logits(int argc, char **argv) {
         goto fail;
     const struct model_config *c = &m->config;
     int n_blocks = (n + block_size - 1) / block_size;
-    struct kv_pool_params pp = {c->n_layer, c->n_kv_head, c->head_dim, block_size, n_blocks};
+    struct kv_pool_params pp = {c->n_layer, c->n_kv_head, c->head_dim, block_size, n_blocks, kv_type};
     if (ci_threadpool_create(n_threads, &tp, &err) || kv_pool_create(&pp, &pool, &err) ||
         forward_create(m, n, n, tp, &fwd, &err) || kv_seq_init(&table, n_blocks, &err) ||
         kv_seq_reserve(pool, &table, n))

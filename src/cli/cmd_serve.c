@@ -195,14 +195,14 @@ int cmd_serve(int argc, char **argv) {
     }
     struct cinfer_engine_info info;
     cinfer_engine_info(e, &info);
-    fprintf(
-        stderr,
-        "cinfer serve: model '%s' ready (chat template %s, context %d, policy %s, %d threads)\n"
-        "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%lld bytes per token): %d sequence(s) of "
-        "the whole %d-token context fit\n",
-        served ? served : cinfer_model_name(m), chat_template_name(tmpl), info.n_ctx, ea.policy, eo.n_threads,
-        (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size,
-        (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
+    fprintf(stderr,
+            "cinfer serve: model '%s' ready (chat template %s, context %d, policy %s, %d threads)\n"
+            "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%s, %lld bytes per token): %d "
+            "sequence(s) of "
+            "the whole %d-token context fit\n",
+            served ? served : cinfer_model_name(m), chat_template_name(tmpl), info.n_ctx, ea.policy,
+            eo.n_threads, (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
+            (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
     fflush(stderr);
 
     int sig = 0;

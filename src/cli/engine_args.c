@@ -5,10 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "engine/kv_pool.h"
+
 void engine_args_init(struct engine_args *a) {
     a->p = engine_params_default();
     a->policy = "continuous";
     a->kv_mem = NULL;
+    a->kv_type = "f32";
     a->no_chunked_prefill = false;
     a->no_prefix_cache = false;
 }
@@ -29,6 +32,8 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
         {"--contiguous-kv", NULL, ARG_FLAG, &p->contiguous_kv, 0, 0,
          "    one whole-context KV block per sequence (static allocation)"},
         {"--kv-mem", NULL, ARG_STR, &a->kv_mem, 0, 0, "BYTES  KV pool size, e.g. 256M (default 256M)"},
+        {"--kv-type", NULL, ARG_STR, &a->kv_type, 0, 0,
+         "T  KV cache element type: f32|f16|q8_0 (default f32; q8_0: head_dim a multiple of 32)"},
         {"--kv-blocks", NULL, ARG_INT, &p->kv_blocks, 1, 1 << 30, "N  KV pool size in blocks"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &a->no_prefix_cache, 0, 0, "    do not share prompt blocks"},
         {"--ctx", "-c", ARG_INT, &p->n_ctx, 0, 1 << 24, "N  context limit (default: the model's)"},
@@ -83,6 +88,10 @@ bool engine_args_finish(const char *cmd, struct engine_args *a) {
         fprintf(stderr, "cinfer %s: --kv-mem: '%s' is not a size such as 64M or 1G\n", cmd, a->kv_mem);
         return false;
     }
+    if (!kv_type_parse(a->kv_type, &a->p.kv_type)) {
+        fprintf(stderr, "cinfer %s: --kv-type: '%s' is not one of f32, f16, q8_0\n", cmd, a->kv_type);
+        return false;
+    }
     a->p.sched.chunked_prefill = !a->no_chunked_prefill;
     a->p.prefix_cache = !a->no_prefix_cache;
     return true;
@@ -98,6 +107,7 @@ void engine_args_to_options(const struct engine_args *a, struct cinfer_engine_op
     o->kv_block_size = a->p.block_size;
     o->contiguous_kv = a->p.contiguous_kv;
     o->kv_mem_bytes = a->p.kv_mem_bytes;
+    o->kv_type = kv_type_name(a->p.kv_type);
     o->kv_blocks = a->p.kv_blocks;
     o->prefix_cache = a->p.prefix_cache;
     o->n_ctx = a->p.n_ctx;

@@ -1,5 +1,6 @@
 /* The engine flags shared by `cinfer run`, `cinfer bench` and `cinfer serve`: scheduling policy, chunked
- * prefill, token budget, running sequences, KV memory and block size, prefix caching, threads, context. */
+ * prefill, token budget, running sequences, KV memory, element type and block size, prefix caching, threads,
+ * context. */
 #ifndef CINFER_CLI_ENGINE_ARGS_H
 #define CINFER_CLI_ENGINE_ARGS_H
 
@@ -13,11 +14,12 @@ struct engine_args {
     struct engine_params p;
     const char *policy;
     const char *kv_mem;
+    const char *kv_type; // "f32" (default), "f16", "q8_0"
     bool no_chunked_prefill;
     bool no_prefix_cache;
 };
 
-#define ENGINE_ARGS_N_SPECS 11
+#define ENGINE_ARGS_N_SPECS 12
 
 void engine_args_init(struct engine_args *a);
 /* Writes ENGINE_ARGS_N_SPECS flag specs bound to a into out. */

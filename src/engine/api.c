@@ -8,6 +8,7 @@
 #include "core/queue.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/kv_pool.h"
 #include "engine/metrics.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -319,6 +320,10 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     p.block_size = o->kv_block_size;
     p.contiguous_kv = o->contiguous_kv;
     p.kv_mem_bytes = o->kv_mem_bytes;
+    if (o->kv_type && !kv_type_parse(o->kv_type, &p.kv_type)) {
+        ci_err_set(&e, CI_ERR_INVALID, "unknown KV type '%s' (f32, f16, q8_0)", o->kv_type);
+        return fail(err, &e);
+    }
     p.kv_blocks = o->kv_blocks;
     p.prefix_cache = o->prefix_cache;
     p.n_ctx = o->n_ctx;
@@ -355,6 +360,7 @@ void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info
     out->kv_blocks = info.n_blocks;
     out->kv_bytes = info.kv_bytes;
     out->kv_bytes_per_token = info.kv_bytes_per_token;
+    out->kv_type = kv_type_name(info.kv_type);
     out->full_context_seqs = info.full_context_seqs;
 }
 

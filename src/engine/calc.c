@@ -37,6 +37,8 @@ void calc_opts_default(struct calc_opts *o) {
     o->context = 0;
     o->batch = 1;
     o->kv_bytes = 2;
+    o->kv_type = NULL;
+    o->mem_bytes = 80e9;
     o->weight_bytes = 2;
     o->full_mha = false;
 }
@@ -156,8 +158,19 @@ enum ci_status calc_check(const struct calc_model *m, const struct calc_opts *o,
     if (o->batch < 1 || (double)o->batch > COUNT_MAX)
         return ci_err_set(err, CI_ERR_INVALID, "batch %lld is not in [1, %g]", (long long)o->batch,
                           COUNT_MAX);
-    if (o->kv_bytes != 1 && o->kv_bytes != 2 && o->kv_bytes != 4)
-        return ci_err_set(err, CI_ERR_INVALID, "KV element size %d: must be 1, 2 or 4 bytes", o->kv_bytes);
+    if (o->kv_bytes != 1 && o->kv_bytes != 2 && o->kv_bytes != 4 && o->kv_bytes != 34.0 / 32)
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "KV element size %g: must be 1, 2 or 4 bytes (or q8_0's 34/32)", o->kv_bytes);
+    double tb;
+    if (o->kv_type && (!calc_kv_type_bytes(o->kv_type, &tb) || tb != o->kv_bytes))
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "KV type '%s' is not f32, f16 or q8_0 (or disagrees with %g bytes)", o->kv_type,
+                          o->kv_bytes);
+    if (o->kv_type && !strcmp(o->kv_type, "q8_0") && m->cfg.head_dim % 32 != 0)
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "KV type q8_0 needs head_dim a multiple of 32 (head_dim is %d)", m->cfg.head_dim);
+    if (!positive_finite(o->mem_bytes, 1e18))
+        return ci_err_set(err, CI_ERR_INVALID, "device memory %g bytes must be positive", o->mem_bytes);
     if (o->weight_bytes == 0) {
         if (!(m->stored_weight_bytes > 0))
             return ci_err_set(err, CI_ERR_INVALID, "no stored weight size to use: give bytes per weight");
@@ -167,8 +180,22 @@ enum ci_status calc_check(const struct calc_model *m, const struct calc_opts *o,
     return CI_OK;
 }
 
-double calc_kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, int bytes_per_elem) {
+double calc_kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, double bytes_per_elem) {
     return 2.0 * n_layer * n_kv_head * head_dim * bytes_per_elem;
+}
+
+bool calc_kv_type_bytes(const char *name, double *bytes) {
+    static const struct {
+        const char *name;
+        double bytes;
+    } types[] = {{"f32", 4}, {"f16", 2}, {"q8_0", 34.0 / 32}};
+    for (size_t i = 0; name && i < sizeof types / sizeof types[0]; i++) {
+        if (!strcmp(name, types[i].name)) {
+            *bytes = types[i].bytes;
+            return true;
+        }
+    }
+    return false;
 }
 
 void calc_roofline(struct calc_phase *p, double peak_flops, double bandwidth) {
@@ -226,6 +253,9 @@ enum ci_status calc_run(const struct calc_model *m, const struct calc_opts *o, s
     r->kv_seq = r->kv_token * N;
     r->kv_total = r->kv_seq * B;
     r->mem_bytes = r->weight_bytes + r->kv_total;
+    r->kv_capacity_tokens =
+        o->mem_bytes > r->weight_bytes ? floor((o->mem_bytes - r->weight_bytes) / r->kv_token) : 0;
+    r->kv_capacity_seqs = floor(r->kv_capacity_tokens / N);
     r->ridge = o->peak_flops / o->bandwidth;
 
     // Prefill: every prompt token goes through the layers; logits only for each sequence's last row.

@@ -5,7 +5,9 @@
  * for the integer sizes that matter, up to 2^53).
  *
  * The formulas (docs/seeds.md), with L layers, d = n_head · head_dim, N the context, B the batch:
- *   KV bytes per token   = 2 (K and V) · L · kv_heads · head_dim · bytes per element
+ *   KV bytes per token   = 2 (K and V) · L · kv_heads · head_dim · bytes per element (f32 4, f16 2, q8_0
+ *                          34/32: ggml's blocks of 32 int8 plus an fp16 scale, the engine's --kv-type)
+ *   KV capacity          = (device memory - weights) / KV bytes per token, in tokens and in sequences
  *   linear FLOPs         = 2 · tokens · P_linear  (a multiply-add is 2 FLOPs)
  *   attention FLOPs      = 4 · L · N² · d for a prefill of N tokens (QKᵀ and AV), 4 · L · N · d for one
  *                          decode step at context N; causal masking would halve the prefill term, and like
@@ -42,7 +44,9 @@ struct calc_opts {
     double bandwidth;    // memory bytes/s (default 3.3e12: an H100's 3.3 TB/s)
     int64_t context;     // N, tokens per sequence; 0 = the model's training context
     int64_t batch;       // B sequences stepped together (default 1)
-    int kv_bytes;        // bytes per KV element: 2 (FP16, default), 4 (FP32) or 1 (8-bit)
+    double kv_bytes;     // bytes per KV element: 2 (FP16, default), 4 (FP32), 34/32 (q8_0) or 1 (8-bit)
+    const char *kv_type; // "f32", "f16" or "q8_0" when the size comes from an element type (NULL: kv_bytes)
+    double mem_bytes;    // device memory for weights + KV (default 80e9: an H100's 80 GB)
     double weight_bytes; // bytes per weight (default 2); 0 = the file's stored bytes (needs a loaded file)
     bool full_mha;       // KV cache as if n_kv_head = n_head (the seeds' "full multi-head KV")
 };
@@ -73,13 +77,15 @@ struct calc_result {
     double weight_bytes;  // all weights in memory
     double bytes_per_weight;
 
-    double kv_token_layer; // KV bytes per token per layer
-    double kv_token;       // per token, all layers, with n_kv_head
-    double kv_token_model; // per token with the model's own KV heads
-    double kv_token_mha;   // per token with n_kv_head = n_head
-    double kv_seq;         // one sequence of `context` tokens
-    double kv_total;       // context × batch
-    double mem_bytes;      // weights + kv_total
+    double kv_token_layer;     // KV bytes per token per layer
+    double kv_token;           // per token, all layers, with n_kv_head
+    double kv_token_model;     // per token with the model's own KV heads
+    double kv_token_mha;       // per token with n_kv_head = n_head
+    double kv_seq;             // one sequence of `context` tokens
+    double kv_total;           // context × batch
+    double mem_bytes;          // weights + kv_total
+    double kv_capacity_tokens; // (opts.mem_bytes - weight_bytes) / kv_token, 0 when the weights do not fit
+    double kv_capacity_seqs;   // kv_capacity_tokens / context
 
     double ridge; // peak / bandwidth, FLOP per byte
 
@@ -113,7 +119,9 @@ enum ci_status calc_run(const struct calc_model *m, const struct calc_opts *o, s
                         struct ci_err *err);
 
 /* The seeds' KV formula: 2 · n_layer · n_kv_head · head_dim · bytes_per_elem, per token. */
-double calc_kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, int bytes_per_elem);
+double calc_kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, double bytes_per_elem);
+/* Bytes per element of a KV element type name ("f32" 4, "f16" 2, "q8_0" 34/32); false for other names. */
+bool calc_kv_type_bytes(const char *name, double *bytes);
 /* Fills the roofline part of p from its flops and bytes. */
 void calc_roofline(struct calc_phase *p, double peak_flops, double bandwidth);
 

@@ -840,7 +840,7 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
 #endif
     e->weight_bytes = (double)model_weight_bytes(m);
 
-    struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, e->block_size, 1};
+    struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, e->block_size, 1, p->kv_type};
     size_t bytes_one_block;
     if ((s = kv_pool_size_bytes(&kp, &bytes_one_block, err)) != CI_OK)
         goto fail;
@@ -957,7 +957,9 @@ void engine_info(const struct engine *e, struct engine_info *out) {
     out->block_size = e->block_size;
     out->n_blocks = kv_pool_n_blocks(e->pool) - e->pad.n;
     out->kv_bytes = (int64_t)kv_pool_bytes(e->pool);
-    out->kv_bytes_per_token = 2ll * c->n_layer * c->n_kv_head * c->head_dim * (int64_t)sizeof(float);
+    out->kv_type = kv_pool_type(e->pool);
+    out->kv_bytes_per_token =
+        2ll * c->n_layer * c->n_kv_head * (int64_t)ci_kv_row_bytes(out->kv_type, c->head_dim);
     out->full_context_seqs = (int)(out->n_blocks / blocks_for(e, e->n_ctx));
 }
 

@@ -33,6 +33,7 @@ struct engine_params {
     int block_size;            // tokens per KV block (0: 16)
     bool contiguous_kv;        // block size = the context length: one whole-context block per sequence
     int64_t kv_mem_bytes;      // KV pool size in bytes (0: use kv_blocks)
+    uint32_t kv_type;          // KV element type: CI_TYPE_F32 (0, default), CI_TYPE_F16 or CI_TYPE_Q8_0
     int kv_blocks;      // KV pool size in blocks (0 with kv_mem_bytes 0: enough for max_seqs full contexts)
     bool prefix_cache;  // share full prompt blocks across requests (not with naive)
     int n_ctx;          // context limit per sequence (0: the model's training context)
@@ -135,8 +136,9 @@ struct engine_info {
     int block_size;
     int n_blocks;
     int64_t kv_bytes;
-    int64_t kv_bytes_per_token;
-    int full_context_seqs; // sequences of the whole context the pool holds at once
+    int64_t kv_bytes_per_token; // K and V of every layer for one token, in the pool's element type
+    uint32_t kv_type;           // the pool's element type (kv_pool.h: kv_type_name)
+    int full_context_seqs;      // sequences of the whole context the pool holds at once
 };
 void engine_info(const struct engine *e, struct engine_info *out);
 

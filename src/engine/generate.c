@@ -92,7 +92,7 @@ enum ci_status generate(const struct model *m, const int32_t *prompt, int n_prom
     int64_t *t_tok = NULL;
     double *gaps = NULL;
     enum ci_status s;
-    struct kv_pool_params pp = {c->n_layer, c->n_kv_head, c->head_dim, block_size, max_blocks};
+    struct kv_pool_params pp = {c->n_layer, c->n_kv_head, c->head_dim, block_size, max_blocks, CI_TYPE_F32};
     if ((s = ci_threadpool_create(p->n_threads, &tp, err)) || (s = kv_pool_create(&pp, &pool, err)) ||
         (s = forward_create(m, max_batch, 1, tp, &fwd, err)) ||
         (s = sampler_create(&p->sampling, c->n_vocab, &smp, err)) ||

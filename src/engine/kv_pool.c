@@ -14,12 +14,13 @@
 
 struct kv_pool {
     struct kv_pool_params p;
-    unsigned char *mem;       // [n_layers][2][array_bytes], 64-byte aligned
-    size_t array_bytes;       // one layer's K (or V) array, padded to 64 bytes
-    size_t bytes;             // whole allocation
-    size_t head_block_floats; // block_size * head_dim: one KV head's slots in one block
-    int32_t *refcount;        // [n_blocks]
-    int32_t *free_stack;      // [n_blocks] free ids; top is free_stack[n_free - 1]
+    unsigned char *mem;      // [n_layers][2][array_bytes], 64-byte aligned
+    size_t array_bytes;      // one layer's K (or V) array, padded to 64 bytes
+    size_t bytes;            // whole allocation
+    size_t row_bytes;        // one slot of one KV head (head_dim elements of the type)
+    size_t head_block_bytes; // block_size * row_bytes: one KV head's slots in one block
+    int32_t *refcount;       // [n_blocks]
+    int32_t *free_stack;     // [n_blocks] free ids; top is free_stack[n_free - 1]
     int n_free;
     int32_t *scratch; // [n_blocks] for kv_pool_verify, so the check does not allocate
     // The attached cache (has_cache) and the blocks it keeps: parked[b] = 1 for a parked block.
@@ -40,10 +41,15 @@ static enum ci_status sizes(const struct kv_pool_params *p, size_t *array_bytes,
             "block_size %d, n_blocks %d)",
             p ? p->n_layers : 0, p ? p->n_kv_head : 0, p ? p->head_dim : 0, p ? p->block_size : 0,
             p ? p->n_blocks : 0);
-    size_t n = sizeof(float), arr, tot;
+    size_t n = ci_kv_row_bytes(p->type, p->head_dim), arr, tot;
+    if (!n)
+        return ci_err_set(err, CI_ERR_INVALID,
+                          p->type == CI_TYPE_Q8_0
+                              ? "KV pool: KV type q8_0 needs head_dim a multiple of 32 (head_dim is %d)"
+                              : "KV pool: unsupported KV element type for head_dim %d (f32, f16 or q8_0)",
+                          p->head_dim);
     bool ok = ci_mul_size(n, (size_t)p->n_blocks, &n) && ci_mul_size(n, (size_t)p->n_kv_head, &n) &&
-              ci_mul_size(n, (size_t)p->block_size, &n) && ci_mul_size(n, (size_t)p->head_dim, &n) &&
-              ci_add_size(n, 63, &arr);
+              ci_mul_size(n, (size_t)p->block_size, &n) && ci_add_size(n, 63, &arr);
     if (ok) {
         arr = arr / 64 * 64;
         ok = ci_mul_size(arr, 2, &tot) && ci_mul_size(tot, (size_t)p->n_layers, &tot);
@@ -78,7 +84,8 @@ enum ci_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
     pool->p = *p;
     pool->array_bytes = arr;
     pool->bytes = total;
-    pool->head_block_floats = (size_t)p->block_size * (size_t)p->head_dim; // divides a checked product
+    pool->row_bytes = ci_kv_row_bytes(p->type, p->head_dim);
+    pool->head_block_bytes = (size_t)p->block_size * pool->row_bytes; // divides a checked product
     pool->mem = ci_malloc_aligned(total);
     pool->refcount = ci_calloc((size_t)p->n_blocks, sizeof *pool->refcount);
     pool->free_stack = ci_malloc((size_t)p->n_blocks * sizeof *pool->free_stack);
@@ -111,8 +118,26 @@ void kv_pool_free(struct kv_pool *pool) {
     ci_free(pool);
 }
 
-static float *array_base(const struct kv_pool *pool, int il, int is_v) {
-    return (float *)(void *)(pool->mem + (2 * (size_t)il + (size_t)is_v) * pool->array_bytes);
+static unsigned char *array_base(const struct kv_pool *pool, int il, int is_v) {
+    return pool->mem + (2 * (size_t)il + (size_t)is_v) * pool->array_bytes;
+}
+
+bool kv_type_parse(const char *name, uint32_t *type) {
+    static const struct {
+        const char *name;
+        uint32_t type;
+    } names[] = {{"f32", CI_TYPE_F32}, {"f16", CI_TYPE_F16}, {"q8_0", CI_TYPE_Q8_0}};
+    for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++) {
+        if (!strcmp(name, names[i].name)) {
+            *type = names[i].type;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *kv_type_name(uint32_t type) {
+    return type == CI_TYPE_F32 ? "f32" : type == CI_TYPE_F16 ? "f16" : type == CI_TYPE_Q8_0 ? "q8_0" : "?";
 }
 
 void kv_pool_layer(const struct kv_pool *pool, int il, struct ci_kv_layer *out) {
@@ -122,6 +147,8 @@ void kv_pool_layer(const struct kv_pool *pool, int il, struct ci_kv_layer *out) 
     out->block_size = pool->p.block_size;
     out->n_kv_head = pool->p.n_kv_head;
     out->head_dim = pool->p.head_dim;
+    out->type = pool->p.type;
+    out->row_bytes = pool->row_bytes;
 }
 
 int kv_pool_block_size(const struct kv_pool *pool) {
@@ -134,6 +161,10 @@ int kv_pool_n_blocks(const struct kv_pool *pool) {
 
 int kv_pool_n_layers(const struct kv_pool *pool) {
     return pool->p.n_layers;
+}
+
+uint32_t kv_pool_type(const struct kv_pool *pool) {
+    return pool->p.type;
 }
 
 int kv_pool_n_free(const struct kv_pool *pool) {
@@ -154,7 +185,7 @@ size_t kv_pool_bytes(const struct kv_pool *pool) {
 
 size_t kv_pool_bytes_per_block(const struct kv_pool *pool) {
     // Fits: it is at most total / n_blocks.
-    return 2 * (size_t)pool->p.n_layers * (size_t)pool->p.n_kv_head * pool->head_block_floats * sizeof(float);
+    return 2 * (size_t)pool->p.n_layers * (size_t)pool->p.n_kv_head * pool->head_block_bytes;
 }
 
 int64_t kv_pool_blocks_for(const struct kv_pool *pool, int64_t n_tokens) {
@@ -256,15 +287,15 @@ void kv_pool_copy_block(struct kv_pool *pool, int32_t dst, int32_t src, int n_sl
     CI_ASSERT(n_slots >= 0 && n_slots <= pool->p.block_size);
     if (dst == src || n_slots == 0)
         return;
-    size_t n_bytes = (size_t)n_slots * (size_t)pool->p.head_dim * sizeof(float);
-    size_t block_floats = (size_t)pool->p.n_kv_head * pool->head_block_floats;
+    size_t n_bytes = (size_t)n_slots * pool->row_bytes;
+    size_t block_bytes = (size_t)pool->p.n_kv_head * pool->head_block_bytes;
     for (int il = 0; il < pool->p.n_layers; il++) {
         for (int is_v = 0; is_v < 2; is_v++) {
-            float *base = array_base(pool, il, is_v);
-            float *d = base + (size_t)dst * block_floats, *s = base + (size_t)src * block_floats;
+            unsigned char *base = array_base(pool, il, is_v);
+            unsigned char *d = base + (size_t)dst * block_bytes, *s = base + (size_t)src * block_bytes;
             // Each KV head's slots are contiguous; copy only the first n_slots of each.
             for (int h = 0; h < pool->p.n_kv_head; h++)
-                memcpy(d + (size_t)h * pool->head_block_floats, s + (size_t)h * pool->head_block_floats,
+                memcpy(d + (size_t)h * pool->head_block_bytes, s + (size_t)h * pool->head_block_bytes,
                        n_bytes);
         }
     }

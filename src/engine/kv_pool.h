@@ -2,15 +2,16 @@
  * per-sequence block tables that point into it.  Owned by the engine thread (no locks inside).
  *
  * Memory: one 64-byte aligned allocation made at creation and never resized.  For each layer il it holds a
- * K array and a V array, each [n_blocks][n_kv_head][block_size][head_dim] floats (the layout the attention
- * kernel reads, see struct ci_kv_layer / ci_kv_offset in kernels/kernels.h):
+ * K array and a V array, each [n_blocks][n_kv_head][block_size] rows of head_dim elements of the element type
+ * (the layout the attention kernel reads, see struct ci_kv_layer / ci_kv_offset in kernels/kernels.h):
  *
- *     array_bytes = round_up(n_blocks * n_kv_head * block_size * head_dim * sizeof(float), 64)
+ *     row_bytes   = head_dim * 4 (f32), head_dim * 2 (f16), head_dim / 32 * 34 (q8_0, head_dim % 32 == 0)
+ *     array_bytes = round_up(n_blocks * n_kv_head * block_size * row_bytes, 64)
  *     K of layer il starts at byte (2*il + 0) * array_bytes of the allocation
  *     V of layer il starts at byte (2*il + 1) * array_bytes
  *     total bytes  = 2 * n_layers * array_bytes
  *
- * so the allocation is [n_layers][2 (K, V)][n_blocks][n_kv_head][block_size][head_dim] (plus padding to 64
+ * so the allocation is [n_layers][2 (K, V)][n_blocks][n_kv_head][block_size][row_bytes] (plus padding to 64
  * bytes after each array).  Token position p of a sequence lives in block seq->ids[p / block_size], slot
  * p % block_size.  The memory is not cleared: a slot holds garbage until the forward pass writes it.
  *
@@ -50,9 +51,15 @@ struct kv_pool_params {
     int head_dim;
     int block_size; // tokens per block
     int n_blocks;
+    uint32_t type; // KV element type: CI_TYPE_F32 (0, the default), CI_TYPE_F16 or CI_TYPE_Q8_0
 };
 
-/* CI_ERR_INVALID for non-positive dimensions or a total size that overflows, CI_ERR_NOMEM when the allocation
+/* KV element type names as the CLI spells them: "f32", "f16", "q8_0".  parse: false for anything else. */
+bool kv_type_parse(const char *name, uint32_t *type);
+const char *kv_type_name(uint32_t type); // "?" for a type that is not a KV type
+
+/* CI_ERR_INVALID for non-positive dimensions, a type that is not a KV type, q8_0 with head_dim not a multiple
+ * of 32, or a total size that overflows, CI_ERR_NOMEM when the allocation
  * fails.  The pool is freed with kv_pool_free (NULL is fine). */
 enum ci_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **out, struct ci_err *err);
 void kv_pool_free(struct kv_pool *pool);
@@ -66,6 +73,7 @@ void kv_pool_layer(const struct kv_pool *pool, int il, struct ci_kv_layer *out);
 int kv_pool_block_size(const struct kv_pool *pool);
 int kv_pool_n_blocks(const struct kv_pool *pool);
 int kv_pool_n_layers(const struct kv_pool *pool);
+uint32_t kv_pool_type(const struct kv_pool *pool);
 /* Blocks on the free list (refcount 0, owned by nobody).  Parked blocks are not counted: use
  * kv_pool_n_available for "how many blocks can still be allocated". */
 int kv_pool_n_free(const struct kv_pool *pool);
@@ -73,8 +81,8 @@ int kv_pool_n_free(const struct kv_pool *pool);
 int kv_pool_n_parked(const struct kv_pool *pool);
 /* Blocks kv_pool_alloc can still hand out: free + parked (a parked block is evicted on demand). */
 int kv_pool_n_available(const struct kv_pool *pool);
-/* Whole allocation, and K+V of one block over all layers (2 * n_layers * n_kv_head * block_size * head_dim
- * floats: the unit the free list counts, without the per-array padding). */
+/* Whole allocation, and K+V of one block over all layers (2 * n_layers * n_kv_head * block_size * row_bytes:
+ * the unit the free list counts, without the per-array padding). */
 size_t kv_pool_bytes(const struct kv_pool *pool);
 size_t kv_pool_bytes_per_block(const struct kv_pool *pool);
 /* Blocks needed to hold n_tokens positions: ceil(n_tokens / block_size). */

@@ -1,6 +1,7 @@
 /* Private to kernels/: the per-ISA kernel tables and the runtime selection between them.
  * dot_ref.c holds the portable scalar versions (the ground truth), dot_avx2.c the AVX2/FMA/F16C ones,
- * dot_avx512.c the AVX-512 (+VNNI) ones, and dispatch.c picks a table once at ci_kernels_init.
+ * dot_avx512.c the AVX-512 (+VNNI) ones (attention chunks: attn_avx2.c, attn_avx512.c), and dispatch.c picks
+ * a table once at ci_kernels_init.
  *
  * Reduction orders (the invariance contract).  Every output element y[t][o] of ci_matmul is computed by one
  * thread, in an order that depends only on n_in and the selected table, never on the tile it sits in, the
@@ -63,13 +64,36 @@ struct ci_mm {
  * inside that panel; each element follows the reduction order above. */
 typedef void (*ci_mm_fn)(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
 
+/* SwiGLU: gate[i] = gate[i] / (1 + e^-gate[i]) * up[i], with e^t computed the same way in every table (and
+ * so the same bits): t clamped to [CI_EXP_LO, CI_EXP_HI], n = rint(t * log2 e), r = t - n ln2 (two fmas,
+ * hi/lo), e^r = fma(P(r), r^2, r) + 1 with the degree-5 polynomial P of dot_ref.c (Horner, fmas), times 2^n
+ * from the exponent bits.  Within 2 ulp of e^t; past the clamp, silu is g (exactly) or below 1e-36 in size.
+ */
+typedef void (*ci_silu_fn)(float *gate, const float *up, int64_t n);
+#define CI_EXP_LO     (-87.0f)
+#define CI_EXP_HI     88.0f
+#define CI_EXP_LOG2E  1.44269504088896341f
+#define CI_EXP_LN2_HI 0.693359375f // Cephes' split of ln 2: hi has 9 significant bits, n * hi is exact
+#define CI_EXP_LN2_LO (-2.12194440e-4f)
+#define CI_EXP_P0     1.9875691500e-4f
+#define CI_EXP_P1     1.3981999507e-3f
+#define CI_EXP_P2     8.3334519073e-3f
+#define CI_EXP_P3     4.1665795894e-2f
+#define CI_EXP_P4     1.6666665459e-1f
+#define CI_EXP_P5     5.0000001201e-1f
+
 /* Online-softmax attention over one chunk of n <= CI_ATTN_CHUNK key/value positions for ng query heads that
  * share a KV head: s_i = scale * q_g . k_i, m' = max(m_g, max_i s_i), c = e^(m_g - m') (0 while m_g = -inf),
  * l_g = l_g * c + sum_i e^(s_i - m'), acc_g = acc_g * c + sum_i e^(s_i - m') v_i, m_g = m'.
  * The caller cuts positions into chunks at fixed multiples of CI_ATTN_CHUNK (never at KV block edges), so
- * the order of operations depends only on the position, not on the block size or the batch. */
+ * the order of operations depends only on the position, not on the block size or the batch.
+ * k[i] and v[i] point to rows of hd elements of the KV type of the table entry (struct ci_kv_layer): float
+ * (attn_f32), IEEE half (attn_f16) or Q8_0 blocks of 32 along hd (attn_q8_0).  The f16 and q8_0 kernels
+ * first widen the chunk's rows to float (exactly: every table converts each element to the same float, for
+ * Q8_0 d * (float)q as ci_dequantize_row) and then run the table's f32 chunk on them, so their results are
+ * bit for bit the table's f32 results on the dequantized K/V. */
 #define CI_ATTN_CHUNK 16
-typedef void (*ci_attn_chunk_fn)(const float *const *k, const float *const *v, int n, const float *const *q,
+typedef void (*ci_attn_chunk_fn)(const void *const *k, const void *const *v, int n, const float *const *q,
                                  int ng, int hd, float scale, float *m, float *l, float *acc /* [ng][hd] */);
 
 struct ci_dot_table {
@@ -81,13 +105,16 @@ struct ci_dot_table {
     ci_dot_fn q8_0;
     ci_dot_fn q4_0;
     ci_dot_fn f32_short; // F32 dot for attention (q.k over head_dim): any fixed order, tuned for short n
-    ci_attn_chunk_fn attn_chunk;
+    ci_attn_chunk_fn attn_f32; // attention chunk per KV element type (attn_*.c, dot_ref.c)
+    ci_attn_chunk_fn attn_f16;
+    ci_attn_chunk_fn attn_q8_0;
     ci_quant_act_fn quant_act;
     ci_mm_fn mm_f32;
     ci_mm_fn mm_f16;
     ci_mm_fn mm_bf16;
     ci_mm_fn mm_q8_0;
     ci_mm_fn mm_q4_0;
+    ci_silu_fn silu_mul;
 };
 
 /* Longest head_dim ci_attention_paged supports (its per-thread accumulators live on the stack). */
@@ -122,7 +149,25 @@ int32_t ci_ref_idot_q4_0(const void *wblock, const int8_t *xq);
 float ci_ref_dot_q8_0(const void *row, const float *x, int64_t n);
 float ci_ref_dot_q4_0(const void *row, const float *x, int64_t n);
 void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride);
-void ci_ref_attn_chunk(const float *const *k, const float *const *v, int n, const float *const *q, int ng,
+/* The scalar attention chunks (dot_ref.c) and the SIMD ones (attn_avx2.c, attn_avx512.c: defined only where
+ * their tables are compiled in; call them only after the CPU probe said yes). */
+void ci_ref_attn_f32(const void *const *k, const void *const *v, int n, const float *const *q, int ng, int hd,
+                     float scale, float *m, float *l, float *acc);
+void ci_ref_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng, int hd,
+                     float scale, float *m, float *l, float *acc);
+void ci_ref_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
+                      int hd, float scale, float *m, float *l, float *acc);
+void ci_avx2_attn_f32(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
+                      int hd, float scale, float *m, float *l, float *acc);
+void ci_avx2_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
+                      int hd, float scale, float *m, float *l, float *acc);
+void ci_avx2_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                        int hd, float scale, float *m, float *l, float *acc);
+void ci_avx512_attn_f32(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
+                        int hd, float scale, float *m, float *l, float *acc);
+void ci_avx512_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
+                        int hd, float scale, float *m, float *l, float *acc);
+void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
+                         int hd, float scale, float *m, float *l, float *acc);
 
 #endif

@@ -12,8 +12,8 @@
  * (a batch reads each weight from memory once), inside in k slices whose activations stay in L1 (tiles park
  * their accumulators between slices, exactly).  Decode tiles prefetch the next tile's rows: the hardware
  * prefetchers follow 8 short rows read in lockstep poorly.
- * Also here: the Q8 activation quantizer (bit-identical to the scalar one) and the attention chunk kernel
- * (vectorized exp). */
+ * Also here: the Q8 activation quantizer (bit-identical to the scalar one).  The attention chunk kernels
+ * live in attn_avx2.c. */
 #include "kernels/dot.h"
 
 #include "kernels/quant.h"
@@ -114,93 +114,6 @@ static float dot_f32_short(const void *row, const float *x, int64_t n) {
     for (; i < n; i++)
         sum += w[i] * x[i];
     return sum;
-}
-
-/* e^x in 8 lanes: Cephes' range reduction and degree-6 polynomial (about 2 ulp); below -87.3 the result is
- * flushed to 0 (so is -inf), above 88.3 it saturates at e^88.3. */
-AI __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3f);
-    __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
-/* Lane l of the result = the sum of the 8 lanes of v[l] (a fixed order). */
-AI __m256 reduce8_ps(const __m256 *v) {
-    __m256 a0 = _mm256_add_ps(_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
-    __m256 a1 = _mm256_add_ps(_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
-    __m256 a2 = _mm256_add_ps(_mm256_unpacklo_ps(v[4], v[5]), _mm256_unpackhi_ps(v[4], v[5]));
-    __m256 a3 = _mm256_add_ps(_mm256_unpacklo_ps(v[6], v[7]), _mm256_unpackhi_ps(v[6], v[7]));
-    __m256 b0 =
-        _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a0), _mm256_castps_pd(a1))),
-                      _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a0), _mm256_castps_pd(a1))));
-    __m256 b1 =
-        _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a2), _mm256_castps_pd(a3))),
-                      _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a2), _mm256_castps_pd(a3))));
-    return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
-}
-
-/* The online-softmax chunk of dot.h.  Scores: one 8-lane FMA chain per position over head_dim, 8 positions'
- * chains summed across lanes together (reduce8_ps); lanes past n get -inf, hence weight 0.  Weights by exp8,
- * then per 8 dimensions one rescale and n FMAs.  head_dim not a multiple of 8 takes the scalar reference. */
-static void attn_chunk(const float *const *k, const float *const *v, int n, const float *const *q, int ng,
-                       int hd, float scale, float *m, float *l, float *acc) {
-    if (hd % 8 != 0) {
-        ci_ref_attn_chunk(k, v, n, q, ng, hd, scale, m, l, acc);
-        return;
-    }
-    for (int g = 0; g < ng; g++) {
-        _Alignas(32) float w[CI_ATTN_CHUNK];
-        __m256 sc[CI_ATTN_CHUNK / 8];
-        for (int h = 0; h < CI_ATTN_CHUNK / 8; h++) {
-            __m256 dv[8];
-            for (int j = 0; j < 8; j++) {
-                int i = h * 8 + j;
-                __m256 a = _mm256_setzero_ps();
-                if (i < n)
-                    for (int d = 0; d < hd; d += 8)
-                        a = _mm256_fmadd_ps(_mm256_loadu_ps(q[g] + d), _mm256_loadu_ps(k[i] + d), a);
-                dv[j] = a;
-            }
-            __m256 valid = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7),
-                                         _mm256_set1_ps((float)(n - h * 8)), _CMP_LT_OQ);
-            sc[h] = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY),
-                                     _mm256_mul_ps(reduce8_ps(dv), _mm256_set1_ps(scale)), valid);
-        }
-        __m256 mv = _mm256_max_ps(sc[0], sc[1]);
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float mx = _mm_cvtss_f32(m4) > m[g] ? _mm_cvtss_f32(m4) : m[g];
-        float c =
-            m[g] == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(m[g] - mx))));
-        __m256 vmx = _mm256_set1_ps(mx);
-        __m256 w0 = exp8(_mm256_sub_ps(sc[0], vmx)), w1 = exp8(_mm256_sub_ps(sc[1], vmx));
-        _mm256_store_ps(w, w0);
-        _mm256_store_ps(w + 8, w1);
-        l[g] = l[g] * c + hsum(_mm256_add_ps(w0, w1));
-        float *a = acc + (size_t)g * (size_t)hd;
-        const __m256 vc = _mm256_set1_ps(c);
-        for (int d = 0; d < hd; d += 8) {
-            __m256 t = _mm256_mul_ps(_mm256_loadu_ps(a + d), vc);
-            for (int i = 0; i < n; i++)
-                t = _mm256_fmadd_ps(_mm256_broadcast_ss(&w[i]), _mm256_loadu_ps(v[i] + d), t);
-            _mm256_storeu_ps(a + d, t);
-        }
-        m[g] = mx;
-    }
 }
 
 /* One register tile over a slice of the row.  A panel is computed in k slices (units of 32 bytes of each
@@ -566,6 +479,41 @@ static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_
     }
 }
 
+/* ---- SwiGLU: dot_ref.c's silu_mul, 8 lanes, the tail through a zero-padded copy ---------------------- */
+
+static inline __m256 silu8(__m256 g, __m256 u) {
+    __m256 t = _mm256_xor_ps(g, _mm256_set1_ps(-0.0f));
+    t = _mm256_max_ps(t, _mm256_set1_ps(CI_EXP_LO));
+    t = _mm256_min_ps(t, _mm256_set1_ps(CI_EXP_HI));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(CI_EXP_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(k, _mm256_set1_ps(-CI_EXP_LN2_HI), t);
+    r = _mm256_fmadd_ps(k, _mm256_set1_ps(-CI_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(CI_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CI_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CI_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CI_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CI_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CI_EXP_P5));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+static void silu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, silu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, (size_t)(n - i) * sizeof(float));
+        memcpy(u, up + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(g, silu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(gate + i, g, (size_t)(n - i) * sizeof(float));
+    }
+}
+
 static const struct ci_dot_table avx2_table = {
     .isa = "avx2+fma+f16c",
     .f32 = dot_f32,
@@ -574,13 +522,16 @@ static const struct ci_dot_table avx2_table = {
     .q8_0 = ci_ref_dot_q8_0, // the canonical quantized order is the same bits everywhere; ci_dot is for tests
     .q4_0 = ci_ref_dot_q4_0,
     .f32_short = dot_f32_short,
-    .attn_chunk = attn_chunk,
+    .attn_f32 = ci_avx2_attn_f32,
+    .attn_f16 = ci_avx2_attn_f16,
+    .attn_q8_0 = ci_avx2_attn_q8_0,
     .quant_act = quant_act,
     .mm_f32 = mm_f32,
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .silu_mul = silu_mul,
 };
 
 const struct ci_dot_table *ci_dot_avx2_table(void) {

@@ -4,7 +4,9 @@
  *
  * Float types: as dot_avx2.c with 16-lane accumulators.  This table's reduction order: one 16-lane
  * accumulator per element over steps of 16, the last partial step with zero-masked loads, then a fixed
- * horizontal sum.  Register tiles go up to 3 rows x 8 tokens (24 of the 32 registers accumulate).
+ * horizontal sum.  Register tiles go up to 3 rows x 8 tokens or 4 x 6 (24 of the 32 registers accumulate);
+ * prefill runs 4 x 6 tiles.  F16/BF16 prefill converts each row block to F32 once (exact) and runs the F32
+ * tiles on it: the products and their order are the same, without a conversion per tile.
  *
  * Quantized types keep the canonical order of dot.h, so they give the same bits as the scalar and AVX2
  * tables. Batches of VNNI_MIN_TOKENS or more: a task repacks 16 weight rows at a time (a slice of blocks)
@@ -36,6 +38,16 @@
 #define L2_BLOCK_BYTES (256 * 1024)
 #define BLOCK_ROWS     64
 #define L1_X_BYTES     (32 * 1024)
+// Prefill token groups: 6 tokens against 4 rows (24 accumulators; 10 loads a step, tinyBLAS's shape), a few
+// percent faster here than 8 x 3 (11 loads a step); row blocks are cut in multiples of TILE_ROWS.
+#define TOKEN_GROUP 6
+#define TILE_ROWS   4
+// Prefill panels run their tokens in chunks of at most this many activation bytes (they stay in L2 while
+// every row block of the panel streams over them; 1 MiB: half the L2 of the machines measured).
+#define X_L2_BYTES (1024 * 1024)
+// F16/BF16 panels of more than 8 tokens convert each row block to F32 once, into a stack buffer of this many
+// bytes (rows of up to CVT_BYTES / 16 / TILE_ROWS elements), and the F32 tiles read that.
+#define CVT_BYTES L2_BLOCK_BYTES
 
 // Quantized batches from this many tokens take the repacked VNNI path.
 #define VNNI_MIN_TOKENS  3
@@ -51,6 +63,18 @@ AI float hsum16(__m512 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* hsum16 of a, b, c and d, in lanes 0..3, with hsum16's pairing (lane i with i + 8, then i + 4, i + 2, i + 1)
+ * and so its bits, in 4 vectors' worth of shuffles instead of 16. */
+AI __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee)); // i + 8
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd)); // i + 4
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));                                                 // i + 2
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));                                                 // i + 1
+    return _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
 }
 
 /* ---- float types ----------------------------------------------------------------------------------------
@@ -119,6 +143,8 @@ T512 static float dot_f32_short(const void *row, const float *x, int64_t n) {
  * dot_avx2.c: accumulators parked between slices, exactly. */
 struct tile_args {
     const struct ci_mm *m;
+    const uint8_t *w; // row r's weights (of m or of a converted copy), rows wrb bytes apart
+    size_t wrb;
     int64_t r;
     int nr;
     int t;
@@ -141,7 +167,7 @@ AI void ftile(uint32_t type, const int RM, const int TN, const struct tile_args 
     const float *xt[8];
     UNROLL
     for (int i = 0; i < RM; i++)
-        wr[i] = m->w + (size_t)(ta->r + (i < ta->nr ? i : ta->nr - 1)) * m->row_bytes;
+        wr[i] = ta->w + (size_t)(i < ta->nr ? i : ta->nr - 1) * ta->wrb;
     UNROLL
     for (int j = 0; j < TN; j++)
         xt[j] = m->x + (size_t)(ta->t + (j < ta->nt ? j : ta->nt - 1)) * (size_t)n;
@@ -151,20 +177,15 @@ AI void ftile(uint32_t type, const int RM, const int TN, const struct tile_args 
         acc[k] = ta->first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&ta->acc[k]);
     const int esize = type == CI_TYPE_F32 ? 4 : 2;
     const int step = RM * 16 * esize;
-    const uint8_t *pf = m->w + (size_t)(ta->r + RM) * m->row_bytes + (size_t)ta->k0 * (size_t)step;
-    const uint8_t *wn[8]; // prefill shapes: the next tile's rows, same k range, fetched into L1 from L2
-    UNROLL
-    for (int a = 0; a < RM; a++)
-        wn[a] = m->w + (size_t)(ta->r + RM + a) * m->row_bytes;
+    // Decode shapes stream from memory: prefetch the next tile's rows.  (Prefill shapes read a row block that
+    // sits in L2, which the hardware prefetchers bring to L1 well enough; explicit prefetches there only cost
+    // load slots and spilled pointer registers.)
+    const uint8_t *pf = ta->w + RM * ta->wrb + (size_t)ta->k0 * (size_t)step;
     int64_t u1 = ta->k1 < full ? ta->k1 : full;
     for (int64_t i = ta->k0 * 16; i < u1 * 16; i += 16) {
-        if (RM >= 4 && TN <= 2) { // decode shapes stream from memory: prefetch the next tile's rows
+        if (RM >= 4 && TN <= 2) {
             prefetch_lines(pf, (step + 63) / 64);
             pf += step;
-        } else {
-            UNROLL
-            for (int a = 0; a < RM; a++)
-                _mm_prefetch((const char *)(wn[a] + (size_t)i * (size_t)esize), _MM_HINT_T0);
         }
         if (RM <= TN) {
             __m512 wv[8];
@@ -211,6 +232,17 @@ AI void ftile(uint32_t type, const int RM, const int TN, const struct tile_args 
             _mm512_store_ps((float *)&ta->acc[k], acc[k]);
         return;
     }
+    if (RM == 4) { // a token's 4 rows are 4 consecutive outputs: one transposed reduction, one store
+        const __mmask8 rows = (__mmask8)((1u << ta->nr) - 1);
+        UNROLL
+        for (int j = 0; j < TN; j++) {
+            if (j >= ta->nt)
+                break;
+            _mm_mask_storeu_ps(m->y + (size_t)(ta->t + j) * (size_t)m->n_out + (size_t)ta->r, rows,
+                               hsum16x4(acc[0 * TN + j], acc[1 * TN + j], acc[2 * TN + j], acc[3 * TN + j]));
+        }
+        return;
+    }
     UNROLL
     for (int a = 0; a < RM; a++) {
         if (a >= ta->nr)
@@ -248,48 +280,98 @@ FTILES(CI_TYPE_BF16, bf16)
 
 static const int ftile_rows[9] = {0, 8, 6, 6, 6, 4, 4, 3, 3}; // RM of the tile for TN tokens
 
-/* Row blocks that stay in L2; inside, token groups of up to 8; inside, k slices whose activations stay in L1;
- * inside, the row tiles of the block. */
-T512 static void fpanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const tile_fn *tiles) {
+/* F16/BF16 rows [r, r + nr) to F32 (exact) into cvt_buf, rows n_in floats apart. */
+T512 static void convert_rows(const struct ci_mm *m, int64_t r, int64_t nr, float *cvt_buf) {
+    const int64_t n = m->n_in;
+    for (int64_t a = 0; a < nr; a++) {
+        const uint8_t *src = m->w + (size_t)(r + a) * m->row_bytes;
+        float *dst = cvt_buf + (size_t)a * (size_t)n;
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, load16(m->type, src, i));
+        if (i < n) {
+            __mmask16 mask = (__mmask16)((1u << (n - i)) - 1);
+            _mm512_mask_storeu_ps(dst + i, mask, load16_mask(m->type, src, i, mask));
+        }
+    }
+}
+
+/* Tokens [t0, t1) against rows [rb, re) whose weights (wb, rows wrb bytes apart) sit in L2: token groups of
+ * up to TOKEN_GROUP; inside, k slices whose activations stay in L1; inside, the row tiles of the block. */
+T512 static void fblock(const struct ci_mm *m, const tile_fn *tiles, const uint8_t *wb, size_t wrb,
+                        int64_t rb, int64_t re, int t0, int t1) {
     _Alignas(64) __m512 park[(BLOCK_ROWS + 2) * 8]; // ceil(64 / RM) tiles of RM x TN accumulators, at most
     const int64_t n_units = (m->n_in + 15) / 16;
-    int64_t block = (int64_t)(L2_BLOCK_BYTES / (m->row_bytes ? m->row_bytes : 1));
-    block = block > BLOCK_ROWS ? BLOCK_ROWS : block;
-    block = block < CI_MM_ROW_ALIGN ? CI_MM_ROW_ALIGN : block / CI_MM_ROW_ALIGN * CI_MM_ROW_ALIGN;
-    for (int64_t rb = r0; rb < r1; rb += block) {
-        int64_t re = rb + block < r1 ? rb + block : r1;
-        for (int t = t0; t < t1;) {
-            int tn = t1 - t < 8 ? t1 - t : 8;
-            int rm = ftile_rows[tn];
-            int64_t slice = L1_X_BYTES / (64 * tn);
-            struct tile_args ta = {.m = m, .t = t, .nt = tn};
-            for (int64_t k0 = 0; k0 < n_units; k0 += slice) {
-                ta.k0 = k0;
-                ta.k1 = n_units - k0 > slice ? k0 + slice : n_units;
-                ta.first = k0 == 0;
-                ta.last = ta.k1 == n_units;
-                __m512 *acc = park;
-                for (int64_t r = rb; r < re; r += rm) {
-                    ta.r = r;
-                    ta.nr = re - r < rm ? (int)(re - r) : rm;
-                    ta.acc = acc;
-                    tiles[tn](&ta);
-                    acc += rm * tn;
-                }
+    for (int t = t0; t < t1;) {
+        int tn = t1 - t < TOKEN_GROUP ? t1 - t : TOKEN_GROUP;
+        int rm = ftile_rows[tn];
+        int64_t slice = L1_X_BYTES / (64 * tn), n_slices = (n_units + slice - 1) / slice;
+        slice = (n_units + n_slices - 1) / n_slices; // equal slices: no short tail slice
+        struct tile_args ta = {.m = m, .wrb = wrb, .t = t, .nt = tn};
+        for (int64_t k0 = 0; k0 < n_units; k0 += slice) {
+            ta.k0 = k0;
+            ta.k1 = n_units - k0 > slice ? k0 + slice : n_units;
+            ta.first = k0 == 0;
+            ta.last = ta.k1 == n_units;
+            __m512 *acc = park;
+            for (int64_t r = rb; r < re; r += rm) {
+                ta.w = wb + (size_t)(r - rb) * wrb;
+                ta.r = r;
+                ta.nr = re - r < rm ? (int)(re - r) : rm;
+                ta.acc = acc;
+                tiles[tn](&ta);
+                acc += rm * tn;
             }
-            t += tn;
+        }
+        t += tn;
+    }
+}
+
+/* Token chunks whose activations stay in L2; inside, row blocks whose weights stay in L2 (fblock).  The
+ * chunks and blocks of a panel are of equal sizes, the blocks a multiple of the prefill tile's rows where
+ * possible: no short tile at the end of each. */
+T512 static void fpanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const tile_fn *tiles,
+                        const tile_fn *cvt_tiles, float *cvt_buf /* [CVT_BYTES / 4] or NULL */) {
+    const bool convert = cvt_buf && t1 - t0 > 8 && (size_t)m->n_in * 4 * TILE_ROWS <= CVT_BYTES;
+    const size_t wrb = convert ? (size_t)m->n_in * 4 : m->row_bytes;
+    int64_t block = (int64_t)(L2_BLOCK_BYTES / (wrb ? wrb : 1)); // converted: at most CVT_BYTES of rows
+    block = block > BLOCK_ROWS ? BLOCK_ROWS : block;
+    if (convert)
+        block = block < TILE_ROWS ? TILE_ROWS : block;
+    else
+        block = block < CI_MM_ROW_ALIGN ? CI_MM_ROW_ALIGN : block / CI_MM_ROW_ALIGN * CI_MM_ROW_ALIGN;
+    const int64_t n_blocks = (r1 - r0 + block - 1) / block;
+    block = (r1 - r0 + n_blocks - 1) / n_blocks;
+    const int64_t aligned = (block + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
+    if (aligned <= BLOCK_ROWS && (!convert || (size_t)aligned * wrb <= CVT_BYTES))
+        block = aligned;
+    const int64_t n_chunks = ((int64_t)(t1 - t0) * m->n_in * 4 + X_L2_BYTES - 1) / X_L2_BYTES;
+    int chunk = (int)((t1 - t0 + n_chunks - 1) / n_chunks);
+    chunk = (chunk + TOKEN_GROUP - 1) / TOKEN_GROUP * TOKEN_GROUP;
+    for (int tc = t0; tc < t1; tc += chunk) {
+        const int tce = t1 - tc > chunk ? tc + chunk : t1;
+        for (int64_t rb = r0; rb < r1; rb += block) {
+            const int64_t re = rb + block < r1 ? rb + block : r1;
+            if (convert) {
+                convert_rows(m, rb, re - rb, cvt_buf);
+                fblock(m, cvt_tiles, (const uint8_t *)cvt_buf, wrb, rb, re, tc, tce);
+            } else {
+                fblock(m, tiles, m->w + (size_t)rb * m->row_bytes, wrb, rb, re, tc, tce);
+            }
         }
     }
 }
 
 T512 static void mm_f32(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    fpanel(m, r0, r1, t0, t1, f32_tiles);
+    fpanel(m, r0, r1, t0, t1, f32_tiles, NULL, NULL);
 }
 T512 static void mm_f16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    fpanel(m, r0, r1, t0, t1, f16_tiles);
+    _Alignas(64) float cvt_buf[CVT_BYTES / 4];
+    fpanel(m, r0, r1, t0, t1, f16_tiles, f32_tiles, cvt_buf);
 }
 T512 static void mm_bf16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    fpanel(m, r0, r1, t0, t1, bf16_tiles);
+    _Alignas(64) float cvt_buf[CVT_BYTES / 4];
+    fpanel(m, r0, r1, t0, t1, bf16_tiles, f32_tiles, cvt_buf);
 }
 
 /* ---- quantized types: repacked VNNI ----------------------------------------------------------------------
@@ -480,13 +562,41 @@ T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
         vpanel(m, r0, r1, t0, t1, q4_0_repack, q4_0_vtiles);
 }
 
-T512 static void attn_chunk(const float *const *k, const float *const *v, int n, const float *const *q,
-                            int ng, int hd, float scale, float *m, float *l, float *acc) {
-    ci_dot_avx2_table()->attn_chunk(k, v, n, q, ng, hd, scale, m, l, acc);
-}
-
 T512 static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride) {
     ci_dot_avx2_table()->quant_act(x, n_in, qs, d, sum, stride);
+}
+
+/* ---- SwiGLU: dot_ref.c's silu_mul, 16 lanes, the tail zero-masked -------------------------------------- */
+
+AI __m512 silu16(__m512 g, __m512 u) {
+    __m512 t = _mm512_xor_ps(g, _mm512_set1_ps(-0.0f));
+    t = _mm512_max_ps(t, _mm512_set1_ps(CI_EXP_LO));
+    t = _mm512_min_ps(t, _mm512_set1_ps(CI_EXP_HI));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(CI_EXP_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(k, _mm512_set1_ps(-CI_EXP_LN2_HI), t);
+    r = _mm512_fmadd_ps(k, _mm512_set1_ps(-CI_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(CI_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CI_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CI_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CI_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CI_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CI_EXP_P5));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+T512 static void silu_mul(float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(gate + i, silu16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+    if (i < n) {
+        __mmask16 mask = (__mmask16)((1u << (n - i)) - 1);
+        __m512 g = _mm512_maskz_loadu_ps(mask, gate + i), u = _mm512_maskz_loadu_ps(mask, up + i);
+        _mm512_mask_storeu_ps(gate + i, mask, silu16(g, u));
+    }
 }
 
 static const struct ci_dot_table avx512_table = {
@@ -497,13 +607,16 @@ static const struct ci_dot_table avx512_table = {
     .q8_0 = ci_ref_dot_q8_0,
     .q4_0 = ci_ref_dot_q4_0,
     .f32_short = dot_f32_short,
-    .attn_chunk = attn_chunk,
+    .attn_f32 = ci_avx512_attn_f32, // attn_avx512.c
+    .attn_f16 = ci_avx512_attn_f16,
+    .attn_q8_0 = ci_avx512_attn_q8_0,
     .quant_act = quant_act,
     .mm_f32 = mm_f32,
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .silu_mul = silu_mul,
 };
 
 const struct ci_dot_table *ci_dot_avx512_table(void) {

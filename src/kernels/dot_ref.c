@@ -5,6 +5,7 @@
 #include "kernels/dot.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels/quant.h"
 
@@ -155,8 +156,9 @@ static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t
     mm_quant(ci_ref_idot_q4_0, sizeof(struct ci_block_q4_0), m, r0, r1, t0, t1);
 }
 
-void ci_ref_attn_chunk(const float *const *k, const float *const *v, int n, const float *const *q, int ng,
-                       int hd, float scale, float *m, float *l, float *acc) {
+void ci_ref_attn_f32(const void *const *kr, const void *const *vr, int n, const float *const *q, int ng,
+                     int hd, float scale, float *m, float *l, float *acc) {
+    const float *const *k = (const float *const *)kr, *const *v = (const float *const *)vr;
     for (int g = 0; g < ng; g++) {
         float s[CI_ATTN_CHUNK], mx = m[g];
         for (int i = 0; i < n; i++) {
@@ -181,6 +183,56 @@ void ci_ref_attn_chunk(const float *const *k, const float *const *v, int n, cons
     }
 }
 
+/* f16 / q8_0 K/V: the chunk's rows widened to float (ci_dequantize_row), then the f32 chunk. */
+static void attn_widened(uint32_t type, const void *const *k, const void *const *v, int n,
+                         const float *const *q, int ng, int hd, float scale, float *m, float *l, float *acc) {
+    float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM], vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+    for (int i = 0; i < n; i++) {
+        ci_dequantize_row(type, k[i], kf + (size_t)i * (size_t)hd, hd);
+        ci_dequantize_row(type, v[i], vf + (size_t)i * (size_t)hd, hd);
+        kp[i] = kf + (size_t)i * (size_t)hd;
+        vp[i] = vf + (size_t)i * (size_t)hd;
+    }
+    ci_ref_attn_f32(kp, vp, n, q, ng, hd, scale, m, l, acc);
+}
+
+void ci_ref_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng, int hd,
+                     float scale, float *m, float *l, float *acc) {
+    attn_widened(CI_TYPE_F16, k, v, n, q, ng, hd, scale, m, l, acc);
+}
+
+void ci_ref_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
+                      int hd, float scale, float *m, float *l, float *acc) {
+    attn_widened(CI_TYPE_Q8_0, k, v, n, q, ng, hd, scale, m, l, acc);
+}
+
+/* SwiGLU in the order of dot.h (the SIMD tables give the same bits).  Comparisons are written as the SIMD
+ * max/min evaluate them (a NaN gate clamps to CI_EXP_LO and still gives NaN below). */
+static void silu_mul(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float t = -g;
+        t = t > CI_EXP_LO ? t : CI_EXP_LO;
+        t = t < CI_EXP_HI ? t : CI_EXP_HI;
+        float k = nearbyintf(t * CI_EXP_LOG2E);
+        float r = fmaf(k, -CI_EXP_LN2_HI, t);
+        r = fmaf(k, -CI_EXP_LN2_LO, r);
+        float p = CI_EXP_P0;
+        p = fmaf(p, r, CI_EXP_P1);
+        p = fmaf(p, r, CI_EXP_P2);
+        p = fmaf(p, r, CI_EXP_P3);
+        p = fmaf(p, r, CI_EXP_P4);
+        p = fmaf(p, r, CI_EXP_P5);
+        p = fmaf(p, r * r, r) + 1.0f;
+        uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
+        float scale;
+        memcpy(&scale, &bits, sizeof scale);
+        float e = p * scale;
+        gate[i] = g / (1.0f + e) * up[i];
+    }
+}
+
 static const struct ci_dot_table ref_table = {
     .isa = "scalar",
     .f32 = dot_f32,
@@ -189,13 +241,16 @@ static const struct ci_dot_table ref_table = {
     .q8_0 = ci_ref_dot_q8_0,
     .q4_0 = ci_ref_dot_q4_0,
     .f32_short = dot_f32,
-    .attn_chunk = ci_ref_attn_chunk,
+    .attn_f32 = ci_ref_attn_f32,
+    .attn_f16 = ci_ref_attn_f16,
+    .attn_q8_0 = ci_ref_attn_q8_0,
     .quant_act = ci_ref_quant_act,
     .mm_f32 = mm_f32,
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
     .mm_q8_0 = mm_q8_0,
     .mm_q4_0 = mm_q4_0,
+    .silu_mul = silu_mul,
 };
 
 const struct ci_dot_table *ci_dot_ref_table(void) {

@@ -50,21 +50,33 @@ void ci_softmax(float *x, int n);
 /* Index of the largest value (first one on ties). */
 int ci_argmax(const float *x, int n);
 
-/* Paged KV layout of one layer: k and v are each [n_blocks][n_kv_head][block_size][head_dim] floats, so one
- * KV head's slots in a block are contiguous.  Token position p of a sequence lives in block
- * table[p / block_size], slot p % block_size. */
+/* Paged KV layout of one layer: k and v are each [n_blocks][n_kv_head][block_size] rows of head_dim elements
+ * of the cache's element type, so one KV head's slots in a block are contiguous.  Token position p of a
+ * sequence lives in block table[p / block_size], slot p % block_size.  Element types (llama.cpp's -ctk/-ctv):
+ * CI_TYPE_F32 (4 bytes an element), CI_TYPE_F16 (IEEE half, 2) and CI_TYPE_Q8_0 (ggml Q8_0 blocks of 32
+ * along head_dim: an fp16 scale d = max|x| / 127 and 32 int8, 34 bytes per 32 elements; head_dim must be a
+ * multiple of 32).  row_bytes = ci_kv_row_bytes(type, head_dim). */
 struct ci_kv_layer {
-    float *k;
-    float *v;
+    void *k;
+    void *v;
+    uint32_t type;    // enum ci_type: F32, F16 or Q8_0
+    size_t row_bytes; // one slot of one KV head: head_dim elements of type
     int block_size;
     int n_kv_head;
     int head_dim;
 };
 
+/* Byte offset of (block, KV head, slot) in k or v. */
 static inline size_t ci_kv_offset(const struct ci_kv_layer *l, int32_t blk, int kv_head, int slot) {
     return (((size_t)blk * (size_t)l->n_kv_head + (size_t)kv_head) * (size_t)l->block_size + (size_t)slot) *
-           (size_t)l->head_dim;
+           l->row_bytes;
 }
+
+/* Bytes of one KV row of head_dim elements of type; 0 when type is not a KV cache type (F32, F16, Q8_0) or
+ * head_dim is not positive or (Q8_0) not a multiple of 32. */
+size_t ci_kv_row_bytes(uint32_t type, int head_dim);
+/* Stores one row of head_dim floats as the KV type (F16: round to nearest even; Q8_0: ggml's quantizer). */
+void ci_kv_store_row(uint32_t type, const float *x, void *dst, int head_dim);
 
 struct ci_attn_seq {
     const int32_t *block_table; // [n_blocks]

@@ -147,9 +147,12 @@ static void write_kv(const struct fwd_batch *b, const struct ci_kv_layer *kv, co
         int32_t blk = s->block_table[b->pos[t] / kv->block_size];
         int slot = b->pos[t] % kv->block_size;
         for (int h = 0; h < kv->n_kv_head; h++) {
+            // Stored as the cache's element type (f32: a copy; f16 / q8_0: rounded / quantized here, once).
             size_t off = ci_kv_offset(kv, blk, h, slot);
-            memcpy(kv->k + off, k + t * row + (size_t)h * kv->head_dim, (size_t)kv->head_dim * sizeof(float));
-            memcpy(kv->v + off, v + t * row + (size_t)h * kv->head_dim, (size_t)kv->head_dim * sizeof(float));
+            const float *kr = k + t * row + (size_t)h * kv->head_dim,
+                        *vr = v + t * row + (size_t)h * kv->head_dim;
+            ci_kv_store_row(kv->type, kr, (unsigned char *)kv->k + off, kv->head_dim);
+            ci_kv_store_row(kv->type, vr, (unsigned char *)kv->v + off, kv->head_dim);
         }
     }
 }

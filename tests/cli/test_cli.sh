@@ -83,3 +83,29 @@ a=$("$BIN" run -m "$M/stories260K.gguf" -n 40 --temp 1 --seed 7 --ids 2>/dev/nul
 b=$("$BIN" run -m "$M/stories260K.gguf" -n 40 --temp 1 --seed 7 --ids 2>/dev/null)
 c=$("$BIN" run -m "$M/stories260K.gguf" -n 40 --temp 1 --seed 8 --ids 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] && pass run_seeded || fail run_seeded "'$a' / '$b' / '$c'"
+
+# The KV cache element type (--kv-type f32|f16|q8_0): bad names are usage errors in every command that takes
+# it, q8_0 on a head_dim that is not a multiple of 32 is a clear error, and the chosen type is reported.
+expect kv_type_bad_run 2 "--kv-type: 'q4_0' is not one of f32, f16, q8_0" "$BIN" run -m "$M/stories260K.gguf" --kv-type q4_0
+expect kv_type_bad_serve 2 "--kv-type" "$BIN" serve -m "$M/stories260K.gguf" --kv-type F16
+expect kv_type_bad_bench 2 "--kv-type" "$BIN" bench -m "$M/stories260K.gguf" --kv-type fp8
+expect kv_type_bad_bench_kernels 2 "--kv-type" "$BIN" bench kernels -m "$M/stories260K.gguf" --kv-type q8
+expect kv_type_bad_logits 2 "--kv-type" "$BIN" logits -m "$M/stories260K.gguf" --tokens 1,2 -o "$T/l.f32" --kv-type x
+expect kv_type_bad_info 2 "--kv-type" "$BIN" info -m "$M/stories260K.gguf" --kv-type ""
+expect kv_type_bad_calc 2 "--kv-type" "$BIN" calc --preset tiny --kv-type f64
+expect kv_type_q8_0_head_dim 1 "q8_0 needs head_dim a multiple of 32 (head_dim is 8)" \
+    "$BIN" run -m "$M/stories260K.gguf" -n 4 --kv-type q8_0
+out=$("$BIN" run -m "$M/stories260K.gguf" -n 30 --temp 0 --kv-type f16 2>"$T/err")
+if [[ "$out" == "Once upon a time, there was a little girl named Lily."* ]] &&
+    grep -q "(f16, 640 bytes per token)" "$T/err"; then
+    pass run_kv_type_f16
+else
+    fail run_kv_type_f16 "stdout '$out' stderr $(tr '\n' '|' <"$T/err")"
+fi
+out=$("$BIN" info -m "$M/stories260K.gguf" --kv-type f16 2>&1)
+grep -q "KV cache per token, chosen *640 bytes (--kv-type f16)" <<<"$out" && pass info_kv_type ||
+    fail info_kv_type "$(tr '\n' '|' <<<"$out")"
+out=$("$BIN" calc --preset tiny --kv-type q8_0 2>&1)
+# tiny: 4 layers, 2 KV heads, head_dim 32: 2·4·2·32 = 512 elements, 34/32 bytes each = 544 bytes per token
+grep -q "544 B" <<<"$out" && grep -q "q8_0" <<<"$out" && pass calc_kv_type ||
+    fail calc_kv_type "$(tr '\n' '|' <<<"$out")"

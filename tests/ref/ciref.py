@@ -70,9 +70,11 @@ def cinfer(args, timeout=TIMEOUT):
     return p.stdout, err
 
 
-def cinfer_logits(model, tokens, out_path, tokenizer=None, threads=None, block_size=None):
+def cinfer_logits(model, tokens, out_path, tokenizer=None, threads=None, block_size=None, kv_type=None):
     """Runs `cinfer logits`; returns (logits float32 [n][n_vocab], raw bytes of the output file)."""
     args = ["logits", "-m", model]
+    if kv_type is not None:
+        args += ["--kv-type", kv_type]
     if tokenizer:
         args += ["--tokenizer", tokenizer]
     args += ["--tokens", ",".join(str(int(t)) for t in tokens)]
@@ -90,6 +92,36 @@ def cinfer_logits(model, tokens, out_path, tokenizer=None, threads=None, block_s
     if n == 0 or len(raw) % (4 * n):
         raise CinferError("logits file of %d bytes is not %d rows of float32" % (len(raw), n))
     return np.frombuffer(raw, dtype="<f4").reshape(n, -1), raw
+
+
+def kv_round(kv_type):
+    """The rounding cinfer's KV cache applies to each K/V row (last axis head_dim), as a function of an array
+    of any shape, or None for f32.  f16: IEEE half, round to nearest even (numpy float16).  q8_0: ggml's Q8_0
+    quantizer (per 32 values along head_dim: d = max|x| / 127 in float32, q = round(x / d) half away from zero,
+    d stored as fp16), then the reference dequantizer gguf_np.dequantize.  Values are rounded to float32 first,
+    as cinfer's K/V are float32 before they are stored."""
+    import gguf_np  # noqa: E402 (ciref is imported by tests that may not need the GGUF reader)
+
+    if kv_type in (None, "f32"):
+        return None
+    if kv_type == "f16":
+        return lambda x: x.astype(np.float32).astype(np.float16).astype(np.float64)
+    if kv_type != "q8_0":
+        raise ValueError("unknown KV type %r" % kv_type)
+
+    def q8_0(x):
+        shape = x.shape
+        b = x.astype(np.float32).reshape(-1, 32)
+        d = (np.abs(b).max(axis=1) / np.float32(127)).astype(np.float32)
+        inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+        y = b * inv[:, None]
+        q = (np.sign(y) * np.floor(np.abs(y) + np.float32(0.5))).astype(np.int8)
+        blocks = np.zeros(len(b), dtype=gguf_np._Q8_0)
+        blocks["d"] = d.astype(np.float16)
+        blocks["qs"] = q
+        return gguf_np.dequantize(gguf_np.Q8_0, blocks.tobytes(), b.size).astype(np.float64).reshape(shape)
+
+    return q8_0
 
 
 def compare_logits(rep, name, got, ref, rel_tol):

@@ -48,6 +48,9 @@ class Model:
             raise ValueError("inconsistent hyper-parameters %s" % hp)
         self.w = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
         self.tied = "output.weight" not in self.w
+        # Optional rounding of each new K/V row [n][kv_heads][head_dim] as the cache stores it (cinfer's
+        # --kv-type f16 / q8_0, see ciref.kv_round); None keeps float64 K/V (an f32 cache up to arithmetic).
+        self.kv_round = None
         self.n_vocab = self.w["token_embd.weight"].shape[0]
         self._check_shapes()
 
@@ -206,6 +209,8 @@ class Model:
             v = self._linear(h, b + "attn_v.weight", b + "attn_v.bias" if qwen else None).reshape(n, G, hd)
             q = self._rope(q, pos)
             k = self._rope(k, pos)
+            if self.kv_round is not None:
+                k, v = self.kv_round(k), self.kv_round(v)
             if cache["k"][layer] is not None:
                 k = np.concatenate([cache["k"][layer], k], axis=0)
                 v = np.concatenate([cache["v"][layer], v], axis=0)

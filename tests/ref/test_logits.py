@@ -12,6 +12,14 @@ Tolerances: max|cinfer - ref| <= tol * max(1, max|ref|) over all positions and v
         blocks (as llama.cpp does) and the reference does not; see tol_for.
 Determinism: --threads 1 vs 2 and --block-size 1 / 16 / context length give byte-identical logits, and the
 logits of a prefix are byte-identical to the first rows of the full sequence's logits.
+KV cache element types (--kv-type f16, q8_0): the reference rounds each new K/V row the way the cache stores it
+(numpy float16; ggml's Q8_0 quantizer then the reference dequantizer, ciref.kv_round) and cinfer's logits must
+match it within KV_TOL, on stories260K (f16 only: head_dim 8) and the f32 tiny / tiny-qwen2 synthetic models
+(head_dim 32).  Measured (max|diff| / max(1, max|ref|)): stories260K f16 5.4e-6; tiny f16 3.0e-4, q8_0 1.1e-6;
+tiny-qwen2 f16 1.3e-4, q8_0 7.6e-7.  f16 sits above f32's 1e-4 because cinfer's float32 K/V and the reference's
+float64 ones now and then round to neighbouring halves.  Against a reference that does NOT round (a cache that
+silently stays f32) the same numbers are 5.7e-4 (stories f16), 2.8e-3 / 2.0e-3 (f16) and 0.048 / 0.044 (q8_0),
+so each tolerance below fails that.  The determinism checks above run for each KV type too.
 Before any of that, the reference itself is checked: the dequantizers on hand-built blocks, the three stories260K
 readers against each other (bit-exact tensors), and full-sequence vs incremental (K/V cache) reference logits.
 """
@@ -184,11 +192,11 @@ def check_model(rep, label, path, tokens, type_name, tmp, tokenizer=None):
     return raw, m
 
 
-def check_determinism(rep, label, path, tokens, n_ctx, tmp, tokenizer=None):
+def check_determinism(rep, label, path, tokens, n_ctx, tmp, tokenizer=None, kv_type=None):
     """Byte-identical logits across thread counts, KV block sizes, and prefix vs full sequence."""
     out = os.path.join(tmp, label + ".det.f32")
     try:
-        _, base = ciref.cinfer_logits(path, tokens, out, tokenizer, threads=1)
+        _, base = ciref.cinfer_logits(path, tokens, out, tokenizer, threads=1, kv_type=kv_type)
     except CinferError as e:
         return rep.fail("det_%s_threads1" % label, e)
     variants = [("threads2", {"threads": 2})]
@@ -196,7 +204,7 @@ def check_determinism(rep, label, path, tokens, n_ctx, tmp, tokenizer=None):
     for vname, kw in variants:
         name = "det_%s_%s" % (label, vname)
         try:
-            _, raw = ciref.cinfer_logits(path, tokens, out, tokenizer, **kw)
+            _, raw = ciref.cinfer_logits(path, tokens, out, tokenizer, kv_type=kv_type, **kw)
         except CinferError as e:
             rep.fail(name, e)
             continue
@@ -204,11 +212,36 @@ def check_determinism(rep, label, path, tokens, n_ctx, tmp, tokenizer=None):
     name = "det_%s_prefix" % label
     k = 10
     try:
-        _, raw = ciref.cinfer_logits(path, tokens[:k], out, tokenizer, threads=2)
+        _, raw = ciref.cinfer_logits(path, tokens[:k], out, tokenizer, threads=2, kv_type=kv_type)
     except CinferError as e:
         return rep.fail(name, e)
     row = len(base) // len(tokens)
     rep.check(raw == base[: k * row], name, "logits of the first %d tokens differ from those rows of the full run" % k)
+
+
+# --kv-type tolerances (see the module docstring for the measurements): (model label, kv type) -> tolerance
+KV_TOL = {"f16": 1e-3, "q8_0": 5e-3}
+KV_TOL_STORIES_F16 = 1e-4
+
+
+def check_kv_types(rep, label, path, tokens, tmp, types, tol):
+    """cinfer logits --kv-type T vs the reference with K/V rounded as T stores them, then determinism."""
+    try:
+        m = model_np.Model.load(path)
+    except (OSError, ValueError) as e:
+        return rep.fail("kv_%s" % label, "reference cannot load %s: %s" % (path, e))
+    for t in types:
+        name = "logits_kv_%s_%s" % (t, label)
+        m.kv_round = ciref.kv_round(t)
+        ref = m.forward(tokens)
+        m.kv_round = None
+        try:
+            got, _ = ciref.cinfer_logits(path, tokens, os.path.join(tmp, "%s.kv-%s.f32" % (label, t)), kv_type=t)
+        except CinferError as e:
+            rep.fail(name, e)
+            continue
+        ciref.compare_logits(rep, name, got, ref, tol[t])
+        check_determinism(rep, "%s_kv_%s" % (label, t), path, tokens, m.n_ctx, tmp, kv_type=t)
 
 
 def _maxdiff(a, b):
@@ -238,6 +271,7 @@ def main():
         check_model(rep, "stories260K.bin", model_path("stories260K.bin"), tokens, "f32", tmp, tok512)
         check_model(rep, "stories260K_v1.bin", model_path("stories260K_v1.bin"), tokens, "f32", tmp, tok512)
         check_determinism(rep, "stories260K.gguf", stories, tokens, sm.n_ctx, tmp)
+        check_kv_types(rep, "stories260K.gguf", stories, tokens, tmp, ["f16"], {"f16": KV_TOL_STORIES_F16})
         bin_ctx = llama2c_np.read(model_path("stories260K.bin"))[0]["seq_len"]
         check_determinism(rep, "stories260K.bin", model_path("stories260K.bin"), tokens, bin_ctx, tmp, tok512)
 
@@ -269,6 +303,8 @@ def main():
                 r = check_model(rep, label, path, syn_tokens, t, tmp)
                 if r is not None and t in ("f32", "q4_0"):
                     check_determinism(rep, label, path, syn_tokens, r[1].n_ctx, tmp)
+                if r is not None and t == "f32":
+                    check_kv_types(rep, label, path, syn_tokens, tmp, ["f16", "q8_0"], KV_TOL)
             if "f32" in paths:
                 for t in types:
                     if t != "f32" and t in paths and preset == "tiny":

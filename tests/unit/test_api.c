@@ -115,6 +115,39 @@ TEST(load_errors) {
     CHECK(m == NULL);
 }
 
+/* The KV element type option: default f32; f16 halves the bytes per token; unknown names and q8_0 on
+ * stories260K's head_dim 8 are errors with a message. */
+TEST(engine_kv_type_option) {
+    char p[512];
+    struct cinfer_model *m = NULL;
+    struct cinfer_error err = {0};
+    ASSERT_STATUS(cinfer_model_load(test_model_path(p, sizeof p, "stories260K.gguf"), NULL, &m, &err),
+                  CINFER_OK);
+    struct cinfer_engine_options eo;
+    cinfer_engine_options_default(&eo);
+    eo.kv_mem_bytes = 1 << 20;
+    struct cinfer_engine *e = NULL;
+    struct cinfer_engine_info info;
+    ASSERT_STATUS(cinfer_engine_create(m, &eo, &e, &err), CINFER_OK);
+    cinfer_engine_info(e, &info);
+    CHECK(!strcmp(info.kv_type, "f32") && info.kv_bytes_per_token == 2 * 5 * 4 * 8 * 4);
+    int blocks_f32 = info.kv_blocks;
+    cinfer_engine_free(e);
+    eo.kv_type = "f16";
+    ASSERT_STATUS(cinfer_engine_create(m, &eo, &e, &err), CINFER_OK);
+    cinfer_engine_info(e, &info);
+    CHECK(!strcmp(info.kv_type, "f16") && info.kv_bytes_per_token == 2 * 5 * 4 * 8 * 2);
+    CHECK(info.kv_blocks == 2 * blocks_f32); // the same memory holds twice the blocks
+    cinfer_engine_free(e);
+    eo.kv_type = "q8_0";
+    CHECK(cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK && e == NULL);
+    CHECK(strstr(err.message, "multiple of 32") != NULL);
+    eo.kv_type = "q4_0";
+    CHECK(cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK && e == NULL);
+    CHECK(strstr(err.message, "q4_0") != NULL);
+    cinfer_model_free(m);
+}
+
 TEST(engine_api) {
     char p[512];
     struct cinfer_model *m = NULL;
@@ -195,5 +228,6 @@ int main(void) {
     RUN(greedy_stories260k_v1);
     RUN(load_errors);
     RUN(engine_api);
+    RUN(engine_kv_type_option);
     return test_exit_code();
 }

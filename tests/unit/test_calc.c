@@ -209,6 +209,47 @@ TEST(kv_bytes_option) {
     ASSERT_NEAR(calc_kv_bytes_per_token(32, 32, 128, 2), 524288, 0);
 }
 
+/* --kv-type: f32 4, f16 2, q8_0 34/32 bytes per element; the capacity after the weights; q8_0 needs
+ * head_dim % 32 == 0; a type that disagrees with the byte count is rejected. */
+TEST(kv_type_option) {
+    struct calc_model m;
+    struct calc_opts o;
+    struct calc_result r;
+    ASSERT(calc_preset("llama2-7b", &m)); // 32 layers, 32 KV heads, head_dim 128: 262144 elements per token
+    calc_opts_default(&o);
+    static const char *names[] = {"f32", "f16", "q8_0"};
+    static const double want[] = {1024 * KIB, 512 * KIB, 262144 * 34.0 / 32};
+    for (int i = 0; i < 3; i++) {
+        ASSERT(calc_kv_type_bytes(names[i], &o.kv_bytes));
+        o.kv_type = names[i];
+        ASSERT_STATUS(calc_run(&m, &o, &r, NULL), CI_OK);
+        ASSERT_NEAR(r.kv_token, want[i], 0);
+        ASSERT_NEAR(r.kv_seq, want[i] * r.context, 0);
+        // capacity: (80 GB - weights) / per token, whole tokens and whole sequences
+        double cap = floor((80e9 - r.weight_bytes) / want[i]);
+        ASSERT_NEAR(r.kv_capacity_tokens, cap, 0);
+        ASSERT_NEAR(r.kv_capacity_seqs, floor(cap / r.context), 0);
+    }
+    ASSERT_NEAR(r.kv_token, 278528, 0); // q8_0: 262144 · 34 / 32
+    o.mem_bytes = 1e9;                  // smaller than the weights: no room
+    ASSERT_STATUS(calc_run(&m, &o, &r, NULL), CI_OK);
+    ASSERT_NEAR(r.kv_capacity_tokens, 0, 0);
+    double b = 0;
+    CHECK(!calc_kv_type_bytes("q4_0", &b) && !calc_kv_type_bytes("F16", &b));
+    calc_opts_default(&o);
+    o.kv_type = "f16"; // kv_bytes still 2: agrees
+    ASSERT_STATUS(calc_run(&m, &o, &r, NULL), CI_OK);
+    o.kv_type = "f32"; // disagrees with kv_bytes 2
+    ASSERT_STATUS(calc_run(&m, &o, &r, NULL), CI_ERR_INVALID);
+    struct ci_err err = {0};
+    m.cfg.head_dim = 48; // q8_0 needs a multiple of 32
+    m.cfg.n_embd = 48 * m.cfg.n_head;
+    o.kv_type = "q8_0";
+    o.kv_bytes = 34.0 / 32;
+    ASSERT_STATUS(calc_run(&m, &o, &r, &err), CI_ERR_INVALID);
+    CHECK(strstr(err.msg, "multiple of 32") != NULL);
+}
+
 /* --params switches to the seeds' 2·N·P accounting; weights follow P × bytes per weight. */
 TEST(params_override) {
     struct calc_model m;
@@ -353,6 +394,7 @@ int main(void) {
     RUN(batch_shares_weights_not_kv);
     RUN(synth_presets);
     RUN(kv_bytes_option);
+    RUN(kv_type_option);
     RUN(params_override);
     RUN(roofline_picks_the_bound);
     RUN(parse_count);

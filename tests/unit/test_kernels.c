@@ -742,16 +742,42 @@ TEST(silu_mul_matches_double) {
     fill_normal(&r, g, N, 4.0);
     fill_normal(&r, u, N, 2.0);
     g[0] = -100.0f, g[1] = 100.0f, g[2] = -1e4f, g[3] = 0.0f, g[4] = 1e4f;
+    g[5] = -87.5f, g[6] = 88.5f, g[7] = -88.0f, g[8] = 87.0f, g[9] = -0.0f, g[10] = 1e-30f, g[11] = -20.0f;
     memcpy(g0, g, sizeof g);
-    ci_silu_mul(g, u, N);
-    for (int i = 0; i < N; i++) {
-        double want = (double)g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
-        if (!(fabs(g[i] - want) <= 1e-6 * fabs(want) + 1e-30)) {
-            FAIL_FIRST("i=%d g=%g: %.9g vs %.9g", i, g0[i], g[i], want);
-            return;
+    // Every table (scalar last) against double precision, and the SIMD ones bit for bit against the scalar
+    // one, over whole and partial vectors (n = 1..40 and N) at every offset modulo 16.
+    static float ref[N];
+    for (int pass = n_tables - 1; pass >= 0; pass--) {
+        ci_kernels_force_table(tables[pass]);
+        memcpy(g, g0, sizeof g);
+        ci_silu_mul(g, u, N);
+        for (int i = 0; i < N; i++) {
+            double want = (double)g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+            if (!(fabs(g[i] - want) <= 1e-6 * fabs(want) + 1e-30)) {
+                FAIL_FIRST("%s i=%d g=%g: %.9g vs %.9g", tables[pass]->isa, i, g0[i], g[i], want);
+                break;
+            }
         }
+        CHECK1(!isnan(g[2]) && g[3] == 0.0f && g[1] == 100.0f * u[1]);
+        if (pass == n_tables - 1) {
+            memcpy(ref, g, sizeof ref);
+            continue;
+        }
+        CHECK1(memcmp(g, ref, sizeof ref) == 0);
+        for (int off = 0; off < 16; off++)
+            for (int n = 1; n <= 40; n++) {
+                memcpy(g, g0, sizeof g);
+                ci_silu_mul(g + off, u + off, n);
+                bool same = memcmp(g + off, ref + off, (size_t)n * sizeof(float)) == 0 &&
+                            memcmp(g, g0, (size_t)off * sizeof(float)) == 0 &&
+                            memcmp(g + off + n, g0 + off + n, (size_t)(N - off - n) * sizeof(float)) == 0;
+                if (!same) {
+                    FAIL_FIRST("%s off=%d n=%d differs from scalar", tables[pass]->isa, off, n);
+                    break;
+                }
+            }
     }
-    CHECK1(!isnan(g[2]) && g[3] == 0.0f);
+    ci_kernels_force_table(NULL);
 }
 
 TEST(argmax_first_of_ties) {
@@ -777,6 +803,7 @@ static const int att_tok_pos[ATT_TOKENS] = {30, 31, 32, 33, 34, 35, 36, 0, 4, 19
 struct att_case {
     int n_head, n_kv_head, head_dim, block_size;
 };
+static uint32_t att_type = CI_TYPE_F32; // KV element type of the cases run
 
 static void attn_reference(const struct att_case *c, const float *q, double **kc, double **vc, float scale,
                            double *out) {
@@ -823,9 +850,10 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
     for (int s = 0; s < ATT_SEQS; s++)
         total += n_blk[s] = (att_seq_len[s] + bs - 1) / bs;
     int pool_blocks = total + 5; // a few blocks no sequence owns
-    size_t per_block = (size_t)c->n_kv_head * bs * hd;
-    float *k = ci_malloc(pool_blocks * per_block * sizeof(float));
-    float *v = ci_malloc(pool_blocks * per_block * sizeof(float));
+    size_t row_bytes = ci_kv_row_bytes(att_type, hd);
+    size_t per_block = (size_t)c->n_kv_head * bs * row_bytes; // bytes
+    unsigned char *k = ci_malloc(pool_blocks * per_block), *v = ci_malloc(pool_blocks * per_block);
+    float *kf = ci_malloc(hd * sizeof(float)), *vf = ci_malloc(hd * sizeof(float));
     int32_t *perm = ci_malloc(pool_blocks * sizeof(int32_t));
     size_t qn = (size_t)ATT_TOKENS * c->n_head * hd;
     float *q = ci_malloc(qn * sizeof(float)), *out = ci_malloc(qn * sizeof(float));
@@ -836,9 +864,19 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
         kc[s] = ci_malloc((size_t)att_seq_len[s] * c->n_kv_head * hd * sizeof(double));
         vc[s] = ci_malloc((size_t)att_seq_len[s] * c->n_kv_head * hd * sizeof(double));
     }
-    // Unwritten slots hold NaN: reading any slot the kernel must not touch poisons the result.
-    for (size_t i = 0; i < pool_blocks * per_block; i++)
-        k[i] = v[i] = NAN;
+    // Unwritten slots hold NaN: reading any slot the kernel must not touch poisons the result (f16 and q8_0:
+    // every 2-byte unit is a half NaN, so every element or block scale is).
+    for (size_t i = 0; i < pool_blocks * per_block; i += att_type == CI_TYPE_F32 ? 4 : 2) {
+        if (att_type == CI_TYPE_F32) {
+            float nan = NAN;
+            memcpy(k + i, &nan, 4);
+            memcpy(v + i, &nan, 4);
+        } else {
+            uint16_t nan = 0x7e00;
+            memcpy(k + i, &nan, 2);
+            memcpy(v + i, &nan, 2);
+        }
+    }
     for (int i = 0; i < pool_blocks; i++)
         perm[i] = i;
     for (int i = pool_blocks - 1; i > 0; i--) { // shuffled block tables
@@ -848,7 +886,13 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
         perm[j] = tmp;
     }
     struct ci_attn_seq seqs[ATT_SEQS];
-    struct ci_kv_layer kv = {.k = k, .v = v, .block_size = bs, .n_kv_head = c->n_kv_head, .head_dim = hd};
+    struct ci_kv_layer kv = {.k = k,
+                             .v = v,
+                             .type = att_type,
+                             .row_bytes = row_bytes,
+                             .block_size = bs,
+                             .n_kv_head = c->n_kv_head,
+                             .head_dim = hd};
     for (int s = 0, used = 0; s < ATT_SEQS; s++) {
         seqs[s].block_table = perm + used;
         seqs[s].n_blocks = n_blk[s];
@@ -857,11 +901,17 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
             for (int kvh = 0; kvh < c->n_kv_head; kvh++) {
                 size_t off = ci_kv_offset(&kv, seqs[s].block_table[p / bs], kvh, p % bs);
                 for (int i = 0; i < hd; i++) {
-                    float kf = (float)ci_rng_normal(&r), vf = (float)ci_rng_normal(&r);
-                    k[off + i] = kf;
-                    v[off + i] = vf;
-                    kc[s][((size_t)p * c->n_kv_head + kvh) * hd + i] = kf;
-                    vc[s][((size_t)p * c->n_kv_head + kvh) * hd + i] = vf;
+                    kf[i] = (float)ci_rng_normal(&r);
+                    vf[i] = (float)ci_rng_normal(&r);
+                }
+                // Stored as the KV type; the double reference reads the values the cache holds.
+                ci_kv_store_row(att_type, kf, k + off, hd);
+                ci_kv_store_row(att_type, vf, v + off, hd);
+                ci_dequantize_row(att_type, k + off, kf, hd);
+                ci_dequantize_row(att_type, v + off, vf, hd);
+                for (int i = 0; i < hd; i++) {
+                    kc[s][((size_t)p * c->n_kv_head + kvh) * hd + i] = kf[i];
+                    vc[s][((size_t)p * c->n_kv_head + kvh) * hd + i] = vf[i];
                 }
             }
     }
@@ -890,8 +940,8 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
             memcpy(keep[pass], out, qn * sizeof(float));
         for (size_t i = 0; i < qn; i++)
             if (!(fabs(out[i] - ref[i]) <= 1e-5)) {
-                FAIL_FIRST("heads %d:%d hd %d bs %d %s: out[%zu] %.9g vs %.9g", c->n_head, c->n_kv_head, hd,
-                           bs, ci_kernels_isa(), i, out[i], ref[i]);
+                FAIL_FIRST("kv %s heads %d:%d hd %d bs %d %s: out[%zu] %.9g vs %.9g", ci_type_name(att_type),
+                           c->n_head, c->n_kv_head, hd, bs, ci_kernels_isa(), i, out[i], ref[i]);
                 goto done;
             }
         struct ci_threadpool *pools[2] = {tp1, tp2};
@@ -929,9 +979,13 @@ done:
     ci_free(perm);
     ci_free(v);
     ci_free(k);
+    ci_free(vf);
+    ci_free(kf);
 }
 
-TEST(attention_paged_matches_contiguous_double) {
+/* Every KV element type (f32, f16, q8_0): against the double reference on the values the cache holds, the
+ * same bits for 1 and 2 threads, alone or in the batch, and for block sizes 16, 1 and 3. */
+static void attention_paged_cases(uint32_t type) {
     const struct att_case cases[] = {
         {8, 2, 64, 16},                                // GQA 8:2
         {8, 2, 64, 1},   {8, 2, 64, 3}, {4, 4, 40, 3}, // MHA, head_dim not a multiple of 8
@@ -939,6 +993,7 @@ TEST(attention_paged_matches_contiguous_double) {
         {12, 1, 64, 16},                               // MQA with more heads than one pass serves
         {4, 2, 256, 3},                                // the largest supported head_dim
     };
+    att_type = type;
     struct ci_threadpool *tp1 = NULL, *tp2 = NULL;
     ASSERT_STATUS(ci_threadpool_create(1, &tp1, NULL), CI_OK);
     ASSERT_STATUS(ci_threadpool_create(2, &tp2, NULL), CI_OK);
@@ -949,7 +1004,8 @@ TEST(attention_paged_matches_contiguous_double) {
         for (int t = 0; t < n_tables; t++)
             keep[c][t] = ci_malloc(qn * sizeof(float));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        attn_case_run(&cases[i], tp1, tp2, i < 3 ? keep[i] : NULL);
+        if (ci_kv_row_bytes(type, cases[i].head_dim)) // q8_0: head_dim a multiple of 32
+            attn_case_run(&cases[i], tp1, tp2, i < 3 ? keep[i] : NULL);
     for (int t = 0; t < n_tables; t++) {
         CHECK1(memcmp(keep[0][t], keep[1][t], qn * sizeof(float)) == 0);
         CHECK1(memcmp(keep[0][t], keep[2][t], qn * sizeof(float)) == 0);
@@ -959,6 +1015,112 @@ TEST(attention_paged_matches_contiguous_double) {
             ci_free(keep[c][t]);
     ci_threadpool_free(tp1);
     ci_threadpool_free(tp2);
+    att_type = CI_TYPE_F32;
+}
+
+TEST(attention_paged_matches_contiguous_double) {
+    attention_paged_cases(CI_TYPE_F32);
+}
+
+TEST(attention_paged_f16_kv) {
+    attention_paged_cases(CI_TYPE_F16);
+}
+
+TEST(attention_paged_q8_0_kv) {
+    attention_paged_cases(CI_TYPE_Q8_0);
+}
+
+TEST(kv_row_bytes) {
+    ASSERT_EQ_I64(ci_kv_row_bytes(CI_TYPE_F32, 64), 256);
+    ASSERT_EQ_I64(ci_kv_row_bytes(CI_TYPE_F16, 64), 128);
+    ASSERT_EQ_I64(ci_kv_row_bytes(CI_TYPE_Q8_0, 64), 68);
+    ASSERT_EQ_I64(ci_kv_row_bytes(CI_TYPE_Q8_0, 48), 0); // not a multiple of 32
+    ASSERT_EQ_I64(ci_kv_row_bytes(CI_TYPE_Q4_0, 64), 0); // not a KV type
+    ASSERT_EQ_I64(ci_kv_row_bytes(CI_TYPE_F16, 0), 0);
+}
+
+/* Chunk kernels on their own: random q/K/V, n = 1..16 positions (two chunks in a row, so the running max,
+ * sum and accumulator carry over), ng = 1, 3, 8 heads, head_dim 32, 64, 128.  For every table and KV type:
+ * within 1e-5 of the scalar f32 chunk on the dequantized rows, and for f16 / q8_0 the exact bits of the
+ * same table's f32 chunk on the dequantized rows (the widening is exact). */
+TEST(attn_chunk_kernels_match_scalar) {
+    enum { MAXG = 8, MAXD = 128 };
+    static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
+    static const int hds[] = {32, 64, 128}, ngs[] = {1, 3, 8}, ns[] = {1, 5, 15, 16};
+    struct ci_rng r;
+    ci_rng_seed(&r, 4242);
+    float qv[MAXG * MAXD], kf[2 * CI_ATTN_CHUNK * MAXD], vf[2 * CI_ATTN_CHUNK * MAXD];
+    float kd[2 * CI_ATTN_CHUNK * MAXD], vd[2 * CI_ATTN_CHUNK * MAXD]; // the stored values, dequantized
+    unsigned char kb[2 * CI_ATTN_CHUNK * MAXD * 4], vb[2 * CI_ATTN_CHUNK * MAXD * 4];
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t hi = 0; hi < 3; hi++)
+            for (size_t gi = 0; gi < 3; gi++)
+                for (size_t ni = 0; ni < 4; ni++) {
+                    uint32_t type = types[ti];
+                    int hd = hds[hi], ng = ngs[gi], n = ns[ni];
+                    size_t rb = ci_kv_row_bytes(type, hd);
+                    fill_normal(&r, qv, ng * hd, 1.5);
+                    fill_normal(&r, kf, 2 * n * hd, 1.0);
+                    fill_normal(&r, vf, 2 * n * hd, 1.0);
+                    const void *kp[2][CI_ATTN_CHUNK], *vp[2][CI_ATTN_CHUNK];   // stored rows
+                    const void *kdp[2][CI_ATTN_CHUNK], *vdp[2][CI_ATTN_CHUNK]; // dequantized rows
+                    for (int c = 0; c < 2; c++)
+                        for (int i = 0; i < n; i++) {
+                            size_t e = (size_t)(c * n + i);
+                            ci_kv_store_row(type, kf + e * hd, kb + e * rb, hd);
+                            ci_kv_store_row(type, vf + e * hd, vb + e * rb, hd);
+                            ci_dequantize_row(type, kb + e * rb, kd + e * hd, hd);
+                            ci_dequantize_row(type, vb + e * rb, vd + e * hd, hd);
+                            kp[c][i] = kb + e * rb;
+                            vp[c][i] = vb + e * rb;
+                            kdp[c][i] = kd + e * hd;
+                            vdp[c][i] = vd + e * hd;
+                        }
+                    const float *q[MAXG];
+                    for (int g = 0; g < ng; g++)
+                        q[g] = qv + g * hd;
+                    float scale = 1.0f / sqrtf((float)hd);
+                    // The scalar f32 chunk on the dequantized rows: the reference.
+                    float m0[MAXG], l0[MAXG], a0[MAXG * MAXD];
+                    for (int g = 0; g < ng; g++) {
+                        m0[g] = -INFINITY;
+                        l0[g] = 0;
+                    }
+                    memset(a0, 0, sizeof a0);
+                    for (int c = 0; c < 2; c++)
+                        ci_ref_attn_f32(kdp[c], vdp[c], n, q, ng, hd, scale, m0, l0, a0);
+                    for (int t = 0; t < n_tables; t++) {
+                        const struct ci_dot_table *tab = tables[t];
+                        ci_attn_chunk_fn fn = type == CI_TYPE_F32   ? tab->attn_f32
+                                              : type == CI_TYPE_F16 ? tab->attn_f16
+                                                                    : tab->attn_q8_0;
+                        float m1[MAXG], l1[MAXG], a1[MAXG * MAXD], m2[MAXG], l2[MAXG], a2[MAXG * MAXD];
+                        for (int g = 0; g < ng; g++) {
+                            m1[g] = m2[g] = -INFINITY;
+                            l1[g] = l2[g] = 0;
+                        }
+                        memset(a1, 0, sizeof a1);
+                        memset(a2, 0, sizeof a2);
+                        for (int c = 0; c < 2; c++) {
+                            fn(kp[c], vp[c], n, q, ng, hd, scale, m1, l1, a1);
+                            tab->attn_f32(kdp[c], vdp[c], n, q, ng, hd, scale, m2, l2, a2);
+                        }
+                        for (int g = 0; g < ng; g++) {
+                            // Scores round differently per table: the max and sum agree to float precision.
+                            CHECK1(fabsf(m1[g] - m0[g]) <= 1e-5f * (1 + fabsf(m0[g])));
+                            CHECK1(fabsf(l1[g] - l0[g]) <= 1e-4f * l0[g]);
+                            for (int d = 0; d < hd; d++) {
+                                float o1 = a1[g * hd + d] / l1[g], o0 = a0[g * hd + d] / l0[g];
+                                if (!(fabsf(o1 - o0) <= 1e-5f))
+                                    FAIL_FIRST("%s kv %s hd %d ng %d n %d: out[%d][%d] %.9g vs scalar %.9g",
+                                               tab->isa, ci_type_name(type), hd, ng, n, g, d, o1, o0);
+                            }
+                        }
+                        CHECK1(memcmp(m1, m2, ng * sizeof(float)) == 0);
+                        CHECK1(memcmp(l1, l2, ng * sizeof(float)) == 0);
+                        CHECK1(memcmp(a1, a2, (size_t)ng * hd * sizeof(float)) == 0);
+                    }
+                }
 }
 
 TEST(isa_names) {
@@ -992,5 +1154,9 @@ int main(void) {
     RUN(silu_mul_matches_double);
     RUN(argmax_first_of_ties);
     RUN(attention_paged_matches_contiguous_double);
+    RUN(attention_paged_f16_kv);
+    RUN(attention_paged_q8_0_kv);
+    RUN(kv_row_bytes);
+    RUN(attn_chunk_kernels_match_scalar);
     return test_exit_code();
 }

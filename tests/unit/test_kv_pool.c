@@ -4,6 +4,7 @@
  * after every step with a shadow copy kept by the test. */
 #include "engine/kv_pool.h" // first: the header must compile on its own
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,8 +18,14 @@ static size_t round64(size_t n) {
     return (n + 63) / 64 * 64;
 }
 
-static struct kv_pool *make_pool(int n_layers, int n_kv_head, int head_dim, int block_size, int n_blocks) {
-    struct kv_pool_params p = {n_layers, n_kv_head, head_dim, block_size, n_blocks};
+/* Element x of (block, KV head, slot) of an f32 pool's layer. */
+static float *slot_at(const struct ci_kv_layer *l, int is_v, int32_t blk, int h, int slot) {
+    return (float *)(void *)((unsigned char *)(is_v ? l->v : l->k) + ci_kv_offset(l, blk, h, slot));
+}
+
+static struct kv_pool *make_pool_t(int n_layers, int n_kv_head, int head_dim, int block_size, int n_blocks,
+                                   uint32_t type) {
+    struct kv_pool_params p = {n_layers, n_kv_head, head_dim, block_size, n_blocks, type};
     struct kv_pool *pool = NULL;
     struct ci_err err = {0};
     if (kv_pool_create(&p, &pool, &err) != CI_OK) {
@@ -28,22 +35,26 @@ static struct kv_pool *make_pool(int n_layers, int n_kv_head, int head_dim, int 
     return pool;
 }
 
+static struct kv_pool *make_pool(int n_layers, int n_kv_head, int head_dim, int block_size, int n_blocks) {
+    return make_pool_t(n_layers, n_kv_head, head_dim, block_size, n_blocks, CI_TYPE_F32);
+}
+
 TEST(create_invalid) {
     struct kv_pool *pool = (struct kv_pool *)1;
     struct ci_err err = {0};
-    struct kv_pool_params zero = {2, 2, 4, 16, 0};
+    struct kv_pool_params zero = {2, 2, 4, 16, 0, CI_TYPE_F32};
     ASSERT_STATUS(kv_pool_create(&zero, &pool, &err), CI_ERR_INVALID);
     ASSERT(pool == NULL);
-    struct kv_pool_params neg = {2, -1, 4, 16, 8};
+    struct kv_pool_params neg = {2, -1, 4, 16, 8, CI_TYPE_F32};
     ASSERT_STATUS(kv_pool_create(&neg, &pool, &err), CI_ERR_INVALID);
     // Each factor fits an int, the product of bytes does not fit size_t.
-    struct kv_pool_params huge = {1000, 1 << 20, 1 << 20, 1 << 20, 1 << 20};
+    struct kv_pool_params huge = {1000, 1 << 20, 1 << 20, 1 << 20, 1 << 20, CI_TYPE_F32};
     ASSERT_STATUS(kv_pool_create(&huge, &pool, &err), CI_ERR_INVALID);
     CHECK(strstr(err.msg, "overflow") != NULL);
     size_t sz = 0;
     ASSERT_STATUS(kv_pool_size_bytes(&huge, &sz, NULL), CI_ERR_INVALID);
     // A size that is representable but cannot be allocated under the memory limit.
-    struct kv_pool_params big = {4, 4, 64, 16, 1024}; // 4*2*1024*4*16*64*4 bytes = 128 MiB
+    struct kv_pool_params big = {4, 4, 64, 16, 1024, CI_TYPE_F32}; // 4*2*1024*4*16*64*4 bytes = 128 MiB
     ci_mem_set_limit(ci_mem_in_use() + (1u << 20));
     enum ci_status st = kv_pool_create(&big, &pool, &err);
     ci_mem_set_limit(0);
@@ -59,7 +70,7 @@ TEST(sizes) {
     ASSERT_EQ_I64(kv_pool_bytes_per_block(pool), 2 * 2 * 15 * 4);
     kv_pool_free(pool);
 
-    struct kv_pool_params p = {3, 2, 8, 16, 10};
+    struct kv_pool_params p = {3, 2, 8, 16, 10, CI_TYPE_F32};
     size_t want = 3 * 2 * round64((size_t)10 * 2 * 16 * 8 * 4), got = 0;
     ASSERT_STATUS(kv_pool_size_bytes(&p, &got, NULL), CI_OK);
     ASSERT_EQ_I64(got, want);
@@ -77,6 +88,92 @@ TEST(sizes) {
     ASSERT_EQ_I64(kv_pool_blocks_for(pool, 17), 2);
     kv_pool_free(pool);
     kv_pool_free(NULL);
+}
+
+/* f16 and q8_0 pools: row bytes (head_dim * 2; head_dim / 32 * 34), the header's size formula, q8_0's
+ * head_dim rule, the layer view, and copy-on-write copying whole rows of bytes (q8_0 rows with their block
+ * scales) of every layer and KV head. */
+TEST(typed_pools_sizes_and_cow) {
+    struct kv_pool *pool = (struct kv_pool *)1;
+    struct ci_err err = {0};
+    struct kv_pool_params bad = {2, 2, 48, 16, 4, CI_TYPE_Q8_0};
+    ASSERT_STATUS(kv_pool_create(&bad, &pool, &err), CI_ERR_INVALID);
+    ASSERT(pool == NULL);
+    CHECK(strstr(err.msg, "q8_0") != NULL && strstr(err.msg, "multiple of 32") != NULL);
+    struct kv_pool_params not_kv = {2, 2, 64, 16, 4, CI_TYPE_Q4_0};
+    ASSERT_STATUS(kv_pool_create(&not_kv, &pool, &err), CI_ERR_INVALID);
+
+    static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
+    static const size_t row[] = {64 * 4, 64 * 2, 2 * 34}; // head_dim 64
+    enum { L = 3, H = 2, HD = 64, BS = 5, NB = 6 };
+    for (int ti = 0; ti < 3; ti++) {
+        uint32_t t = types[ti];
+        struct kv_pool_params p = {L, H, HD, BS, NB, t};
+        size_t want = 2 * L * round64((size_t)NB * H * BS * row[ti]), got = 0;
+        ASSERT_STATUS(kv_pool_size_bytes(&p, &got, NULL), CI_OK);
+        ASSERT_EQ_I64(got, want);
+        pool = make_pool_t(L, H, HD, BS, NB, t);
+        ASSERT(pool);
+        ASSERT_EQ_I64(kv_pool_type(pool), t);
+        ASSERT_EQ_I64(kv_pool_bytes(pool), want);
+        ASSERT_EQ_I64(kv_pool_bytes_per_block(pool), 2 * L * H * BS * row[ti]);
+        struct ci_kv_layer lay;
+        kv_pool_layer(pool, 1, &lay);
+        ASSERT_EQ_I64(lay.type, t);
+        ASSERT_EQ_I64(lay.row_bytes, row[ti]);
+        ASSERT_EQ_I64(ci_kv_offset(&lay, 1, 1, 2), (size_t)((1 * H + 1) * BS + 2) * row[ti]);
+
+        // Write rows through ci_kv_store_row into block a, share it, copy-on-write, compare bytes.
+        struct kv_seq_blocks a, b;
+        ASSERT_STATUS(kv_seq_init(&a, 2, NULL), CI_OK);
+        ASSERT_STATUS(kv_seq_init(&b, 2, NULL), CI_OK);
+        ASSERT_STATUS(kv_seq_reserve(pool, &a, BS), CI_OK);
+        float x[HD];
+        for (int il = 0; il < L; il++) {
+            kv_pool_layer(pool, il, &lay);
+            for (int h = 0; h < H; h++)
+                for (int slot = 0; slot < BS; slot++) {
+                    for (int d = 0; d < HD; d++)
+                        x[d] = (float)(il * 1000 + h * 100 + slot * 10) + 0.25f * (float)d - 3.0f;
+                    size_t off = ci_kv_offset(&lay, a.ids[0], h, slot);
+                    ci_kv_store_row(t, x, (unsigned char *)lay.k + off, HD);
+                    x[0] = -x[0];
+                    ci_kv_store_row(t, x, (unsigned char *)lay.v + off, HD);
+                }
+        }
+        ASSERT_STATUS(kv_seq_fork(pool, &b, &a), CI_OK);
+        ASSERT_STATUS(kv_seq_prepare_write(pool, &b, BS - 1, BS), CI_OK);
+        ASSERT(b.ids[0] != a.ids[0]);
+        for (int il = 0; il < L; il++) {
+            kv_pool_layer(pool, il, &lay);
+            for (int h = 0; h < H; h++) {
+                size_t oa = ci_kv_offset(&lay, a.ids[0], h, 0), ob = ci_kv_offset(&lay, b.ids[0], h, 0);
+                CHECK(memcmp((unsigned char *)lay.k + oa, (unsigned char *)lay.k + ob, BS * row[ti]) == 0);
+                CHECK(memcmp((unsigned char *)lay.v + oa, (unsigned char *)lay.v + ob, BS * row[ti]) == 0);
+                // and the copy decodes to the written values (f32 exactly, f16 / q8_0 within rounding)
+                float y[HD];
+                ci_dequantize_row(t, (unsigned char *)lay.k + ob + (BS - 1) * row[ti], y, HD);
+                for (int d = 0; d < HD; d++) {
+                    float w = (float)(il * 1000 + h * 100 + (BS - 1) * 10) + 0.25f * (float)d - 3.0f;
+                    float tol = t == CI_TYPE_F32 ? 0 : t == CI_TYPE_F16 ? fabsf(w) / 1024 : 2500.0f / 254;
+                    CHECK(fabsf(y[d] - w) <= tol);
+                }
+            }
+        }
+        const struct kv_seq_blocks *all[] = {&a, &b};
+        kv_pool_check(pool, all, 2, NULL);
+        kv_seq_release(pool, &a);
+        kv_seq_release(pool, &b);
+        kv_seq_deinit(&a);
+        kv_seq_deinit(&b);
+        kv_pool_free(pool);
+    }
+    uint32_t t = 99;
+    CHECK(kv_type_parse("f32", &t) && t == CI_TYPE_F32);
+    CHECK(kv_type_parse("f16", &t) && t == CI_TYPE_F16);
+    CHECK(kv_type_parse("q8_0", &t) && t == CI_TYPE_Q8_0);
+    CHECK(!kv_type_parse("q4_0", &t) && !kv_type_parse("F16", &t) && !kv_type_parse("", &t));
+    CHECK(!strcmp(kv_type_name(CI_TYPE_Q8_0), "q8_0") && !strcmp(kv_type_name(CI_TYPE_F16), "f16"));
 }
 
 TEST(layout) {
@@ -104,14 +201,16 @@ TEST(layout) {
             for (int h = 0; h < H; h++)
                 for (int s = 0; s < BS; s++) {
                     size_t off = ci_kv_offset(&lay[il], b, h, s);
-                    ASSERT(off + HD <= arr_floats);
+                    ASSERT(off % sizeof(float) == 0 &&
+                           off + HD * sizeof(float) <= arr_floats * sizeof(float));
+                    off /= sizeof(float);
                     for (int d = 0; d < HD; d++) {
                         float val = (float)((((il * NB + b) * H + h) * BS + s) * HD + d);
-                        lay[il].k[off + d] = val;
-                        lay[il].v[off + d] = -val - 1.0f;
+                        ((float *)lay[il].k)[off + d] = val;
+                        ((float *)lay[il].v)[off + d] = -val - 1.0f;
                     }
                 }
-    const float *base = lay[0].k;
+    const float *base = (const float *)lay[0].k;
     for (int il = 0; il < L; il++)
         for (int b = 0; b < NB; b++)
             for (int h = 0; h < H; h++)
@@ -240,8 +339,7 @@ static float *kv_at(struct kv_pool *pool, const struct kv_seq_blocks *seq, int i
     struct ci_kv_layer l;
     kv_pool_layer(pool, il, &l);
     int bs = kv_pool_block_size(pool);
-    size_t off = ci_kv_offset(&l, seq->ids[pos / bs], h, pos % bs);
-    return (is_v ? l.v : l.k) + off;
+    return slot_at(&l, is_v, seq->ids[pos / bs], h, pos % bs);
 }
 
 enum { CL = 2, CH = 2, CHD = 3 };
@@ -394,10 +492,10 @@ TEST(copy_block_slots) {
         for (int h = 0; h < CH; h++)
             for (int slot = 0; slot < BS; slot++)
                 for (int x = 0; x < CHD; x++) {
-                    l.k[ci_kv_offset(&l, s, h, slot) + x] = pattern(1, il, 0, h, slot, x);
-                    l.v[ci_kv_offset(&l, s, h, slot) + x] = pattern(1, il, 1, h, slot, x);
-                    l.k[ci_kv_offset(&l, d, h, slot) + x] = -1.0f;
-                    l.v[ci_kv_offset(&l, d, h, slot) + x] = -1.0f;
+                    slot_at(&l, 0, s, h, slot)[x] = pattern(1, il, 0, h, slot, x);
+                    slot_at(&l, 1, s, h, slot)[x] = pattern(1, il, 1, h, slot, x);
+                    slot_at(&l, 0, d, h, slot)[x] = -1.0f;
+                    slot_at(&l, 1, d, h, slot)[x] = -1.0f;
                 }
     }
     kv_pool_copy_block(pool, d, s, 2);
@@ -409,9 +507,9 @@ TEST(copy_block_slots) {
                 for (int x = 0; x < CHD; x++) {
                     float wk = slot < 2 ? pattern(1, il, 0, h, slot, x) : -1.0f;
                     float wv = slot < 2 ? pattern(1, il, 1, h, slot, x) : -1.0f;
-                    ASSERT(l.k[ci_kv_offset(&l, d, h, slot) + x] == wk);
-                    ASSERT(l.v[ci_kv_offset(&l, d, h, slot) + x] == wv);
-                    ASSERT(l.k[ci_kv_offset(&l, s, h, slot) + x] == pattern(1, il, 0, h, slot, x));
+                    ASSERT(slot_at(&l, 0, d, h, slot)[x] == wk);
+                    ASSERT(slot_at(&l, 1, d, h, slot)[x] == wv);
+                    ASSERT(slot_at(&l, 0, s, h, slot)[x] == pattern(1, il, 0, h, slot, x));
                 }
     }
     kv_pool_unref(pool, s);
@@ -735,6 +833,7 @@ int main(void) {
     RUN(create_invalid);
     RUN(sizes);
     RUN(layout);
+    RUN(typed_pools_sizes_and_cow);
     RUN(alloc_ref_unref_reuse);
     RUN(reserve_all_or_nothing);
     RUN(copy_on_write);

@@ -34,8 +34,8 @@ static void kv_ptrs(struct kv_pool *pool, const struct kv_seq_blocks *seq, int p
     kv_pool_layer(pool, 0, &l);
     int bs = kv_pool_block_size(pool);
     size_t off = ci_kv_offset(&l, seq->ids[pos / bs], 0, pos % bs);
-    *k = l.k + off;
-    *v = l.v + off;
+    *k = (float *)(void *)((unsigned char *)l.k + off);
+    *v = (float *)(void *)((unsigned char *)l.v + off);
 }
 
 static void write_kv(struct kv_pool *pool, const struct kv_seq_blocks *seq, const int32_t *t, int from,
@@ -65,7 +65,7 @@ static int kv_bad(struct kv_pool *pool, const struct kv_seq_blocks *seq, const i
 }
 
 static struct kv_pool *make_pool(int bs, int nb) {
-    struct kv_pool_params p = {1, 1, HD, bs, nb};
+    struct kv_pool_params p = {1, 1, HD, bs, nb, CI_TYPE_F32};
     struct kv_pool *pool = NULL;
     struct ci_err err = {0};
     if (kv_pool_create(&p, &pool, &err) != CI_OK) {

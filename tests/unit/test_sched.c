@@ -22,7 +22,7 @@ struct world {
 
 static void world_init(struct world *w, int block_size, int n_blocks) {
     memset(w, 0, sizeof *w);
-    struct kv_pool_params pp = {1, 1, 1, block_size, n_blocks};
+    struct kv_pool_params pp = {1, 1, 1, block_size, n_blocks, 0}; // f32 KV
     struct ci_err err = {0};
     CI_ASSERT(kv_pool_create(&pp, &w->pool, &err) == CI_OK);
     w->st.pool = w->pool;
