@@ -9,7 +9,7 @@ Tolerances: max|cinfer - ref| <= tol * max(1, max|ref|) over all positions and v
   tol = 1e-3 for F16/BF16 models: the reference runs on the SAME dequantized weights (read from the file cinfer
         wrote), so only float32-vs-float64 arithmetic can differ, and
   tol = 0.1 for Q8_0/Q4_0 models: cinfer quantizes the activations of every matmul with quantized weights to Q8
-        blocks (as llama.cpp does) and the reference does not; see tol_for.
+        blocks (as llama.cpp does) and the reference does not; see ciref.logit_tolerance.
 Determinism: --threads 1 vs 2 and --block-size 1 / 16 / context length give byte-identical logits, and the
 logits of a prefix are byte-identical to the first rows of the full sequence's logits.
 KV cache element types (--kv-type f16, q8_0): the reference rounds each new K/V row the way the cache stores it
@@ -52,16 +52,6 @@ GGUF_TYPE_OF = {
     "q8_0": gguf_np.Q8_0,
     "q4_0": gguf_np.Q4_0,
 }
-
-
-def tol_for(type_name):
-    if type_name in ("q8_0", "q4_0"):
-        # Activation quantization (by design, like llama.cpp): each x is rounded to max|x|/127-steps of its
-        # 32-block, about 0.5% of sum|w*x| per dot, and these random-weight models amplify it through the layers.
-        # Measured max|diff| / max|ref|: tiny-q8_0 0.080, tiny-q4_0 0.070 (0.072 with the scalar and AVX-512
-        # kernels), tiny-qwen2-q8_0 0.067; a reference that quantizes activations the same way is within 0.01.
-        return 0.1
-    return 1e-4 if type_name == "f32" else 1e-3
 
 
 # ---- the reference's own checks ------------------------------------------------------------------------------
@@ -188,7 +178,7 @@ def check_model(rep, label, path, tokens, type_name, tmp, tokenizer=None):
     except CinferError as e:
         rep.fail(name, e)
         return None
-    ciref.compare_logits(rep, name, got, ref, tol_for(type_name))
+    ciref.compare_logits(rep, name, got, ref, ciref.logit_tolerance(type_name))
     return raw, m
 
 
