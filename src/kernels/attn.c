@@ -1,16 +1,25 @@
-/* Causal attention over a paged KV cache.  One pool task per (token, KV head): it walks that sequence's block
- * table once, positions 0..pos, and serves every query head of the GQA group that reads this KV head (in
- * sub-groups of ATTN_SUBGROUP heads so the accumulators stay a fixed size on the stack).  Softmax is online
- * (running max, running sum, rescaled accumulator) in float, updated once per chunk of CI_ATTN_CHUNK
- * positions by the selected table's vectorized chunk kernel (dot.h).  Chunks start at fixed multiples of
- * CI_ATTN_CHUNK whatever the KV block size, and every output element belongs to one task, so results depend
- * neither on the block size, nor on the thread count, nor on the rest of the batch.  The KV element type
- * (f32, f16, q8_0) picks the chunk kernel; f16 and q8_0 rows are widened to float inside it, chunk by chunk,
- * once for the whole GQA sub-group, and then follow the f32 kernel's order, so the same property holds for
- * each type. */
+/* Causal attention over a paged KV cache.  Decode batches (no two tokens of a sequence at consecutive
+ * positions) run one pool task per (token, KV head): it walks that sequence's block table once, positions
+ * 0..pos, and serves every query head of the GQA group that reads this KV head (in sub-groups of
+ * ATTN_SUBGROUP heads so the accumulators stay a fixed size on the stack).  Softmax is online (running max,
+ * running sum, rescaled accumulator) in float, updated once per chunk of CI_ATTN_CHUNK positions by the
+ * selected table's vectorized chunk kernel (dot.h).  Chunks start at fixed multiples of CI_ATTN_CHUNK
+ * whatever the KV block size, and every output element belongs to one task, so results depend neither on the
+ * block size, nor on the thread count, nor on the rest of the batch.  The KV element type (f32, f16, q8_0)
+ * picks the chunk kernel; f16 and q8_0 rows are widened to float inside it, chunk by chunk, once for the
+ * whole GQA sub-group, and then follow the f32 kernel's order, so the same property holds for each type.
+ *
+ * Prefill: a run of tokens of one sequence at consecutive positions shares its prefix, so the batch is cut
+ * into slots of up to ATTN_TOKEN_GROUP tokens and one task per (slot, KV head) walks the chunks once for all
+ * the slot's runs of consecutive positions, calling the grouped chunk kernel (dot.h) on every token x head
+ * of a run that reaches the chunk: the K/V rows are loaded (and widened) once for all of them.  A grouped
+ * row gives exactly the bits of the per-token chunk on the positions that token sees (same chunk edges, its
+ * own n for the last chunks), so the grouping changes no result: a token computes the same alone, in a
+ * decode batch or in any prompt chunk. */
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 #include "core/check.h"
 #include "core/threadpool.h"
@@ -18,11 +27,18 @@
 
 // Query heads served per pass over the KV positions; larger groups (MQA) take several passes.
 #define ATTN_SUBGROUP 8
+// Most tokens of one prefill task (each of them x the heads of a sub-group is one row of the grouped chunk).
+#define ATTN_TOKEN_GROUP 8
+// Prefill tasks per thread the slot size aims at, so the dynamic hand-out can even out the causal costs.
+#define ATTN_TASKS_PER_THREAD 8
 
 struct attn_job {
     const struct ci_attn_args *a;
     ci_attn_chunk_fn chunk;
-    int group; // query heads per KV head
+    ci_attn_group_fn grp;
+    int group;   // query heads per KV head
+    int slot;    // tokens per task: 1 = one task per token (decode), else grouped prefill slots
+    int n_slots; // ceil(n_tokens / slot)
 };
 
 /* Query heads [h0, h0 + ng) of token t, all reading KV head kvh. */
@@ -68,14 +84,101 @@ static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng)
     }
 }
 
+/* Query heads [h0, h0 + ng) of the nt tokens t0.. of one sequence at consecutive positions, all reading KV
+ * head kvh: per chunk, one grouped call for every (token, head) whose position reaches it.  Row (i, g) sees
+ * min(CI_ATTN_CHUNK, pos_i + 1 - p0) positions of the chunk at p0, exactly what attn_heads gives token i. */
+static void attn_run(const struct attn_job *j, int t0, int nt, int kvh, int h0, int ng) {
+    const struct ci_attn_args *a = j->a;
+    const struct ci_kv_layer *kv = a->kv;
+    const int hd = kv->head_dim, bs = kv->block_size;
+    const int p_first = a->pos[t0], p_last = a->pos[t0 + nt - 1];
+    const struct ci_attn_seq *s = &a->seqs[a->seq[t0]];
+    CI_ASSERT(nt <= ATTN_TOKEN_GROUP && ng <= ATTN_SUBGROUP);
+    CI_ASSERT(p_first >= 0 && p_last == p_first + (nt - 1) && p_last / bs < s->n_blocks);
+
+    enum { MAX_ROWS = ATTN_TOKEN_GROUP * ATTN_SUBGROUP };
+    float acc[MAX_ROWS * CI_ATTN_MAX_HEAD_DIM]; // [nt][ng][hd] unnormalized sum of w * v
+    float m[MAX_ROWS];                          // running max score
+    float l[MAX_ROWS];                          // running sum of exp(score - m)
+    const float *q[MAX_ROWS];                   // [nt][ng] -> [hd]
+    int n[MAX_ROWS];                            // positions of the current chunk each row sees
+    const int nr = nt * ng;
+    for (int i = 0; i < nt; i++)
+        for (int g = 0; g < ng; g++) {
+            int r = i * ng + g;
+            q[r] = a->q + ((size_t)(t0 + i) * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+    for (int d = 0; d < nr * hd; d++)
+        acc[d] = 0.0f;
+
+    const unsigned char *kb = kv->k, *vb = kv->v;
+    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+    for (int p0 = 0; p0 <= p_last; p0 += CI_ATTN_CHUNK) {
+        int np = p_last + 1 - p0 < CI_ATTN_CHUNK ? p_last + 1 - p0 : CI_ATTN_CHUNK;
+        for (int i = 0; i < np; i++) {
+            int p = p0 + i;
+            int32_t blk = s->block_table[p / bs];
+            CI_DASSERT(blk >= 0);
+            size_t off = ci_kv_offset(kv, blk, kvh, p % bs);
+            kp[i] = kb + off;
+            vp[i] = vb + off;
+        }
+        // Tokens before the chunk (pos < p0) are done with it: the rows from token i0 on take part.
+        int i0 = p0 > p_first ? p0 - p_first : 0;
+        for (int i = i0; i < nt; i++) {
+            int pos = p_first + i;
+            int ni = pos + 1 - p0 < CI_ATTN_CHUNK ? pos + 1 - p0 : CI_ATTN_CHUNK;
+            for (int g = 0; g < ng; g++)
+                n[i * ng + g] = ni;
+        }
+        int r0 = i0 * ng;
+        j->grp(kp, vp, n + r0, nr - r0, q + r0, hd, a->scale, m + r0, l + r0, acc + (size_t)r0 * (size_t)hd);
+    }
+
+    for (int r = 0; r < nr; r++) {
+        int i = r / ng, g = r % ng;
+        float *o = a->out + ((size_t)(t0 + i) * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
+        for (int d = 0; d < hd; d++)
+            o[d] = acc[r * hd + d] / l[r];
+    }
+}
+
+/* True when token t continues token t - 1's run: same sequence, the next position. */
+static bool continues_run(const struct ci_attn_args *a, int t) {
+    return t > 0 && a->seq[t] == a->seq[t - 1] && (int64_t)a->pos[t] == (int64_t)a->pos[t - 1] + 1;
+}
+
 static void attn_task(void *ctx, int task, int thread) {
     (void)thread;
     const struct attn_job *j = ctx;
     int n_kv_head = j->a->kv->n_kv_head;
-    int t = task / n_kv_head, kvh = task % n_kv_head;
-    for (int h = 0; h < j->group; h += ATTN_SUBGROUP) {
-        int ng = j->group - h < ATTN_SUBGROUP ? j->group - h : ATTN_SUBGROUP;
-        attn_heads(j, t, kvh, kvh * j->group + h, ng);
+    int kvh = task % n_kv_head;
+    if (j->slot == 1) {
+        int t = task / n_kv_head;
+        for (int h = 0; h < j->group; h += ATTN_SUBGROUP) {
+            int ng = j->group - h < ATTN_SUBGROUP ? j->group - h : ATTN_SUBGROUP;
+            attn_heads(j, t, kvh, kvh * j->group + h, ng);
+        }
+        return;
+    }
+    // Slots are handed out last first: along a prompt the later tokens see longer prefixes, so the dearest
+    // tasks go first and the cheapest fill in at the end.
+    int slot = j->n_slots - 1 - task / n_kv_head;
+    int t1 = (slot + 1) * j->slot < j->a->n_tokens ? (slot + 1) * j->slot : j->a->n_tokens;
+    for (int t = slot * j->slot; t < t1;) {
+        int e = t + 1;
+        while (e < t1 && continues_run(j->a, e))
+            e++;
+        for (int h = 0; h < j->group; h += ATTN_SUBGROUP) {
+            int ng = j->group - h < ATTN_SUBGROUP ? j->group - h : ATTN_SUBGROUP;
+            if (e - t == 1)
+                attn_heads(j, t, kvh, kvh * j->group + h, ng);
+            else
+                attn_run(j, t, e - t, kvh, kvh * j->group + h, ng);
+        }
+        t = e;
     }
 }
 
@@ -105,13 +208,26 @@ void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) 
               a->n_head % kv->n_kv_head == 0);
     CI_ASSERT(kv->head_dim > 0 && kv->head_dim <= CI_ATTN_MAX_HEAD_DIM && kv->block_size > 0);
     CI_ASSERT((int64_t)a->n_tokens * kv->n_kv_head <= INT32_MAX);
-    int n_tasks = a->n_tokens * kv->n_kv_head;
     CI_ASSERT(ci_kv_row_bytes(kv->type, kv->head_dim) == kv->row_bytes);
     const struct ci_dot_table *tab = ci_kernels_table();
     ci_attn_chunk_fn chunk = kv->type == CI_TYPE_F16    ? tab->attn_f16
                              : kv->type == CI_TYPE_Q8_0 ? tab->attn_q8_0
                                                         : tab->attn_f32;
-    struct attn_job j = {.a = a, .chunk = chunk, .group = a->n_head / kv->n_kv_head};
+    ci_attn_group_fn grp = kv->type == CI_TYPE_F16    ? tab->attn_grp_f16
+                           : kv->type == CI_TYPE_Q8_0 ? tab->attn_grp_q8_0
+                                                      : tab->attn_grp_f32;
+    struct attn_job j = {.a = a, .chunk = chunk, .grp = grp, .group = a->n_head / kv->n_kv_head, .slot = 1};
+    bool runs = false; // any two tokens to group (prefill)?
+    for (int t = 1; t < a->n_tokens && !runs; t++)
+        runs = continues_run(a, t);
+    if (runs) {
+        // Slots as large as ATTN_TOKEN_GROUP while that leaves ATTN_TASKS_PER_THREAD tasks per thread.
+        int64_t want = (int64_t)(tp ? ci_threadpool_n_threads(tp) : 1) * ATTN_TASKS_PER_THREAD;
+        int64_t slot = (int64_t)a->n_tokens * kv->n_kv_head / want;
+        j.slot = slot < 2 ? 2 : slot > ATTN_TOKEN_GROUP ? ATTN_TOKEN_GROUP : (int)slot;
+    }
+    j.n_slots = (a->n_tokens + j.slot - 1) / j.slot;
+    int n_tasks = j.n_slots * kv->n_kv_head;
     if (tp) {
         ci_threadpool_run(tp, attn_task, &j, n_tasks);
     } else {

@@ -3,7 +3,10 @@
  * of dot.h (vectorized exp); the f16 and q8_0 chunks widen the chunk's K/V rows to float with F16C (f16) or
  * int8 -> float times the block scale (q8_0: the same single rounding as ci_dequantize_row) and run the f32
  * chunk on them, so each gives the f32 chunk's bits on the dequantized rows.  The widening is paid once per
- * chunk for the whole GQA group that reads the KV head. */
+ * chunk for the whole GQA group that reads the KV head.  The grouped chunks (prefill: several tokens x heads
+ * on the same K/V rows) widen once for all their rows and give each row the f32 chunk's bits, with the score
+ * chains of 8 positions and the value FMAs of 8 dimension blocks interleaved so a row runs at FMA rate out of
+ * L1. */
 #include "kernels/dot.h"
 
 #include "kernels/quant.h"
@@ -135,6 +138,137 @@ static void widen_rows(uint32_t type, const void *const *r, int n, int hd, float
     }
 }
 
+/* Scores of 8 positions for one query row, exactly as the chunk above computes them: lane j is
+ * reduce8(the 8-lane FMA chain of q . k[j] over head_dim) * scale, and -inf where j >= n (those k[j] need
+ * only be readable: their lanes are discarded).  The 8 chains run interleaved. */
+AI __m256 scores8(const float *q, const float *const *k, int hd, int n, float scale) {
+    const float *k0 = k[0], *k1 = k[1], *k2 = k[2], *k3 = k[3], *k4 = k[4], *k5 = k[5], *k6 = k[6],
+                *k7 = k[7];
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+        a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k4 + d), a4);
+        a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k5 + d), a5);
+        a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k6 + d), a6);
+        a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k7 + d), a7);
+    }
+    const __m256 dv[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    __m256 valid =
+        _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps((float)n), _CMP_LT_OQ);
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_mul_ps(reduce8_ps(dv), _mm256_set1_ps(scale)),
+                            valid);
+}
+
+#define PV_FMA(t, off) t = _mm256_fmadd_ps(wi, _mm256_loadu_ps(vi + (off)), t)
+
+/* a[d] = a[d] * c + sum_{i < n} w[i] v[i][d] for one row, in the chunk's order (per dimension: the rescale,
+ * then one FMA per position, front to back); 8 (or 4) dimension blocks at a time. */
+AI void pv_row(float *a, const float *const *v, const float *w, int n, int hd, float c) {
+    const __m256 vc = _mm256_set1_ps(c);
+    int d = 0;
+    for (; d + 64 <= hd; d += 64) {
+        __m256 t0 = _mm256_mul_ps(_mm256_loadu_ps(a + d), vc),
+               t1 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 8), vc),
+               t2 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 16), vc),
+               t3 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 24), vc),
+               t4 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 32), vc),
+               t5 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 40), vc),
+               t6 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 48), vc),
+               t7 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 56), vc);
+        for (int i = 0; i < n; i++) {
+            const __m256 wi = _mm256_broadcast_ss(&w[i]);
+            const float *vi = v[i] + d;
+            PV_FMA(t0, 0);
+            PV_FMA(t1, 8);
+            PV_FMA(t2, 16);
+            PV_FMA(t3, 24);
+            PV_FMA(t4, 32);
+            PV_FMA(t5, 40);
+            PV_FMA(t6, 48);
+            PV_FMA(t7, 56);
+        }
+        _mm256_storeu_ps(a + d, t0);
+        _mm256_storeu_ps(a + d + 8, t1);
+        _mm256_storeu_ps(a + d + 16, t2);
+        _mm256_storeu_ps(a + d + 24, t3);
+        _mm256_storeu_ps(a + d + 32, t4);
+        _mm256_storeu_ps(a + d + 40, t5);
+        _mm256_storeu_ps(a + d + 48, t6);
+        _mm256_storeu_ps(a + d + 56, t7);
+    }
+    for (; d + 32 <= hd; d += 32) {
+        __m256 t0 = _mm256_mul_ps(_mm256_loadu_ps(a + d), vc),
+               t1 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 8), vc),
+               t2 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 16), vc),
+               t3 = _mm256_mul_ps(_mm256_loadu_ps(a + d + 24), vc);
+        for (int i = 0; i < n; i++) {
+            const __m256 wi = _mm256_broadcast_ss(&w[i]);
+            const float *vi = v[i] + d;
+            PV_FMA(t0, 0);
+            PV_FMA(t1, 8);
+            PV_FMA(t2, 16);
+            PV_FMA(t3, 24);
+        }
+        _mm256_storeu_ps(a + d, t0);
+        _mm256_storeu_ps(a + d + 8, t1);
+        _mm256_storeu_ps(a + d + 16, t2);
+        _mm256_storeu_ps(a + d + 24, t3);
+    }
+    for (; d < hd; d += 8) {
+        __m256 t0 = _mm256_mul_ps(_mm256_loadu_ps(a + d), vc);
+        for (int i = 0; i < n; i++) {
+            const __m256 wi = _mm256_broadcast_ss(&w[i]);
+            const float *vi = v[i] + d;
+            PV_FMA(t0, 0);
+        }
+        _mm256_storeu_ps(a + d, t0);
+    }
+}
+
+#undef PV_FMA
+
+/* The grouped chunk of dot.h: per row the operations of ci_avx2_attn_f32 on that row's n[r] positions (the
+ * same scores, max, exp8 weights, lane sum, rescale and value FMAs), the chunk's K/V rows shared in L1. */
+void ci_avx2_attn_grp_f32(const void *const *kr, const void *const *vr, const int *n, int nr,
+                          const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    if (hd % 8 != 0) {
+        ci_ref_attn_grp_f32(kr, vr, n, nr, q, hd, scale, m, l, acc);
+        return;
+    }
+    int nmax = 0;
+    for (int r = 0; r < nr; r++)
+        nmax = n[r] > nmax ? n[r] : nmax;
+    if (nmax <= 0)
+        return;
+    const float *k[CI_ATTN_CHUNK]; // past nmax: the last row again (read, then masked out)
+    for (int i = 0; i < CI_ATTN_CHUNK; i++)
+        k[i] = kr[i < nmax ? i : nmax - 1];
+    const float *const *v = (const float *const *)vr;
+    for (int r = 0; r < nr; r++) {
+        _Alignas(32) float w[CI_ATTN_CHUNK];
+        __m256 sc0 = scores8(q[r], k, hd, n[r], scale);
+        __m256 sc1 = nmax > 8 ? scores8(q[r], k + 8, hd, n[r] - 8, scale) : _mm256_set1_ps(-INFINITY);
+        __m256 mv = _mm256_max_ps(sc0, sc1);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float mx = _mm_cvtss_f32(m4) > m[r] ? _mm_cvtss_f32(m4) : m[r];
+        float c =
+            m[r] == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(m[r] - mx))));
+        __m256 vmx = _mm256_set1_ps(mx);
+        __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
+        _mm256_store_ps(w, w0);
+        _mm256_store_ps(w + 8, w1);
+        l[r] = l[r] * c + hsum(_mm256_add_ps(w0, w1));
+        pv_row(acc + (size_t)r * (size_t)hd, v, w, n[r], hd, c);
+        m[r] = mx;
+    }
+}
+
 static void attn_widened(uint32_t type, const void *const *k, const void *const *v, int n,
                          const float *const *q, int ng, int hd, float scale, float *m, float *l, float *acc) {
     _Alignas(32) float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
@@ -157,6 +291,33 @@ void ci_avx2_attn_f16(const void *const *k, const void *const *v, int n, const f
 void ci_avx2_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                        int hd, float scale, float *m, float *l, float *acc) {
     attn_widened(CI_TYPE_Q8_0, k, v, n, q, ng, hd, scale, m, l, acc);
+}
+
+static void attn_grp_widened(uint32_t type, const void *const *k, const void *const *v, const int *n, int nr,
+                             const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    _Alignas(32) float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    _Alignas(32) float vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+    int nmax = 0;
+    for (int r = 0; r < nr; r++)
+        nmax = n[r] > nmax ? n[r] : nmax;
+    widen_rows(type, k, nmax, hd, kf, kp);
+    widen_rows(type, v, nmax, hd, vf, vp);
+    ci_avx2_attn_grp_f32(kp, vp, n, nr, q, hd, scale, m, l, acc);
+}
+
+void ci_avx2_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
+                          const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    if (hd % 8 != 0) {
+        ci_ref_attn_grp_f16(k, v, n, nr, q, hd, scale, m, l, acc);
+        return;
+    }
+    attn_grp_widened(CI_TYPE_F16, k, v, n, nr, q, hd, scale, m, l, acc);
+}
+
+void ci_avx2_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
+                           const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    attn_grp_widened(CI_TYPE_Q8_0, k, v, n, nr, q, hd, scale, m, l, acc);
 }
 
 #endif

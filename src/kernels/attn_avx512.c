@@ -5,7 +5,9 @@
  * score chains and value FMAs are not the bottleneck).  The f16 and q8_0 chunks widen the chunk's K/V rows to
  * float 16 lanes at a time (vcvtph2ps; int8 -> float times the block scale, the single rounding of
  * ci_dequantize_row) and run that f32 chunk, so every table gives the same bits for a KV type on a given
- * f32 chunk. */
+ * f32 chunk.  The grouped chunks (dot.h, prefill): this widening once per chunk for all rows, then a grouped
+ * f32 chunk that does the AVX2 chunk's arithmetic with two 8-lane chains per 16-lane instruction (below), so
+ * each row still gives the AVX2 f32 chunk's bits. */
 #include "kernels/dot.h"
 
 #include "kernels/quant.h"
@@ -13,6 +15,7 @@
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
@@ -70,6 +73,216 @@ T512 void ci_avx512_attn_f16(const void *const *k, const void *const *v, int n, 
 T512 void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q,
                               int ng, int hd, float scale, float *m, float *l, float *acc) {
     attn_widened(CI_TYPE_Q8_0, k, v, n, q, ng, hd, scale, m, l, acc);
+}
+
+/* ---- the grouped f32 chunk: the AVX2 arithmetic, two 8-lane chains per 16-lane instruction ----
+ * The AVX2 chunk's score of position i is reduce8 of an 8-lane FMA chain over head_dim; here the chains of
+ * positions 2p and 2p + 1 run as the low and high halves of one 16-lane accumulator over a repacked K (per
+ * 8 dimensions, row 2p's 8 values then row 2p + 1's), and the halves go through the same reduce8_ps,
+ * scale, mask, max, exp8 and lane sum as attn_avx2.c (copied below, operation for operation).  The value
+ * FMAs are per dimension lane anyway, so 16 lanes at a time give the same bits. */
+#define AI static inline __attribute__((always_inline)) T512
+
+AI float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AI __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+AI __m256 reduce8_ps(const __m256 *v) {
+    __m256 a0 = _mm256_add_ps(_mm256_unpacklo_ps(v[0], v[1]), _mm256_unpackhi_ps(v[0], v[1]));
+    __m256 a1 = _mm256_add_ps(_mm256_unpacklo_ps(v[2], v[3]), _mm256_unpackhi_ps(v[2], v[3]));
+    __m256 a2 = _mm256_add_ps(_mm256_unpacklo_ps(v[4], v[5]), _mm256_unpackhi_ps(v[4], v[5]));
+    __m256 a3 = _mm256_add_ps(_mm256_unpacklo_ps(v[6], v[7]), _mm256_unpackhi_ps(v[6], v[7]));
+    __m256 b0 =
+        _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a0), _mm256_castps_pd(a1))),
+                      _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a0), _mm256_castps_pd(a1))));
+    __m256 b1 =
+        _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a2), _mm256_castps_pd(a3))),
+                      _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a2), _mm256_castps_pd(a3))));
+    return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+}
+
+/* Scores of positions 8h..8h+7 (kk: their 4 repacked row pairs) as the AVX2 chunk's lanes: -inf at j >= n. */
+AI __m256 scores8x2(const float *q, const float *kk, int hd, int n, float scale) {
+    __m512 z0 = _mm512_setzero_ps(), z1 = z0, z2 = z0, z3 = z0;
+    const float *k0 = kk, *k1 = kk + 2 * hd, *k2 = kk + 4 * hd, *k3 = kk + 6 * hd;
+    for (int d = 0; d < hd; d += 8) {
+        const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q + d));
+        z0 = _mm512_fmadd_ps(qv, _mm512_load_ps(k0 + 2 * d), z0);
+        z1 = _mm512_fmadd_ps(qv, _mm512_load_ps(k1 + 2 * d), z1);
+        z2 = _mm512_fmadd_ps(qv, _mm512_load_ps(k2 + 2 * d), z2);
+        z3 = _mm512_fmadd_ps(qv, _mm512_load_ps(k3 + 2 * d), z3);
+    }
+    const __m256 dv[8] = {_mm512_castps512_ps256(z0), _mm512_extractf32x8_ps(z0, 1),
+                          _mm512_castps512_ps256(z1), _mm512_extractf32x8_ps(z1, 1),
+                          _mm512_castps512_ps256(z2), _mm512_extractf32x8_ps(z2, 1),
+                          _mm512_castps512_ps256(z3), _mm512_extractf32x8_ps(z3, 1)};
+    __m256 valid =
+        _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps((float)n), _CMP_LT_OQ);
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_mul_ps(reduce8_ps(dv), _mm256_set1_ps(scale)),
+                            valid);
+}
+
+#define PV_FMA(t, off) t = _mm512_fmadd_ps(wi, _mm512_loadu_ps(vi + (off)), t)
+
+/* a[d] = a[d] * c + sum_{i < n} w[i] v[i][d], per dimension in the AVX2 chunk's order; hd a multiple of 16.
+ */
+AI void pv_row(float *a, const float *const *v, const float *w, int n, int hd, float c) {
+    const __m512 vc = _mm512_set1_ps(c);
+    int d = 0;
+    for (; d + 128 <= hd; d += 128) {
+        __m512 t0 = _mm512_mul_ps(_mm512_loadu_ps(a + d), vc),
+               t1 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 16), vc),
+               t2 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 32), vc),
+               t3 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 48), vc),
+               t4 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 64), vc),
+               t5 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 80), vc),
+               t6 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 96), vc),
+               t7 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 112), vc);
+        for (int i = 0; i < n; i++) {
+            const __m512 wi = _mm512_set1_ps(w[i]);
+            const float *vi = v[i] + d;
+            PV_FMA(t0, 0);
+            PV_FMA(t1, 16);
+            PV_FMA(t2, 32);
+            PV_FMA(t3, 48);
+            PV_FMA(t4, 64);
+            PV_FMA(t5, 80);
+            PV_FMA(t6, 96);
+            PV_FMA(t7, 112);
+        }
+        _mm512_storeu_ps(a + d, t0);
+        _mm512_storeu_ps(a + d + 16, t1);
+        _mm512_storeu_ps(a + d + 32, t2);
+        _mm512_storeu_ps(a + d + 48, t3);
+        _mm512_storeu_ps(a + d + 64, t4);
+        _mm512_storeu_ps(a + d + 80, t5);
+        _mm512_storeu_ps(a + d + 96, t6);
+        _mm512_storeu_ps(a + d + 112, t7);
+    }
+    for (; d + 64 <= hd; d += 64) {
+        __m512 t0 = _mm512_mul_ps(_mm512_loadu_ps(a + d), vc),
+               t1 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 16), vc),
+               t2 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 32), vc),
+               t3 = _mm512_mul_ps(_mm512_loadu_ps(a + d + 48), vc);
+        for (int i = 0; i < n; i++) {
+            const __m512 wi = _mm512_set1_ps(w[i]);
+            const float *vi = v[i] + d;
+            PV_FMA(t0, 0);
+            PV_FMA(t1, 16);
+            PV_FMA(t2, 32);
+            PV_FMA(t3, 48);
+        }
+        _mm512_storeu_ps(a + d, t0);
+        _mm512_storeu_ps(a + d + 16, t1);
+        _mm512_storeu_ps(a + d + 32, t2);
+        _mm512_storeu_ps(a + d + 48, t3);
+    }
+    for (; d < hd; d += 16) {
+        __m512 t0 = _mm512_mul_ps(_mm512_loadu_ps(a + d), vc);
+        for (int i = 0; i < n; i++) {
+            const __m512 wi = _mm512_set1_ps(w[i]);
+            const float *vi = v[i] + d;
+            PV_FMA(t0, 0);
+        }
+        _mm512_storeu_ps(a + d, t0);
+    }
+}
+
+#undef PV_FMA
+
+T512 void ci_avx512_attn_grp_f32(const void *const *kr, const void *const *vr, const int *n, int nr,
+                                 const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    if (hd % 16 != 0) {
+        ci_dot_avx2_table()->attn_grp_f32(kr, vr, n, nr, q, hd, scale, m, l, acc);
+        return;
+    }
+    int nmax = 0;
+    for (int r = 0; r < nr; r++)
+        nmax = n[r] > nmax ? n[r] : nmax;
+    if (nmax <= 0)
+        return;
+    // kk [CI_ATTN_CHUNK / 2][hd / 8][2][8]: rows 2p and 2p + 1 interleaved by 8 dimensions; rows past nmax
+    // repeat the last one (their lanes are masked out).
+    _Alignas(64) float kk[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const int np = nmax > 8 ? CI_ATTN_CHUNK : 8; // positions scored
+    for (int i = 0; i < np; i++) {
+        const float *k = kr[i < nmax ? i : nmax - 1];
+        float *o = kk + (size_t)(i / 2) * 2 * (size_t)hd + (size_t)(i % 2) * 8;
+        for (int d = 0; d < hd; d += 8)
+            _mm256_store_ps(o + 2 * d, _mm256_loadu_ps(k + d));
+    }
+    const float *const *v = (const float *const *)vr;
+    for (int r = 0; r < nr; r++) {
+        _Alignas(32) float w[CI_ATTN_CHUNK];
+        __m256 sc0 = scores8x2(q[r], kk, hd, n[r], scale);
+        __m256 sc1 =
+            nmax > 8 ? scores8x2(q[r], kk + 8 * (size_t)hd, hd, n[r] - 8, scale) : _mm256_set1_ps(-INFINITY);
+        __m256 mv = _mm256_max_ps(sc0, sc1);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float mx = _mm_cvtss_f32(m4) > m[r] ? _mm_cvtss_f32(m4) : m[r];
+        float c =
+            m[r] == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(m[r] - mx))));
+        __m256 vmx = _mm256_set1_ps(mx);
+        __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
+        _mm256_store_ps(w, w0);
+        _mm256_store_ps(w + 8, w1);
+        l[r] = l[r] * c + hsum(_mm256_add_ps(w0, w1));
+        pv_row(acc + (size_t)r * (size_t)hd, v, w, n[r], hd, c);
+        m[r] = mx;
+    }
+}
+
+T512 static void attn_grp_widened(uint32_t type, const void *const *k, const void *const *v, const int *n,
+                                  int nr, const float *const *q, int hd, float scale, float *m, float *l,
+                                  float *acc) {
+    _Alignas(64) float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    _Alignas(64) float vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+    int nmax = 0;
+    for (int r = 0; r < nr; r++)
+        nmax = n[r] > nmax ? n[r] : nmax;
+    widen_rows(type, k, nmax, hd, kf, kp);
+    widen_rows(type, v, nmax, hd, vf, vp);
+    ci_avx512_attn_grp_f32(kp, vp, n, nr, q, hd, scale, m, l, acc);
+}
+
+T512 void ci_avx512_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
+                                 const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    if (hd % 16 != 0) {
+        ci_dot_avx2_table()->attn_grp_f16(k, v, n, nr, q, hd, scale, m, l, acc);
+        return;
+    }
+    attn_grp_widened(CI_TYPE_F16, k, v, n, nr, q, hd, scale, m, l, acc);
+}
+
+T512 void ci_avx512_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
+                                  const float *const *q, int hd, float scale, float *m, float *l,
+                                  float *acc) {
+    attn_grp_widened(CI_TYPE_Q8_0, k, v, n, nr, q, hd, scale, m, l, acc);
 }
 
 #endif

@@ -96,6 +96,15 @@ typedef void (*ci_silu_fn)(float *gate, const float *up, int64_t n);
 typedef void (*ci_attn_chunk_fn)(const void *const *k, const void *const *v, int n, const float *const *q,
                                  int ng, int hd, float scale, float *m, float *l, float *acc /* [ng][hd] */);
 
+/* The same chunk for nr query rows (several tokens x heads of one sequence, prefill) that share its K/V rows:
+ * row r sees the first n[r] (1..CI_ATTN_CHUNK) positions, k[i] / v[i] exist for i < max_r n[r].  The rows
+ * are widened (f16, q8_0) once for all of them, and each row gives exactly the bits of the same table's
+ * ci_attn_chunk_fn called alone on it: chunk(k, v, n[r], &q[r], 1, hd, scale, &m[r], &l[r], acc + r * hd)
+ * (a chunk kernel treats its ng heads independently), whatever the other rows are. */
+typedef void (*ci_attn_group_fn)(const void *const *k, const void *const *v, const int *n /* [nr] */, int nr,
+                                 const float *const *q /* [nr] */, int hd, float scale, float *m, float *l,
+                                 float *acc /* [nr][hd] */);
+
 struct ci_dot_table {
     const char *isa; // "scalar", "avx2+fma+f16c", "avx512+vnni"
     // dot(row, float x): the reference order of each type (Q8_0/Q4_0 quantize x to Q8 block by block first)
@@ -108,6 +117,9 @@ struct ci_dot_table {
     ci_attn_chunk_fn attn_f32; // attention chunk per KV element type (attn_*.c, dot_ref.c)
     ci_attn_chunk_fn attn_f16;
     ci_attn_chunk_fn attn_q8_0;
+    ci_attn_group_fn attn_grp_f32; // the chunk for several query rows at once, per KV element type
+    ci_attn_group_fn attn_grp_f16;
+    ci_attn_group_fn attn_grp_q8_0;
     ci_quant_act_fn quant_act;
     ci_mm_fn mm_f32;
     ci_mm_fn mm_f16;
@@ -169,5 +181,24 @@ void ci_avx512_attn_f16(const void *const *k, const void *const *v, int n, const
                         int hd, float scale, float *m, float *l, float *acc);
 void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                          int hd, float scale, float *m, float *l, float *acc);
+/* The grouped chunks (same files). */
+void ci_ref_attn_grp_f32(const void *const *k, const void *const *v, const int *n, int nr,
+                         const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+void ci_ref_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
+                         const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+void ci_ref_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
+                          const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+void ci_avx2_attn_grp_f32(const void *const *k, const void *const *v, const int *n, int nr,
+                          const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+void ci_avx2_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
+                          const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+void ci_avx2_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
+                           const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+void ci_avx512_attn_grp_f32(const void *const *k, const void *const *v, const int *n, int nr,
+                            const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+void ci_avx512_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
+                            const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+void ci_avx512_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
+                             const float *const *q, int hd, float scale, float *m, float *l, float *acc);
 
 #endif

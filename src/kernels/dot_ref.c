@@ -183,17 +183,31 @@ void ci_ref_attn_f32(const void *const *kr, const void *const *vr, int n, const 
     }
 }
 
-/* f16 / q8_0 K/V: the chunk's rows widened to float (ci_dequantize_row), then the f32 chunk. */
-static void attn_widened(uint32_t type, const void *const *k, const void *const *v, int n,
-                         const float *const *q, int ng, int hd, float scale, float *m, float *l, float *acc) {
-    float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM], vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
-    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+/* Every row of a chunk seen by some query: the most positions any of the nr rows sees. */
+static int group_positions(const int *n, int nr) {
+    int nmax = 0;
+    for (int r = 0; r < nr; r++)
+        nmax = n[r] > nmax ? n[r] : nmax;
+    return nmax;
+}
+
+/* The rows of a chunk widened to float (ci_dequantize_row): kf/vf [n][hd], kp/vp point into them. */
+static void widen_rows(uint32_t type, const void *const *k, const void *const *v, int n, int hd, float *kf,
+                       float *vf, const void **kp, const void **vp) {
     for (int i = 0; i < n; i++) {
         ci_dequantize_row(type, k[i], kf + (size_t)i * (size_t)hd, hd);
         ci_dequantize_row(type, v[i], vf + (size_t)i * (size_t)hd, hd);
         kp[i] = kf + (size_t)i * (size_t)hd;
         vp[i] = vf + (size_t)i * (size_t)hd;
     }
+}
+
+/* f16 / q8_0 K/V: the chunk's rows widened to float, then the f32 chunk. */
+static void attn_widened(uint32_t type, const void *const *k, const void *const *v, int n,
+                         const float *const *q, int ng, int hd, float scale, float *m, float *l, float *acc) {
+    float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM], vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+    widen_rows(type, k, v, n, hd, kf, vf, kp, vp);
     ci_ref_attn_f32(kp, vp, n, q, ng, hd, scale, m, l, acc);
 }
 
@@ -205,6 +219,31 @@ void ci_ref_attn_f16(const void *const *k, const void *const *v, int n, const fl
 void ci_ref_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                       int hd, float scale, float *m, float *l, float *acc) {
     attn_widened(CI_TYPE_Q8_0, k, v, n, q, ng, hd, scale, m, l, acc);
+}
+
+/* The grouped chunk of dot.h: by definition, the f32 chunk row by row, each on its own n[r] positions. */
+void ci_ref_attn_grp_f32(const void *const *k, const void *const *v, const int *n, int nr,
+                         const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    for (int r = 0; r < nr; r++)
+        ci_ref_attn_f32(k, v, n[r], q + r, 1, hd, scale, m + r, l + r, acc + (size_t)r * (size_t)hd);
+}
+
+static void attn_grp_widened(uint32_t type, const void *const *k, const void *const *v, const int *n, int nr,
+                             const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM], vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+    widen_rows(type, k, v, group_positions(n, nr), hd, kf, vf, kp, vp);
+    ci_ref_attn_grp_f32(kp, vp, n, nr, q, hd, scale, m, l, acc);
+}
+
+void ci_ref_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
+                         const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    attn_grp_widened(CI_TYPE_F16, k, v, n, nr, q, hd, scale, m, l, acc);
+}
+
+void ci_ref_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
+                          const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    attn_grp_widened(CI_TYPE_Q8_0, k, v, n, nr, q, hd, scale, m, l, acc);
 }
 
 /* SwiGLU in the order of dot.h (the SIMD tables give the same bits).  Comparisons are written as the SIMD
@@ -244,6 +283,9 @@ static const struct ci_dot_table ref_table = {
     .attn_f32 = ci_ref_attn_f32,
     .attn_f16 = ci_ref_attn_f16,
     .attn_q8_0 = ci_ref_attn_q8_0,
+    .attn_grp_f32 = ci_ref_attn_grp_f32,
+    .attn_grp_f16 = ci_ref_attn_grp_f16,
+    .attn_grp_q8_0 = ci_ref_attn_grp_q8_0,
     .quant_act = ci_ref_quant_act,
     .mm_f32 = mm_f32,
     .mm_f16 = mm_f16,

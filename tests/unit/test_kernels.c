@@ -795,10 +795,15 @@ TEST(argmax_first_of_ties) {
 
 /* ---- attention ---- */
 
-enum { ATT_SEQS = 3, ATT_TOKENS = 12 };
-static const int att_seq_len[ATT_SEQS] = {37, 5, 20};                            // positions written
-static const int att_tok_seq[ATT_TOKENS] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 0, 2}; // batch: seq of token
-static const int att_tok_pos[ATT_TOKENS] = {30, 31, 32, 33, 34, 35, 36, 0, 4, 19, 0, 7};
+/* The batch mixes prefill runs (consecutive positions of one sequence, grouped: seq 0 at 10..36 across two
+ * chunk edges, seq 2 at 2..9, seq 1 at 2..3) with lone decode-like tokens. */
+enum { ATT_SEQS = 3, ATT_TOKENS = 41 };
+static const int att_seq_len[ATT_SEQS] = {37, 5, 20}; // positions written
+static const int att_tok_seq[ATT_TOKENS] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                            0, 0, 0, 0, 0, 0, 1, 1, 2, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1};
+static const int att_tok_pos[ATT_TOKENS] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+                                            24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 0,
+                                            4,  19, 0,  2,  3,  4,  5,  6,  7,  8,  9,  2,  3};
 
 struct att_case {
     int n_head, n_kv_head, head_dim, block_size;
@@ -952,8 +957,9 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
                 FAIL_FIRST("heads %d:%d hd %d bs %d: threads %d differ", c->n_head, c->n_kv_head, hd, bs,
                            p + 1);
         }
-        // one token alone gives the same bits as inside the batch
-        for (int t = 0; t < ATT_TOKENS; t += 5) {
+        // Each token alone (the per-token path) gives the same bits as inside the batch (grouped with its
+        // run), and so does the batch cut into pieces of 7 or 2 tokens (runs cut elsewhere).
+        for (int t = 0; t < ATT_TOKENS; t++) {
             struct ci_attn_args one = a;
             one.n_tokens = 1;
             one.q = q + (size_t)t * c->n_head * hd;
@@ -963,6 +969,20 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
             ci_attention_paged(tp2, &one);
             CHECK1(memcmp(out1, out + (size_t)t * c->n_head * hd, (size_t)c->n_head * hd * sizeof(float)) ==
                    0);
+        }
+        for (int piece = 7; piece >= 2; piece -= 5) {
+            for (int t = 0; t < ATT_TOKENS; t += piece) {
+                struct ci_attn_args part = a;
+                part.n_tokens = ATT_TOKENS - t < piece ? ATT_TOKENS - t : piece;
+                part.q = q + (size_t)t * c->n_head * hd;
+                part.pos = pos + t;
+                part.seq = seq + t;
+                part.out = out2 + (size_t)t * c->n_head * hd;
+                ci_attention_paged(t % 2 ? tp1 : NULL, &part);
+            }
+            if (memcmp(out, out2, qn * sizeof(float)) != 0)
+                FAIL_FIRST("heads %d:%d hd %d bs %d: batch in pieces of %d differs", c->n_head, c->n_kv_head,
+                           hd, bs, piece);
         }
     }
 done:
@@ -1123,6 +1143,86 @@ TEST(attn_chunk_kernels_match_scalar) {
                 }
 }
 
+/* The grouped chunks against the per-token ones, every table and KV type: G = 1..8 tokens at consecutive
+ * positions from p_first (the group straddling chunk edges, tokens joining the group's chunks late or
+ * seeing fewer of the last chunk's positions than others), ng = 1, 3, 8 heads, head_dim 32, 64, 128.  The
+ * grouped call is made as attn.c makes it; every row's m, l and accumulator must be the same bits as that
+ * token's heads walked alone through the table's chunk kernel. */
+TEST(attn_group_kernels_match_per_token) {
+    enum { MAXT = 8, MAXG = 8, MAXD = 128, MAXP = 48, MAXR = MAXT * MAXG };
+    static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
+    static const int hds[] = {32, 64, 128}, ngs[] = {1, 3, 8}, firsts[] = {0, 3, 9, 15, 16, 26, 40};
+    struct ci_rng r;
+    ci_rng_seed(&r, 5151);
+    static float qv[MAXR * MAXD], kf[MAXP * MAXD], vf[MAXP * MAXD];
+    static unsigned char kb[MAXP * MAXD * 4], vb[MAXP * MAXD * 4];
+    static float a1[MAXR * MAXD], a2[MAXR * MAXD];
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t hi = 0; hi < 3; hi++) {
+            uint32_t type = types[ti];
+            int hd = hds[hi];
+            size_t rb = ci_kv_row_bytes(type, hd);
+            fill_normal(&r, kf, MAXP * hd, 1.0);
+            fill_normal(&r, vf, MAXP * hd, 1.0);
+            const void *kp[MAXP], *vp[MAXP];
+            for (int p = 0; p < MAXP; p++) {
+                ci_kv_store_row(type, kf + (size_t)p * hd, kb + p * rb, hd);
+                ci_kv_store_row(type, vf + (size_t)p * hd, vb + p * rb, hd);
+                kp[p] = kb + p * rb;
+                vp[p] = vb + p * rb;
+            }
+            float scale = 1.0f / sqrtf((float)hd);
+            for (size_t gi = 0; gi < 3; gi++)
+                for (int nt = 1; nt <= MAXT; nt++)
+                    for (size_t fi = 0; fi < sizeof firsts / sizeof firsts[0]; fi++) {
+                        int ng = ngs[gi], nr = nt * ng, p_first = firsts[fi], p_last = p_first + nt - 1;
+                        fill_normal(&r, qv, (int64_t)nr * hd, 1.5);
+                        const float *q[MAXR];
+                        for (int i = 0; i < nr; i++)
+                            q[i] = qv + (size_t)i * hd;
+                        for (int t = 0; t < n_tables; t++) {
+                            const struct ci_dot_table *tab = tables[t];
+                            ci_attn_chunk_fn fn = type == CI_TYPE_F32   ? tab->attn_f32
+                                                  : type == CI_TYPE_F16 ? tab->attn_f16
+                                                                        : tab->attn_q8_0;
+                            ci_attn_group_fn gfn = type == CI_TYPE_F32   ? tab->attn_grp_f32
+                                                   : type == CI_TYPE_F16 ? tab->attn_grp_f16
+                                                                         : tab->attn_grp_q8_0;
+                            float m1[MAXR], l1[MAXR], m2[MAXR], l2[MAXR];
+                            for (int i = 0; i < nr; i++) {
+                                m1[i] = m2[i] = -INFINITY;
+                                l1[i] = l2[i] = 0;
+                            }
+                            memset(a1, 0, (size_t)nr * hd * sizeof(float));
+                            memset(a2, 0, (size_t)nr * hd * sizeof(float));
+                            for (int i = 0; i < nt; i++) // per token: its ng heads, chunk by chunk
+                                for (int p0 = 0; p0 <= p_first + i; p0 += CI_ATTN_CHUNK) {
+                                    int n = p_first + i + 1 - p0 < CI_ATTN_CHUNK ? p_first + i + 1 - p0
+                                                                                 : CI_ATTN_CHUNK;
+                                    fn(kp + p0, vp + p0, n, q + i * ng, ng, hd, scale, m1 + i * ng,
+                                       l1 + i * ng, a1 + (size_t)i * ng * hd);
+                                }
+                            for (int p0 = 0; p0 <= p_last; p0 += CI_ATTN_CHUNK) { // grouped, as attn.c
+                                int n[MAXR], i0 = p0 > p_first ? p0 - p_first : 0;
+                                for (int i = i0; i < nt; i++)
+                                    for (int g = 0; g < ng; g++)
+                                        n[i * ng + g] = p_first + i + 1 - p0 < CI_ATTN_CHUNK
+                                                            ? p_first + i + 1 - p0
+                                                            : CI_ATTN_CHUNK;
+                                int r0 = i0 * ng;
+                                gfn(kp + p0, vp + p0, n + r0, nr - r0, q + r0, hd, scale, m2 + r0, l2 + r0,
+                                    a2 + (size_t)r0 * hd);
+                            }
+                            if (memcmp(m1, m2, nr * sizeof(float)) != 0 ||
+                                memcmp(l1, l2, nr * sizeof(float)) != 0 ||
+                                memcmp(a1, a2, (size_t)nr * hd * sizeof(float)) != 0)
+                                FAIL_FIRST("%s kv %s hd %d ng %d tokens %d from pos %d: grouped differs",
+                                           tab->isa, ci_type_name(type), hd, ng, nt, p_first);
+                        }
+                    }
+        }
+}
+
 TEST(isa_names) {
     ci_kernels_init();
     const char *isa = ci_kernels_isa();
@@ -1158,5 +1258,6 @@ int main(void) {
     RUN(attention_paged_q8_0_kv);
     RUN(kv_row_bytes);
     RUN(attn_chunk_kernels_match_scalar);
+    RUN(attn_group_kernels_match_per_token);
     return test_exit_code();
 }
