@@ -21,6 +21,7 @@ set -u
 # The whole script is one compound command, read before it runs: editing the file during a run is safe.
 {
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/results_append.sh"
 BIN=${CINFER_BIN:-$ROOT/build/release/cinfer}
 OUT=$ROOT/bench/out
 RESULTS=$ROOT/bench/RESULTS.md
@@ -206,27 +207,8 @@ cat "$TABLE"
 
 # ---- RESULTS.md: a dated block at the end of the "## Kernels" section ----
 if [ "$WRITE_RESULTS" -eq 1 ]; then
-    block=$RAW/block.md
-    {
-        echo "### $start"
-        echo
-        echo "\`$CMDLINE\`"
-        echo
-        echo "$NOTE"
-        echo
-        cat "$TABLE"
-        echo
-    } >"$block"
-    [ -f "$RESULTS" ] || printf '# Benchmark results\n' >"$RESULTS"
-    if ! grep -q '^## Kernels[[:space:]]*$' "$RESULTS"; then
-        printf '\n## Kernels\n\nMeasured by bench/kernels.sh (see bench/KERNELS.md); newest last.\n\n' >>"$RESULTS"
-    fi
-    awk -v blk="$block" '
-        function emit(  l) { while ((getline l < blk) > 0) print l; close(blk); done = 1 }
-        /^## / { if (insec && !done) emit(); insec = ($0 ~ /^## Kernels[[:space:]]*$/) }
-        { print }
-        END { if (!done) emit() }
-    ' "$RESULTS" >"$RESULTS.tmp" && mv "$RESULTS.tmp" "$RESULTS" || die "cannot update $RESULTS"
+    results_append "$RESULTS" Kernels "Measured by bench/kernels.sh (see bench/KERNELS.md); newest last." "$start" "$CMDLINE" "$NOTE" "$TABLE" "$RAW/block.md" ||
+        die "cannot update $RESULTS"
     echo "kernels.sh: appended to $RESULTS" >&2
 fi
 

@@ -18,6 +18,7 @@ set -u
 # The whole script is one compound command, read before it runs: editing the file during a run is safe.
 {
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/results_append.sh"
 BIN=${CINFER_BIN:-$ROOT/build/release/cinfer}
 OUT=$ROOT/bench/out
 RESULTS=$ROOT/bench/RESULTS.md
@@ -225,27 +226,8 @@ cat "$TABLE"
 
 # ---- RESULTS.md: a dated block at the end of the "## Serving" section ----
 if [ "$WRITE_RESULTS" -eq 1 ]; then
-    block=$RUNS/block.md
-    {
-        echo "### $start"
-        echo
-        echo "\`$CMDLINE\`"
-        echo
-        echo "$NOTE"
-        echo
-        cat "$TABLE"
-        echo
-    } >"$block"
-    [ -f "$RESULTS" ] || printf '# Benchmark results\n' >"$RESULTS"
-    if ! grep -q '^## Serving[[:space:]]*$' "$RESULTS"; then
-        printf '\n## Serving\n\nMeasured by bench/serve.sh (see bench/serve.md); newest last.\n\n' >>"$RESULTS"
-    fi
-    awk -v blk="$block" '
-        function emit(  l) { while ((getline l < blk) > 0) print l; close(blk); done = 1 }
-        /^## / { if (insec && !done) emit(); insec = ($0 ~ /^## Serving[[:space:]]*$/) }
-        { print }
-        END { if (!done) emit() }
-    ' "$RESULTS" >"$RESULTS.tmp" && mv "$RESULTS.tmp" "$RESULTS" || die "cannot update $RESULTS"
+    results_append "$RESULTS" Serving "Measured by bench/serve.sh (see bench/serve.md); newest last." "$start" "$CMDLINE" "$NOTE" "$TABLE" "$RUNS/block.md" ||
+        die "cannot update $RESULTS"
     echo "serve.sh: appended to $RESULTS" >&2
 fi
 exit 0
