@@ -77,6 +77,25 @@ static enum chat_template_id detect_template(const struct cinfer_model *m) {
     return t;
 }
 
+struct loader {
+    const char *model_path, *tok_path;
+    struct cinfer_engine_options eo;
+    pthread_t main; // signalled with SIGUSR1 when done
+    struct cinfer_model *m;
+    struct cinfer_engine *e;
+    struct cinfer_error err;
+    bool ok;
+};
+
+static void *load_model(void *arg) {
+    struct loader *ld = arg;
+    ld->ok = cinfer_model_load(ld->model_path, ld->tok_path, &ld->m, &ld->err) == CINFER_OK &&
+             cinfer_engine_create(ld->m, &ld->eo, &ld->e, &ld->err) == CINFER_OK &&
+             cinfer_engine_start(ld->e, &ld->err) == CINFER_OK;
+    pthread_kill(ld->main, SIGUSR1);
+    return NULL;
+}
+
 int cmd_serve(int argc, char **argv) {
     struct engine_args ea;
     engine_args_init(&ea);
@@ -154,12 +173,13 @@ int cmd_serve(int argc, char **argv) {
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    sigset_t wait_signals = stop_signals; // and SIGUSR1: the model is loaded (or failed to load)
+    sigaddset(&wait_signals, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &wait_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     int rc = 1;
     struct ci_err ce = {0};
-    struct cinfer_error err = {0};
     struct routes *routes = NULL;
     struct http_server *http = NULL;
     struct cinfer_model *m = NULL;
@@ -179,13 +199,46 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "cinfer serve: API key required on /v1/*, /tokenize and /detokenize\n");
     fflush(stderr);
 
-    struct cinfer_engine_options eo;
-    engine_args_to_options(&ea, &eo);
-    if (cinfer_model_load(model_path, tok_path, &m, &err) != CINFER_OK ||
-        cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK || cinfer_engine_start(e, &err) != CINFER_OK) {
-        fprintf(stderr, "cinfer serve: %s\n", err.message);
+    // The model loads on a thread of its own while this one waits for signals, so SIGINT/SIGTERM stop the
+    // server at once even when a load takes long.
+    struct loader *ld = ci_calloc(1, sizeof *ld);
+    if (!ld) {
+        fprintf(stderr, "cinfer serve: out of memory\n");
         goto done;
     }
+    ld->model_path = model_path;
+    ld->tok_path = tok_path;
+    ld->main = pthread_self();
+    engine_args_to_options(&ea, &ld->eo);
+    pthread_t loader_thread;
+    if (pthread_create(&loader_thread, NULL, load_model, ld) != 0) {
+        fprintf(stderr, "cinfer serve: cannot start the loader thread\n");
+        ci_free(ld);
+        goto done;
+    }
+    int sig = 0;
+    while (sigwait(&wait_signals, &sig) != 0 || (sig != SIGUSR1 && sig != SIGINT && sig != SIGTERM))
+        ;
+    if (sig != SIGUSR1) {
+        // The loader still runs and owns ld: leave both to the process exit.
+        fprintf(stderr, "cinfer serve: %s while loading the model: stopped\n",
+                sig == SIGINT ? "SIGINT" : "SIGTERM");
+        http_server_free(http);
+        routes_free(routes);
+        ci_free(key);
+        fflush(stderr);
+        exit(0);
+    }
+    pthread_join(loader_thread, NULL);
+    m = ld->m;
+    e = ld->e;
+    struct cinfer_engine_options eo = ld->eo;
+    bool loaded = ld->ok;
+    if (!loaded)
+        fprintf(stderr, "cinfer serve: %s\n", ld->err.message);
+    ci_free(ld);
+    if (!loaded)
+        goto done;
     if (!tmpl_name)
         tmpl = detect_template(m);
     struct routes_config rc_cfg = {served, tmpl, max_requests, ea.p.sched.max_seqs};
@@ -205,7 +258,6 @@ int cmd_serve(int argc, char **argv) {
             (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
     fflush(stderr);
 
-    int sig = 0;
     while (sigwait(&stop_signals, &sig) != 0)
         ;
     fprintf(stderr, "cinfer serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

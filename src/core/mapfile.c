@@ -10,10 +10,17 @@
 enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci_err *err) {
     m->data = NULL;
     m->size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // A FIFO, socket or device as the path would block open() or read forever: refuse anything that is not
+    // a regular file before opening it, and open without blocking in case the path changes in between
+    // (fstat below checks the file actually opened).
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return ci_err_set(err, CI_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return ci_err_set(err, CI_ERR_IO, "%s: not a regular file", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return ci_err_set(err, CI_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat st;
     enum ci_status s = CI_OK;
     if (fstat(fd, &st) != 0) {
         s = ci_err_set(err, CI_ERR_IO, "%s: %s", path, strerror(errno));

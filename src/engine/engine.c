@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/mem.h"
 #include "core/queue.h"
 #include "core/threadpool.h"
@@ -22,6 +23,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define DEFAULT_KV_MEM (256ll << 20)
+#define MAX_KV_BLOCKS  (1 << 30) // block ids are int
 #define MAX_SAMPLES    64
 
 struct engine_request {
@@ -840,22 +842,36 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
 #endif
     e->weight_bytes = (double)model_weight_bytes(m);
 
-    struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, e->block_size, 1, p->kv_type};
+    // The pool is sized from the configuration only, never from the file: a model claiming a context of
+    // millions of tokens must not make the engine allocate gigabytes.  The context is clamped to what the
+    // pool holds instead.
+    struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, 1, 1, p->kv_type};
+    size_t bytes_per_token;
+    if ((s = kv_pool_size_bytes(&kp, &bytes_per_token, err)) != CI_OK)
+        goto fail;
+    int64_t pool_tokens =
+        p->kv_blocks ? (int64_t)p->kv_blocks * (p->contiguous_kv ? e->n_ctx : e->block_size)
+                     : (p->kv_mem_bytes ? p->kv_mem_bytes : DEFAULT_KV_MEM) / (int64_t)bytes_per_token;
+    if (pool_tokens < e->n_ctx && pool_tokens > 0) {
+        CI_LOG_WARN("the model's context of %d tokens does not fit the KV pool (%lld tokens of %zu bytes): "
+                    "serving a context of %lld tokens (raise --kv-mem to allow more)",
+                    e->n_ctx, (long long)pool_tokens, bytes_per_token, (long long)pool_tokens);
+        e->n_ctx = (int)pool_tokens;
+        if (p->contiguous_kv)
+            e->block_size = e->n_ctx;
+    }
+    kp.block_size = e->block_size;
     size_t bytes_one_block;
     if ((s = kv_pool_size_bytes(&kp, &bytes_one_block, err)) != CI_OK)
         goto fail;
     int64_t want_blocks = p->kv_blocks;
-    if (!want_blocks) {
-        int64_t mem = p->kv_mem_bytes ? p->kv_mem_bytes : DEFAULT_KV_MEM;
-        want_blocks = mem / (int64_t)bytes_one_block;
-        if (!p->kv_mem_bytes && want_blocks < blocks_for(e, e->n_ctx))
-            want_blocks = blocks_for(e, e->n_ctx); // by default, always room for one whole-context sequence
-    }
+    if (!want_blocks)
+        want_blocks = (p->kv_mem_bytes ? p->kv_mem_bytes : DEFAULT_KV_MEM) / (int64_t)bytes_one_block;
     bool padding = p->sched.policy == SCHED_POLICY_STATIC;
     want_blocks += padding; // the pad tokens' block
-    if (want_blocks < 1 + padding || want_blocks > (1 << 30)) {
-        s = ci_err_set(err, CI_ERR_INVALID, "KV pool of %lld blocks of %d tokens: need at least one",
-                       (long long)want_blocks - padding, e->block_size);
+    if (want_blocks < 1 + padding || want_blocks > MAX_KV_BLOCKS) {
+        s = ci_err_set(err, CI_ERR_INVALID, "KV pool of %lld blocks of %d tokens: need 1 to %d",
+                       (long long)want_blocks - padding, e->block_size, MAX_KV_BLOCKS);
         goto fail;
     }
     kp.n_blocks = (int)want_blocks;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "server/json_check.h"
 #include "server/sse.h"
 
 static void *json_malloc(size_t n) {
@@ -178,6 +179,14 @@ static enum ci_status parse_root(const char *body, size_t len, cJSON **out, stru
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return bad(err, NULL, "the request body must be a JSON object");
+    }
+    // cJSON would cut a string at an escaped NUL and the rest would vanish unnoticed: refuse it instead.
+    char where[128];
+    if (json_find_nul_escape(body, len, where, sizeof where)) {
+        cJSON_Delete(root);
+        return bad(err, where[0] ? where : NULL,
+                   "'%s' holds a NUL character (\\u0000), which is not supported",
+                   where[0] ? where : "the request");
     }
     *out = root;
     return CI_OK;

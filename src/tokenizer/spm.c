@@ -84,18 +84,16 @@ enum ci_status spm_encode(const struct vocab *v, const char *text, size_t len, b
     struct work w = {v, NULL, NULL, NULL, 0};
     char *s = NULL;
     size_t cap, n = 0;
-    if (!ci_mul_size(len + 1, 3 * SPACE_ESC_LEN, &cap)) {
+    if (!ci_mul_size(len + 1, SPACE_ESC_LEN, &cap)) { // every byte escapes to at most 3, plus the prefix
         st = ci_err_set(err, CI_ERR_LIMIT, "tokenizer: text too long");
         goto fail;
     }
-    if (len + 1 > (size_t)INT32_MAX / 4) {
+    if (len + 1 > (size_t)INT32_MAX / (2 * SPACE_ESC_LEN)) { // symbol indices are int, offsets uint32_t
         st = ci_err_set(err, CI_ERR_LIMIT, "tokenizer: text too long");
         goto fail;
     }
     s = ci_malloc(cap);
-    w.sym = ci_malloc((len + 2) * sizeof(struct sym));
-    w.heap = ci_malloc(3 * (len + 2) * sizeof(struct bigram));
-    if (!s || !w.sym || !w.heap) {
+    if (!s) {
         st = ci_err_set(err, CI_ERR_NOMEM, "tokenizer: out of memory");
         goto fail;
     }
@@ -110,6 +108,21 @@ enum ci_status spm_encode(const struct vocab *v, const char *text, size_t len, b
         } else {
             s[n++] = text[i];
         }
+    }
+    // The symbols are split from the escaped text, which is up to 3 times longer than the input (a lead byte
+    // before a space is one symbol, the space's escape another): size everything from n, never from len.
+    // At most n symbols; the heap holds the n - 1 initial bigrams plus at most two per merge (< n merges).
+    size_t sym_bytes, heap_bytes;
+    if (!ci_mul_size(n + 1, sizeof(struct sym), &sym_bytes) ||
+        !ci_mul_size(3 * (n + 1), sizeof(struct bigram), &heap_bytes)) {
+        st = ci_err_set(err, CI_ERR_LIMIT, "tokenizer: text too long");
+        goto fail;
+    }
+    w.sym = ci_malloc(sym_bytes);
+    w.heap = ci_malloc(heap_bytes);
+    if (!w.sym || !w.heap) {
+        st = ci_err_set(err, CI_ERR_NOMEM, "tokenizer: out of memory");
+        goto fail;
     }
     w.s = s;
 

@@ -165,7 +165,7 @@ enum ci_status tokenizer_encode(const struct tokenizer *t, const char *text, siz
                 continue;
             uint32_t tl;
             const char *tok = vocab_text(v, id, &tl);
-            if (tl > len || !present[(unsigned char)tok[0]])
+            if (tl == 0 || tl > len || !present[(unsigned char)tok[0]]) // an empty one would match forever
                 continue;
             n_frag = split_special(v, id, text, fa, n_frag, fb);
             struct frag *tmp = fa;

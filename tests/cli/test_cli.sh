@@ -56,6 +56,18 @@ expect garbage_gguf 1 "" "$BIN" info -m "$T/garbage.gguf"
 : >"$T/empty.bin"
 expect empty_file 1 "" "$BIN" run -m "$T/empty.bin" --tokenizer "$M/tok512.bin"
 expect vocab_only_as_model 1 "vocab-only" "$BIN" run -m "$M/ggml-vocab/ggml-vocab-gpt-2.gguf"
+# Paths that are not regular files are refused before anything blocks on them (a FIFO used to hang start-up
+# forever, deaf to SIGTERM): each must answer within the timeout (124 would mean it hung).
+mkfifo "$T/fifo.gguf"
+expect fifo_model 1 "not a regular file" timeout -k 5 20 "$BIN" run -m "$T/fifo.gguf"
+expect fifo_model_info 1 "not a regular file" timeout -k 5 20 "$BIN" info -m "$T/fifo.gguf"
+expect fifo_tokenizer 1 "not a regular file" timeout -k 5 20 "$BIN" run -m "$M/stories260K.bin" --tokenizer "$T/fifo.gguf"
+timeout -k 5 20 "$BIN" serve -m "$T/fifo.gguf" --port 0 >"$T/out" 2>"$T/err"
+rc=$?
+if [ "$rc" -eq 1 ] && grep -q "not a regular file" "$T/err"; then pass fifo_model_serve; else
+    fail fifo_model_serve "exit $rc: $(tr '\n' ' ' <"$T/err")"; fi
+expect directory_model 1 "not a regular file" timeout -k 5 20 "$BIN" run -m "$T"
+expect device_model 1 "not a regular file" timeout -k 5 20 "$BIN" run -m /dev/zero
 expect wrong_tokenizer_size 1 "tokenizer" "$BIN" run -m "$M/stories260K.bin" --tokenizer "$M/tokenizer.bin"
 expect checkpoint_without_tokenizer 1 "tokenizer" "$BIN" run -m "$M/stories260K.bin"
 expect context_exceeded 1 "context" "$BIN" run -m "$M/stories260K.gguf" -n 100 --ctx 50

@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "core/mem.h"
@@ -15,6 +16,7 @@
 #include "engine/generate.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "tokenizer/tokenizer.h"
 
 #define N_REQ   9
@@ -281,6 +283,51 @@ TEST(rejects_what_never_fits) {
     engine_free(e);
 }
 
+/* A model file claims a context of 16,777,216 tokens (a 1 MB file could make the engine allocate 20 GiB):
+ * the pool stays within its configured budget and the served context is clamped to what the pool holds. */
+TEST(file_context_never_sizes_the_pool) {
+    char path[] = "/tmp/cinfer-test-ctx-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    close(fd);
+    struct ci_err err = {0};
+    ASSERT_STATUS(synth_write("tiny", CI_TYPE_F32, 1, path, &err), CI_OK);
+    // Patch the u32 value of "llama.context_length" (key string, then the u32 type tag, then the value).
+    FILE *f = fopen(path, "r+b");
+    ASSERT(f);
+    static char head[1 << 16];
+    size_t n = fread(head, 1, sizeof head, f);
+    const char *key = "llama.context_length";
+    char *at = memmem(head, n, key, strlen(key));
+    ASSERT(at && at + strlen(key) + 8 <= head + n);
+    uint32_t huge = 1u << 24;
+    ASSERT(fseek(f, (long)(at - head) + (long)strlen(key) + 4, SEEK_SET) == 0);
+    ASSERT(fwrite(&huge, 4, 1, f) == 1);
+    fclose(f);
+    struct model *m = NULL;
+    ASSERT_STATUS(model_load(path, &m, &err), CI_OK);
+    CHECK(m->config.n_ctx_train == 1 << 24);
+    for (int contiguous = 0; contiguous < 2; contiguous++) {
+        struct engine_params p = base();
+        p.contiguous_kv = contiguous;
+        struct engine *e = NULL;
+        ASSERT_STATUS(engine_create(m, NULL, &p, &e, &err), CI_OK);
+        struct engine_info info;
+        engine_info(e, &info);
+        CHECK(info.kv_bytes <= 256ll << 20);
+        CHECK(info.n_ctx < 1 << 24 && info.n_ctx > 0);
+        CHECK((int64_t)info.n_blocks * info.block_size >= info.n_ctx); // one whole-context sequence fits
+        engine_free(e);
+        p.kv_mem_bytes = 4 << 20; // an explicit budget holds too
+        ASSERT_STATUS(engine_create(m, NULL, &p, &e, &err), CI_OK);
+        engine_info(e, &info);
+        CHECK(info.kv_bytes <= 4 << 20 && info.n_ctx > 0);
+        engine_free(e);
+    }
+    model_free(m);
+    unlink(path);
+}
+
 /* Runs the requests to completion in one engine and collects every sample's tokens. */
 static void run_all(struct engine *e, struct engine_request **h, int n_h, int32_t (*got)[MAX_OUT], int *n) {
     int fin[16] = {0}, n_streams = 0;
@@ -493,6 +540,7 @@ int main(void) {
     RUN(preemption_in_a_tiny_pool);
     RUN(static_batching_pads);
     RUN(rejects_what_never_fits);
+    RUN(file_context_never_sizes_the_pool);
     RUN(samples_share_the_prompt);
     RUN(cancellation_frees_blocks);
     RUN(stop_strings_and_text);

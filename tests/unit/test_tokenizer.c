@@ -1158,6 +1158,69 @@ TEST(long_text) {
     free(text);
 }
 
+/* SentencePiece escapes each space to the 3-byte "▁" before splitting into symbols, so a text of lead bytes
+ * followed by spaces has up to 3 symbols per 2 input bytes: buffers sized from the input length overflowed
+ * (a remote heap overflow through any prompt).  Every byte must come back through byte fallback. */
+TEST(spm_escape_growth) {
+    const char *files[] = {VOCAB_DIR "/ggml-vocab-llama-spm.gguf", "stories260K.gguf"};
+    size_t cap = 8192;
+    char *text = malloc(cap);
+    ASSERT(text);
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        struct tokenizer *t = load_gguf(files[f]);
+        ASSERT(t);
+        for (int shape = 0; shape < 4; shape++) {
+            size_t n = 0;
+            for (unsigned b = 0; n + 4 < cap; b++) {
+                switch (shape) {
+                case 0: // the reported body: "\xc7 " over and over
+                    text[n++] = (char)0xc7;
+                    text[n++] = ' ';
+                    break;
+                case 1: // every lead byte before a space
+                    text[n++] = (char)(0xc0 + b % 64);
+                    text[n++] = ' ';
+                    break;
+                case 2: // a 4-byte lead before three spaces
+                    text[n++] = (char)0xf0;
+                    text[n++] = ' ';
+                    text[n++] = ' ';
+                    text[n++] = ' ';
+                    break;
+                default: // spaces only
+                    text[n++] = ' ';
+                    break;
+                }
+            }
+            for (int add_special = 0; add_special < 2; add_special++) {
+                int32_t *ids = NULL;
+                int nid = 0;
+                char *back = NULL;
+                size_t nb = 0;
+                struct ci_err err = {0};
+                ASSERT_STATUS(tokenizer_encode(t, text, n, add_special, false, &ids, &nid, &err), CI_OK);
+                ASSERT_STATUS(tokenizer_decode(t, ids, nid, false, &back, &nb, &err), CI_OK);
+                // A lead byte swallows the next byte of the escaped text into its symbol, so byte fallback
+                // brings that "▁" back as its three raw bytes (as llama.cpp does): read those as the space.
+                size_t m = 0;
+                for (size_t i = 0; i < nb; i++, m++) {
+                    back[m] = back[i];
+                    if (nb - i >= 3 && memcmp(back + i, "\xe2\x96\x81", 3) == 0) {
+                        back[m] = ' ';
+                        i += 2;
+                    }
+                }
+                if (m != n || memcmp(back, text, n) != 0)
+                    TEST_FAILF("%s shape %d: %zu bytes decode to %zu other bytes", files[f], shape, n, m);
+                ci_free(back);
+                ci_free(ids);
+            }
+        }
+        tokenizer_free(t);
+    }
+    free(text);
+}
+
 /* ---- special tokens, pieces, end of generation ---- */
 
 static int32_t find_piece(const struct tokenizer *t, const char *s) {
@@ -1335,6 +1398,7 @@ int main(void) {
     RUN(nomem_paths);
     RUN(random_roundtrip);
     RUN(long_text);
+    RUN(spm_escape_growth);
     RUN(special_tokens);
     RUN(pieces_and_bytes);
     RUN(end_of_generation);
