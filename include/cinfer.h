@@ -216,6 +216,12 @@ struct cinfer_event {
 CINFER_API enum cinfer_status cinfer_stream_next(struct cinfer_stream *s, int sample, struct cinfer_event *ev,
                                                  int64_t timeout_ns);
 CINFER_API void cinfer_stream_cancel(struct cinfer_stream *s);
+/* For callers that do not block in cinfer_stream_next (an event loop): fn(ctx) is called whenever an event
+ * becomes ready on any of the stream's samples, the final ones included (and right away if one is ready
+ * already).  It runs on the engine's thread with the stream's lock held, so it must be quick and must not
+ * call into the stream; it should only wake the caller's loop, which then reads with a timeout of 0.
+ * fn == NULL removes it; when that call returns, fn is not running and will not run again. */
+CINFER_API void cinfer_stream_set_notify(struct cinfer_stream *s, void (*fn)(void *ctx), void *ctx);
 /* Request metrics of a finished sample (the seeds' yardstick). */
 CINFER_API void cinfer_stream_stats(const struct cinfer_stream *s, int sample,
                                     struct cinfer_generate_stats *out);

@@ -101,8 +101,9 @@ int cmd_serve(int argc, char **argv) {
     engine_args_init(&ea);
     const char *model_path = NULL, *tok_path = NULL, *host = "127.0.0.1", *api_key = NULL, *key_file = NULL;
     const char *served = NULL, *tmpl_name = NULL, *max_body = "1M", *allow_origin = NULL;
-    int port = 8080, max_conn = 256, max_requests = 128, timeout_s = 300;
-    struct arg_spec specs[13 + ENGINE_ARGS_N_SPECS] = {
+    int port = 8080, max_conn = 1024, max_conn_ip = -1, max_requests = 128, timeout_s = 300;
+    int request_timeout_s = 30, http_threads = 4;
+    struct arg_spec specs[16 + ENGINE_ARGS_N_SPECS] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
         {"--host", NULL, ARG_STR, &host, 0, 0,
@@ -117,17 +118,25 @@ int cmd_serve(int argc, char **argv) {
         {"--chat-template", NULL, ARG_STR, &tmpl_name, 0, 0,
          "NAME  chat template (default: detected from the model, else chatml)"},
         {"--max-connections", NULL, ARG_INT, &max_conn, 1, 100000,
-         "N  concurrent connections, one thread each (default 256)"},
+         "N  concurrent connections (default 1024)"},
+        {"--max-connections-per-ip", NULL, ARG_INT, &max_conn_ip, 0, 100000,
+         "N  concurrent connections from one client address (default: a quarter of --max-connections; 0: "
+         "no limit)"},
+        {"--http-threads", NULL, ARG_INT, &http_threads, 1, 256,
+         "N  threads serving the connections, event-driven (default 4)"},
+        {"--request-timeout", NULL, ARG_INT, &request_timeout_s, 1, 86400,
+         "S  a whole request must arrive within S seconds of connecting or of the previous answer (default "
+         "30)"},
         {"--max-requests", NULL, ARG_INT, &max_requests, 1, 100000,
          "N  generation requests in flight; more get 429 (default 128)"},
         {"--timeout", NULL, ARG_INT, &timeout_s, 1, 86400,
-         "S  idle connection timeout in seconds (default 300)"},
+         "S  close a connection that moves no data for S seconds while it is answered (default 300)"},
         {"--max-body", NULL, ARG_STR, &max_body, 0, 0,
          "BYTES  request body limit; larger get 413 (default 1M)"},
         {"--allow-origin", NULL, ARG_STR, &allow_origin, 0, 0,
          "ORIGIN  send CORS headers allowing ORIGIN (default: none)"},
     };
-    int n_specs = 13;
+    int n_specs = 16;
     engine_args_specs(&ea, specs + n_specs);
     n_specs += ENGINE_ARGS_N_SPECS;
     if (args_want_help(argc, argv, 2)) {
@@ -186,7 +195,18 @@ int cmd_serve(int argc, char **argv) {
     struct cinfer_engine *e = NULL;
     int n_routes = 0;
     const struct http_route *table = routes_table(&n_routes);
-    struct http_options ho = {host, port, key, max_conn, timeout_s, (size_t)body_limit, allow_origin};
+    if (max_conn_ip < 0)
+        max_conn_ip = max_conn >= 4 ? max_conn / 4 : 1; // one address never takes every slot
+    struct http_options ho = {host,
+                              port,
+                              key,
+                              max_conn,
+                              max_conn_ip,
+                              timeout_s,
+                              request_timeout_s,
+                              http_threads,
+                              (size_t)body_limit,
+                              allow_origin};
     if (routes_create(&routes, &ce) != CI_OK ||
         http_server_start(&ho, table, n_routes, routes, &http, &ce) != CI_OK) {
         fprintf(stderr, "cinfer serve: %s\n", ce.msg);

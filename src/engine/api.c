@@ -483,6 +483,11 @@ void cinfer_stream_cancel(struct cinfer_stream *s) {
     engine_request_cancel(s->r);
 }
 
+void cinfer_stream_set_notify(struct cinfer_stream *s, void (*fn)(void *ctx), void *ctx) {
+    for (int i = 0; i < engine_request_n(s->r); i++)
+        ci_channel_set_notify(engine_request_channel(s->r, i), fn, ctx);
+}
+
 void cinfer_stream_stats(const struct cinfer_stream *s, int sample, struct cinfer_generate_stats *out) {
     const struct request_metrics *m = engine_request_metrics(s->r, sample);
     memset(out, 0, sizeof *out);
@@ -511,6 +516,7 @@ void cinfer_stream_stats(const struct cinfer_stream *s, int sample, struct cinfe
 void cinfer_stream_release(struct cinfer_stream *s) {
     if (!s)
         return;
+    cinfer_stream_set_notify(s, NULL, NULL); // the engine may still close the channels after this
     engine_request_release(s->r);
     ci_free(s->text);
     ci_free(s);

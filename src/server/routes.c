@@ -2,12 +2,12 @@
  *
  * A generation request becomes a struct gen: one engine submission per prompt (n samples each) and one
  * choice per (prompt, sample).  The handler submits everything before it answers, so a request that can
- * never run (context, pool, queue) gets a proper HTTP error; then either it waits for every choice and
- * answers one JSON body, or it hands the gen to the HTTP layer as a streaming body whose fill callback turns
- * engine events into SSE chunks.  Both wait on the streams with a short timeout and check between waits
- * whether the client is still there, so a client that goes away cancels its request (and the engine frees
- * its KV blocks) within a step or two.  Whatever happens, gen_free releases the streams, which cancels any
- * sample still running. */
+ * never run (context, pool, queue) gets a proper HTTP error; then it hands the gen to the HTTP layer either
+ * as a streaming body whose fill callback turns engine events into SSE chunks, or as a deferred answer
+ * whose poll callback assembles one JSON body when every choice is done.  Neither ever waits: the streams
+ * wake the connection (http_waker_wake) whenever the engine has an event, and both look at the client
+ * each time, so a client that goes away cancels its request (and the engine frees its KV blocks) within a
+ * step or two.  Whatever happens, gen_free releases the streams, which cancels any sample still running. */
 #include "server/routes.h"
 
 #include <cjson/cJSON.h>
@@ -25,8 +25,6 @@
 // The page is linked in only when the build found src/server/webui.html: without it, / answers 404.
 #pragma weak cinfer_webui_html
 #pragma weak cinfer_webui_html_len
-
-#define WAIT_NS (50 * 1000 * 1000ll) // longest wait on a stream between checks of the client
 
 struct routes {
     atomic_bool ready;
@@ -148,8 +146,9 @@ struct gen {
     char id[48];
     long long created;
     struct sse_buf out;
-    bool begun, ended; // streaming: the opening chunks were written; [DONE] was written
-    bool counted;      // holds one of the max_requests slots
+    bool begun, ended;        // streaming: the opening chunks were written; [DONE] was written
+    bool counted;             // holds one of the max_requests slots
+    struct http_waker *waker; // the engine wakes the connection through it when an event is ready
 };
 
 static void gen_free(void *ctx) {
@@ -157,7 +156,8 @@ static void gen_free(void *ctx) {
     if (!g)
         return;
     for (int i = 0; i < g->n_streams; i++)
-        cinfer_stream_release(g->streams[i]);
+        cinfer_stream_release(g->streams[i]); // detaches the waker first
+    http_waker_release(g->waker);
     for (int i = 0; g->echo && i < g->n_streams; i++)
         ci_free(g->echo[i]);
     for (int i = 0; g->ch && i < g->n_ch; i++) {
@@ -300,10 +300,10 @@ static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
     return true;
 }
 
-/* Moves every event that is ready (waiting up to wait_ns when none is) into g.  false: out of memory. */
-static bool gen_pump(struct gen *g, int64_t wait_ns) {
-    bool progress = false;
-    int first_open = -1;
+/* Moves every event that is ready into g, never waiting; *progress tells whether there was any.  false:
+ * out of memory. */
+static bool gen_pump(struct gen *g, bool *progress) {
+    *progress = false;
     for (int i = 0; i < g->n_ch; i++) {
         struct choice *c = &g->ch[i];
         struct cinfer_event ev;
@@ -311,24 +311,15 @@ static bool gen_pump(struct gen *g, int64_t wait_ns) {
             enum cinfer_status s = cinfer_stream_next(g->streams[c->stream], c->sample, &ev, 0);
             if (s == CINFER_ERR_BUSY)
                 break;
+            *progress = true;
             if (s != CINFER_OK) { // the stream is over without a final event (cannot happen) or out of memory
                 struct cinfer_event end = {.kind = CINFER_EVENT_ERROR, .text = "stream failed", .len = 13};
                 return on_event(g, i, &end);
             }
             if (!on_event(g, i, &ev))
                 return false;
-            progress = true;
         }
-        if (!c->done && first_open < 0)
-            first_open = i;
     }
-    if (progress || first_open < 0 || wait_ns <= 0)
-        return true;
-    struct choice *c = &g->ch[first_open];
-    struct cinfer_event ev;
-    enum cinfer_status s = cinfer_stream_next(g->streams[c->stream], c->sample, &ev, wait_ns);
-    if (s == CINFER_OK)
-        return on_event(g, first_open, &ev);
     return true;
 }
 
@@ -372,20 +363,18 @@ static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max
     for (;;) {
         if (sse_buf_pending(&g->out))
             return (ssize_t)sse_buf_take(&g->out, buf, max);
-        if (g->ended) {
-            http_conn_set_busy(conn, false);
+        if (g->ended)
             return 0;
-        }
         if (http_conn_gone(conn)) {
             gen_cancel(g);
             // Shutting down: the client is still there, so end the stream properly (an error, then [DONE]).
             if (!http_conn_stopping(conn) || !emit_error(g, "the server is shutting down") ||
                 !sse_buf_done(&g->out))
-                return -1;
+                return HTTP_FILL_ERROR;
             g->ended = true;
             continue;
         }
-        bool ok = true;
+        bool ok = true, progress = true;
         if (!g->begun) {
             g->begun = true;
             ok = gen_begin(g);
@@ -394,12 +383,14 @@ static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max
                 gen_cancel(g);
             ok = gen_end(g);
         } else {
-            ok = gen_pump(g, WAIT_NS);
+            ok = gen_pump(g, &progress);
         }
         if (!ok) {
             gen_cancel(g);
-            return -1;
+            return HTTP_FILL_ERROR;
         }
+        if (!progress)
+            return HTTP_FILL_WAIT; // the engine wakes the connection with the next event
     }
 }
 
@@ -587,6 +578,29 @@ fail:
     return NULL;
 }
 
+/* The non-streaming answer, once every choice is done (or the request failed, or the client left). */
+static bool gen_poll(void *ctx, struct http_conn *conn, struct http_response *res) {
+    struct gen *g = ctx;
+    bool ok = true, gone = false, progress = true;
+    while (ok && progress && g->n_done < g->n_ch && !g->any_failed && !(gone = http_conn_gone(conn)))
+        ok = gen_pump(g, &progress);
+    if (ok && !gone && !g->any_failed && g->n_done < g->n_ch)
+        return false; // the engine wakes the connection with the next event
+    if (!ok || gone || g->any_failed) {
+        gen_cancel(g);
+        const char *why = !ok ? "out of memory" : gone ? "the server is shutting down" : NULL;
+        for (int i = 0; !why && i < g->n_ch; i++)
+            if (g->ch[i].failed)
+                why = g->ch[i].error;
+        struct openai_error oe;
+        openai_error_set(&oe, !ok ? 500 : 503, NULL, NULL, "%s", why ? why : "the request failed");
+        respond_error(res, &oe);
+    } else {
+        respond_json(res, gen_response(g));
+    }
+    return true;
+}
+
 static void handle_generate(struct routes *r, enum openai_endpoint ep, const struct http_request *req,
                             struct http_response *res) {
     if (!check_ready(r, res))
@@ -597,32 +611,21 @@ static void handle_generate(struct routes *r, enum openai_endpoint ep, const str
         respond_error(res, &oe);
         return;
     }
-    // A long prefill is not an idle connection: the idle timeout waits until the answer is out.
-    http_conn_set_busy(req->conn, true);
+    // Nothing waits on a thread: the engine's events wake the connection, which then reads them.
+    g->waker = http_conn_waker(req->conn);
+    for (int i = 0; i < g->n_streams; i++)
+        cinfer_stream_set_notify(g->streams[i], http_waker_wake, g->waker);
     if (g->streaming) {
         res->status = 200;
         res->content_type = "text/event-stream";
         res->fill = gen_fill;
         res->fill_ctx = g;
         res->fill_free = gen_free;
-        return;
-    }
-    bool ok = true, gone = false;
-    while (ok && g->n_done < g->n_ch && !g->any_failed && !(gone = http_conn_gone(req->conn)))
-        ok = gen_pump(g, WAIT_NS);
-    http_conn_set_busy(req->conn, false);
-    if (!ok || gone || g->any_failed) {
-        gen_cancel(g);
-        const char *why = !ok ? "out of memory" : gone ? "the server is shutting down" : NULL;
-        for (int i = 0; !why && i < g->n_ch; i++)
-            if (g->ch[i].failed)
-                why = g->ch[i].error;
-        openai_error_set(&oe, !ok ? 500 : 503, NULL, NULL, "%s", why ? why : "the request failed");
-        respond_error(res, &oe);
     } else {
-        respond_json(res, gen_response(g));
+        res->poll = gen_poll;
+        res->poll_ctx = g;
+        res->poll_free = gen_free;
     }
-    gen_free(g);
 }
 
 static void on_completions(void *app, const struct http_request *req, struct http_response *res) {
