@@ -168,6 +168,9 @@ struct cinfer_engine_info {
     int full_context_seqs;      // sequences of the whole context that fit at once
 };
 CINFER_API void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info *out);
+/* NULL while the engine works; otherwise why it cannot go on (the model file changed on disk while in use),
+ * and every request fails with that message.  Any thread. */
+CINFER_API const char *cinfer_engine_failure(const struct cinfer_engine *e);
 /* Synchronous mode: one step; false if there was nothing to do. */
 CINFER_API bool cinfer_engine_step(struct cinfer_engine *e);
 

@@ -352,6 +352,10 @@ enum cinfer_status cinfer_engine_start(struct cinfer_engine *e, struct cinfer_er
     return engine_start(e->e, &ce) == CI_OK ? CINFER_OK : fail(err, &ce);
 }
 
+const char *cinfer_engine_failure(const struct cinfer_engine *e) {
+    return engine_failure(e->e);
+}
+
 void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info *out) {
     struct engine_info info;
     engine_info(e->e, &info);

@@ -56,6 +56,9 @@ struct eseq {
 
 struct engine {
     const struct model *m;
+    // The engine cannot go on (the model file changed on disk): every request fails with this message.
+    atomic_bool failed;
+    char failure[256]; // written once, before failed is set
     const struct tokenizer *tok;
     struct engine_params p;
     int n_ctx;
@@ -190,6 +193,8 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
                              struct engine_request **out, struct ci_err *err) {
     *out = NULL;
     const struct model_config *c = &e->m->config;
+    if (atomic_load(&e->failed))
+        return ci_err_set(err, CI_ERR_IO, "%s", e->failure);
     if (p->n_prompt < 1)
         return ci_err_set(err, CI_ERR_INVALID, "the prompt must hold at least one token");
     for (int i = 0; i < p->n_prompt; i++)
@@ -581,7 +586,7 @@ static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_me
     int rows;
     enum ci_status s = forward_batch(e->fwd, &b, e->layers, &logits, &rows, err);
     if (s != CI_OK)
-        return s;
+        return s; // CI_ERR_IO for a model file truncated while in use: engine_step then fails everything
     sm->n_passes++;
     CI_ASSERT(rows == ps->n_rows);
     int n_vocab = e->m->config.n_vocab;
@@ -705,7 +710,35 @@ static void log_step(const struct engine *e, const struct step_metrics *m) {
             s > 0 ? m->bytes / s / 1e9 : 0, m->bytes > 0 ? m->flops / m->bytes : 0);
 }
 
+/* Ends every sequence, running or waiting, with status and msg. */
+static void finish_all(struct engine *e, enum ci_status status, const char *msg) {
+    while (e->st.n_running > 0)
+        seq_finish(e, (struct eseq *)e->st.running[0], ENGINE_FINISH_ERROR, status, msg);
+    while (e->st.n_waiting > 0)
+        seq_finish(e, (struct eseq *)e->st.waiting[0], ENGINE_FINISH_ERROR, status, msg);
+}
+
+/* From now on every request fails with msg: what is running, what waits, and what comes. */
+static void engine_fail(struct engine *e, const char *msg) {
+    if (!atomic_load(&e->failed)) {
+        snprintf(e->failure, sizeof e->failure, "%s", msg);
+        atomic_store(&e->failed, true);
+        CI_LOG_ERR("%s", msg);
+    }
+    finish_all(e, CI_ERR_IO, e->failure);
+}
+
+const char *engine_failure(const struct engine *e) {
+    return atomic_load(&e->failed) ? e->failure : NULL;
+}
+
 bool engine_step(struct engine *e) {
+    if (atomic_load(&e->failed)) { // requests that were already queued when it failed
+        int before = e->st.n_running + e->st.n_waiting + ci_queue_len(e->queue);
+        drain_queue(e);
+        finish_all(e, CI_ERR_IO, e->failure);
+        return before > 0;
+    }
     struct step_metrics sm = {0};
     sm.t_start_ns = ci_now_ns();
     int before = e->st.n_running + e->st.n_waiting;
@@ -716,7 +749,10 @@ bool engine_step(struct engine *e) {
     bool work = res.n_items > 0 || res.n_pad_tokens > 0;
     if (work) {
         struct ci_err err = {0};
-        if (execute(e, &res, &sm, &err) != CI_OK) {
+        enum ci_status st = execute(e, &res, &sm, &err);
+        if (st == CI_ERR_IO && model_file_damaged(e->m)) {
+            engine_fail(e, err.msg);
+        } else if (st != CI_OK) {
             // A batch the forward pass refuses is an engine bug: fail its sequences rather than loop.
             for (int i = 0; i < res.n_items; i++)
                 if (res.items[i]->state == SEQ_STATE_RUNNING)

@@ -233,5 +233,11 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
         ci_matmul(f->tp, &w->output, f->rows, rows, f->logits, f->work);
     *logits = f->logits;
     *n_rows = rows;
+    // A model file truncated while mapped reads as zeros (core/mapfile.c): these logits are not the model's.
+    if (model_file_damaged(f->m))
+        return ci_err_set(
+            err, CI_ERR_IO,
+            "the model file changed on disk while it was in use (truncated): restart to load it "
+            "again");
     return CI_OK;
 }

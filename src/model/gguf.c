@@ -596,6 +596,10 @@ fail:
     return s;
 }
 
+bool gguf_file_damaged(const struct gguf *g) {
+    return ci_mapfile_damaged(&g->map);
+}
+
 void gguf_free(struct gguf *g) {
     if (!g)
         return;

@@ -58,6 +58,8 @@ struct gguf;
 
 enum ci_status gguf_open(const char *path, struct gguf **out, struct ci_err *err);
 /* Parses caller-owned bytes (must outlive the struct gguf).  Used by tests and fuzzers. */
+/* True once a read of the mapped file hit a part that was truncated away (see ci_mapfile_damaged). */
+bool gguf_file_damaged(const struct gguf *g);
 enum ci_status gguf_open_mem(const void *data, uint64_t size, struct gguf **out, struct ci_err *err);
 void gguf_free(struct gguf *g);
 

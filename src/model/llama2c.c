@@ -325,6 +325,10 @@ fail:
     return s;
 }
 
+bool llama2c_file_damaged(const struct llama2c *l) {
+    return ci_mapfile_damaged(&l->map);
+}
+
 void llama2c_free(struct llama2c *l) {
     if (!l)
         return;

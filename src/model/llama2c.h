@@ -24,6 +24,8 @@ struct llama2c;
 
 enum ci_status llama2c_open(const char *path, struct llama2c **out, struct ci_err *err);
 /* Parses caller-owned bytes (must outlive the struct llama2c).  Used by tests and fuzzers. */
+/* True once a read of the mapped file hit a part that was truncated away (see ci_mapfile_damaged). */
+bool llama2c_file_damaged(const struct llama2c *l);
 enum ci_status llama2c_open_mem(const void *data, uint64_t size, struct llama2c **out, struct ci_err *err);
 void llama2c_free(struct llama2c *l);
 

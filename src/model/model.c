@@ -110,3 +110,7 @@ uint64_t model_n_params(const struct model *m) {
     totals(m, &b, &p);
     return p;
 }
+
+bool model_file_damaged(const struct model *m) {
+    return (m->gguf && gguf_file_damaged(m->gguf)) || (m->llama2c && llama2c_file_damaged(m->llama2c));
+}

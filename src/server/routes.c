@@ -688,6 +688,19 @@ static void on_health(void *app, const struct http_request *req, struct http_res
     (void)req;
     struct routes *r = app;
     bool ready = atomic_load(&r->ready);
+    const char *failure = ready ? cinfer_engine_failure(r->e) : NULL;
+    if (failure) { // the server cannot serve any more: tell the orchestrator to restart it
+        cJSON *o = cJSON_CreateObject();
+        if (o && (!cJSON_AddStringToObject(o, "status", "error") ||
+                  !cJSON_AddStringToObject(o, "message", failure))) {
+            cJSON_Delete(o);
+            o = NULL;
+        }
+        respond_json(res, o);
+        if (res->status == 200)
+            res->status = 503;
+        return;
+    }
     res->status = ready ? 200 : 503;
     res->static_body = ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}";
     if (!ready)

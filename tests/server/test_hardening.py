@@ -6,6 +6,9 @@ would (docs/SECURITY.md): it must answer with a clear error or serve correctly, 
 - escaped NULs ("ab\\u0000cd") were cut silently: now a 400 naming the field;
 - a model file claiming a 16,777,216-token context grew the KV pool to gigabytes: now the pool keeps its
   budget and the context is clamped (and reported as max_model_len);
+- a model file truncated while the server ran killed it with SIGBUS at the next request: now that request
+  and every later one get an error saying the file changed on disk, /health says so (503), and the
+  server stays up and stops cleanly;
 - slow clients (one header byte a second) held every connection slot of the thread-per-connection server
   for as long as they trickled, /health included: now a whole request must arrive within
   --request-timeout, one address holds at most --max-connections-per-ip, and idle connections cost no
@@ -323,6 +326,31 @@ def test_deadline_spares_answers():
     check("deadline_exit", rc == 0, f"exit {rc}")
 
 
+def test_model_truncated_while_serving():
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "model.gguf")
+        shutil.copyfile(STORIES, path)
+        s = Server(model=path)
+        try:
+            check("truncated_serves_before", alive(s))
+            os.truncate(path, 100 * 1024)  # the weights are past this point
+            st, _, data = s.request("POST", "/v1/completions", json.dumps(
+                {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}).encode(),
+                headers={"Content-Type": "application/json"})
+            e = error_of(data)
+            check("truncated_request_error", st >= 500 and e and "changed on disk" in e["message"], f"{st} {data[:300]!r}")
+            st, ev, done = s.stream("/v1/completions", {"prompt": "Once", "max_tokens": 4})
+            msg = json.dumps(ev)
+            check("truncated_later_requests_error", st >= 500 and "changed on disk" in msg, f"{st} {msg[:300]}")
+            st, _, j = s.json("GET", "/health")
+            check("truncated_health_503", st == 503 and j.get("status") == "error" and
+                  "changed on disk" in j.get("message", ""), f"{st} {j}")
+            check("truncated_process_alive", s.proc.poll() is None, f"exit {s.proc.poll()}")
+        finally:
+            rc, _ = s.stop()
+        check("truncated_exit", rc == 0, f"exit {rc}")
+
+
 def main():
     if not os.path.exists(BIN) or not os.path.exists(STORIES):
         print(f"FAIL hardening_setup: no binary {BIN} or model {STORIES}")
@@ -337,7 +365,7 @@ def main():
     finally:
         rc, _ = s.stop()
     check("hardening_server_exit", rc == 0, f"exit {rc}")
-    for t in (test_claimed_context, test_slowloris_deadline, test_per_ip_limit, test_idle_connections_cost_no_thread,
+    for t in (test_claimed_context, test_model_truncated_while_serving, test_slowloris_deadline, test_per_ip_limit, test_idle_connections_cost_no_thread,
               test_deadline_spares_answers):
         try:
             t()
