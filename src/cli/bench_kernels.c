@@ -101,7 +101,7 @@ static void shape_init(struct kb_shape *s, const struct model *m, uint32_t kv_ty
     s->p_head = tensor_params(&w->output);
     s->w_head_bytes = (double)w->output.nbytes + (double)w->output_norm.nbytes;
     s->emb_row_bytes = (double)w->tok_embd.row_bytes;
-    s->kv_tok_bytes = 2.0 * c->n_layer * c->n_kv_head * (double)ci_kv_row_bytes(kv_type, c->head_dim);
+    s->kv_tok_bytes = (double)kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, kv_type);
     s->attn_flops_pos = 4.0 * c->n_layer * c->n_head * c->head_dim;
 }
 

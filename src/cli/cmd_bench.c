@@ -136,9 +136,9 @@ static void default_out_dir(char *buf, size_t n) {
     snprintf(buf, n, "bench/out/%s", stamp);
 }
 
-static int64_t kv_bytes_per_token(const struct model *m, uint32_t kv_type) {
+static int64_t model_kv_bytes_per_token(const struct model *m, uint32_t kv_type) {
     const struct model_config *c = &m->config;
-    return 2ll * c->n_layer * c->n_kv_head * (int64_t)ci_kv_row_bytes(kv_type, c->head_dim);
+    return kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, kv_type);
 }
 
 static void print_workload(const struct bench_workload_params *p, const struct bench_workload *w) {
@@ -173,7 +173,7 @@ static void print_workload(const struct bench_workload_params *p, const struct b
 }
 
 static void print_engine(const struct bench_engine_config *c, const struct model *m) {
-    int64_t bpt = kv_bytes_per_token(m, c->kv_type);
+    int64_t bpt = model_kv_bytes_per_token(m, c->kv_type);
     printf("engine     %d threads, context %d, max %d sequences, chunk budget %d tokens, block %d tokens\n",
            c->n_threads, c->n_ctx, c->max_seqs, c->max_batch_tokens, c->block_size);
     printf(
@@ -551,7 +551,7 @@ int cmd_bench(int argc, char **argv) {
     int model_ctx = m->config.n_ctx_train;
     struct bench_engine_config ec = {o.threads,    o.ctx, o.max_seqs, o.max_batch_tokens,
                                      o.block_size, 0,     kv_type};
-    int64_t bpt = kv_bytes_per_token(m, kv_type);
+    int64_t bpt = model_kv_bytes_per_token(m, kv_type);
     if (bpt <= 0) {
         fprintf(stderr, "cinfer bench: --kv-type q8_0 needs head_dim a multiple of 32 (the model's is %d)\n",
                 m->config.head_dim);

@@ -135,7 +135,7 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->n_params = model_n_params(m->model);
     out->weight_bytes = model_weight_bytes(m->model);
     out->kv_bytes_per_token =
-        2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)c->head_dim * 4;
+        (uint64_t)kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, CI_TYPE_F32);
 }
 
 enum cinfer_status cinfer_tokenize(const struct cinfer_model *m, const char *text, size_t len,

@@ -63,6 +63,7 @@ struct engine {
     struct engine_params p;
     int n_ctx;
     int block_size;
+    int64_t kv_bytes_per_token; // K and V of one token in the pool's element type
     struct ci_threadpool *tp;
     struct kv_pool *pool;
     struct prefix_cache *pc;
@@ -608,7 +609,7 @@ static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_me
 
 static void estimate_cost(const struct engine *e, int32_t pos, struct step_metrics *sm) {
     const struct model_config *c = &e->m->config;
-    double ctx = (double)pos + 1, kv_row = 2.0 * c->n_layer * c->n_kv_head * c->head_dim * sizeof(float);
+    double ctx = (double)pos + 1, kv_row = (double)e->kv_bytes_per_token; // in the pool's element type
     sm->flops += 2.0 * e->linear_params + 4.0 * c->n_layer * (double)c->n_head * c->head_dim * ctx;
     sm->bytes += kv_row * ctx + kv_row; // read the context's K/V, write this token's
 }
@@ -911,6 +912,7 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         goto fail;
     }
     kp.n_blocks = (int)want_blocks;
+    e->kv_bytes_per_token = kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, p->kv_type);
     if ((s = ci_threadpool_create(p->n_threads, &e->tp, err)) || (s = kv_pool_create(&kp, &e->pool, err)))
         goto fail;
     if (padding && ((s = kv_seq_init(&e->pad, 1, err)) || (s = kv_seq_reserve(e->pool, &e->pad, 1))))
@@ -1004,14 +1006,12 @@ void engine_free(struct engine *e) {
 }
 
 void engine_info(const struct engine *e, struct engine_info *out) {
-    const struct model_config *c = &e->m->config;
     out->n_ctx = e->n_ctx;
     out->block_size = e->block_size;
     out->n_blocks = kv_pool_n_blocks(e->pool) - e->pad.n;
     out->kv_bytes = (int64_t)kv_pool_bytes(e->pool);
     out->kv_type = kv_pool_type(e->pool);
-    out->kv_bytes_per_token =
-        2ll * c->n_layer * c->n_kv_head * (int64_t)ci_kv_row_bytes(out->kv_type, c->head_dim);
+    out->kv_bytes_per_token = e->kv_bytes_per_token;
     out->full_context_seqs = (int)(out->n_blocks / blocks_for(e, e->n_ctx));
 }
 

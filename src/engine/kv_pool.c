@@ -64,6 +64,10 @@ static enum ci_status sizes(const struct kv_pool_params *p, size_t *array_bytes,
     return CI_OK;
 }
 
+int64_t kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, uint32_t type) {
+    return 2ll * n_layer * n_kv_head * (int64_t)ci_kv_row_bytes(type, head_dim);
+}
+
 enum ci_status kv_pool_size_bytes(const struct kv_pool_params *p, size_t *out, struct ci_err *err) {
     size_t arr;
     return sizes(p, &arr, out, err);
