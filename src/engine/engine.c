@@ -22,9 +22,13 @@
 #include "tokenizer/detok.h"
 #include "tokenizer/tokenizer.h"
 
-#define DEFAULT_KV_MEM (256ll << 20)
-#define MAX_KV_BLOCKS  (1 << 30) // block ids are int
-#define MAX_SAMPLES    64
+#define DEFAULT_KV_MEM         (256ll << 20)
+#define MAX_KV_BLOCKS          (1 << 30) // block ids are int
+#define MAX_SAMPLES            64
+#define DEFAULT_QUEUE_CAPACITY 1024 // requests waiting to be drained into the engine
+// Sequences the engine tracks (running + waiting): the running ones, plus room for this many samples per
+// queued request on average and one request of MAX_SAMPLES; a request that would exceed it gets CI_ERR_BUSY.
+#define SEQS_PER_QUEUED_REQUEST 4
 
 struct engine_request {
     atomic_int refs; // the caller's and the engine's
@@ -72,9 +76,10 @@ struct engine {
     struct ci_queue *queue;
 
     struct sched_state st;
-    struct seq **items;       // [cap]
-    int cap;                  // sequences the engine tracks at once (running + waiting)
-    struct kv_seq_blocks pad; // static batching: the block pad tokens are written to
+    struct seq **items;                       // [cap]
+    const struct kv_seq_blocks **live_tables; // [cap + 1] check_invariants' scratch
+    int cap;                                  // sequences the engine tracks at once (running + waiting)
+    struct kv_seq_blocks pad;                 // static batching: the block pad tokens are written to
 
     // One forward pass: flat token arrays and the sequences they belong to.
     int max_pass_tokens;
@@ -685,14 +690,13 @@ static void kv_usage(struct engine *e, struct step_metrics *sm) {
 
 static void check_invariants(struct engine *e) {
     sched_check(&e->st);
-    const struct kv_seq_blocks *live[1024];
+    const struct kv_seq_blocks **live = e->live_tables; // every running sequence, and the pad block
     int n = 0;
-    for (int i = 0; i < e->st.n_running && n < 1023; i++)
+    for (int i = 0; i < e->st.n_running; i++)
         live[n++] = &e->st.running[i]->blocks;
     if (e->pad.n)
         live[n++] = &e->pad;
-    if (e->st.n_running < 1023)
-        kv_pool_check(e->pool, live, n, NULL);
+    kv_pool_check(e->pool, live, n, NULL);
     if (e->pc)
         prefix_cache_check(e->pc);
 }
@@ -919,17 +923,19 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         goto fail;
     if (e->p.prefix_cache && (s = prefix_cache_create(e->pool, &e->pc, err)))
         goto fail;
+    int queue_capacity = p->queue_capacity > 0 ? p->queue_capacity : DEFAULT_QUEUE_CAPACITY;
     e->max_rows = sp.max_seqs;
     e->max_pass_tokens = sp.max_batch_tokens > sp.max_seqs ? sp.max_batch_tokens : sp.max_seqs;
     if ((s = forward_create(m, e->max_pass_tokens, e->max_rows, e->tp, &e->fwd, err)) ||
-        (s = ci_queue_create(p->queue_capacity > 0 ? p->queue_capacity : 1024, &e->queue, err)))
+        (s = ci_queue_create(queue_capacity, &e->queue, err)))
         goto fail;
-    e->cap = sp.max_seqs + (p->queue_capacity > 0 ? p->queue_capacity : 1024) * 4 + 64;
+    e->cap = sp.max_seqs + queue_capacity * SEQS_PER_QUEUED_REQUEST + MAX_SAMPLES;
     size_t T = (size_t)e->max_pass_tokens, R = (size_t)e->max_rows;
     e->layers = ci_calloc((size_t)c->n_layer, sizeof *e->layers);
     e->st.running = ci_calloc((size_t)e->cap, sizeof(struct seq *));
     e->st.waiting = ci_calloc((size_t)e->cap, sizeof(struct seq *));
     e->items = ci_calloc((size_t)e->cap, sizeof(struct seq *));
+    e->live_tables = ci_calloc((size_t)e->cap + 1, sizeof *e->live_tables);
     e->b_tok = ci_calloc(T, sizeof *e->b_tok);
     e->b_pos = ci_calloc(T, sizeof *e->b_pos);
     e->b_seq = ci_calloc(T, sizeof *e->b_seq);
@@ -937,8 +943,8 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     e->b_seqs = ci_calloc(R + 1, sizeof *e->b_seqs);
     e->b_owner = ci_calloc(R + 1, sizeof *e->b_owner);
     e->b_row_seq = ci_calloc(R, sizeof *e->b_row_seq);
-    if (!e->layers || !e->st.running || !e->st.waiting || !e->items || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_want || !e->b_seqs || !e->b_owner || !e->b_row_seq) {
+    if (!e->layers || !e->st.running || !e->st.waiting || !e->items || !e->live_tables || !e->b_tok ||
+        !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->b_row_seq) {
         s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -994,6 +1000,7 @@ void engine_free(struct engine *e) {
     ci_free(e->st.running);
     ci_free(e->st.waiting);
     ci_free(e->items);
+    ci_free(e->live_tables);
     ci_free(e->b_tok);
     ci_free(e->b_pos);
     ci_free(e->b_seq);
