@@ -26,7 +26,7 @@ struct cinfer_model {
     char *name;          // general.name or the file name
     char *chat_template; // tokenizer.chat_template (NULL if absent)
     size_t chat_template_len;
-    int32_t *eog; // [n_eog] end-of-generation token ids
+    const int32_t *eog; // [n_eog] end-of-generation token ids (the tokenizer's)
     int n_eog;
 };
 
@@ -89,17 +89,8 @@ enum cinfer_status cinfer_model_load(const char *path, const char *tokenizer_pat
     if (s == CI_OK && tokenizer_n_vocab(m->tok) != m->model->config.n_vocab)
         s = ci_err_set(&e, CI_ERR_FORMAT, "tokenizer has %d tokens but the model's vocabulary is %d",
                        tokenizer_n_vocab(m->tok), m->model->config.n_vocab);
-    if (s == CI_OK) {
-        int n_vocab = tokenizer_n_vocab(m->tok);
-        for (int32_t id = 0; id < n_vocab; id++)
-            m->n_eog += tokenizer_is_eog(m->tok, id);
-        if (!(m->eog = ci_calloc((size_t)m->n_eog + 1, sizeof *m->eog)))
-            s = ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
-        m->n_eog = 0;
-        for (int32_t id = 0; m->eog && id < n_vocab; id++)
-            if (tokenizer_is_eog(m->tok, id))
-                m->eog[m->n_eog++] = id;
-    }
+    if (s == CI_OK)
+        m->eog = tokenizer_eog_ids(m->tok, &m->n_eog);
     if (s == CI_OK)
         s = model_strings(m, path, &e);
     if (s != CI_OK) {
@@ -115,7 +106,6 @@ void cinfer_model_free(struct cinfer_model *m) {
         return;
     tokenizer_free(m->tok);
     model_free(m->model);
-    ci_free(m->eog);
     ci_free(m->name);
     ci_free(m->chat_template);
     ci_free(m);

@@ -90,7 +90,7 @@ struct engine {
     struct seq **b_owner;           // [max_rows + 1] sequence of each b_seqs entry (NULL: pad)
     struct seq **b_row_seq;         // [max_rows] sequence of each logits row
 
-    int32_t *eog; // [n_eog]
+    const int32_t *eog; // [n_eog] the tokenizer's end-of-generation ids
     int n_eog;
     uint64_t next_order;
     double linear_params; // per token, matmul weights of all layers
@@ -953,19 +953,8 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     e->st.prefix = e->pc;
     for (int il = 0; il < c->n_layer; il++)
         kv_pool_layer(e->pool, il, &e->layers[il]);
-    if (tok) {
-        int n_vocab = tokenizer_n_vocab(tok);
-        for (int32_t id = 0; id < n_vocab; id++)
-            e->n_eog += tokenizer_is_eog(tok, id);
-        if (!(e->eog = ci_calloc((size_t)e->n_eog + 1, sizeof *e->eog))) {
-            s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        e->n_eog = 0;
-        for (int32_t id = 0; id < n_vocab; id++)
-            if (tokenizer_is_eog(tok, id))
-                e->eog[e->n_eog++] = id;
-    }
+    if (tok)
+        e->eog = tokenizer_eog_ids(tok, &e->n_eog);
     *out = e;
     return CI_OK;
 fail:
@@ -1008,7 +997,6 @@ void engine_free(struct engine *e) {
     ci_free(e->b_seqs);
     ci_free(e->b_owner);
     ci_free(e->b_row_seq);
-    ci_free(e->eog);
     ci_free(e);
 }
 
