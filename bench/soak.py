@@ -974,6 +974,7 @@ class Soak:
         self.t_start = None
         self.deadline = None
         self.stop = threading.Event()
+        self.phase = "idle"  # idle (before the load), load, after
 
     def pick(self, rng):
         r = rng.random()
@@ -1242,6 +1243,8 @@ class Soak:
         keys = ("texts", "finish", "logprobs", "usage") if res.get("usage") else ("texts", "finish", "logprobs")
         got = {k: res[k] for k in keys}
         want = {k: ref[k] for k in keys}
+        with self.stats.lock:
+            self.stats.count["det_compared:" + self.phase] += 1
         if got == want:
             self.stats.passed("determinism")
         else:
@@ -1386,6 +1389,7 @@ def main():
 
         # The load.
         rss_before = srv.rss_kib()
+        soak.phase = "load"
         soak.t_start = t_load0[0] = time.monotonic()
         soak.deadline = soak.t_start + duration
         threads = [threading.Thread(target=soak.client, args=(c,), daemon=True) for c in range(a.clients)]
@@ -1416,6 +1420,7 @@ def main():
 
         # Back to idle, then the deterministic set once more.
         alive = srv.proc.poll() is None
+        soak.phase = "after"
         if alive:
             took, m = wait_idle(srv, a.idle_timeout)
             if took is None:
@@ -1475,8 +1480,11 @@ def main():
     mark = min(60.0, load_s / 6)
     after_mark = [v for t, v in during if t >= mark]
     rss_mark = after_mark[0] if after_mark else None
+    busy = [v for t, v in during if t <= duration]
+    rss_last = busy[-1] if busy else None  # the last sample with every client still at work
     rss_peak = max((v for _, v in rss), default=None)
-    growth = (rss_load_end - rss_mark) / 1024 if rss_mark and rss_load_end else None
+    ends = [v for v in (rss_last, rss_load_end) if v]
+    growth = (max(ends) - rss_mark) / 1024 if rss_mark and ends else None
     if growth is None:
         stats.failed("rss_bounded", "no RSS samples")
     elif growth > a.rss_growth_mb:
@@ -1516,7 +1524,8 @@ def main():
         ("disconnects", "%d mid-stream (%d streams ended before the k-th event), %d before a non-streaming answer" %
          (c["status:disconnect_stream:disconnected"], c["status:disconnect_stream:200"],
           c["kind:disconnect_wait"])),
-        ("deterministic re-sends", "%d during the load (%d got 429)" % (c["kind:det"], c["status:det:429"])),
+        ("deterministic re-sends", "%d during the load (%d got 429, %d answered)" %
+         (c["kind:det"], c["status:det:429"], c["status:det:200"])),
         ("invalid", "%d (%d kinds), %d answered as expected" %
          (c["kind:invalid"], len({r[4] for r in stats.rows if r[3] == "invalid"}), stats.ok["invalid_status"])),
         ("other endpoints", "%d (/health, /v1/models, /metrics, /tokenize, /detokenize)" % c["kind:misc"]),
@@ -1525,7 +1534,7 @@ def main():
         ("tokens", "%d generated, %d prompt (in answers read whole); server: %d generated, %d prompt" %
          (stats.tokens, stats.prompt_tokens, m1.get("cinfer:generation_tokens_total", 0),
           m1.get("cinfer:prompt_tokens_total", 0))),
-        ("TTFT (streams, client side)", "p50 %.0f ms, p99 %.0f ms (%d streams)" %
+        ("TTFT (valid streams, client side, queueing included)", "p50 %.0f ms, p99 %.0f ms (%d streams)" %
          (percentile(stats.ttft, 50) * 1000, percentile(stats.ttft, 99) * 1000, len(stats.ttft))),
         ("preemptions", "%d" % preempt),
         ("engine peaks (sampled /metrics)", "running %d, waiting %d, KV usage %.0f%%" %
@@ -1533,12 +1542,15 @@ def main():
         ("finished (server)", ", ".join("%s %d" % (r, m1.get('cinfer:request_success_total{finished_reason="%s"}'
                                                                 % r, 0)) for r in ("stop", "length", "abort",
                                                                                    "error"))),
-        ("RSS MiB", "start %s, at %.0f s %s, peak %s, end of load %s, idle end %s; growth %s (bound %.0f)" %
-         (mib(rss_before), mark, mib(rss_mark), mib(rss_peak), mib(rss_load_end), mib(rss_idle_end),
+        ("RSS MiB", "start %s, at %.0f s %s, peak %s, last sample of the load %s, after the load %s, idle end %s; "
+                    "growth %s (bound %.0f)" %
+         (mib(rss_before), mark, mib(rss_mark), mib(rss_peak), mib(rss_last), mib(rss_load_end), mib(rss_idle_end),
           "%.1f" % growth if growth is not None else "-", a.rss_growth_mb)),
         ("idle after load", "%.1f s" % result["idle_after_s"] if result.get("idle_after_s") is not None else "no"),
-        ("determinism", "%d of %d identical to the idle answer (%d during the load)" %
-         (stats.ok["determinism"], stats.ok["determinism"] + stats.fail["determinism"], c["kind:det"])),
+        ("determinism", "%d of %d answers identical to the idle reference (%d during the load, %d on the idle "
+                        "server before it, %d after it)" %
+         (stats.ok["determinism"], stats.ok["determinism"] + stats.fail["determinism"], c["det_compared:load"],
+          c["det_compared:idle"], c["det_compared:after"])),
         ("server exit", "%s on SIGTERM; sanitizer reports: %d" % (rc, len(reports))),
     ]
     checks = sorted(set(stats.ok) | set(stats.fail))
