@@ -30,6 +30,7 @@ Writes OUT/server.log, OUT/rss.csv, OUT/requests.csv, OUT/failures.log, OUT/summ
 format; tests/server/test_soak.py uses it)."""
 import argparse
 import collections
+import itertools
 import json
 import os
 import random
@@ -140,8 +141,14 @@ class Http:
         self.sock.sendall(data)
         self.used += 1
 
-    def head(self):
-        """(status, headers with lower-case names)."""
+    def head(self, interim=False):
+        """(status, headers with lower-case names); 1xx interim answers are skipped unless interim."""
+        while True:
+            st, hd = self._head()
+            if interim or not 100 <= st < 200:
+                return st, hd
+
+    def _head(self):
         line = self._line()
         m = re.match(rb"HTTP/1\.[01] (\d{3}) ", line + b" ")
         if not m:
@@ -158,8 +165,9 @@ class Http:
             headers[k.decode("latin-1").strip().lower()] = v.decode("latin-1").strip()
         return status, headers
 
-    def body(self, status, headers, method):
-        """Yields the body in pieces; afterwards self.reusable says whether keep-alive may go on."""
+    def body(self, status, headers, method, more=False):
+        """Yields the body in pieces; afterwards self.reusable says whether keep-alive may go on.  Unless more
+        (a pipelined request's answer is to follow), nothing may follow the body."""
         close = headers.get("connection", "").lower() == "close"
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             self.reusable = not close
@@ -203,7 +211,7 @@ class Http:
                     self._more()
                 except EOFError:
                     break
-        if self.buf:
+        if self.buf and not more:
             raise Failure("%d bytes after the end of the response: %r" % (len(self.buf), bytes(self.buf[:80])))
         self.reusable = not close
 
@@ -378,6 +386,9 @@ class Req:
         self.check = kw.get("check")  # misc: a function of (status, headers, data) raising Failure
         self.lenient_utf8 = kw.get("lenient_utf8", False)
         self.huge_declared = kw.get("huge_declared", False)
+        self.transport = None  # None | chunked | expect | slow | pipelined
+        self.rng_cuts = None
+        self.rng_piece = None
 
 
 def sampling_params(rng, body, chat):
@@ -1003,6 +1014,16 @@ class Soak:
         while not self.stop.is_set() and time.monotonic() < self.deadline:
             req = self.pick(rng)
             seq += 1
+            if req.kind != "disconnect_stream" and not req.huge_declared and req.name != "oversize_body":
+                t = rng.random()
+                req.transport = "chunked" if t < 0.04 else "expect" if t < 0.08 else "slow" if t < 0.11 else \
+                    "pipelined" if t < 0.15 and req.kind != "disconnect_wait" else None
+                cuts = [rng.randrange(1, 1 << 20) for _ in range(rng.randint(0, 2))]
+                req.rng_cuts = lambda n, cuts=cuts: [c % n for c in cuts] if n else []
+                sizes = [rng.randint(1, 300) for _ in range(64)]
+                req.rng_piece = itertools.cycle(sizes).__next__
+                with self.stats.lock:
+                    self.stats.count["transport:%s" % req.transport] += 1
             reuse = rng.random() < 0.7
             if conn is not None and (not reuse or not conn.reusable):
                 conn.close()
@@ -1045,26 +1066,19 @@ class Soak:
             return self.oversize(conn, req, where)
         fresh = conn is None
         conn = self.connect(conn)
-        data = build_request(req.method, req.path, req.body, key=req.key)
         try:
-            conn.send(data)
-            if req.kind == "disconnect_wait":
+            st, hd = self.send(conn, req)
+            if st is None:
                 time.sleep(req.disconnect_after)
                 conn.close(req.reset)
                 self.stats.passed("disconnects")
                 return None, "disconnected"
-            st, hd = conn.head()
         except (EOFError, ConnectionError) as e:
             if not fresh and not conn.buf:  # a keep-alive connection the server had closed: once more, fresh
                 conn.close()
                 with self.stats.lock:
                     self.stats.count["stale_keepalive_retries"] += 1
                 return self.one(None, req, where)
-            if req.kind == "invalid" and req.name == "oversize_body":
-                # The server may answer 413 and close while the body is still being sent.
-                self.stats.failed("invalid_status", "%s: connection lost before the 413: %r" % (where, e), req)
-                conn.close()
-                return None, "lost"
             self.stats.failed("valid_complete" if req.kind != "invalid" else "invalid_status",
                               "%s: %r" % (where, e), req)
             conn.close()
@@ -1076,7 +1090,8 @@ class Soak:
         try:
             if req.stream and st == 200:
                 return self.read_stream(conn, req, st, hd, where)
-            body = b"".join(conn.body(st, hd, req.method))
+            body = b"".join(conn.body(st, hd, req.method, req.transport == "pipelined"))
+            self.pipelined_tail(conn, req, hd)
             conn.nothing_more()
         except socket.timeout:
             self.stats.failed("no_hang", "%s: the body stalled for %ds" % (where, self.a.request_timeout), req)
@@ -1092,6 +1107,54 @@ class Soak:
     def drop(self, conn):
         conn.close()
         return None
+
+    def send(self, conn, req):
+        """Sends req the way req.transport says; returns the final (status, headers), or (None, None) for a
+        request that is to be abandoned before its answer (disconnect_wait)."""
+        t = req.transport
+        body = req.body
+        if t == "chunked" and body is not None:  # the body in 1 to 3 chunks, no Content-Length
+            head = build_request(req.method, req.path, None, key=req.key,
+                                 headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+            cuts = sorted(req.rng_cuts(len(body)))
+            pieces = [body[a:b] for a, b in zip([0] + cuts, cuts + [len(body)]) if b > a]
+            data = head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+        else:
+            extra = {"Expect": "100-continue"} if t == "expect" and body is not None else None
+            data = build_request(req.method, req.path, body, key=req.key, headers=extra)
+        if t == "pipelined":
+            data += build_request("GET", "/health", key=None)
+        if t == "expect" and body is not None:
+            at = len(data) - len(body)
+            conn.send(data[:at])
+            r, _, _ = select.select([conn.sock], [], [], 5)
+            if r:
+                st, hd = conn.head(interim=True)
+                if st != 100:  # a final answer without the body (it never goes out: close afterwards)
+                    hd["connection"] = "close"
+                    return st, hd
+            conn.send(data[at:])
+        elif t == "slow":  # in pieces of 1 to 300 bytes, a few ms apart
+            i = 0
+            while i < len(data):
+                n = req.rng_piece()
+                conn.send(data[i:i + n])
+                i += n
+                time.sleep(0.003)
+        else:
+            conn.send(data)
+        if req.kind == "disconnect_wait":
+            return None, None
+        return conn.head()
+
+    def pipelined_tail(self, conn, req, hd):
+        """A pipelined request: GET /health went out right behind req; its answer must follow req's."""
+        if req.transport != "pipelined" or hd.get("connection", "").lower() == "close":
+            return
+        st, hd2 = conn.head()
+        data = b"".join(conn.body(st, hd2, "GET"))
+        if st != 200 or data != b'{"status":"ok"}':
+            raise Failure("the pipelined GET /health got %d %r" % (st, data[:100]))
 
     def oversize(self, conn, req, where):
         """A body over --max-body: the headers first; the server may answer 413 from the Content-Length alone
@@ -1138,13 +1201,14 @@ class Soak:
         sc = StreamCheck(req, where)
         t0 = time.monotonic()
         try:
-            for piece in conn.body(st, hd, req.method):
+            for piece in conn.body(st, hd, req.method, req.transport == "pipelined"):
                 sc.feed(piece)
                 if req.kind == "disconnect_stream" and sc.events >= req.disconnect_after:
                     conn.close(req.reset)
                     self.stats.passed("disconnects")
                     return None, "disconnected"
             res = sc.end()
+            self.pipelined_tail(conn, req, hd)
             conn.nothing_more()
         except socket.timeout:
             self.stats.failed("no_hang", "%s: the stream stalled for %ds" % (where, self.a.request_timeout), req)
@@ -1529,6 +1593,8 @@ def main():
         ("invalid", "%d (%d kinds), %d answered as expected" %
          (c["kind:invalid"], len({r[4] for r in stats.rows if r[3] == "invalid"}), stats.ok["invalid_status"])),
         ("other endpoints", "%d (/health, /v1/models, /metrics, /tokenize, /detokenize)" % c["kind:misc"]),
+        ("transports", "%d chunked bodies, %d Expect: 100-continue, %d sent in pieces, %d with a pipelined GET" %
+         (c["transport:chunked"], c["transport:expect"], c["transport:slow"], c["transport:pipelined"])),
         ("statuses", ", ".join("%s: %d" % kv for kv in sorted(s.items(), key=lambda kv: str(kv[0])))),
         ("429 (in flight > --max-requests)", "%d" % s["429"]),
         ("tokens", "%d generated, %d prompt (in answers read whole); server: %d generated, %d prompt" %
