@@ -441,12 +441,22 @@ def random_tokens(rng, lo=1, hi=48):
     return ids
 
 
-def valid_request(rng, model, stream, kind="valid"):
-    chat = rng.random() < 0.4
+def valid_request(rng, model, stream, kind="valid", max_seqs=4):
+    wide = rng.random() < 0.03  # at the limits: n = --max-seqs, or prompts x n = 64 (more sequences than run)
+    chat = not wide and rng.random() < 0.4
     body = {}
     n = rng.choice([1, 1, 1, 1, 2, 2, 3, 4])
     echo = None
-    if chat:
+    if wide:
+        n = rng.choice([max_seqs, min(max_seqs, 16), 2, 4, 1])
+        k = max(1, min(32, 64 // n))
+        prompts = []
+        for _ in range(k):
+            t = rng.choice(STORY_STARTS[:16])
+            prompts.append((t, model.text_tokens[t]) if rng.random() < 0.5 else ([1, rng.randrange(3, 512)], 2))
+        body["prompt"] = [p for p, _ in prompts]
+        lens = [k for _, k in prompts]
+    elif chat:
         i = rng.randrange(len(CHATS))
         body["messages"] = CHATS[i]
         lens = [model.chat_tokens[i]]
@@ -467,6 +477,8 @@ def valid_request(rng, model, stream, kind="valid"):
             echo = [p if isinstance(p, str) else None for p, _ in prompts]
     r = rng.random()
     max_tokens = rng.randint(1, 32) if r < 0.7 else rng.randint(33, 128) if r < 0.95 else rng.randint(129, 300)
+    if wide:
+        max_tokens = rng.randint(1, 24)
     max_tokens = max(1, min(max_tokens, model.ctx - max(lens)))
     if chat and rng.random() < 0.3:
         body["max_completion_tokens"] = max_tokens
@@ -492,7 +504,7 @@ def valid_request(rng, model, stream, kind="valid"):
     return Req(kind, "POST", PATH["chat" if chat else "completions"], dumps(body), endpoint="chat" if chat else
                "completions", stream=stream, n_choices=len(lens) * n, n=n, max_tokens=max_tokens,
                prompt_tokens=sum(lens), stops=stops, echo=echo, logprobs=logprobs, include_usage=include_usage,
-               name=("chat" if chat else "completions") + ("_stream" if stream else ""))
+               name=("chat" if chat else "completions_wide" if wide else "completions") + ("_stream" if stream else ""))
 
 
 def invalid_request(rng, model, max_seqs):
@@ -998,14 +1010,15 @@ class Soak:
         r -= a.p_det
         if r < a.p_disconnect:
             stream = rng.random() < 0.6
-            req = valid_request(rng, self.model, stream, "disconnect_stream" if stream else "disconnect_wait")
+            req = valid_request(rng, self.model, stream, "disconnect_stream" if stream else "disconnect_wait",
+                                a.max_seqs)
             req.disconnect_after = rng.randint(1, 12) if stream else rng.uniform(0, 0.5)
             req.reset = rng.random() < 0.3
             return req
         r -= a.p_disconnect
         if r < a.p_misc:
             return misc_request(rng, self.model)
-        return valid_request(rng, self.model, rng.random() < 0.5, "valid")
+        return valid_request(rng, self.model, rng.random() < 0.5, "valid", self.a.max_seqs)
 
     def client(self, cid):
         rng = random.Random("%d/%d" % (self.a.seed, cid))
@@ -1581,9 +1594,11 @@ def main():
                                      a.kv_blocks, a.block_size, a.kv_blocks * a.block_size, a.max_seqs,
                                      a.max_requests, a.threads)),
         ("requests", "%d (%.1f req/s)" % (n_req, n_req / load_s if load_s else 0)),
-        ("valid", "%d sent (%d completions, %d chat; %d streaming), %d answered 200 and checked, %d got 429" %
+        ("valid", "%d sent (%d completions, %d chat, %d at the limits of n and prompts x n; %d streaming), "
+                  "%d answered 200 and checked, %d got 429" %
          (c["kind:valid"], c["valid:completions"] + c["valid:completions_stream"],
-          c["valid:chat"] + c["valid:chat_stream"], c["valid:completions_stream"] + c["valid:chat_stream"],
+          c["valid:chat"] + c["valid:chat_stream"], c["valid:completions_wide"] + c["valid:completions_wide_stream"],
+          sum(v for k, v in c.items() if k.startswith("valid:") and k.endswith("_stream")),
           c["status:valid:200"], c["status:valid:429"])),
         ("disconnects", "%d mid-stream (%d streams ended before the k-th event), %d before a non-streaming answer" %
          (c["status:disconnect_stream:disconnected"], c["status:disconnect_stream:200"],

@@ -83,12 +83,15 @@ if [ "$WRITE_RESULTS" -eq 1 ] && [ -s "$OUT/summary.md" ]; then
     cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
     ncpu=$(nproc 2>/dev/null)
     kind=release
-    asan_opts=${ASAN_OPTIONS:-"detect_leaks=1:quarantine_size_mb=16 (the default of soak.py)"}
-    case "$BIN" in */asan/*) kind="ASan+UBSan (make VARIANT=asan)" ;; esac
+    asan_note=""
+    case "$BIN" in */asan/*)
+        kind="ASan+UBSan, make VARIANT=asan"
+        asan_note=" ASAN_OPTIONS ${ASAN_OPTIONS:-"detect_leaks=1:quarantine_size_mb=16 (the default of soak.py)"}."
+        ;;
+    esac
     NOTE="${NOTE_USER:+$NOTE_USER. }Binary: ${BIN#"$ROOT"/} ($kind), repository at run time ${tree:-unknown}; \
 model $(basename "$MODEL"). Machine: $cpu, $ncpu CPUs (lscpu). Load average (1/5/15 min) $load0 at the start, \
-$load1 at the end. ASAN_OPTIONS $asan_opts. \
-Exit status $rc. Files: ${OUT#"$ROOT"/}."
+$load1 at the end.$asan_note Exit status $rc. Files: ${OUT#"$ROOT"/}."
     results_append "$RESULTS" Soak "Measured by bench/soak.sh (see bench/README.md); newest last." "$start" \
         "$CMDLINE" "$NOTE" "$OUT/summary.md" "$OUT/block.md" || die "cannot update $RESULTS"
     echo "soak.sh: appended to $RESULTS" >&2
