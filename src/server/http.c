@@ -56,6 +56,13 @@ struct http_conn {
     uint64_t drained;
 };
 
+static const char oom_body[] =
+    "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+
+/* The state of every request whose own could not be allocated: its body is drained and it gets a static
+ * 500 (never written to, so one object serves any number of connections). */
+static struct http_conn oom_conn;
+
 /* A streaming response's context, owned by the MHD response. */
 struct stream_wrap {
     struct http_conn *conn;
@@ -159,17 +166,18 @@ static void free_response_parts(struct http_response *r) {
 
 static enum MHD_Result send_response(struct http_conn *c, struct http_response *r) {
     struct MHD_Response *resp = NULL;
+    struct stream_wrap *w = r->fill ? ci_calloc(1, sizeof *w) : NULL;
+    if (r->fill && !w) { // no stream: the client gets a 500 rather than a closed connection
+        free_response_parts(r);
+        *r = (struct http_response){.status = 500, .static_body = oom_body};
+    }
     if (r->fill) {
-        struct stream_wrap *w = ci_calloc(1, sizeof *w);
-        if (w) {
-            *w = (struct stream_wrap){c, r->fill, r->fill_ctx, r->fill_free};
-            resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, w,
-                                                     stream_free);
-            if (!resp)
-                ci_free(w);
-            else
-                r->fill = NULL; // owned by the response now
-        }
+        *w = (struct stream_wrap){c, r->fill, r->fill_ctx, r->fill_free};
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, w, stream_free);
+        if (!resp)
+            ci_free(w);
+        else
+            r->fill = NULL; // owned by the response now
     } else if (r->body) {
         resp = MHD_create_response_from_buffer_with_free_callback(r->body_len, r->body, ci_free);
         if (resp)
@@ -189,13 +197,24 @@ static enum MHD_Result send_response(struct http_conn *c, struct http_response *
     return ok;
 }
 
+/* The 500 of a request that has no struct http_conn. */
+static enum MHD_Result send_oom(struct http_server *s, struct MHD_Connection *mc) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        sizeof oom_body - 1, (void *)(uintptr_t)oom_body, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    add_headers(s, resp, &(struct http_response){.status = 500});
+    enum MHD_Result ok = MHD_queue_response(mc, 500, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
 static enum MHD_Result send_error(struct http_conn *c, const struct openai_error *e, const char *allow) {
     struct http_response r = {.status = e->status, .allow = allow};
     r.body = openai_error_json(e, &r.body_len);
     if (!r.body) {
         r.status = 500;
-        r.static_body = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
-                        "\"code\":null}}";
+        r.static_body = oom_body;
     }
     return send_response(c, &r);
 }
@@ -255,9 +274,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     (void)version;
     struct http_server *s = cls;
     struct http_conn *c = *con_cls;
+    if (c == &oom_conn) { // drain the body, then answer 500 (an early answer could meet a reset)
+        if (*upload_data_size > 0) {
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        return send_oom(s, mc);
+    }
     if (!c) {
-        if (!(c = ci_calloc(1, sizeof *c)))
-            return MHD_NO;
+        if (!(c = ci_calloc(1, sizeof *c))) {
+            *con_cls = &oom_conn;
+            return MHD_YES;
+        }
         c->srv = s;
         c->mc = mc;
         *con_cls = c;
@@ -305,7 +333,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     (void)toe;
     struct http_server *s = cls;
     struct http_conn *c = *con_cls;
-    if (!c)
+    *con_cls = NULL;
+    if (!c || c == &oom_conn)
         return;
     atomic_fetch_sub(&s->n_active, 1);
     ci_free(c->body);
