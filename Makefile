@@ -27,14 +27,19 @@ LIB_SRC  := $(sort $(wildcard src/core/*.c src/kernels/*.c src/tokenizer/*.c src
 CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
+SRV_SRC  := $(sort $(wildcard src/server/*.c))
+
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(B)/%.o)
+SRV_OBJ  := $(SRV_SRC:%.c=$(B)/%.o)
 # The web UI page is compiled into the binary as a C array generated from src/server/webui.html.
 ifneq ($(wildcard src/server/webui.html),)
 CLI_OBJ  += $(B)/gen/webui_data.o
 endif
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 LIB      := $(B)/libcinfer.a
+# The server's objects again, as an archive the unit tests link (tests/unit/test_faults.c serves in-process).
+SRV_LIB  := $(B)/libcinfer_server.a
 BIN      := $(B)/cinfer
 
 .PHONY: all test test-fast asan demo deps format format-check clean bench
@@ -59,12 +64,16 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+$(SRV_LIB): $(SRV_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
-$(B)/tests/%: tests/unit/%.c $(LIB)
+$(B)/tests/%: tests/unit/%.c $(SRV_LIB) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(SRV_LIB) $(LIB) $(LDLIBS)
 
 deps:
 	@scripts/deps.sh

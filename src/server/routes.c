@@ -315,7 +315,7 @@ static bool gen_pump(struct gen *g, int64_t wait_ns) {
             enum cinfer_status s = cinfer_stream_next(g->streams[c->stream], c->sample, &ev, 0);
             if (s == CINFER_ERR_BUSY)
                 break;
-            if (s == CINFER_ERR_NOMEM) // joining an event's text pieces
+            if (s == CINFER_ERR_NOMEM) // joining an event's text pieces: the event is lost
                 return false;
             if (s != CINFER_OK) { // the stream is over without a final event (cannot happen)
                 struct cinfer_event end = {.kind = CINFER_EVENT_ERROR, .text = "stream failed", .len = 13};
@@ -335,7 +335,7 @@ static bool gen_pump(struct gen *g, int64_t wait_ns) {
     enum cinfer_status s = cinfer_stream_next(g->streams[c->stream], c->sample, &ev, wait_ns);
     if (s == CINFER_OK)
         return on_event(g, first_open, &ev);
-    return true;
+    return s != CINFER_ERR_NOMEM; // the event is lost: the request fails
 }
 
 /* Streaming: the chunks that open every choice (chat: the assistant role; completions: the echo). */
