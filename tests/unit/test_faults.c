@@ -6,7 +6,8 @@
  * message and leave ci_mem_in_use() where it was (LeakSanitizer checks the rest under make asan); a run that
  * absorbs a failure (a fallback) must still give the right result.  A request under a failure must get the
  * normal 200 or a well-formed OpenAI error (a 500 "out of memory" JSON body, or an SSE error event then
- * [DONE]), never a hang, a crash or a cut body, and the next request must succeed.  Prints PASS/FAIL lines. */
+ * [DONE]), never a hang, a crash or a cut body, and the next request must succeed.  Prints PASS/FAIL lines.
+ */
 #include "test.h"
 
 #include <cjson/cJSON.h>
@@ -146,7 +147,8 @@ TEST(model_load_llama2c_and_tokenizer_bin) {
 
 /* ---- tokenizer build and encode ------------------------------------------------------------------------ */
 
-static const char sample_text[] = "Hello world!  It's 2024: naïve café, 日本語 and emoji 🦙\n\tdon't   stop.";
+static const char sample_text[] =
+    "Hello world!  It's 2024: naïve café, 日本語 and emoji 🦙\n\tdon't   stop.";
 
 struct tok_ctx {
     struct gguf *g;
@@ -169,8 +171,9 @@ static bool tok_build_check(void *p, bool absorbed) {
     int32_t *ids = NULL;
     int n = 0;
     struct ci_err err = {0};
-    bool ok = tokenizer_encode(c->t, sample_text, strlen(sample_text), false, true, &ids, &n, &err) == CI_OK &&
-              n == c->n_want && memcmp(ids, c->want, (size_t)n * sizeof *ids) == 0;
+    bool ok =
+        tokenizer_encode(c->t, sample_text, strlen(sample_text), false, true, &ids, &n, &err) == CI_OK &&
+        n == c->n_want && memcmp(ids, c->want, (size_t)n * sizeof *ids) == 0;
     ci_free(ids);
     // A build that absorbed a failure lost a PCRE2 JIT compilation: its encoder runs the interpreter, whose
     // backtracking frames come from the heap.  Fail those allocations too.
@@ -214,7 +217,8 @@ static void tokenizer_faults(const char *vocab, enum tokenizer_type want_type) {
     }
     int32_t *ids = NULL;
     if (tokenizer_from_gguf(c.g, &c.t, &err) != CI_OK ||
-        tokenizer_encode(c.t, sample_text, strlen(sample_text), false, true, &ids, &c.n_want, &err) != CI_OK) {
+        tokenizer_encode(c.t, sample_text, strlen(sample_text), false, true, &ids, &c.n_want, &err) !=
+            CI_OK) {
         TEST_FAILF("%s: %s", vocab, err.msg);
         tokenizer_free(c.t);
         gguf_free(c.g);
@@ -352,14 +356,13 @@ static long post(int port, const char *path, const char *body, struct body *out,
     return status;
 }
 
-/* {"error":{"message": non-empty string, "type": string, "param", "code"}} */
-static bool error_shape(const cJSON *j, bool want_oom) {
+/* {"error":{"message": "...out of memory...", "type": string, "param", "code"}} */
+static bool error_shape(const cJSON *j) {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
-    return cJSON_IsObject(e) && cJSON_IsString(msg) && msg->valuestring[0] && cJSON_IsString(type) &&
-           cJSON_HasObjectItem(e, "param") && cJSON_HasObjectItem(e, "code") &&
-           (!want_oom || strstr(msg->valuestring, "out of memory"));
+    return cJSON_IsObject(e) && cJSON_IsString(msg) && strstr(msg->valuestring, "out of memory") &&
+           cJSON_IsString(type) && cJSON_HasObjectItem(e, "param") && cJSON_HasObjectItem(e, "code");
 }
 
 enum req_kind { REQ_COMPLETION, REQ_COMPLETION_STREAM, REQ_CHAT, REQ_CHAT_STREAM, REQ_TOKENIZE };
@@ -373,7 +376,8 @@ struct req {
 static bool ok_body(const struct req *r, const char *data, int *errors, char *why, size_t why_cap) {
     *errors = 0;
     if (r->kind == REQ_COMPLETION_STREAM || r->kind == REQ_CHAT_STREAM) {
-        // Events: "data: {json}\n\n" ..., the last one "data: [DONE]\n\n"; a JSON event is a chunk or an error.
+        // Events: "data: {json}\n\n" ..., the last one "data: [DONE]\n\n"; a JSON event is a chunk or an
+        // error.
         const char *p = data;
         int chunks = 0;
         bool done = false;
@@ -392,7 +396,7 @@ static bool ok_body(const struct req *r, const char *data, int *errors, char *wh
             } else {
                 cJSON *j = cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6));
                 bool chunk = j && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "choices"));
-                bool err = j && error_shape(j, false);
+                bool err = j && error_shape(j);
                 cJSON_Delete(j);
                 if (!chunk && !err) {
                     snprintf(why, why_cap, "event at byte %td is neither a chunk nor an error", p - data);
@@ -424,6 +428,40 @@ static bool ok_body(const struct req *r, const char *data, int *errors, char *wh
     return ok;
 }
 
+static void append(char *out, size_t cap, const char *s) {
+    size_t n = strlen(out);
+    snprintf(out + n, cap - n, "%s", s);
+}
+
+/* The answer of a complete 200 body, to compare with an unarmed run's (all generation requests are
+ * greedy): choice 0's text (streams: its pieces joined), or the token list. */
+static void answer(const struct req *r, const char *data, char *out, size_t cap) {
+    out[0] = '\0';
+    bool stream = r->kind == REQ_COMPLETION_STREAM || r->kind == REQ_CHAT_STREAM;
+    bool chat = r->kind == REQ_CHAT || r->kind == REQ_CHAT_STREAM;
+    for (const char *p = data; *p;) {
+        const char *json = stream ? p + 6 : p, *end = stream ? strstr(p, "\n\n") : p + strlen(p);
+        if (!end || (stream && strncmp(p, "data: ", 6) != 0))
+            return;
+        cJSON *j = cJSON_ParseWithLength(json, (size_t)(end - json));
+        if (r->kind == REQ_TOKENIZE) {
+            char *t = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "tokens"));
+            append(out, cap, t ? t : "");
+            cJSON_free(t);
+        }
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(j, "choices")) {
+            const cJSON *index = cJSON_GetObjectItemCaseSensitive(c, "index");
+            const cJSON *in = chat ? cJSON_GetObjectItemCaseSensitive(c, stream ? "delta" : "message") : c;
+            const cJSON *text = cJSON_GetObjectItemCaseSensitive(in, chat ? "content" : "text");
+            if (cJSON_IsNumber(index) && index->valueint == 0 && cJSON_IsString(text))
+                append(out, cap, text->valuestring);
+        }
+        cJSON_Delete(j);
+        p = stream ? end + 2 : end;
+    }
+}
+
 /* Waits until the bytes in use are back to before (the connection and the request freed on every thread):
  * every allocation of the request has happened by then.  False after 20 s. */
 static bool settle(size_t before) {
@@ -436,8 +474,9 @@ static bool settle(size_t before) {
 }
 
 /* One request with allocation n failing (0: none).  Returns false when the answer is wrong; *fired tells
- * whether the failure happened. */
-static bool one_request(int port, const struct req *r, uint64_t n, bool *fired, int *n_errors) {
+ * whether the failure happened.  A complete answer must be want (when not NULL); it is left in got. */
+static bool one_request(int port, const struct req *r, uint64_t n, bool *fired, int *n_errors,
+                        const char *want, char *got, size_t got_cap) {
     size_t before = ci_mem_in_use();
     struct body b = {0};
     char why[256] = "";
@@ -449,13 +488,21 @@ static bool one_request(int port, const struct req *r, uint64_t n, bool *fired, 
     *fired = n && ci_mem_fail_fired();
     bool ok = false;
     int errors = 0;
+    got[0] = '\0';
     if (st == 200) {
         ok = ok_body(r, b.data ? b.data : "", &errors, why, sizeof why);
         *n_errors += errors > 0;
+        if (ok && errors == 0) {
+            answer(r, b.data, got, got_cap);
+            if (want && strcmp(got, want) != 0) {
+                ok = false;
+                snprintf(why, sizeof why, "answer '%.80s', want '%.80s'", got, want);
+            }
+        }
     } else if (st >= 500) {
         // A failure of ours: only an out-of-memory error, well formed.
         cJSON *j = cJSON_Parse(b.data ? b.data : "");
-        ok = j && error_shape(j, true);
+        ok = j && error_shape(j);
         cJSON_Delete(j);
         *n_errors += 1;
         if (!ok)
@@ -481,22 +528,24 @@ static bool one_request(int port, const struct req *r, uint64_t n, bool *fired, 
 
 TEST(server_requests) {
     static const struct req reqs[] = {
-        {"completion", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":4}", REQ_COMPLETION},
+        {"completion", "/v1/completions",
+         "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}", REQ_COMPLETION},
         {"completion, n = 2, with logprobs, echo and stop", "/v1/completions",
          "{\"prompt\":\"Once upon a time\",\"n\":2,\"max_tokens\":3,\"logprobs\":2,\"echo\":true,"
-         "\"stop\":[\"zz\"]}",
+         "\"stop\":[\"zz\"],\"temperature\":0}",
          REQ_COMPLETION},
         {"streaming completion of 2 prompts", "/v1/completions",
          "{\"prompt\":[\"Once upon a time\",[1,403,407]],\"max_tokens\":4,\"stream\":true,\"stream_options\":"
-         "{\"include_usage\":true}}",
+         "{\"include_usage\":true},\"temperature\":0}",
          REQ_COMPLETION_STREAM},
         {"chat", "/v1/chat/completions",
-         "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}],"
-         "\"max_tokens\":4}",
+         "{\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+         "brief.\"},{\"role\":\"user\",\"content\":\"Hi\"}],"
+         "\"max_tokens\":4,\"temperature\":0}",
          REQ_CHAT},
         {"streaming chat with logprobs", "/v1/chat/completions",
          "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4,\"stream\":true,"
-         "\"logprobs\":true,\"top_logprobs\":2}",
+         "\"logprobs\":true,\"top_logprobs\":2,\"temperature\":0}",
          REQ_CHAT_STREAM},
         {"tokenize", "/tokenize", "{\"prompt\":\"Once upon a time\"}", REQ_TOKENIZE},
     };
@@ -515,7 +564,8 @@ TEST(server_requests) {
     int n_routes = 0;
     const struct http_route *table = routes_table(&n_routes);
     struct http_options ho = {"127.0.0.1", 0, NULL, 16, 60, 1 << 20, NULL};
-    if (cinfer_model_load(test_model_path(path, sizeof path, "stories260K.gguf"), NULL, &m, &ce) != CINFER_OK ||
+    if (cinfer_model_load(test_model_path(path, sizeof path, "stories260K.gguf"), NULL, &m, &ce) !=
+            CINFER_OK ||
         cinfer_engine_create(m, &eo, &e, &ce) != CINFER_OK || cinfer_engine_start(e, &ce) != CINFER_OK) {
         TEST_FAILF("model and engine: %s", ce.message);
         goto done;
@@ -532,12 +582,17 @@ TEST(server_requests) {
         const struct req *r = &reqs[k];
         bool fired = false;
         int n_errors = 0, dummy = 0;
+        char want[1024], got[1024];
+        if (!one_request(port, r, 0, &fired, &dummy, NULL, want, sizeof want) || !want[0]) {
+            TEST_FAILF("%s: no answer", r->name);
+            continue;
+        }
         uint64_t n = 1;
         for (; n <= MAX_N; n++) {
-            bool ok = one_request(port, r, n, &fired, &n_errors);
+            bool ok = one_request(port, r, n, &fired, &n_errors, want, got, sizeof got);
             // Whatever happened, the server goes on serving.
             bool dummy_fired;
-            if (!one_request(port, r, 0, &dummy_fired, &dummy) || !ok)
+            if (!one_request(port, r, 0, &dummy_fired, &dummy, want, got, sizeof got) || !ok)
                 break;
             if (!fired)
                 break;
