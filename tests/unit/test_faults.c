@@ -51,6 +51,7 @@ static uint64_t fault_loop(const char *what, const struct fault_op *op) {
         enum ci_status s = op->run(op->ctx, &err);
         ci_mem_fail_after(0);
         bool fired = ci_mem_fail_fired();
+        uint64_t count = ci_mem_alloc_count();
         if (s == CI_OK) {
             if (!op->check(op->ctx, fired))
                 TEST_FAILF("%s, allocation %llu failing: succeeded with a wrong result", what,
@@ -70,6 +71,10 @@ static uint64_t fault_loop(const char *what, const struct fault_op *op) {
             break;
         }
         if (!fired) {
+            // A complete run made every allocation of the operation, and each failed once before.
+            if (count != n - 1)
+                TEST_FAILF("%s: %llu allocations in the complete run, %llu in the failing ones", what,
+                           (unsigned long long)count, (unsigned long long)(n - 1));
             if (fault_depth == 1)
                 printf("note: %s: %llu allocations, each failed once (%d absorbed by a fallback)\n", what,
                        (unsigned long long)(n - 1), absorbed);
