@@ -1,7 +1,9 @@
 # cinfer — one plain Makefile.  Variants build out of tree in build/<variant>.
 #   make            release build of build/release/cinfer
 #   make test       install missing Debian packages, build, run every test
-#   make asan       ASan+UBSan build, then the fast test subset under it
+#   make asan       ASan+UBSan build (build/asan), then every test under it (LeakSanitizer on)
+#   make tsan       ThreadSanitizer build (build/tsan), then the engine, queue, scheduler, thread pool and
+#                   server tests under it (tests/tsan.supp: reports from uninstrumented libraries only)
 #   make demo       the README's quick start: deps, build, synth a model, run it
 #   make format / format-check
 
@@ -14,9 +16,11 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototyp
 CFLAGS_release := -O2 -g -D_FORTIFY_SOURCE=2
 CFLAGS_asan    := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
                   -DCI_DEBUG_CHECKS=1
+CFLAGS_tsan    := -O1 -g -fsanitize=thread -fno-omit-frame-pointer -DCI_DEBUG_CHECKS=1
 CFLAGS_debug   := -O0 -g -DCI_DEBUG_CHECKS=1
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS_$(VARIANT)) -Iinclude -Isrc -MMD -MP
 LDFLAGS_asan := -fsanitize=address,undefined
+LDFLAGS_tsan := -fsanitize=thread
 LDFLAGS := $(LDFLAGS_$(VARIANT))
 LDLIBS  := -lpcre2-8 -lmicrohttpd -lcjson -lcurl -lpthread -lm
 
@@ -27,17 +31,22 @@ LIB_SRC  := $(sort $(wildcard src/core/*.c src/kernels/*.c src/tokenizer/*.c src
 CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
+SRV_SRC  := $(sort $(wildcard src/server/*.c))
+
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(B)/%.o)
+SRV_OBJ  := $(SRV_SRC:%.c=$(B)/%.o)
 # The web UI page is compiled into the binary as a C array generated from src/server/webui.html.
 ifneq ($(wildcard src/server/webui.html),)
 CLI_OBJ  += $(B)/gen/webui_data.o
 endif
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 LIB      := $(B)/libcinfer.a
+# The server's objects again, as an archive the unit tests link (tests/unit/test_faults.c serves in-process).
+SRV_LIB  := $(B)/libcinfer_server.a
 BIN      := $(B)/cinfer
 
-.PHONY: all test test-fast asan demo deps format format-check clean bench
+.PHONY: all test test-fast test-full asan tsan demo deps format format-check clean bench
 all: $(BIN) $(TEST_BIN)
 
 $(B)/%_avx2.o: %_avx2.c
@@ -59,12 +68,16 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
+$(SRV_LIB): $(SRV_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
-$(B)/tests/%: tests/unit/%.c $(LIB)
+$(B)/tests/%: tests/unit/%.c $(SRV_LIB) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(SRV_LIB) $(LIB) $(LDLIBS)
 
 deps:
 	@scripts/deps.sh
@@ -76,8 +89,16 @@ test: deps
 test-fast: all
 	tests/run.sh $(B) fast
 
+test-full: all
+	tests/run.sh $(B) full
+
+# tests/run.sh sets the sanitizer options: every report is fatal and fails the test that produced it.
 asan: deps
-	$(MAKE) VARIANT=asan test-fast
+	$(MAKE) VARIANT=asan test-full
+
+tsan: deps
+	$(MAKE) VARIANT=tsan all
+	tests/run.sh build/tsan tsan
 
 demo: deps
 	$(MAKE) $(BIN)

@@ -215,7 +215,9 @@ struct cinfer_event {
     int n_top;
 };
 /* Waits up to timeout_ns (< 0: forever) for sample's next event; text stays valid until the next call.
- * CINFER_ERR_BUSY on timeout; CINFER_ERR_CANCELLED after the final event was returned. */
+ * CINFER_ERR_BUSY on timeout; CINFER_ERR_CANCELLED after the final event was returned.  CINFER_ERR_NOMEM
+ * when an event's text (longer than a few hundred bytes) could not be joined: that event is lost, so the
+ * caller should cancel the stream and fail the request. */
 CINFER_API enum cinfer_status cinfer_stream_next(struct cinfer_stream *s, int sample, struct cinfer_event *ev,
                                                  int64_t timeout_ns);
 CINFER_API void cinfer_stream_cancel(struct cinfer_stream *s);

@@ -240,7 +240,8 @@ int cmd_serve(int argc, char **argv) {
     while (sigwait(&wait_signals, &sig) != 0 || (sig != SIGUSR1 && sig != SIGINT && sig != SIGTERM))
         ;
     if (sig != SIGUSR1) {
-        // The loader still runs and owns ld: leave both to the process exit.
+        // The loader still runs and owns ld: leave both to the process exit (detached: nobody joins it).
+        pthread_detach(loader_thread);
         fprintf(stderr, "cinfer serve: %s while loading the model: stopped\n",
                 sig == SIGINT ? "SIGINT" : "SIGTERM");
         http_server_free(http);

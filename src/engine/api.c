@@ -273,6 +273,8 @@ struct cinfer_engine {
     struct engine *e;
 };
 
+#define STREAM_TEXT_CAP 256 // bytes of one event's text cinfer_stream_next joins without allocating
+
 struct cinfer_stream {
     struct engine_request *r;
     int n_tokens[64]; // TOKEN events returned per sample (the row of their logprobs)
@@ -389,12 +391,20 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.logprobs = o->logprobs;
     rp.sampling.logit_bias = (const struct sampling_logit_bias *)o->logit_bias;
     rp.sampling.n_logit_bias = o->n_logit_bias;
+    // The text buffer is allocated here, at admission: an event's text joins into it without allocating
+    // unless it is longer than STREAM_TEXT_CAP (cinfer_stream_next's CINFER_ERR_NOMEM).
     struct cinfer_stream *s = ci_calloc(1, sizeof *s);
-    if (!s) {
+    char *text = ci_malloc(STREAM_TEXT_CAP);
+    if (!s || !text) {
+        ci_free(s);
+        ci_free(text);
         ci_err_set(&ce, CI_ERR_NOMEM, "out of memory");
         return fail(err, &ce);
     }
+    s->text = text;
+    s->cap = STREAM_TEXT_CAP;
     if (engine_submit(e->e, &rp, &s->r, &ce) != CI_OK) {
+        ci_free(s->text);
         ci_free(s);
         return fail(err, &ce);
     }

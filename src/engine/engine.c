@@ -296,7 +296,7 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
 nomem:
     s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
 fail:
-    for (int i = 0; i < r->n; i++)
+    for (int i = 0; r->ch && i < r->n; i++) // r->ch is NULL when its allocation failed
         if (r->ch[i]) {
             ci_channel_release(r->ch[i], CI_CHANNEL_PRODUCER);
             ci_channel_release(r->ch[i], CI_CHANNEL_CONSUMER);
@@ -474,8 +474,9 @@ static void drain_queue(struct engine *e) {
             struct eseq *qs[MAX_SAMPLES];
             if (e->st.n_running + e->st.n_waiting + r->n > e->cap)
                 s = ci_err_set(&err, CI_ERR_BUSY, "the engine tracks %d sequences at most", e->cap);
-            for (; s == CI_OK && made < r->n; made++)
-                s = seq_create(e, r, made, &qs[made], &err);
+            while (s == CI_OK && made < r->n) // qs[made] exists only when its seq_create succeeded
+                if ((s = seq_create(e, r, made, &qs[made], &err)) == CI_OK)
+                    made++;
             if (s != CI_OK) {
                 for (int j = 0; j < made; j++)
                     seq_destroy(qs[j]);

@@ -96,7 +96,7 @@ enum ci_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
     pool->scratch = ci_malloc((size_t)p->n_blocks * sizeof *pool->scratch);
     pool->parked = ci_calloc((size_t)p->n_blocks, sizeof *pool->parked);
     if (!pool->mem || !pool->refcount || !pool->free_stack || !pool->scratch || !pool->parked) {
-        st = ci_err_set(err, CI_ERR_NOMEM, "KV pool: cannot allocate %zu bytes for %d blocks", total,
+        st = ci_err_set(err, CI_ERR_NOMEM, "KV pool: out of memory for %zu bytes (%d blocks)", total,
                         p->n_blocks);
         goto fail;
     }
@@ -314,7 +314,7 @@ enum ci_status kv_seq_init(struct kv_seq_blocks *seq, int max_blocks, struct ci_
     // At least one element, so an empty table still has a valid (freeable) pointer.
     seq->ids = ci_malloc((size_t)(max_blocks > 0 ? max_blocks : 1) * sizeof *seq->ids);
     if (!seq->ids)
-        return ci_err_set(err, CI_ERR_NOMEM, "block table: cannot allocate %d entries", max_blocks);
+        return ci_err_set(err, CI_ERR_NOMEM, "block table: out of memory for %d entries", max_blocks);
     seq->cap = max_blocks;
     return CI_OK;
 }

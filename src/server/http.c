@@ -71,7 +71,7 @@ struct http_server {
     pthread_mutex_t lock; // socks, and each sock's fields
     struct http_sock *socks;
     int n_socks;
-    struct pollfd *watch; // [watch_cap] the watchdog's poll set
+    struct pollfd *watch; // [watch_cap = max_connections] the watchdog's poll set
     int watch_cap;
     pthread_t watchdog;
     bool watchdog_started;
@@ -99,6 +99,13 @@ struct http_conn {
     void *poll_ctx;
     void (*poll_free)(void *ctx);
 };
+
+static const char oom_body[] =
+    "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+
+/* The state of every request whose own could not be allocated: its body is drained and it gets a static
+ * 500 (never written to, so one object serves any number of connections). */
+static struct http_conn oom_conn;
 
 /* A streaming response's context, owned by the MHD response. */
 struct stream_wrap {
@@ -213,14 +220,6 @@ static struct http_sock *sock_of(struct MHD_Connection *mc) {
 /* One pass: deadlines, then the hang-ups of sleeping requests (s->lock held). */
 static void watch_once(struct http_server *s) {
     int64_t now = ci_now_ns();
-    if (s->n_socks > s->watch_cap) {
-        int cap = s->n_socks * 2;
-        struct pollfd *grown = ci_realloc(s->watch, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return; // try again next time
-        s->watch = grown;
-        s->watch_cap = cap;
-    }
     int n = 0;
     for (struct http_sock *k = s->socks; k; k = k->next) {
         if (k->deadline_ns && now > k->deadline_ns) {
@@ -231,14 +230,14 @@ static void watch_once(struct http_server *s) {
             CI_LOG_DEBUG("http: closed a connection that sent no complete request in %d s",
                          s->o.request_timeout_s);
         }
-        if (k->req && !atomic_load(&k->req->gone))
+        if (k->req && !atomic_load(&k->req->gone) && n < s->watch_cap)
             s->watch[n++] = (struct pollfd){.fd = k->fd, .events = POLLRDHUP};
     }
     if (n == 0 || poll(s->watch, (nfds_t)n, 0) <= 0)
         return;
     int i = 0;
     for (struct http_sock *k = s->socks; k && i < n; k = k->next) {
-        if (!k->req || atomic_load(&k->req->gone))
+        if (!k->req || atomic_load(&k->req->gone) || s->watch[i].fd != k->fd)
             continue;
         if (s->watch[i++].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
             atomic_store(&k->req->gone, true);
@@ -377,17 +376,18 @@ static void free_response_parts(struct http_response *r) {
 
 static enum MHD_Result send_response(struct http_conn *c, struct http_response *r) {
     struct MHD_Response *resp = NULL;
+    struct stream_wrap *w = r->fill ? ci_calloc(1, sizeof *w) : NULL;
+    if (r->fill && !w) { // no stream: the client gets a 500 rather than a closed connection
+        free_response_parts(r);
+        *r = (struct http_response){.status = 500, .static_body = oom_body};
+    }
     if (r->fill) {
-        struct stream_wrap *w = ci_calloc(1, sizeof *w);
-        if (w) {
-            *w = (struct stream_wrap){c, r->fill, r->fill_ctx, r->fill_free};
-            resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, w,
-                                                     stream_free);
-            if (!resp)
-                ci_free(w);
-            else
-                r->fill = NULL; // owned by the response now
-        }
+        *w = (struct stream_wrap){c, r->fill, r->fill_ctx, r->fill_free};
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, w, stream_free);
+        if (!resp)
+            ci_free(w);
+        else
+            r->fill = NULL; // owned by the response now
     } else if (r->body) {
         resp = MHD_create_response_from_buffer_with_free_callback(r->body_len, r->body, ci_free);
         if (resp)
@@ -407,13 +407,24 @@ static enum MHD_Result send_response(struct http_conn *c, struct http_response *
     return ok;
 }
 
+/* The 500 of a request that has no struct http_conn. */
+static enum MHD_Result send_oom(struct http_server *s, struct MHD_Connection *mc) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        sizeof oom_body - 1, (void *)(uintptr_t)oom_body, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    add_headers(s, resp, &(struct http_response){.status = 500});
+    enum MHD_Result ok = MHD_queue_response(mc, 500, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
 static enum MHD_Result send_error(struct http_conn *c, const struct openai_error *e, const char *allow) {
     struct http_response r = {.status = e->status, .allow = allow};
     r.body = openai_error_json(e, &r.body_len);
     if (!r.body) {
         r.status = 500;
-        r.static_body = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
-                        "\"code\":null}}";
+        r.static_body = oom_body;
     }
     return send_response(c, &r);
 }
@@ -489,12 +500,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     (void)version;
     struct http_server *s = cls;
     struct http_conn *c = *con_cls;
+    if (c == &oom_conn) { // drain the body, then answer 500 (an early answer could meet a reset)
+        if (*upload_data_size > 0) {
+            *upload_data_size = 0;
+            return MHD_YES;
+        }
+        return send_oom(s, mc);
+    }
     if (!c) {
-        if (!(c = ci_calloc(1, sizeof *c)))
-            return MHD_NO;
-        if (!(c->w = waker_new(mc))) {
+        if (!(c = ci_calloc(1, sizeof *c)) || !(c->w = waker_new(mc))) {
             ci_free(c);
-            return MHD_NO;
+            *con_cls = &oom_conn;
+            return MHD_YES;
         }
         c->srv = s;
         c->mc = mc;
@@ -567,7 +584,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     (void)toe;
     struct http_server *s = cls;
     struct http_conn *c = *con_cls;
-    if (!c)
+    *con_cls = NULL;
+    if (!c || c == &oom_conn)
         return;
     // From now on a wake does nothing: the connection may go on to its next request, or close.
     pthread_mutex_lock(&c->w->lock);
@@ -645,6 +663,11 @@ enum ci_status http_server_start(const struct http_options *o, const struct http
     }
     s->o.api_key = s->api_key;
     s->o.allow_origin = s->allow_origin;
+    s->watch_cap = o->max_connections; // libmicrohttpd never holds more sockets
+    if (!(s->watch = ci_calloc((size_t)s->watch_cap, sizeof *s->watch))) {
+        st = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     char port[16];
     snprintf(port, sizeof port, "%d", o->port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};

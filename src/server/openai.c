@@ -14,8 +14,15 @@
 #include "server/json_check.h"
 #include "server/sse.h"
 
+/* cJSON_Parse answers NULL both for bad JSON and when out of memory: this thread's allocation failures tell
+ * them apart (parse_root). */
+static _Thread_local bool json_nomem;
+
 static void *json_malloc(size_t n) {
-    return ci_malloc(n);
+    void *p = ci_malloc(n);
+    if (!p)
+        json_nomem = true;
+    return p;
 }
 
 void openai_init(void) {
@@ -171,7 +178,10 @@ static enum ci_status parse_root(const char *body, size_t len, cJSON **out, stru
         return bad(err, NULL, "the request body holds a NUL byte");
     const char *end = NULL;
     // len + 1 takes in the NUL, so trailing garbage after the value is rejected.
+    json_nomem = false;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len + 1, &end, true);
+    if (!root && json_nomem)
+        return nomem(err);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
         return bad(err, NULL, "the request body is not valid JSON (near byte %zu)", at);

@@ -44,6 +44,9 @@ struct routes {
 
 static const char oom_body[] =
     "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+// A stream's end when out of memory: whole events are queued or none (sse.h), so this always follows one.
+static const char oom_events[] = "data: {\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                 "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n";
 
 static void respond_error(struct http_response *res, const struct openai_error *e) {
     res->status = e->status;
@@ -146,6 +149,8 @@ struct gen {
     char id[48];
     long long created;
     struct sse_buf out;
+    size_t oom_off;           // streaming, out of memory: bytes of oom_events sent (after out's)
+    bool oom;                 // streaming: out of memory, the stream ends with oom_events
     bool begun, ended;        // streaming: the opening chunks were written; [DONE] was written
     bool counted;             // holds one of the max_requests slots
     struct http_waker *waker; // the engine wakes the connection through it when an event is ready
@@ -155,8 +160,8 @@ static void gen_free(void *ctx) {
     struct gen *g = ctx;
     if (!g)
         return;
-    for (int i = 0; i < g->n_streams; i++)
-        cinfer_stream_release(g->streams[i]); // detaches the waker first
+    for (int i = 0; g->streams && i < g->n_streams; i++) // streams is NULL when its allocation failed
+        cinfer_stream_release(g->streams[i]);            // detaches the waker first
     http_waker_release(g->waker);
     for (int i = 0; g->echo && i < g->n_streams; i++)
         ci_free(g->echo[i]);
@@ -248,8 +253,7 @@ static bool emit_error(struct gen *g, const char *message) {
     struct openai_error e;
     openai_error_set(&e, 500, NULL, NULL, "%s", message);
     char *json = openai_error_json(&e, NULL);
-    bool ok = json && sse_buf_append(&g->out, "data: ", 6) && sse_buf_append(&g->out, json, strlen(json)) &&
-              sse_buf_append(&g->out, "\n\n", 2);
+    bool ok = json && sse_buf_data(&g->out, json, strlen(json));
     ci_free(json);
     return ok;
 }
@@ -312,7 +316,9 @@ static bool gen_pump(struct gen *g, bool *progress) {
             if (s == CINFER_ERR_BUSY)
                 break;
             *progress = true;
-            if (s != CINFER_OK) { // the stream is over without a final event (cannot happen) or out of memory
+            if (s == CINFER_ERR_NOMEM) // joining an event's text pieces: the event is lost
+                return false;
+            if (s != CINFER_OK) { // the stream is over without a final event (cannot happen)
                 struct cinfer_event end = {.kind = CINFER_EVENT_ERROR, .text = "stream failed", .len = 13};
                 return on_event(g, i, &end);
             }
@@ -363,14 +369,22 @@ static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max
     for (;;) {
         if (sse_buf_pending(&g->out))
             return (ssize_t)sse_buf_take(&g->out, buf, max);
+        if (g->oom && g->oom_off < sizeof oom_events - 1) {
+            size_t n = sizeof oom_events - 1 - g->oom_off;
+            n = n < max ? n : max;
+            memcpy(buf, oom_events + g->oom_off, n);
+            g->oom_off += n;
+            return (ssize_t)n;
+        }
         if (g->ended)
             return 0;
         if (http_conn_gone(conn)) {
             gen_cancel(g);
-            // Shutting down: the client is still there, so end the stream properly (an error, then [DONE]).
-            if (!http_conn_stopping(conn) || !emit_error(g, "the server is shutting down") ||
-                !sse_buf_done(&g->out))
+            if (!http_conn_stopping(conn))
                 return HTTP_FILL_ERROR;
+            // Shutting down: the client is still there, so end the stream properly (an error, then [DONE]).
+            if (!emit_error(g, "the server is shutting down") || !sse_buf_done(&g->out))
+                g->oom = true;
             g->ended = true;
             continue;
         }
@@ -385,9 +399,10 @@ static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max
         } else {
             ok = gen_pump(g, &progress);
         }
-        if (!ok) {
+        if (!ok) { // out of memory: the client still gets whole events, an error and [DONE]
             gen_cancel(g);
-            return HTTP_FILL_ERROR;
+            g->oom = g->ended = true;
+            continue;
         }
         if (!progress)
             return HTTP_FILL_WAIT; // the engine wakes the connection with the next event

@@ -14,7 +14,8 @@ void sse_buf_deinit(struct sse_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
-bool sse_buf_append(struct sse_buf *b, const char *s, size_t n) {
+/* Room for n more bytes. */
+static bool reserve(struct sse_buf *b, size_t n) {
     if (b->off == b->len) // everything was taken: start over at the front
         b->off = b->len = 0;
     size_t need;
@@ -31,17 +32,30 @@ bool sse_buf_append(struct sse_buf *b, const char *s, size_t n) {
         b->data = grown;
         b->cap = cap;
     }
+    return true;
+}
+
+bool sse_buf_append(struct sse_buf *b, const char *s, size_t n) {
+    if (!reserve(b, n))
+        return false;
     memcpy(b->data + b->len, s, n);
     b->len += n;
     return true;
+}
+
+bool sse_buf_data(struct sse_buf *b, const char *s, size_t n) {
+    size_t total;
+    if (!ci_add_size(n, 8, &total) || !reserve(b, total))
+        return false;
+    // Cannot fail now: the event goes in whole.
+    return sse_buf_append(b, "data: ", 6) && sse_buf_append(b, s, n) && sse_buf_append(b, "\n\n", 2);
 }
 
 bool sse_buf_event(struct sse_buf *b, const cJSON *obj) {
     char *json = cJSON_PrintUnformatted(obj);
     if (!json)
         return false;
-    bool ok = sse_buf_append(b, "data: ", 6) && sse_buf_append(b, json, strlen(json)) &&
-              sse_buf_append(b, "\n\n", 2);
+    bool ok = sse_buf_data(b, json, strlen(json));
     ci_free(json);
     return ok;
 }
@@ -195,9 +209,12 @@ bool sse_completion_logprobs_add(cJSON *lp, const struct sse_top *tok, const str
         cJSON_Delete(alts);
         return false;
     }
-    return push(cJSON_GetObjectItemCaseSensitive(lp, "tokens"), sse_string(tok->text, tok->len)) &&
-           push(cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs"), cJSON_CreateNumber(tok->logprob)) &&
-           push(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), alts) &&
+    if (!push(cJSON_GetObjectItemCaseSensitive(lp, "tokens"), sse_string(tok->text, tok->len)) ||
+        !push(cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs"), cJSON_CreateNumber(tok->logprob))) {
+        cJSON_Delete(alts); // not pushed yet
+        return false;
+    }
+    return push(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), alts) &&
            push(cJSON_GetObjectItemCaseSensitive(lp, "text_offset"), cJSON_CreateNumber((double)text_offset));
 }
 

@@ -166,8 +166,10 @@ enum ci_status bpe_create(const struct bpe_pre *pre, struct bpe **out, struct ci
         if (!b->code[i]) {
             PCRE2_UCHAR msg[120];
             pcre2_get_error_message(code, msg, sizeof(msg));
-            st = ci_err_set(err, CI_ERR_INTERNAL, "tokenizer: pre-tokenizer '%s' regex %d: %s at offset %zu",
-                            pre->name, i, (const char *)msg, (size_t)off);
+            // Out of memory is the one failure a fixed, known-good pattern can meet.
+            st = ci_err_set(err, code == PCRE2_ERROR_HEAP_FAILED ? CI_ERR_NOMEM : CI_ERR_INTERNAL,
+                            "tokenizer: pre-tokenizer '%s' regex %d: %s at offset %zu", pre->name, i,
+                            (const char *)msg, (size_t)off);
             goto fail;
         }
         b->n_code = i + 1;
@@ -218,8 +220,9 @@ static enum ci_status split_one(const pcre2_code *code, pcre2_match_data *md, co
             if (rc < 0) {
                 PCRE2_UCHAR msg[120];
                 pcre2_get_error_message(rc, msg, sizeof(msg));
-                return ci_err_set(err, CI_ERR_LIMIT, "tokenizer: pre-tokenizer regex failed: %s",
-                                  (const char *)msg);
+                // The interpreter's backtracking frames live on the heap (the match data's, ci_malloc).
+                return ci_err_set(err, rc == PCRE2_ERROR_NOMEMORY ? CI_ERR_NOMEM : CI_ERR_LIMIT,
+                                  "tokenizer: pre-tokenizer regex failed: %s", (const char *)msg);
             }
             const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             size_t ms = ov[0], me = ov[1];
