@@ -1402,7 +1402,8 @@ def main():
 
     env = dict(os.environ)
     # LeakSanitizer runs at exit (a leak is a report); a bounded quarantine keeps the RSS check meaningful.
-    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:quarantine_size_mb=16")
+    # Appended, so it holds whatever else the caller (tests/run.sh) put in ASAN_OPTIONS: the last one wins.
+    env["ASAN_OPTIONS"] = ":".join(o for o in (env.get("ASAN_OPTIONS", "detect_leaks=1"), "quarantine_size_mb=16") if o)
     env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
     args = ["--api-key", API_KEY, "--kv-blocks", str(a.kv_blocks), "--block-size", str(a.block_size),
             "--max-seqs", str(a.max_seqs), "--max-requests", str(a.max_requests), "--threads", str(a.threads),

@@ -67,6 +67,7 @@ struct http_server {
     void *app;
     int port;
     atomic_bool stopping;
+    int quiesced_fd;      // the listening socket handed back by MHD_quiesce_daemon, closed after the stop
     atomic_int n_active;  // requests between their first call and their completion
     pthread_mutex_t lock; // socks, and each sock's fields
     struct http_sock *socks;
@@ -654,6 +655,7 @@ enum ci_status http_server_start(const struct http_options *o, const struct http
     s->n_routes = n_routes;
     s->app = app;
     atomic_init(&s->stopping, false);
+    s->quiesced_fd = MHD_INVALID_SOCKET;
     atomic_init(&s->n_active, 0);
     atomic_init(&s->n_deadline_closed, 0);
     if ((o->api_key && *o->api_key && !(s->api_key = ci_strdup(o->api_key))) ||
@@ -724,9 +726,8 @@ long http_server_deadline_closed(const struct http_server *s) {
 void http_server_quiesce(struct http_server *s) {
     if (!s || atomic_exchange(&s->stopping, true))
         return;
-    MHD_socket fd = MHD_quiesce_daemon(s->d);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    // The listening socket is closed only after the daemon stops: its threads may still touch it until then.
+    s->quiesced_fd = MHD_quiesce_daemon(s->d);
     wake_all(s); // each sleeping request sees the stop and finishes; none sleeps again
 }
 
@@ -745,5 +746,7 @@ void http_server_free(struct http_server *s) {
         pthread_join(s->watchdog, NULL);
     wake_all(s); // libmicrohttpd must not be stopped with a connection still suspended
     MHD_stop_daemon(s->d);
+    if (s->quiesced_fd != MHD_INVALID_SOCKET)
+        close(s->quiesced_fd);
     server_destroy(s);
 }
