@@ -7,7 +7,7 @@
 #include "cli/load.h"
 #include "engine/kv_pool.h"
 #include "kernels/kernels.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

@@ -2,7 +2,7 @@
 
 #include <stdio.h>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

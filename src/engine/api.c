@@ -10,7 +10,7 @@
 #include "engine/generate.h"
 #include "engine/kv_pool.h"
 #include "engine/metrics.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/model.h"
 #include "tokenizer/detok.h"
 #include "tokenizer/tokenizer.h"

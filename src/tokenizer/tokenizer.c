@@ -9,7 +9,7 @@
 
 #include "core/check.h"
 #include "core/mem.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/vocab.h"

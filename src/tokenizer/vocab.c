@@ -18,7 +18,7 @@
 #include "core/log.h"
 #include "core/mapfile.h"
 #include "core/mem.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "tokenizer/bpe.h"
 
 #define HASH_SEED 0x9b6c3f1a2d4e5870ULL

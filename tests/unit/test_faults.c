@@ -17,7 +17,7 @@
 
 #include "cinfer.h"
 #include "core/mem.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "server/http.h"
 #include "server/routes.h"
 #include "tokenizer/chat.h"

@@ -13,7 +13,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/vocab.h"

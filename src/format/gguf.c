@@ -8,7 +8,7 @@
  *
  * Ownership: struct gguf owns its mapping (gguf_open) or borrows the caller's bytes (gguf_open_mem), owns
  * NUL-terminated copies of every key and tensor name, and the offsets pool; all views point into those. */
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

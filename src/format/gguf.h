@@ -6,8 +6,8 @@
  *
  * Ownership: struct gguf owns the mapping (or borrows the caller's bytes for gguf_open_mem); every pointer it
  * hands out (strings, array data, tensor data) is a view valid until gguf_free. */
-#ifndef CINFER_MODEL_GGUF_H
-#define CINFER_MODEL_GGUF_H
+#ifndef CINFER_FORMAT_GGUF_H
+#define CINFER_FORMAT_GGUF_H
 
 #include <stdbool.h>
 #include <stdint.h>
