@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "core/utf8.h"
 
 void sse_buf_init(struct sse_buf *b) {
     memset(b, 0, sizeof *b);
@@ -81,25 +82,6 @@ bool sse_buf_pending(const struct sse_buf *b) {
 /* ---- JSON -----------------------------------------------------------------------------------------------
  */
 
-static int utf8_seq_len(const unsigned char *u, size_t left) {
-    int len = u[0] < 0x80 ? 1 : (u[0] >> 5) == 6 ? 2 : (u[0] >> 4) == 14 ? 3 : (u[0] >> 3) == 30 ? 4 : 0;
-    if (len == 0 || (size_t)len > left)
-        return 0;
-    for (int k = 1; k < len; k++)
-        if ((u[k] & 0xC0) != 0x80)
-            return 0;
-    unsigned cp = len == 1   ? u[0]
-                  : len == 2 ? (u[0] & 0x1Fu) << 6 | (u[1] & 0x3Fu)
-                  : len == 3
-                      ? (u[0] & 0x0Fu) << 12 | (u[1] & 0x3Fu) << 6 | (u[2] & 0x3Fu)
-                      : (u[0] & 0x07u) << 18 | (u[1] & 0x3Fu) << 12 | (u[2] & 0x3Fu) << 6 | (u[3] & 0x3Fu);
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
-        return 0;
-    return len;
-}
-
 char *sse_utf8_clean(const char *s, size_t n, size_t *out_len) {
     size_t cap;
     if (!ci_mul_size(n, 3, &cap) || !ci_add_size(cap, 1, &cap))
@@ -109,14 +91,16 @@ char *sse_utf8_clean(const char *s, size_t n, size_t *out_len) {
         return NULL;
     size_t j = 0;
     for (size_t i = 0; i < n;) {
-        int len = utf8_seq_len((const unsigned char *)s + i, n - i);
+        size_t bad;
+        bool partial;
+        int len = utf8_next_strict((const unsigned char *)s + i, n - i, &bad, &partial);
         if (len > 0 && s[i] != '\0') {
             memcpy(o + j, s + i, (size_t)len);
             j += (size_t)len;
             i += (size_t)len;
         } else { // an invalid byte, or a NUL that would cut the C string cJSON reads
-            memcpy(o + j, "\xEF\xBF\xBD", 3);
-            j += 3;
+            memcpy(o + j, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN); // one per byte (JSON text is short)
+            j += UTF8_REPLACEMENT_LEN;
             i++;
         }
     }

@@ -10,6 +10,7 @@
 #include <pcre2.h>
 #include <string.h>
 
+#include "core/utf8.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "tokenizer/vocab.h"
@@ -190,14 +191,14 @@ fail:
 static size_t sanitize_utf8(const char *text, size_t len, char *out) {
     size_t off = 0, n = 0;
     while (off < len) {
-        uint32_t cp = vocab_utf8_decode((const unsigned char *)text, len, &off);
-        n += (size_t)vocab_utf8_encode(cp, out + n);
+        uint32_t cp = utf8_decode_lenient((const unsigned char *)text, len, &off);
+        n += (size_t)utf8_encode(cp, out + n);
     }
     return n;
 }
 
 static size_t utf8_step(const char *s, size_t pos, size_t len) {
-    size_t n = vocab_utf8_len((unsigned char)s[pos]);
+    size_t n = utf8_lead_len((unsigned char)s[pos]);
     return pos + n <= len ? pos + n : len;
 }
 
@@ -382,7 +383,7 @@ static enum ci_status encode_word(const struct vocab *v, struct scratch *sc, con
     // Byte-level encoding: every byte becomes one printable code point.
     size_t wn = 0;
     for (size_t i = 0; i < len; i++)
-        wn += (size_t)vocab_utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)piece[i]), sc->word + wn);
+        wn += (size_t)utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)piece[i]), sc->word + wn);
     const char *w = sc->word;
     if (v->ignore_merges) {
         int32_t id = vocab_find(v, w, wn);
@@ -391,7 +392,7 @@ static enum ci_status encode_word(const struct vocab *v, struct scratch *sc, con
     }
     int n_sym = 0;
     for (size_t off = 0; off < wn;) {
-        size_t cl = vocab_utf8_len((unsigned char)w[off]);
+        size_t cl = utf8_lead_len((unsigned char)w[off]);
         if (cl > wn - off)
             cl = wn - off;
         sc->sym[n_sym] =

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
 #include "core/check.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -23,69 +24,7 @@
 
 #define HASH_SEED 0x9b6c3f1a2d4e5870ULL
 
-/* ---- UTF-8 and the GPT-2 byte table ---- */
-
-uint32_t vocab_utf8_decode(const unsigned char *s, size_t n, size_t *off) {
-    size_t i = *off;
-    unsigned char b0 = s[i];
-    uint32_t cp;
-    size_t len;
-    if (b0 < 0x80) {
-        *off = i + 1;
-        return b0;
-    }
-    if ((b0 & 0x40) == 0 || (b0 & 0xf8) == 0xf8)
-        goto bad;
-    if ((b0 & 0x20) == 0) {
-        len = 2;
-        cp = b0 & 0x1fu;
-    } else if ((b0 & 0x10) == 0) {
-        len = 3;
-        cp = b0 & 0x0fu;
-    } else {
-        len = 4;
-        cp = b0 & 0x07u;
-    }
-    if (len > n - i)
-        goto bad;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[i + k] & 0xc0) != 0x80)
-            goto bad;
-        cp = (cp << 6) | (s[i + k] & 0x3fu);
-    }
-    *off = i + len;
-    // llama.cpp accepts these shapes too but cannot re-encode them; PCRE2 needs valid UTF-8.
-    if ((cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-        return 0xfffd;
-    return cp;
-bad:
-    *off = i + 1;
-    return 0xfffd;
-}
-
-int vocab_utf8_encode(uint32_t cp, char *out) {
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xc0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xe0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xf0 | ((cp >> 18) & 0x07));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
+/* ---- the GPT-2 byte table ---- */
 
 /* GPT-2 keeps the printable bytes '!'..'~', '¡'..'¬', '®'..'ÿ' as their own code point and maps the other
  * 68 bytes, in byte order, to U+0100..U+0143: 0x00-0x20 → U+0100-U+0120, 0x7F-0xA0 → U+0121-U+0142,
@@ -304,7 +243,7 @@ static uint32_t decode_piece(const struct vocab *v, int32_t id, char *out) {
         }
         for (size_t off = 0; off < n;) {
             size_t start = off;
-            uint32_t cp = vocab_utf8_decode((const unsigned char *)t, n, &off);
+            uint32_t cp = utf8_decode_lenient((const unsigned char *)t, n, &off);
             int b = vocab_gpt2_cpt_to_byte(cp);
             if (b >= 0) {
                 out[o++] = (char)b;
@@ -376,7 +315,7 @@ static enum ci_status build_tables(struct vocab *v, struct ci_err *err) {
             }
         } else {
             char u[4];
-            int l = vocab_utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)b), u);
+            int l = utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)b), u);
             id = vocab_find(v, u, (size_t)l);
         }
         v->byte_id[b] = id;

@@ -140,18 +140,6 @@ void vocab_map_deinit(struct vocab_map *m);
 void vocab_map_insert(struct vocab_map *m, uint64_t off, uint32_t len, int32_t value, bool *inserted);
 int32_t vocab_map_find(const struct vocab_map *m, const char *s, size_t n);
 
-/* UTF-8 helpers with llama.cpp's exact conventions. */
-/* Sequence length implied by a lead byte (llama.cpp unicode_len_utf8: continuation bytes count as 1). */
-static inline size_t vocab_utf8_len(unsigned char lead) {
-    static const unsigned char lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lookup[lead >> 4];
-}
-/* Decodes one code point at s[*off] (n bytes total), advancing *off.  Malformed input (bad lead or
- * continuation bytes, truncation, surrogates, values past U+10FFFF) consumes one byte and gives U+FFFD. */
-uint32_t vocab_utf8_decode(const unsigned char *s, size_t n, size_t *off);
-/* Encodes cp (<= U+10FFFF) into out[0..4); returns the length. */
-int vocab_utf8_encode(uint32_t cp, char *out);
-
 /* GPT-2 byte ↔ code point table of byte-level BPE. */
 uint32_t vocab_gpt2_byte_to_cpt(uint8_t byte);
 int vocab_gpt2_cpt_to_byte(uint32_t cpt); // -1 when cpt is not one of the 256 mapped code points
