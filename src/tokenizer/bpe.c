@@ -10,9 +10,9 @@
 #include <pcre2.h>
 #include <string.h>
 
-#include "core/utf8.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/utf8.h"
 #include "tokenizer/vocab.h"
 
 // The GPT-2 regex, used alone or as one stage by many pre-tokenizers.

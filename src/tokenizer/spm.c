@@ -6,8 +6,8 @@
 
 #include <string.h>
 
-#include "core/utf8.h"
 #include "core/mem.h"
+#include "core/utf8.h"
 #include "tokenizer/vocab.h"
 
 #define SPACE_ESC     "\xe2\x96\x81" // U+2581

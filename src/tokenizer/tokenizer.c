@@ -9,32 +9,19 @@
 
 #include "core/check.h"
 #include "core/mem.h"
-#include "format/gguf.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/vocab.h"
+#include "tokenizer/vocab_gguf.h"
+#include "tokenizer/vocab_llama2c.h"
 
 struct tokenizer {
     struct vocab v;
     struct bpe *bpe; // BPE vocabularies only
-    int32_t *eog;    // [n_eog] the end-of-generation ids, ascending
-    int n_eog;
 };
 
-static enum ci_status list_eog(struct tokenizer *t, struct ci_err *err) {
-    for (int32_t id = 0; id < t->v.n_tokens; id++)
-        t->n_eog += vocab_is_eog(&t->v, id);
-    if (!(t->eog = ci_calloc((size_t)t->n_eog + 1, sizeof *t->eog)))
-        return ci_err_set(err, CI_ERR_NOMEM, "tokenizer: out of memory");
-    t->n_eog = 0;
-    for (int32_t id = 0; id < t->v.n_tokens; id++)
-        if (vocab_is_eog(&t->v, id))
-            t->eog[t->n_eog++] = id;
-    return CI_OK;
-}
-
 static enum ci_status finish(struct tokenizer *t, struct tokenizer **out, struct ci_err *err) {
-    enum ci_status st = list_eog(t, err);
+    enum ci_status st = CI_OK;
     if (st == CI_OK && t->v.type == VOCAB_TYPE_BPE) {
         const struct bpe_pre *pre = bpe_pre_find(t->v.pre);
         CI_ASSERT(pre); // vocab_load_gguf rejected unknown names
@@ -93,7 +80,6 @@ void tokenizer_free(struct tokenizer *t) {
     if (!t)
         return;
     bpe_free(t->bpe);
-    ci_free(t->eog);
     vocab_deinit(&t->v);
     ci_free(t);
 }
@@ -323,8 +309,8 @@ bool tokenizer_add_space_prefix(const struct tokenizer *t) {
     return t->v.add_space_prefix;
 }
 const int32_t *tokenizer_eog_ids(const struct tokenizer *t, int *n) {
-    *n = t->n_eog;
-    return t->eog;
+    *n = t->v.n_eog;
+    return t->v.eog;
 }
 
 bool tokenizer_is_eog(const struct tokenizer *t, int32_t id) {

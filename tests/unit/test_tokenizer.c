@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/utf8.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/utf8.h"
 #include "format/gguf.h"
 #include "test.h"
 #include "tokenizer/bpe.h"

@@ -33,13 +33,13 @@ TEST(strict_table_3_8) {
         // Unicode 15.0, Table 3-8 (U+FFFD for non-shortest forms, surrogates, too large, truncation):
         // "61 F1 80 80 E1 80 C2 62 80 63 80 BF 64" -> a ? ? ? b ? c ? ? d
         {"\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64", "a???b?c??d"},
-        {"\xC0\xAF", "??"},                 // overlong '/': C0 is never a lead
-        {"\xE0\x80\xAF", "???"},            // overlong: E0 needs A0..BF next
-        {"\xED\xA0\x80", "???"},            // a surrogate: ED needs 80..9F next
-        {"\xF4\x90\x80\x80", "????"},       // past U+10FFFF: F4 needs 80..8F next
-        {"\xF5\x80", "??"},                 // F5 is never a lead
-        {"\xE2\x82", "?"},                  // truncated at the end: one subpart
-        {"\xE2\x82\xAC", "\xE2\x82\xAC"},   // the euro sign
+        {"\xC0\xAF", "??"},               // overlong '/': C0 is never a lead
+        {"\xE0\x80\xAF", "???"},          // overlong: E0 needs A0..BF next
+        {"\xED\xA0\x80", "???"},          // a surrogate: ED needs 80..9F next
+        {"\xF4\x90\x80\x80", "????"},     // past U+10FFFF: F4 needs 80..8F next
+        {"\xF5\x80", "??"},               // F5 is never a lead
+        {"\xE2\x82", "?"},                // truncated at the end: one subpart
+        {"\xE2\x82\xAC", "\xE2\x82\xAC"}, // the euro sign
         {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"},
         {"\xEF\xBF\xBD", "\xEF\xBF\xBD"},
         {"\x7F\xC2\x80", "\x7F\xC2\x80"},
@@ -61,7 +61,8 @@ TEST(strict_partial_only_at_the_end) {
           bad == 3);
     CHECK(utf8_next_strict((const unsigned char *)"\xF0\x9F\x98x", 4, &bad, &partial) == 0 && !partial &&
           bad == 3);
-    CHECK(utf8_next_strict((const unsigned char *)"\xE0\x80", 2, &bad, &partial) == 0 && !partial && bad == 1);
+    CHECK(utf8_next_strict((const unsigned char *)"\xE0\x80", 2, &bad, &partial) == 0 && !partial &&
+          bad == 1);
 }
 
 TEST(lenient_as_llama_cpp) {
@@ -71,10 +72,10 @@ TEST(lenient_as_llama_cpp) {
         int n;
     } cases[] = {
         {"a\xE2\x82\xAC", {0x61, 0x20AC}, 2},
-        {"\xC0\xAF", {0x2F}, 1},                 // llama.cpp decodes the overlong form
-        {"\x80x", {0xFFFD, 0x78}, 2},            // a stray continuation byte: one U+FFFD
+        {"\xC0\xAF", {0x2F}, 1},                  // llama.cpp decodes the overlong form
+        {"\x80x", {0xFFFD, 0x78}, 2},             // a stray continuation byte: one U+FFFD
         {"\xE2\x82x", {0xFFFD, 0xFFFD, 0x78}, 3}, // truncated: one U+FFFD per byte
-        {"\xED\xA0\x80", {0xFFFD}, 1},           // a surrogate is consumed whole, as U+FFFD
+        {"\xED\xA0\x80", {0xFFFD}, 1},            // a surrogate is consumed whole, as U+FFFD
         {"\xF8\x88\x80\x80\x80", {0xFFFD, 0xFFFD, 0xFFFD, 0xFFFD, 0xFFFD}, 5},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
