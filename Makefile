@@ -28,22 +28,26 @@ LDLIBS  := -lpcre2-8 -lmicrohttpd -lcjson -lcurl -lpthread -lm
 SIMD_FLAGS := -mavx2 -mfma -mf16c
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/kernels/*.c src/format/*.c src/tokenizer/*.c src/model/*.c src/engine/*.c))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 
 SRV_SRC  := $(sort $(wildcard src/server/*.c))
+BENCH_SRC := $(sort $(wildcard src/bench/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(B)/%.o)
 SRV_OBJ  := $(SRV_SRC:%.c=$(B)/%.o)
+BENCH_OBJ := $(BENCH_SRC:%.c=$(B)/%.o)
 # The web UI page is compiled into the binary as a C array generated from src/server/webui.html.
 ifneq ($(wildcard src/server/webui.html),)
 CLI_OBJ  += $(B)/gen/webui_data.o
 endif
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 LIB      := $(B)/libcinfer.a
-# The server's objects again, as an archive the unit tests link (tests/unit/test_faults.c serves in-process).
+# The layers above the engine, each an archive that the binary and the unit tests link: the server
+# (tests/unit/test_faults.c serves in-process) and the benchmarks (tests/unit/test_bench.c).
 SRV_LIB  := $(B)/libcinfer_server.a
+BENCH_LIB := $(B)/libcinfer_bench.a
 BIN      := $(B)/cinfer
 
 .PHONY: all test test-fast test-full asan tsan demo deps format format-check clean bench
@@ -72,12 +76,16 @@ $(SRV_LIB): $(SRV_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(BIN): $(CLI_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
-
-$(B)/tests/%: tests/unit/%.c $(SRV_LIB) $(LIB)
+$(BENCH_LIB): $(BENCH_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(SRV_LIB) $(LIB) $(LDLIBS)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN): $(CLI_OBJ) $(BENCH_LIB) $(SRV_LIB) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BENCH_LIB) $(SRV_LIB) $(LIB) $(LDLIBS)
+
+$(B)/tests/%: tests/unit/%.c $(BENCH_LIB) $(SRV_LIB) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(BENCH_LIB) $(SRV_LIB) $(LIB) $(LDLIBS)
 
 deps:
 	@scripts/deps.sh
@@ -117,4 +125,4 @@ format-check:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(SRV_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d)

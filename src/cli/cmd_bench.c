@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "cli/args.h"
-#include "cli/bench_report.h"
-#include "cli/bench_workload.h"
+#include "bench/report.h"
+#include "bench/workload.h"
 #include "core/mem.h"
 #include "core/rng.h"
 #include "engine/kv_pool.h"

@@ -11,7 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "engine/calc.h"
+#include "bench/calc.h"
 #include "model/model.h"
 
 #define LABEL_COLS 34

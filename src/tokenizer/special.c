@@ -181,4 +181,3 @@ enum ci_status vocab_detect_special(struct vocab *v, struct ci_err *err) {
         qsort(v->eog, (size_t)v->n_eog, sizeof(int32_t), cmp_i32);
     return CI_OK;
 }
-

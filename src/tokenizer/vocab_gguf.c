@@ -308,4 +308,3 @@ fail:
     vocab_deinit(v);
     return st;
 }
-

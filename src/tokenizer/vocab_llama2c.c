@@ -144,7 +144,8 @@ enum ci_status vocab_load_llama2c_mem(struct vocab *v, const void *data, size_t 
     v->add_bos = true;
     v->add_eos = false;
     v->add_space_prefix = true;
-    if ((st = vocab_build_token_map(v, err)) || (st = vocab_detect_special(v, err)) || (st = vocab_build_tables(v, err)))
+    if ((st = vocab_build_token_map(v, err)) || (st = vocab_detect_special(v, err)) ||
+        (st = vocab_build_tables(v, err)))
         goto fail;
     return CI_OK;
 fail:

@@ -4,13 +4,15 @@
  * small end-to-end comparison on stories260K checking only non-timing facts: every request completes with
  * its exact length under every policy, static batching pads, contiguous KV wastes more than paged, and only
  * the prefix policy hits the prefix cache (on the shared-prefix workload).
- *
- * The bench modules live in src/cli, which is not part of libcinfer.a, so this test compiles them in. */
+ * It links the bench layer's library (src/bench), as the binary does. */
 #include "test.h"
 
-#include "cli/bench_report.c"
-#include "cli/bench_workload.c"
+#include <unistd.h>
+
+#include "bench/report.h"
+#include "bench/workload.h"
 #include "kernels/kernels.h"
+#include "model/model.h"
 
 static struct model *model;
 

@@ -24,8 +24,8 @@
  *
  * Ownership: a struct bench_workload owns its token storage; a struct bench_run owns its arrays; free them
  * with bench_workload_free / bench_run_free (both safe on a zeroed struct). */
-#ifndef CINFER_CLI_BENCH_WORKLOAD_H
-#define CINFER_CLI_BENCH_WORKLOAD_H
+#ifndef CINFER_BENCH_WORKLOAD_H
+#define CINFER_BENCH_WORKLOAD_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -17,7 +17,7 @@
  *           usage, else the number of content events
  * A request succeeds when the transfer completed, the status was 2xx, no error event came and at least one
  * content event came.  Percentiles are numpy's linear interpolation (metrics_quantile). */
-#include "cli/bench_serve.h"
+#include "bench/serve.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>

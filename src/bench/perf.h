@@ -5,8 +5,8 @@
  *
  * bench_hw.c owns the measurement and `bench hw`; bench_kernels.c owns `bench kernels`; bench_hw_avx2.c (the
  * only file built with -mavx2 -mfma) holds the SIMD loops, called only after a CPU probe said yes. */
-#ifndef CINFER_CLI_BENCH_PERF_H
-#define CINFER_CLI_BENCH_PERF_H
+#ifndef CINFER_BENCH_PERF_H
+#define CINFER_BENCH_PERF_H
 
 #include <stdbool.h>
 #include <stddef.h>

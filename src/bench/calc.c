@@ -1,5 +1,5 @@
 /* The seeds' serving arithmetic (see calc.h for the formulas and docs/seeds.md for where they come from). */
-#include "engine/calc.h"
+#include "bench/calc.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -11,14 +11,14 @@
  * Steps are prefill-heavy when they compute at least as many prompt (or recompute) tokens as decode tokens,
  * decode-heavy otherwise; achieved GFLOP/s, GB/s and arithmetic intensity use the engine's per-step
  * estimates (struct step_metrics) summed over each class. */
-#ifndef CINFER_CLI_BENCH_REPORT_H
-#define CINFER_CLI_BENCH_REPORT_H
+#ifndef CINFER_BENCH_REPORT_H
+#define CINFER_BENCH_REPORT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cli/bench_workload.h"
+#include "bench/workload.h"
 #include "core/status.h"
 
 /* Sorts x[0..n) ascending. */

@@ -9,8 +9,8 @@
  * definitions and the JSON fields.
  *
  * Nothing here is shared state: the command owns every buffer it allocates and frees it before returning. */
-#ifndef CINFER_CLI_BENCH_SERVE_H
-#define CINFER_CLI_BENCH_SERVE_H
+#ifndef CINFER_BENCH_SERVE_H
+#define CINFER_BENCH_SERVE_H
 
 /* argv[1] is "bench" and argv[2] "serve"; flags start at argv[3].  Returns the process exit status: 0 when
  * the benchmark ran and at least one request succeeded, 1 on a runtime failure (server unreachable, the

@@ -1,6 +1,6 @@
 /* cinfer bench: workload generation (seeded, deterministic) and its replay against the engine in synchronous
  * mode.  See bench_workload.h for the workloads and the policy progression. */
-#include "cli/bench_workload.h"
+#include "bench/workload.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
-#include "cli/bench_perf.h"
+#include "bench/perf.h"
 #include "core/clock.h"
 #include "core/mem.h"
 #include "core/rng.h"

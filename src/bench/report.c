@@ -1,6 +1,6 @@
 /* cinfer bench: statistics, the comparison table, CSV/JSON output and gnuplot plots (bench_report.h has the
  * definitions of every figure). */
-#include "cli/bench_report.h"
+#include "bench/report.h"
 
 #include <errno.h>
 #include <math.h>

@@ -18,8 +18,8 @@
  * layer; the embedding is a lookup, not a matmul) and the output head is applied only to the one row per
  * sequence that needs logits.  When the parameter count is given instead (a preset that states P, or
  * --params), the seeds' accounting is used: 2 · N · P with P the whole model. */
-#ifndef CINFER_ENGINE_CALC_H
-#define CINFER_ENGINE_CALC_H
+#ifndef CINFER_BENCH_CALC_H
+#define CINFER_BENCH_CALC_H
 
 #include <stdbool.h>
 #include <stddef.h>
