@@ -151,6 +151,10 @@ struct cinfer_engine_options {
     int n_ctx;            // context limit (0: the model's)
 };
 CINFER_API void cinfer_engine_options_default(struct cinfer_engine_options *o);
+/* Whether name is a policy ("naive", "static", "continuous") or a KV element type ("f32", "f16", "q8_0")
+ * that cinfer_engine_create accepts: lets a front end check its flags before loading anything. */
+CINFER_API bool cinfer_policy_known(const char *name);
+CINFER_API bool cinfer_kv_type_known(const char *name);
 
 struct cinfer_engine;
 CINFER_API enum cinfer_status cinfer_engine_create(const struct cinfer_model *m,

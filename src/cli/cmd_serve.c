@@ -229,7 +229,7 @@ int cmd_serve(int argc, char **argv) {
     ld->model_path = model_path;
     ld->tok_path = tok_path;
     ld->main = pthread_self();
-    engine_args_to_options(&ea, &ld->eo);
+    ld->eo = ea.o;
     pthread_t loader_thread;
     if (pthread_create(&loader_thread, NULL, load_model, ld) != 0) {
         fprintf(stderr, "cinfer serve: cannot start the loader thread\n");
@@ -262,7 +262,7 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     if (!tmpl_name)
         tmpl = detect_template(m);
-    struct routes_config rc_cfg = {served, tmpl, max_requests, ea.p.sched.max_seqs};
+    struct routes_config rc_cfg = {served, tmpl, max_requests, ea.o.max_seqs};
     if (routes_ready(routes, m, e, &rc_cfg, &ce) != CI_OK) {
         fprintf(stderr, "cinfer serve: %s\n", ce.msg);
         goto done;
@@ -274,7 +274,7 @@ int cmd_serve(int argc, char **argv) {
             "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%s, %lld bytes per token): %d "
             "sequence(s) of "
             "the whole %d-token context fit\n",
-            served ? served : cinfer_model_name(m), chat_template_name(tmpl), info.n_ctx, ea.policy,
+            served ? served : cinfer_model_name(m), chat_template_name(tmpl), info.n_ctx, ea.o.policy,
             eo.n_threads, (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
             (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
     fflush(stderr);

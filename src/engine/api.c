@@ -296,6 +296,16 @@ void cinfer_engine_options_default(struct cinfer_engine_options *o) {
     o->prefix_cache = p.prefix_cache;
 }
 
+bool cinfer_policy_known(const char *name) {
+    enum sched_policy p;
+    return name && sched_policy_parse(name, &p);
+}
+
+bool cinfer_kv_type_known(const char *name) {
+    uint32_t t;
+    return name && kv_type_parse(name, &t);
+}
+
 enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const struct cinfer_engine_options *o,
                                         struct cinfer_engine **out, struct cinfer_error *err) {
     struct ci_err e = {0};
