@@ -12,9 +12,37 @@
 #ifndef CINFER_BENCH_SERVE_H
 #define CINFER_BENCH_SERVE_H
 
-/* argv[1] is "bench" and argv[2] "serve"; flags start at argv[3].  Returns the process exit status: 0 when
- * the benchmark ran and at least one request succeeded, 1 on a runtime failure (server unreachable, the
- * initial test request failed, no request succeeded, files could not be written), 2 on a usage error. */
-int cmd_bench_serve(int argc, char **argv);
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum bench_serve_dataset { BENCH_SERVE_RANDOM, BENCH_SERVE_SHAREGPT, BENCH_SERVE_SHARED_PREFIX };
+
+struct bench_serve_slo {
+    double ttft_ms, tpot_ms, e2el_ms; // < 0: not constrained
+    bool any;
+};
+
+/* What `cinfer bench serve` was asked (cli/cmd_bench_serve.c parses the flags into it).  Lengths left at -1
+ * take their dataset's default. */
+struct bench_serve_opts {
+    const char *url, *api_key, *model, *dataset_name, *rate_str, *out_dir, *endpoint;
+    int num_prompts, max_concurrency, input_len, output_len, groups, prefix_len, suffix_len, max_len;
+    float range_ratio, input_sigma, output_sigma, timeout_s, tokens_per_word;
+    uint64_t seed;
+    bool no_calibrate, no_ignore_eos, no_plots, quiet;
+    // derived
+    enum bench_serve_dataset dataset;
+    double rate; // requests/s; INFINITY: all at once
+    struct bench_serve_slo slo;
+};
+
+/* "ttft:500 tpot:50,e2el:2000" (space or comma separated KEY:MS) into *slo.  False with msg on a bad term. */
+bool bench_serve_parse_goodput(const char *spec, struct bench_serve_slo *slo, char *msg, size_t msg_size);
+
+/* Runs the benchmark and prints its report.  Returns the process exit status: 0 when the benchmark ran and
+ * at least one request succeeded, 1 on a runtime failure (server unreachable, the initial test request
+ * failed, no request succeeded, files could not be written), 2 on a bad URL. */
+int bench_serve_run(struct bench_serve_opts *o);
 
 #endif
