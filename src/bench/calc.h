@@ -103,6 +103,8 @@ void calc_opts_default(struct calc_opts *o);
 /* Built-in models: the seeds' llama3-405b (P = 405e9 as given) and llama2-7b, a few public Llama 3 shapes,
  * then every `cinfer synth` preset (their shapes come from model/synth.h).  False for an unknown name. */
 bool calc_preset(const char *name, struct calc_model *out);
+/* The shape of a model file (GGUF or llama2.c), with its weights' stored size; out->name is path. */
+enum ci_status calc_model_from_file(const char *path, struct calc_model *out, struct ci_err *err);
 int calc_n_presets(void);
 const char *calc_preset_name(int i); // 0 <= i < calc_n_presets()
 

@@ -26,8 +26,8 @@ struct bench_offline_opts {
     int n_policies;
     bool compare; // the policies are a comparison (--compare), not one chosen policy
     enum bench_sweep sweep;
-    int batch_sizes[BENCH_MAX_RUNS], n_batch_sizes;   // BENCH_SWEEP_BATCH
-    int contexts[BENCH_MAX_CONTEXTS], n_contexts;     // BENCH_SWEEP_CONTEXT
+    int batch_sizes[BENCH_MAX_RUNS], n_batch_sizes; // BENCH_SWEEP_BATCH
+    int contexts[BENCH_MAX_CONTEXTS], n_contexts;   // BENCH_SWEEP_CONTEXT
     int num_prompts, input_len, output_len, groups, prefix_len, suffix_len, long_len, long_output_len;
     float range_ratio, input_sigma, output_sigma, long_at, long_delay_ms, kv_mem_mib;
     uint64_t seed;

@@ -105,7 +105,8 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     o.compare = compare != NULL;
-    if (compare && !bench_policy_list_parse(compare, o.policies, BENCH_MAX_RUNS, &o.n_policies, msg, sizeof msg)) {
+    if (compare &&
+        !bench_policy_list_parse(compare, o.policies, BENCH_MAX_RUNS, &o.n_policies, msg, sizeof msg)) {
         fprintf(stderr, "cinfer bench: --compare: %s\n", msg);
         return 2;
     }
@@ -114,8 +115,9 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     if (sweep) {
-        o.sweep = !strcmp(sweep, "batch") ? BENCH_SWEEP_BATCH : !strcmp(sweep, "context") ? BENCH_SWEEP_CONTEXT
-                                                                                          : BENCH_SWEEP_NONE;
+        o.sweep = !strcmp(sweep, "batch")     ? BENCH_SWEEP_BATCH
+                  : !strcmp(sweep, "context") ? BENCH_SWEEP_CONTEXT
+                                              : BENCH_SWEEP_NONE;
         if (o.sweep == BENCH_SWEEP_NONE) {
             fprintf(stderr, "cinfer bench: --sweep: '%s' is neither batch nor context\n", sweep);
             return 2;

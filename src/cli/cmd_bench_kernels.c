@@ -17,7 +17,8 @@ static bool parse_batches(const char *s, struct bench_kernels_opts *o) {
     while (*s) {
         char *end = NULL;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 4096 || o->n_batches >= BENCH_KERNELS_MAX_BATCHES || (*end != ',' && *end != '\0'))
+        if (end == s || v < 1 || v > 4096 || o->n_batches >= BENCH_KERNELS_MAX_BATCHES ||
+            (*end != ',' && *end != '\0'))
             return false;
         o->batches[o->n_batches++] = (int)v;
         s = *end == ',' ? end + 1 : end;
@@ -48,13 +49,15 @@ int cmd_bench_kernels(int argc, char **argv) {
          "P  pp test: prompt tokens (default 512; 0 = skip)"},
         {"--n-gen", "-n", ARG_INT, &o.n_gen, 0, 1 << 20,
          "N  tg test: generated tokens (default 128; 0 = skip)"},
-        {"--reps", "-r", ARG_INT, &o.reps, 1, BENCH_KERNELS_MAX_REPS, "R  repetitions of pp and tg (default 5)"},
+        {"--reps", "-r", ARG_INT, &o.reps, 1, BENCH_KERNELS_MAX_REPS,
+         "R  repetitions of pp and tg (default 5)"},
         {"--batch", NULL, ARG_STR, &batches, 0, 0,
          "B,B,..  batched decode sequence counts (default 1,4,16; 0 = skip)"},
         {"--batch-pp", NULL, ARG_INT, &o.batch_pp, 1, 1 << 20,
          "P  batched: prompt tokens per sequence (default 128)"},
         {"--batch-tg", NULL, ARG_INT, &o.batch_tg, 1, 1 << 20, "N  batched: decode steps (default 128)"},
-        {"--batch-reps", NULL, ARG_INT, &o.batch_reps, 1, BENCH_KERNELS_MAX_REPS, "R  batched: runs averaged (default 1)"},
+        {"--batch-reps", NULL, ARG_INT, &o.batch_reps, 1, BENCH_KERNELS_MAX_REPS,
+         "R  batched: runs averaged (default 1)"},
         {"--ubatch", NULL, ARG_INT, &o.ubatch, 1, 1 << 16, "N  most tokens per forward call (default 512)"},
         {"--block-size", NULL, ARG_INT, &o.block_size, 1, 1 << 16, "N  KV block size in tokens (default 16)"},
         {"--kv-type", NULL, ARG_STR, &kv_type, 0, 0, "T  KV cache element type: f32|f16|q8_0 (default f32)"},
