@@ -52,21 +52,59 @@ CINFER_API enum cinfer_status cinfer_model_load(const char *path, const char *to
                                                 struct cinfer_model **out, struct cinfer_error *err);
 CINFER_API void cinfer_model_free(struct cinfer_model *m);
 
+/* Loading with choices; cinfer_model_load(path, tok, ...) is this with {tok, false, false}. */
+struct cinfer_load_options {
+    const char *tokenizer_path; // a llama2.c tokenizer.bin (for a GGUF file it overrides the embedded one)
+    bool tokenizer_optional;    // a model without a tokenizer loads anyway (token ids work, text does not)
+    bool vocab_only;            // the tokenizer alone (the file may be a vocab-only GGUF): no weights, so
+                                // no generation, engine or logits
+};
+CINFER_API enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_load_options *o,
+                                                     struct cinfer_model **out, struct cinfer_error *err);
+
+#define CINFER_MAX_TENSOR_TYPES 32
 struct cinfer_model_info {
-    const char *arch; // "llama" / "qwen2"
+    const char *arch;   // "llama" / "qwen2"
+    const char *format; // "GGUF" or "llama2.c"
+    bool has_weights;   // false for a model loaded vocab_only (the sizes below are then 0)
     int n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_ctx_train;
+    int rope_dim;     // dimensions of each head that are rotated
+    float rope_base;  // RoPE frequency base
+    bool rope_neox;   // NeoX pairing (i, i + d/2) rather than adjacent pairs
+    float rms_eps;    // RMSNorm epsilon
+    bool tied_output; // the output head is the token embedding matrix
     uint64_t n_params;
-    uint64_t weight_bytes;
+    uint64_t weight_bytes; // as stored (quantized types included)
+    uint64_t file_bytes;
     uint64_t kv_bytes_per_token; // 2 · layers · kv_heads · head_dim · 4: an f32 cache (the default; an engine
                                  // reports its own --kv-type in cinfer_engine_info)
+    unsigned gguf_version; // GGUF files: the container's version, tensors and metadata keys (else 0)
+    long long gguf_n_tensors, gguf_n_metadata;
+    struct {
+        const char *type; // "f32", "q8_0", ... (static)
+        int count;        // tensors of that type in the model
+    } tensor_types[CINFER_MAX_TENSOR_TYPES];
+    int n_tensor_types;
+    const char *tokenizer_type; // "SPM" or "BPE"; NULL when the model has no tokenizer
+    const char *tokenizer_pre;  // BPE: the pre-tokenizer ("llama-bpe", "qwen2", ...); SPM: "default"
+    cinfer_token bos, eos;      // -1 when absent
 };
 CINFER_API void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out);
+/* KV cache bytes one token costs with elements of kv_type ("f32", "f16", "q8_0"): 2 · layers · kv_heads ·
+ * the bytes of head_dim elements; 0 for an unknown type or one the head size does not fit (q8_0 needs
+ * head_dim % 32 == 0). */
+CINFER_API uint64_t cinfer_kv_bytes_per_token(const struct cinfer_model *m, const char *kv_type);
 
 /* Token ids of text (add_special: BOS/EOS as the vocabulary asks; special-token texts are parsed).  *ids is
  * allocated: release it with cinfer_free. */
 CINFER_API enum cinfer_status cinfer_tokenize(const struct cinfer_model *m, const char *text, size_t len,
                                               bool add_special, cinfer_token **ids, int *n_ids,
                                               struct cinfer_error *err);
+/* The same, choosing whether special-token texts in text are parsed as those tokens (parse_special) or
+ * tokenized as plain text. */
+CINFER_API enum cinfer_status cinfer_tokenize_ex(const struct cinfer_model *m, const char *text, size_t len,
+                                                 bool add_special, bool parse_special, cinfer_token **ids,
+                                                 int *n_ids, struct cinfer_error *err);
 CINFER_API void cinfer_free(void *p);
 
 /* Text of ids (special tokens rendered as nothing unless render_special).  *text is allocated and
@@ -83,6 +121,37 @@ CINFER_API const char *cinfer_model_chat_template(const struct cinfer_model *m, 
 CINFER_API const char *cinfer_model_name(const struct cinfer_model *m);
 /* End-of-generation token (EOS/EOT)? */
 CINFER_API bool cinfer_token_is_eog(const struct cinfer_model *m, cinfer_token id);
+
+/* One forward pass over ids as one sequence at positions 0..n-1, without the engine: the logits of every
+ * position into out[n][n_vocab] (n_vocab from cinfer_model_info).  The reference tests compare these with an
+ * independent implementation. */
+struct cinfer_logits_options {
+    int n_threads;       // kernel threads (default 2)
+    int kv_block_size;   // KV block size in tokens (default 16)
+    const char *kv_type; // KV element type (default "f32")
+};
+CINFER_API void cinfer_logits_options_default(struct cinfer_logits_options *o);
+CINFER_API enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_token *ids, int n_ids,
+                                            const struct cinfer_logits_options *o, float *out,
+                                            struct cinfer_error *err);
+
+/* ---- model files ------------------------------------------------------------------------------------------
+ * Writing GGUF files that llama.cpp loads: a llama2.c checkpoint converted, or a random-weight model of a
+ * real shape (for tests and benchmarks; the same preset, type and seed give the same bytes). */
+CINFER_API enum cinfer_status cinfer_convert_llama2c(const char *in, const char *tokenizer_path,
+                                                     const char *type, const char *out,
+                                                     struct cinfer_error *err);
+CINFER_API enum cinfer_status cinfer_synth(const char *preset, const char *type, uint64_t seed,
+                                           const char *out, struct cinfer_error *err);
+/* The matrix types a file can be written in: "f32", "f16", "bf16", "q8_0", "q4_0" (convert: f32, f16, q8_0).
+ */
+CINFER_API bool cinfer_weight_type_known(const char *type);
+struct cinfer_synth_preset {
+    const char *name, *arch;
+    int n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
+};
+CINFER_API int cinfer_synth_n_presets(void);
+CINFER_API void cinfer_synth_preset_info(int i, struct cinfer_synth_preset *out); // 0 <= i < n_presets
 
 struct cinfer_sampling {
     float temperature;        // <= 0: greedy

@@ -1,4 +1,5 @@
-/* include/cinfer.h on top of model/, tokenizer/ and engine/generate: the embedding entry point. */
+/* The engine half of include/cinfer.h: single-request generation and the serving engine with its streams,
+ * built on the models of api_model.c. */
 #include "cinfer.h"
 
 #include <stddef.h>
@@ -6,6 +7,7 @@
 
 #include "core/mem.h"
 #include "core/queue.h"
+#include "engine/api_model.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/kv_pool.h"
@@ -19,154 +21,6 @@ _Static_assert((int)CINFER_ERR_INTERNAL == (int)CI_ERR_INTERNAL, "cinfer_status 
 _Static_assert(sizeof(struct cinfer_logit_bias) == sizeof(struct sampling_logit_bias) &&
                    offsetof(struct cinfer_logit_bias, bias) == offsetof(struct sampling_logit_bias, bias),
                "cinfer_logit_bias is passed to the sampler as is");
-
-struct cinfer_model {
-    struct model *model;
-    struct tokenizer *tok;
-    char *name;          // general.name or the file name
-    char *chat_template; // tokenizer.chat_template (NULL if absent)
-    size_t chat_template_len;
-    const int32_t *eog; // [n_eog] end-of-generation token ids (the tokenizer's)
-    int n_eog;
-};
-
-static enum cinfer_status fail(struct cinfer_error *out, const struct ci_err *e) {
-    if (out) {
-        out->code = (enum cinfer_status)e->code;
-        memcpy(out->message, e->msg, sizeof out->message);
-    }
-    return (enum cinfer_status)e->code;
-}
-
-static char *dup_n(const char *s, size_t n) {
-    char *d = ci_malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
-/* The name and chat template, copied out of the GGUF metadata. */
-static enum ci_status model_strings(struct cinfer_model *m, const char *path, struct ci_err *e) {
-    struct gguf_str str = {0};
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    if (m->model->gguf && gguf_get_str_opt(m->model->gguf, "general.name", &str, NULL) == CI_OK && str.len)
-        m->name = dup_n(str.data, str.len);
-    else
-        m->name = dup_n(base, strlen(base));
-    str.len = 0;
-    if (m->model->gguf && gguf_get_str_opt(m->model->gguf, "tokenizer.chat_template", &str, NULL) == CI_OK &&
-        str.len) {
-        m->chat_template = dup_n(str.data, str.len);
-        m->chat_template_len = str.len;
-        if (!m->chat_template)
-            return ci_err_set(e, CI_ERR_NOMEM, "out of memory");
-    }
-    return m->name ? CI_OK : ci_err_set(e, CI_ERR_NOMEM, "out of memory");
-}
-
-enum cinfer_status cinfer_model_load(const char *path, const char *tokenizer_path, struct cinfer_model **out,
-                                     struct cinfer_error *err) {
-    struct ci_err e = {0};
-    *out = NULL;
-    struct cinfer_model *m = ci_calloc(1, sizeof *m);
-    if (!m) {
-        ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
-        return fail(err, &e);
-    }
-    enum ci_status s = model_load(path, &m->model, &e);
-    if (s == CI_OK) {
-        if (tokenizer_path)
-            s = tokenizer_from_llama2c(tokenizer_path, 0, &m->tok,
-                                       &e); // size checked below, with a clearer message
-        else if (m->model->gguf)
-            s = tokenizer_from_gguf(m->model->gguf, &m->tok, &e);
-        else
-            s = ci_err_set(&e, CI_ERR_INVALID, "%s: a llama2.c checkpoint needs its tokenizer.bin", path);
-    }
-    if (s == CI_OK && tokenizer_n_vocab(m->tok) != m->model->config.n_vocab)
-        s = ci_err_set(&e, CI_ERR_FORMAT, "tokenizer has %d tokens but the model's vocabulary is %d",
-                       tokenizer_n_vocab(m->tok), m->model->config.n_vocab);
-    if (s == CI_OK)
-        m->eog = tokenizer_eog_ids(m->tok, &m->n_eog);
-    if (s == CI_OK)
-        s = model_strings(m, path, &e);
-    if (s != CI_OK) {
-        cinfer_model_free(m);
-        return fail(err, &e);
-    }
-    *out = m;
-    return CINFER_OK;
-}
-
-void cinfer_model_free(struct cinfer_model *m) {
-    if (!m)
-        return;
-    tokenizer_free(m->tok);
-    model_free(m->model);
-    ci_free(m->name);
-    ci_free(m->chat_template);
-    ci_free(m);
-}
-
-void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out) {
-    const struct model_config *c = &m->model->config;
-    out->arch = model_arch_name(c->arch);
-    out->n_vocab = c->n_vocab;
-    out->n_embd = c->n_embd;
-    out->n_layer = c->n_layer;
-    out->n_head = c->n_head;
-    out->n_kv_head = c->n_kv_head;
-    out->head_dim = c->head_dim;
-    out->n_ff = c->n_ff;
-    out->n_ctx_train = c->n_ctx_train;
-    out->n_params = model_n_params(m->model);
-    out->weight_bytes = model_weight_bytes(m->model);
-    out->kv_bytes_per_token =
-        (uint64_t)kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, CI_TYPE_F32);
-}
-
-enum cinfer_status cinfer_tokenize(const struct cinfer_model *m, const char *text, size_t len,
-                                   bool add_special, cinfer_token **ids, int *n_ids,
-                                   struct cinfer_error *err) {
-    struct ci_err e = {0};
-    if (tokenizer_encode(m->tok, text, len, add_special, true, ids, n_ids, &e) != CI_OK)
-        return fail(err, &e);
-    return CINFER_OK;
-}
-
-void cinfer_free(void *p) {
-    ci_free(p);
-}
-
-enum cinfer_status cinfer_detokenize(const struct cinfer_model *m, const cinfer_token *ids, int n_ids,
-                                     bool render_special, char **text, size_t *len,
-                                     struct cinfer_error *err) {
-    struct ci_err e = {0};
-    if (tokenizer_decode(m->tok, ids, n_ids, render_special, text, len, &e) != CI_OK)
-        return fail(err, &e);
-    return CINFER_OK;
-}
-
-const char *cinfer_token_piece(const struct cinfer_model *m, cinfer_token id, size_t *len) {
-    return tokenizer_piece(m->tok, id, len);
-}
-
-const char *cinfer_model_chat_template(const struct cinfer_model *m, size_t *len) {
-    if (len)
-        *len = m->chat_template_len;
-    return m->chat_template;
-}
-
-const char *cinfer_model_name(const struct cinfer_model *m) {
-    return m->name;
-}
-
-bool cinfer_token_is_eog(const struct cinfer_model *m, cinfer_token id) {
-    return tokenizer_is_eog(m->tok, id);
-}
 
 void cinfer_generate_params_default(struct cinfer_generate_params *p) {
     struct gen_params g = gen_params_default();
@@ -264,7 +118,7 @@ enum cinfer_status cinfer_generate(const struct cinfer_model *m, const char *pro
     if (detok_ready)
         detok_deinit(&st.detok);
     ci_free(ids);
-    return s == CI_OK ? CINFER_OK : fail(err, &e);
+    return s == CI_OK ? CINFER_OK : api_fail(err, &e);
 }
 
 /* ---- the serving engine -------------------------------------------------------------------------------- */
@@ -313,7 +167,7 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     struct engine_params p = engine_params_default();
     if (o->policy && !sched_policy_parse(o->policy, &p.sched.policy)) {
         ci_err_set(&e, CI_ERR_INVALID, "unknown policy '%s' (naive, static, continuous)", o->policy);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     p.n_threads = o->n_threads;
     p.sched.chunked_prefill = o->chunked_prefill;
@@ -324,7 +178,7 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     p.kv_mem_bytes = o->kv_mem_bytes;
     if (o->kv_type && !kv_type_parse(o->kv_type, &p.kv_type)) {
         ci_err_set(&e, CI_ERR_INVALID, "unknown KV type '%s' (f32, f16, q8_0)", o->kv_type);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     p.kv_blocks = o->kv_blocks;
     p.prefix_cache = o->prefix_cache;
@@ -332,11 +186,11 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     struct cinfer_engine *ce = ci_calloc(1, sizeof *ce);
     if (!ce) {
         ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     if (engine_create(m->model, m->tok, &p, &ce->e, &e) != CI_OK) {
         ci_free(ce);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     *out = ce;
     return CINFER_OK;
@@ -351,7 +205,7 @@ void cinfer_engine_free(struct cinfer_engine *e) {
 
 enum cinfer_status cinfer_engine_start(struct cinfer_engine *e, struct cinfer_error *err) {
     struct ci_err ce = {0};
-    return engine_start(e->e, &ce) == CI_OK ? CINFER_OK : fail(err, &ce);
+    return engine_start(e->e, &ce) == CI_OK ? CINFER_OK : api_fail(err, &ce);
 }
 
 const char *cinfer_engine_failure(const struct cinfer_engine *e) {
@@ -409,14 +263,14 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
         ci_free(s);
         ci_free(text);
         ci_err_set(&ce, CI_ERR_NOMEM, "out of memory");
-        return fail(err, &ce);
+        return api_fail(err, &ce);
     }
     s->text = text;
     s->cap = STREAM_TEXT_CAP;
     if (engine_submit(e->e, &rp, &s->r, &ce) != CI_OK) {
         ci_free(s->text);
         ci_free(s);
-        return fail(err, &ce);
+        return api_fail(err, &ce);
     }
     struct engine_info info;
     engine_info(e->e, &info);
