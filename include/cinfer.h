@@ -122,6 +122,30 @@ CINFER_API const char *cinfer_model_name(const struct cinfer_model *m);
 /* End-of-generation token (EOS/EOT)? */
 CINFER_API bool cinfer_token_is_eog(const struct cinfer_model *m, cinfer_token id);
 
+/* ---- chat templates --------------------------------------------------------------------------------------
+ * The built-in prompt formats (llama.cpp's names: chatml, llama2, llama3, mistral-v7, phi3, gemma, zephyr,
+ * ...), picked from a model's own tokenizer.chat_template or by name. */
+struct cinfer_chat_message {
+    const char *role;    // "system", "user" or "assistant" ("developer" is read as "system" by servers)
+    const char *content; // UTF-8, NUL-terminated
+};
+#define CINFER_CHAT_TEMPLATE_DEFAULT "chatml" // what to use when a model has no recognisable template
+CINFER_API int cinfer_chat_n_templates(void);
+CINFER_API const char *cinfer_chat_template_name(int i); // 0 <= i < cinfer_chat_n_templates(); static
+/* The canonical name of the built-in template called name ("mistral" names llama.cpp does not know map to
+ * llama2, as in llama.cpp); NULL when there is none.  Static storage. */
+CINFER_API const char *cinfer_chat_template_lookup(const char *name);
+/* The built-in template the model's own chat template corresponds to, by llama.cpp's detection; NULL when the
+ * model has none or it is not one cinfer implements.  Static storage. */
+CINFER_API const char *cinfer_chat_template_detect(const struct cinfer_model *m);
+/* The prompt of msgs[0..n) in the named template; *out is allocated (release with cinfer_free), *len excludes
+ * its NUL.  CINFER_ERR_INVALID for an unknown template, a bad role or a missing content (the message says
+ * which). */
+CINFER_API enum cinfer_status cinfer_chat_apply(const char *template_name,
+                                                const struct cinfer_chat_message *msgs, int n,
+                                                bool add_generation_prompt, char **out, size_t *len,
+                                                struct cinfer_error *err);
+
 /* One forward pass over ids as one sequence at positions 0..n-1, without the engine: the logits of every
  * position into out[n][n_vocab] (n_vocab from cinfer_model_info).  The reference tests compare these with an
  * independent implementation. */

@@ -15,7 +15,6 @@
 #include "core/mem.h"
 #include "server/http.h"
 #include "server/routes.h"
-#include "tokenizer/chat.h"
 
 // The same mapping as cmd_run's: the shared engine flags onto the public engine options.
 /* The first line of path, without trailing whitespace; NULL (message printed) when unreadable or empty. */
@@ -42,37 +41,22 @@ static char *read_key_file(const char *path) {
 
 static void list_templates(void) {
     fprintf(stderr, "  known templates:");
-    for (int t = 1; t < CHAT_TEMPLATE_COUNT; t++)
-        fprintf(stderr, " %s", chat_template_name((enum chat_template_id)t));
+    for (int t = 0; t < cinfer_chat_n_templates(); t++)
+        fprintf(stderr, " %s", cinfer_chat_template_name(t));
     fprintf(stderr, "\n");
 }
 
 /* The model's template, by its GGUF tokenizer.chat_template; chatml (with a warning) when unrecognised. */
-static enum chat_template_id detect_template(const struct cinfer_model *m) {
-    size_t len = 0;
-    const char *jinja = cinfer_model_chat_template(m, &len);
-    enum chat_template_id t = jinja ? chat_template_detect(jinja, len) : CHAT_TEMPLATE_UNKNOWN;
-    if (t == CHAT_TEMPLATE_ZEPHYR || t == CHAT_TEMPLATE_ZEPHYR_HF) {
-        // The Zephyr layout ends turns with the EOS text: find it among the end-of-generation tokens.
-        struct cinfer_model_info mi;
-        cinfer_model_info(m, &mi);
-        for (cinfer_token id = 0; id < mi.n_vocab; id++) {
-            size_t n = 0;
-            const char *piece = cinfer_token_is_eog(m, id) ? cinfer_token_piece(m, id, &n) : NULL;
-            enum chat_template_id e = piece ? chat_template_for_eos(t, piece, n) : t;
-            if (e != t) {
-                t = e;
-                break;
-            }
-        }
-    }
-    if (t == CHAT_TEMPLATE_UNKNOWN) {
+static const char *detect_template(const struct cinfer_model *m) {
+    const char *t = cinfer_chat_template_detect(m);
+    if (!t) {
+        size_t len = 0;
         fprintf(stderr,
                 "cinfer serve: warning: %s; chat requests use %s (choose one with --chat-template NAME)\n",
-                jinja ? "the model's chat template is not one cinfer recognises"
-                      : "the model has no chat template",
-                chat_template_name(CHAT_TEMPLATE_DEFAULT));
-        t = CHAT_TEMPLATE_DEFAULT;
+                cinfer_model_chat_template(m, &len) ? "the model's chat template is not one cinfer recognises"
+                                                    : "the model has no chat template",
+                CINFER_CHAT_TEMPLATE_DEFAULT);
+        t = CINFER_CHAT_TEMPLATE_DEFAULT;
     }
     return t;
 }
@@ -162,8 +146,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "cinfer serve: give --api-key or --api-key-file, not both\n");
         return 2;
     }
-    enum chat_template_id tmpl = CHAT_TEMPLATE_UNKNOWN;
-    if (tmpl_name && (tmpl = chat_template_from_name(tmpl_name)) == CHAT_TEMPLATE_UNKNOWN) {
+    const char *tmpl = NULL;
+    if (tmpl_name && !(tmpl = cinfer_chat_template_lookup(tmpl_name))) {
         fprintf(stderr, "cinfer serve: --chat-template: '%s' is not a known template\n", tmpl_name);
         list_templates();
         return 2;
@@ -274,8 +258,8 @@ int cmd_serve(int argc, char **argv) {
             "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%s, %lld bytes per token): %d "
             "sequence(s) of "
             "the whole %d-token context fit\n",
-            served ? served : cinfer_model_name(m), chat_template_name(tmpl), info.n_ctx, ea.o.policy,
-            eo.n_threads, (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
+            served ? served : cinfer_model_name(m), tmpl, info.n_ctx, ea.o.policy, eo.n_threads,
+            (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
             (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
     fflush(stderr);
 

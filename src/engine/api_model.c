@@ -37,14 +37,14 @@ static enum ci_status model_strings(struct cinfer_model *m, const char *path, st
     struct gguf_str str = {0};
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    if (m->model && m->model->gguf && gguf_get_str_opt(m->model->gguf, "general.name", &str, NULL) == CI_OK && str.len)
+    if (m->model && m->model->gguf && gguf_get_str_opt(m->model->gguf, "general.name", &str, NULL) == CI_OK &&
+        str.len)
         m->name = dup_n(str.data, str.len);
     else
         m->name = dup_n(base, strlen(base));
     str.len = 0;
     if (m->model && m->model->gguf &&
-        gguf_get_str_opt(m->model->gguf, "tokenizer.chat_template", &str, NULL) == CI_OK &&
-        str.len) {
+        gguf_get_str_opt(m->model->gguf, "tokenizer.chat_template", &str, NULL) == CI_OK && str.len) {
         m->chat_template = dup_n(str.data, str.len);
         m->chat_template_len = str.len;
         if (!m->chat_template)
@@ -184,7 +184,8 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->n_params = model_n_params(md);
     out->weight_bytes = model_weight_bytes(md);
     out->file_bytes = md->file_bytes;
-    out->kv_bytes_per_token = (uint64_t)kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, CI_TYPE_F32);
+    out->kv_bytes_per_token =
+        (uint64_t)kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, CI_TYPE_F32);
     if (md->gguf) {
         out->gguf_version = gguf_version(md->gguf);
         out->gguf_n_tensors = (long long)gguf_n_tensors(md->gguf);
@@ -266,7 +267,8 @@ void cinfer_logits_options_default(struct cinfer_logits_options *o) {
 }
 
 enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_token *ids, int n_ids,
-                                 const struct cinfer_logits_options *o, float *out, struct cinfer_error *err) {
+                                 const struct cinfer_logits_options *o, float *out,
+                                 struct cinfer_error *err) {
     struct ci_err e = {0};
     struct cinfer_logits_options d;
     cinfer_logits_options_default(&d);
@@ -278,10 +280,11 @@ enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_toke
         return api_fail(err, &e);
     }
     const struct model_config *c = &m->model->config;
-    if (n_ids < 1 || o->n_threads < 1 || o->kv_block_size < 1 || !kv_type_parse(o->kv_type ? o->kv_type : "f32",
-                                                                                   &kv_type)) {
-        ci_err_set(&e, CI_ERR_INVALID, "logits: need at least one token, positive threads and block size, and "
-                                       "a KV type of f32, f16 or q8_0");
+    if (n_ids < 1 || o->n_threads < 1 || o->kv_block_size < 1 ||
+        !kv_type_parse(o->kv_type ? o->kv_type : "f32", &kv_type)) {
+        ci_err_set(&e, CI_ERR_INVALID,
+                   "logits: need at least one token, positive threads and block size, and "
+                   "a KV type of f32, f16 or q8_0");
         return api_fail(err, &e);
     }
     for (int i = 0; i < n_ids; i++)
@@ -304,8 +307,7 @@ enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_toke
         s = ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
     else if (!(s = ci_threadpool_create(o->n_threads, &tp, &e)) && !(s = kv_pool_create(&pp, &pool, &e)) &&
              !(s = forward_create(m->model, n_ids, n_ids, tp, &fwd, &e)) &&
-             !(s = kv_seq_init(&table, n_blocks, &e)) &&
-             (s = kv_seq_reserve(pool, &table, n_ids)) != CI_OK)
+             !(s = kv_seq_init(&table, n_blocks, &e)) && (s = kv_seq_reserve(pool, &table, n_ids)) != CI_OK)
         ci_err_set(&e, s, "out of memory");
     if (s == CI_OK) {
         for (int il = 0; il < c->n_layer; il++)
@@ -369,6 +371,9 @@ int cinfer_synth_n_presets(void) {
 
 void cinfer_synth_preset_info(int i, struct cinfer_synth_preset *out) {
     const struct synth_preset *p = synth_preset(i);
-    *out = (struct cinfer_synth_preset){p->name,   model_arch_name(p->arch), p->n_embd, p->n_layer, p->n_head,
-                                        p->n_kv_head, p->n_ff,              p->n_vocab, p->n_ctx};
+    *out = (struct cinfer_synth_preset){p->name,   model_arch_name(p->arch),
+                                        p->n_embd, p->n_layer,
+                                        p->n_head, p->n_kv_head,
+                                        p->n_ff,   p->n_vocab,
+                                        p->n_ctx};
 }

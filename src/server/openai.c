@@ -271,7 +271,7 @@ static enum ci_status content_parts(const cJSON *arr, const char *param, char **
     return CI_OK;
 }
 
-static void messages_free(struct chat_message *m, int n) {
+static void messages_free(struct cinfer_chat_message *m, int n) {
     for (int i = 0; i < n; i++) {
         ci_free((char *)(uintptr_t)m[i].role);
         ci_free((char *)(uintptr_t)m[i].content);
@@ -279,7 +279,7 @@ static void messages_free(struct chat_message *m, int n) {
     ci_free(m);
 }
 
-static enum ci_status parse_messages(const cJSON *root, struct chat_message **out, int *n_out,
+static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_message **out, int *n_out,
                                      struct openai_error *err) {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "messages");
     *out = NULL;
@@ -289,7 +289,7 @@ static enum ci_status parse_messages(const cJSON *root, struct chat_message **ou
     int count = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
     if (!cJSON_IsArray(arr) || count < 1 || count > OPENAI_MAX_MESSAGES)
         return bad(err, "messages", "'messages' must be an array of 1 to %d messages", OPENAI_MAX_MESSAGES);
-    struct chat_message *m = ci_calloc((size_t)count, sizeof *m);
+    struct cinfer_chat_message *m = ci_calloc((size_t)count, sizeof *m);
     if (!m)
         return nomem(err);
     enum ci_status s = CI_OK;

@@ -31,7 +31,7 @@ struct routes {
     const struct cinfer_model *m;
     struct cinfer_engine *e;
     char *name;
-    enum chat_template_id tmpl;
+    const char *tmpl; // the chat template's name (static storage)
     int max_requests, max_seqs;
     int n_ctx, n_vocab;
     int max_tokens_cap; // the most tokens one sequence can hold: min(context, KV pool)
@@ -442,15 +442,16 @@ static enum cinfer_status tokenize(const struct routes *r, const char *text, boo
     return cinfer_tokenize(r->m, text, strlen(text), add_special, ids, n, err);
 }
 
-static enum cinfer_status apply_template(const struct routes *r, const struct chat_message *msgs, int n,
-                                         bool add_generation_prompt, char **out, struct openai_error *oe) {
-    struct ci_err ce = {0};
+static enum cinfer_status apply_template(const struct routes *r, const struct cinfer_chat_message *msgs,
+                                         int n, bool add_generation_prompt, char **out,
+                                         struct openai_error *oe) {
+    struct cinfer_error ce = {0};
     size_t len = 0;
-    enum ci_status s = chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
-    if (s != CI_OK)
-        openai_error_set(oe, s == CI_ERR_NOMEM ? 500 : 400, s == CI_ERR_NOMEM ? NULL : "messages", NULL, "%s",
-                         ce.msg);
-    return (enum cinfer_status)s;
+    enum cinfer_status s = cinfer_chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
+    if (s != CINFER_OK)
+        openai_error_set(oe, s == CINFER_ERR_NOMEM ? 500 : 400, s == CINFER_ERR_NOMEM ? NULL : "messages",
+                         NULL, "%s", ce.message);
+    return s;
 }
 
 /* Parses, tokenizes and submits; on failure fills oe and returns NULL. */

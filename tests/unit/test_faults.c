@@ -20,7 +20,6 @@
 #include "format/gguf.h"
 #include "server/http.h"
 #include "server/routes.h"
-#include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
 #define MAX_N 100000 // no operation here comes near this many allocations
@@ -581,7 +580,7 @@ TEST(server_requests) {
         TEST_FAILF("model and engine: %s", ce.message);
         goto done;
     }
-    struct routes_config rc = {NULL, CHAT_TEMPLATE_DEFAULT, 8, eo.max_seqs};
+    struct routes_config rc = {NULL, CINFER_CHAT_TEMPLATE_DEFAULT, 8, eo.max_seqs};
     if (routes_create(&routes, &err) != CI_OK ||
         http_server_start(&ho, table, n_routes, routes, &http, &err) != CI_OK ||
         routes_ready(routes, m, e, &rc, &err) != CI_OK) {
