@@ -23,9 +23,11 @@
 #include <unistd.h>
 
 #include "bench/perf.h"
+#include "bench/report.h"
 #include "core/clock.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/stats.h"
 #include "core/threadpool.h"
 #include "engine/kv_pool.h"
 #include "kernels/kernels.h"
@@ -217,11 +219,6 @@ struct kb_stats {
     double avg_s;           // mean seconds per rep
 };
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void stats(const double *ts, const double *secs, int n, struct kb_stats *o) {
     double sum = 0, sum_s = 0, sq = 0;
     for (int i = 0; i < n; i++) {
@@ -235,22 +232,8 @@ static void stats(const double *ts, const double *secs, int n, struct kb_stats *
     o->sd = n > 1 ? sqrt(sq / (n - 1)) : 0; // sample stddev, as llama-bench
     double sorted[BENCH_KERNELS_MAX_REPS];
     memcpy(sorted, ts, (size_t)n * sizeof *sorted);
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
-    o->median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-}
-
-static void json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
+    ci_sort_doubles(sorted, n);
+    o->median = ci_quantile(sorted, n, 0.5); // the middle one, or the mean of the middle two
 }
 
 /* A pp or tg test: R timed repetitions after the warm-up. */
@@ -496,7 +479,7 @@ int bench_kernels_run(const struct bench_kernels_opts *o) {
     snprintf(desc, sizeof desc, "%.16s %s %s", model_arch_name(c->arch), size, wtype);
     if (o->json) {
         printf("{\"type\": \"model\", \"engine\": \"cinfer\", \"model\": ");
-        json_str(o->model);
+        bench_json_fputs(stdout, o->model);
         printf(
             ", \"arch\": \"%s\", \"weight_type\": \"%s\", \"n_params\": %.0f, \"weight_bytes\": %.0f, "
             "\"n_layer\": %d, \"n_embd\": %d, \"n_head\": %d, \"n_kv_head\": %d, \"n_ff\": %d, \"n_vocab\": "

@@ -12,6 +12,7 @@
 #include "bench/offline.h"
 
 #include <math.h>
+#include "core/stats.h"
 #include "core/check.h"
 #include "core/mem.h"
 #include "core/rng.h"
@@ -32,21 +33,15 @@ static void on_progress(void *ctx, const char *label, int n_done, int n_total, i
     struct progress *p = ctx;
     if (!p->on)
         return;
-    char bar[31];
-    int fill = n_total > 0 ? (int)((int64_t)n_done * 30 / n_total) : 30;
-    for (int i = 0; i < 30; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[30] = '\0';
-    fprintf(stderr, "\r\033[K%-12s [%s] %d/%d requests  %.1f s", label, bar, n_done, n_total,
-            (double)elapsed_ns * 1e-9);
-    fflush(stderr);
+    char tag[16];
+    snprintf(tag, sizeof tag, "%-12s", label);
+    bench_progress_draw(tag, n_done, n_total, NULL, elapsed_ns);
     p->drawn = true;
 }
 
 static void progress_clear(struct progress *p) {
     if (p->on && p->drawn) {
-        fputs("\r\033[K", stderr);
-        fflush(stderr);
+        bench_progress_clear();
         p->drawn = false;
     }
 }
@@ -310,8 +305,8 @@ static int sweep_context(const struct bench_offline_opts *o, const struct model 
                     d[nd++] = (double)(run.steps[k].t_end_ns - run.steps[k].t_start_ns) * 1e-6;
                     fl += run.steps[k].flops;
                 }
-            bench_sort(d, nd);
-            step_ms[p] = bench_percentile(d, nd, 50);
+            ci_sort_doubles(d, nd);
+            step_ms[p] = ci_quantile(d, nd, 0.5);
             gflop[p] = nd ? fl / nd * 1e-9 : NAN;
             bench_run_free(&run);
         }

@@ -16,7 +16,7 @@
  *   TPOT  = (E2EL − TTFT) / (output tokens − 1), output tokens = usage.completion_tokens when the server sent
  *           usage, else the number of content events
  * A request succeeds when the transfer completed, the status was 2xx, no error event came and at least one
- * content event came.  Percentiles are numpy's linear interpolation (metrics_quantile). */
+ * content event came.  Percentiles are numpy's linear interpolation (core/stats.h). */
 #include "bench/serve.h"
 
 #include <cjson/cJSON.h>
@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/stats.h"
+#include "bench/report.h"
 #include "core/clock.h"
 #include "core/mem.h"
 #include "core/rng.h"
@@ -659,17 +661,6 @@ struct run_out {
     int peak_in_flight;
 };
 
-static void draw_progress(int n_done, int n, int in_flight, int64_t elapsed_ns) {
-    char bar[31];
-    int fill = n > 0 ? (int)((int64_t)n_done * 30 / n) : 30;
-    for (int i = 0; i < 30; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[30] = '\0';
-    fprintf(stderr, "\r\033[K[%s] %d/%d requests, %d in flight, %.1f s", bar, n_done, n, in_flight,
-            (double)elapsed_ns * 1e-9);
-    fflush(stderr);
-}
-
 /* Sends reqs[0..n) at their arrival times, at most max_conc in flight (0: no cap), until every one has
  * finished; a request that cannot start yet for the cap waits and starts as soon as a slot frees, as in
  * vLLM (its latencies count from when it is actually sent).  Request failures land in res[]; the status is
@@ -720,7 +711,9 @@ static enum ci_status run_requests(struct client *cl, const struct sreq *reqs, s
         if (n_finished)
             out->t_end_ns = now;
         if (progress && (n_finished || now - t_drawn > 200000000)) {
-            draw_progress(n_done, n, in_flight, now - t0);
+            char extra[32];
+            snprintf(extra, sizeof extra, "%d in flight", in_flight);
+            bench_progress_draw(NULL, n_done, n, extra, now - t0);
             t_drawn = now;
         }
         if (n_finished)
@@ -736,7 +729,7 @@ static enum ci_status run_requests(struct client *cl, const struct sreq *reqs, s
         }
     }
     if (progress)
-        fputs("\r\033[K", stderr);
+        bench_progress_clear();
 fail:
     for (int i = 0; i < next; i++)
         xfer_cleanup(cl, &xs[i]);
@@ -750,18 +743,13 @@ struct dstats {
     double mean, median, std, p90, p99; // ms
 };
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Sorts v[0..n) and fills s (numpy semantics: population std, linear-interpolation percentiles; all 0 when
  * n == 0, as vLLM's np.mean(x or 0)). */
 static void dstats_of(double *v, int n, struct dstats *s) {
     memset(s, 0, sizeof *s);
     if (n <= 0)
         return;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    ci_sort_doubles(v, n);
     double sum = 0, sq = 0;
     for (int i = 0; i < n; i++)
         sum += v[i];
@@ -769,9 +757,9 @@ static void dstats_of(double *v, int n, struct dstats *s) {
     for (int i = 0; i < n; i++)
         sq += (v[i] - s->mean) * (v[i] - s->mean);
     s->std = sqrt(sq / n);
-    s->median = metrics_quantile(v, n, 0.50);
-    s->p90 = metrics_quantile(v, n, 0.90);
-    s->p99 = metrics_quantile(v, n, 0.99);
+    s->median = ci_quantile(v, n, 0.50);
+    s->p90 = ci_quantile(v, n, 0.90);
+    s->p99 = ci_quantile(v, n, 0.99);
 }
 
 struct summary {
@@ -957,27 +945,6 @@ static void print_errors(const struct sres *res, int n) {
 }
 
 /* ---- files --------------------------------------------------------------------------------------------- */
-
-static enum ci_status mkdirs(const char *dir, struct ci_err *err) {
-    char path[URL_MAX];
-    size_t len = strlen(dir);
-    if (len == 0 || len >= sizeof path)
-        return ci_err_set(err, CI_ERR_INVALID, "bad output directory '%s'", dir);
-    memcpy(path, dir, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (path[i] != '/' && path[i] != '\0')
-            continue;
-        char c = path[i];
-        path[i] = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return ci_err_set(err, CI_ERR_IO, "cannot create directory '%s': %s", path, strerror(errno));
-        path[i] = c;
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return ci_err_set(err, CI_ERR_IO, "'%s' is not a directory", dir);
-    return CI_OK;
-}
 
 static FILE *open_in(const char *dir, const char *name, struct ci_err *err) {
     char path[URL_MAX + 64];
@@ -1180,48 +1147,6 @@ done:
 /* ---- plots (gnuplot) -------------------------------------------------------------------------------------
  * Data files and one script plots.gp go into dir; gnuplot runs there (so the script names plain files). */
 
-static bool run_gnuplot(const char *dir) {
-    pid_t pid = fork();
-    if (pid < 0)
-        return false;
-    if (pid == 0) {
-        if (chdir(dir) != 0)
-            _exit(127);
-        int fd = open("gnuplot.log", O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
-        _exit(127);
-    }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-}
-
-static bool has_pngcairo(void) {
-    pid_t pid = fork();
-    if (pid < 0)
-        return false;
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execlp("gnuplot", "gnuplot", "-e", "set terminal pngcairo", (char *)NULL);
-        _exit(127);
-    }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-}
-
 /* TTFT CDF, ITL histogram and E2EL against send time.  False (after a warning) when gnuplot is missing or
  * failed; the data files and script stay in dir either way. */
 static bool write_plots(const char *dir, const struct workload *w, const struct sres *res,
@@ -1243,7 +1168,7 @@ static bool write_plots(const char *dir, const struct workload *w, const struct 
     for (int i = 0; i < w->n; i++)
         if (res[i].ok)
             v[k++] = (double)res[i].ttft_ns / 1e6;
-    qsort(v, (size_t)k, sizeof *v, cmp_double);
+    ci_sort_doubles(v, k);
     if (!(f = open_in(dir, "ttft_cdf.dat", &err)))
         goto done;
     fprintf(f, "# ttft_ms fraction_of_requests\n");
@@ -1285,11 +1210,11 @@ static bool write_plots(const char *dir, const struct workload *w, const struct 
     }
     fclose(f);
 
-    bool cairo = has_pngcairo();
+    const char *terminal = bench_gnuplot_terminal();
     if (!(f = open_in(dir, "plots.gp", &err)))
         goto done;
     fprintf(f, "# Written by cinfer bench serve; run `gnuplot plots.gp` in this directory to redraw.\n");
-    fprintf(f, "set terminal %s size 900,560\nset grid\nunset key\n", cairo ? "pngcairo" : "png");
+    fprintf(f, "set terminal %s size 900,560\nset grid\nunset key\n", terminal ? terminal : "pngcairo");
     if (s->n_ok > 0) {
         fprintf(f,
                 "set output 'ttft_cdf.png'\nset title 'TTFT CDF (%d requests)'\nset xlabel 'TTFT (ms)'\n"
@@ -1316,12 +1241,7 @@ static bool write_plots(const char *dir, const struct workload *w, const struct 
     if (fclose(f) != 0)
         goto done;
     f = NULL;
-    ok = run_gnuplot(dir);
-    if (!ok)
-        fprintf(stderr,
-                "cinfer bench serve: warning: gnuplot failed or is missing (see %s/gnuplot.log); the "
-                "plot data and plots.gp are in %s\n",
-                dir, dir);
+    ok = bench_gnuplot_run(dir, "plots.gp");
 done:
     if (!ok && err.msg[0])
         fprintf(stderr, "cinfer bench serve: warning: plots: %s\n", err.msg);
@@ -1641,7 +1561,8 @@ int bench_serve_run(struct bench_serve_opts *o) {
     fflush(stdout);
     print_errors(res, w.n);
 
-    if (mkdirs(out_dir, &err) != CI_OK || write_json(out_dir, o, &cl, &cal, &w, res, &s, &err) != CI_OK) {
+    if (bench_mkdirs(out_dir, &err) != CI_OK ||
+        write_json(out_dir, o, &cl, &cal, &w, res, &s, &err) != CI_OK) {
         fprintf(stderr, "cinfer bench serve: %s\n", err.msg);
         goto done;
     }

@@ -48,8 +48,10 @@ enum cinfer_status cinfer_chat_apply(const char *template_name, const struct cin
     struct ci_err e = {0};
     enum chat_template_id t = chat_template_from_name(template_name);
     if (t == CHAT_TEMPLATE_UNKNOWN)
-        ci_err_set(&e, CI_ERR_INVALID, "unknown chat template '%s'", template_name ? template_name : "(none)");
-    else if (chat_apply(t, (const struct chat_message *)msgs, n, add_generation_prompt, out, len, &e) == CI_OK)
+        ci_err_set(&e, CI_ERR_INVALID, "unknown chat template '%s'",
+                   template_name ? template_name : "(none)");
+    else if (chat_apply(t, (const struct chat_message *)msgs, n, add_generation_prompt, out, len, &e) ==
+             CI_OK)
         return CINFER_OK;
     return api_fail(err, &e);
 }
