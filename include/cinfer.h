@@ -78,7 +78,7 @@ struct cinfer_model_info {
     uint64_t file_bytes;
     uint64_t kv_bytes_per_token; // 2 · layers · kv_heads · head_dim · 4: an f32 cache (the default; an engine
                                  // reports its own --kv-type in cinfer_engine_info)
-    unsigned gguf_version; // GGUF files: the container's version, tensors and metadata keys (else 0)
+    unsigned gguf_version;       // GGUF files: the container's version, tensors and metadata keys (else 0)
     long long gguf_n_tensors, gguf_n_metadata;
     struct {
         const char *type; // "f32", "q8_0", ... (static)

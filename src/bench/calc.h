@@ -11,13 +11,15 @@
  *   linear FLOPs         = 2 · tokens · P_linear  (a multiply-add is 2 FLOPs)
  *   attention FLOPs      = 4 · L · N² · d for a prefill of N tokens (QKᵀ and AV), 4 · L · N · d for one
  *                          decode step at context N; causal masking would halve the prefill term, and like
- * the seeds we ignore that prefill bytes        = weights (read once) + the KV of B · N tokens written decode
- * bytes         = weights (read once for the whole batch) + B · N tokens of KV read + B written time bound =
- * max(FLOPs / peak, bytes / bandwidth); ridge point = peak / bandwidth P_linear, the parameters applied to
- * every token, is counted from the shapes (Q, K, V, O with their GQA shapes and the three SwiGLU matrices per
- * layer; the embedding is a lookup, not a matmul) and the output head is applied only to the one row per
- * sequence that needs logits.  When the parameter count is given instead (a preset that states P, or
- * --params), the seeds' accounting is used: 2 · N · P with P the whole model. */
+ *                          the seeds we ignore that
+ *   prefill bytes        = weights (read once) + the KV of B · N tokens written
+ *   decode bytes         = weights (read once for the whole batch) + B · N tokens of KV read + B written
+ *   time bound           = max(FLOPs / peak, bytes / bandwidth); ridge point = peak / bandwidth
+ * P_linear, the parameters applied to every token, is counted from the shapes (Q, K, V, O with their GQA
+ * shapes and the three SwiGLU matrices per layer; the embedding is a lookup, not a matmul) and the output
+ * head is applied only to the one row per sequence that needs logits.  When the parameter count is given
+ * instead (a preset that states P, or --params), the seeds' accounting is used: 2 · N · P with P the whole
+ * model. */
 #ifndef CINFER_BENCH_CALC_H
 #define CINFER_BENCH_CALC_H
 

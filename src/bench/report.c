@@ -16,8 +16,7 @@
 
 #define MIB (1024.0 * 1024.0)
 
-/* ---- statistics ------------------------------------------------------------------------------------------
- */
+/* ---- statistics --------------------------------------------------------------------------------------- */
 
 double bench_throughput(int64_t tokens, int64_t t_first_ns, int64_t t_last_ns) {
     int64_t span = t_last_ns - t_first_ns;
@@ -134,8 +133,7 @@ enum ci_status bench_summarize(const struct bench_run *r, struct bench_summary *
     return CI_OK;
 }
 
-/* ---- table -----------------------------------------------------------------------------------------------
- */
+/* ---- table -------------------------------------------------------------------------------------------- */
 
 static void triple(char *buf, size_t n, const double v[3]) {
     snprintf(buf, n, "%.1f/%.1f/%.1f", v[0], v[1], v[2]);
@@ -178,8 +176,7 @@ void bench_print_roofline(FILE *f, const struct bench_summary *s, int n) {
     }
 }
 
-/* ---- files -----------------------------------------------------------------------------------------------
- */
+/* ---- files -------------------------------------------------------------------------------------------- */
 
 enum ci_status bench_mkdirs(const char *dir, struct ci_err *err) {
     char path[4096];
@@ -447,8 +444,7 @@ enum ci_status bench_write_files(const char *dir, const struct bench_run *runs, 
     return CI_OK;
 }
 
-/* ---- plots -----------------------------------------------------------------------------------------------
- */
+/* ---- plots -------------------------------------------------------------------------------------------- */
 
 static int gnuplot_state = -1; // -1 unknown, 0 missing, 1 png, 2 pngcairo
 

@@ -1249,8 +1249,7 @@ done:
     return ok;
 }
 
-/* ---- set-up: endpoint, model discovery, initial test -----------------------------------------------------
- */
+/* ---- set-up: endpoint, model discovery, initial test -------------------------------------------------- */
 
 struct membuf {
     char *p;

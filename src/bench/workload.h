@@ -91,8 +91,7 @@ enum ci_status bench_workload_generate(const struct bench_workload_params *p, st
                                        struct ci_err *err);
 void bench_workload_free(struct bench_workload *w);
 
-/* ---- policies --------------------------------------------------------------------------------------------
- */
+/* ---- policies ----------------------------------------------------------------------------------------- */
 
 /* The cumulative progression of `cinfer bench --compare`:
  *   naive       policy naive (recompute the whole prefix every step)
@@ -133,8 +132,7 @@ struct bench_engine_config {
 
 struct engine_params bench_policy_params(enum bench_policy p, const struct bench_engine_config *c);
 
-/* ---- replay ----------------------------------------------------------------------------------------------
- */
+/* ---- replay ------------------------------------------------------------------------------------------- */
 
 struct bench_req_result {
     int64_t t_arrival_ns, t_scheduled_ns, t_first_token_ns, t_finish_ns; // offsets from the run's start

@@ -85,8 +85,7 @@ bool ci_mapfile_damaged(const struct ci_mapfile *m) {
     return m->data && m->slot >= 0 && atomic_load(&watched[m->slot].damaged) != 0;
 }
 
-/* ---- mapping ----------------------------------------------------------------------------------------------
- */
+/* ---- mapping ------------------------------------------------------------------------------------------ */
 
 enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci_err *err) {
     m->data = NULL;

@@ -106,8 +106,7 @@ done:
     return out;
 }
 
-/* ---- value readers: absent and null mean "not given" ----------------------------------------------------
- */
+/* ---- value readers: absent and null mean "not given" -------------------------------------------------- */
 
 static bool absent(const cJSON *v) {
     return !v || cJSON_IsNull(v);
@@ -233,8 +232,7 @@ static enum ci_status token_array(const cJSON *arr, const char *param, int n_voc
     return CI_OK;
 }
 
-/* ---- messages -------------------------------------------------------------------------------------------
- */
+/* ---- messages ----------------------------------------------------------------------------------------- */
 
 /* Concatenates the text parts [{"type":"text","text":"..."}] of a content array, joined by "\n". */
 static enum ci_status content_parts(const cJSON *arr, const char *param, char **out,
@@ -343,8 +341,7 @@ fail:
     return s;
 }
 
-/* ---- /v1/completions prompts ------------------------------------------------------------------------------
- */
+/* ---- /v1/completions prompts -------------------------------------------------------------------------- */
 
 static bool token_prompt_shape(const cJSON *v) {
     return cJSON_IsArray(v) && (cJSON_GetArraySize(v) == 0 || cJSON_IsNumber(cJSON_GetArrayItem(v, 0)));
@@ -388,8 +385,7 @@ static enum ci_status parse_prompts(const cJSON *root, int n_vocab, struct opena
     return CI_OK;
 }
 
-/* ---- the shared sampling parameters ---------------------------------------------------------------------
- */
+/* ---- the shared sampling parameters ------------------------------------------------------------------- */
 
 static enum ci_status parse_stop(const cJSON *root, struct openai_request *r, struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "stop");
@@ -587,8 +583,7 @@ void openai_request_deinit(struct openai_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* ---- /tokenize and /detokenize ---------------------------------------------------------------------------
- */
+/* ---- /tokenize and /detokenize ------------------------------------------------------------------------ */
 
 enum ci_status openai_parse_tokenize(const char *body, size_t len, struct openai_tokenize *out,
                                      struct openai_error *err) {

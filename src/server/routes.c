@@ -39,8 +39,7 @@ struct routes {
     atomic_uint_fast64_t next_id;
 };
 
-/* ---- small helpers ----------------------------------------------------------------------------------------
- */
+/* ---- small helpers ------------------------------------------------------------------------------------ */
 
 static const char oom_body[] =
     "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
@@ -116,8 +115,7 @@ static char *token_text(const struct cinfer_model *m, cinfer_token prev, cinfer_
     return out;
 }
 
-/* ---- a generation request -------------------------------------------------------------------------------
- */
+/* ---- a generation request ----------------------------------------------------------------------------- */
 
 struct choice {
     int stream;  // index into gen.streams
@@ -652,8 +650,7 @@ static void on_chat(void *app, const struct http_request *req, struct http_respo
     handle_generate(app, OPENAI_CHAT, req, res);
 }
 
-/* ---- the other endpoints ----------------------------------------------------------------------------------
- */
+/* ---- the other endpoints ------------------------------------------------------------------------------ */
 
 static cJSON *model_object(const struct routes *r) {
     cJSON *o = cJSON_CreateObject();
