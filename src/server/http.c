@@ -116,8 +116,7 @@ struct stream_wrap {
     void (*free_fn)(void *ctx);
 };
 
-/* ---- wakers ---------------------------------------------------------------------------------------------
- */
+/* ---- wakers ------------------------------------------------------------------------------------------- */
 
 static struct http_waker *waker_new(struct MHD_Connection *mc) {
     struct http_waker *w = ci_calloc(1, sizeof *w);
@@ -172,8 +171,7 @@ static bool conn_sleep(struct http_conn *c) {
     return sleep;
 }
 
-/* ---- connections (the watchdog's view) ------------------------------------------------------------------
- */
+/* ---- connections (the watchdog's view) ---------------------------------------------------------------- */
 
 static int64_t request_deadline(const struct http_server *s) {
     return ci_now_ns() + (int64_t)s->o.request_timeout_s * 1000000000ll;
@@ -353,7 +351,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         if (n == 0)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+        if (n < 0) {
+            // libmicrohttpd 0.9.75 closes the connection but frees it only when its event loop looks at it
+            // again, and a connection that was suspended is in no epoll set: without a timeout of its own it
+            // would wait for the inactivity timeout, its socket counting against the connection limits.
+            // A connection with a timeout of its own (not the daemon's) is looked at on every pass of the loop.
+            unsigned own = w->conn->srv->o.timeout_s == 1 ? 2u : 1u;
+            MHD_set_connection_option(w->conn->mc, MHD_CONNECTION_OPTION_TIMEOUT, own);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        return n;
     }
 }
 

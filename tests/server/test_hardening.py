@@ -17,6 +17,7 @@ would (docs/SECURITY.md): it must answer with a clear error or serve correctly, 
 Prints PASS/FAIL lines."""
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -256,6 +257,80 @@ def test_per_ip_limit():
     check("per_ip_exit", rc == 0, f"exit {rc}")
 
 
+def client_sockets(pid):
+    """The server's open TCP sockets other than the listening one (from /proc)."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                n += 1
+        except OSError:
+            pass
+    return n - 1
+
+
+def test_abandoned_streams_free_their_connections():
+    """Clients that leave in the middle of a stream (FIN or RST) leave no connection behind: after 160 such
+    streams the server holds no client socket within 3 s, and eight new connections from the same address
+    (per-address limit 8) are all served.  libmicrohttpd 0.9.75 kept such connections until the inactivity
+    timeout, and they filled the per-address limit."""
+    s = Server("--max-connections", "32", "--max-connections-per-ip", "8", "--timeout", "300")
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "stream": True, "ignore_eos": True,
+                       "n": 2}).encode()
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    def client(seed):
+        rnd = random.Random(seed)
+        for i in range(20):
+            k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            k.sendall(request)
+            got, want = 0, rnd.randint(200, 3000)
+            while got < want:
+                d = k.recv(rnd.randint(50, 500))
+                if not d:
+                    break
+                got += len(d)
+            if i % 2:  # RST instead of FIN
+                k.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            k.close()
+
+    try:
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        left = None
+        for _ in range(30):
+            left = client_sockets(s.proc.pid)
+            if left == 0:
+                break
+            time.sleep(0.1)
+        check("abandoned_streams_sockets_freed", left == 0, f"{left} client sockets still open after 3 s")
+        results = [None] * 8
+
+        def health(i):
+            try:
+                k = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+                k.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                results[i] = k.recv(100)[:12]
+                k.close()
+            except OSError as e:
+                results[i] = repr(e)
+
+        threads = [threading.Thread(target=health, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check("abandoned_streams_address_not_locked_out", all(r == b"HTTP/1.1 200" for r in results),
+              str(results))
+    finally:
+        rc, _ = s.stop()
+    check("abandoned_streams_exit", rc == 0, f"exit {rc}")
+
+
 def test_idle_connections_cost_no_thread():
     """300 idle connections on 1 HTTP thread: /health and a generation are still answered at once."""
     s = Server("--http-threads", "1", "--max-connections", "400", "--max-connections-per-ip", "0")
@@ -370,7 +445,8 @@ def main():
     finally:
         rc, _ = s.stop()
     check("hardening_server_exit", rc == 0, f"exit {rc}")
-    for t in (test_claimed_context, test_model_truncated_while_serving, test_slowloris_deadline, test_per_ip_limit, test_idle_connections_cost_no_thread,
+    for t in (test_claimed_context, test_model_truncated_while_serving, test_slowloris_deadline, test_per_ip_limit,
+              test_abandoned_streams_free_their_connections, test_idle_connections_cost_no_thread,
               test_deadline_spares_answers):
         try:
             t()
