@@ -3,8 +3,9 @@
  * with a per-request sampler.  It measures the seeds' metrics: TTFT (the prefill, up to the first sampled
  * token), every inter-token gap (TBT), TPS and end-to-end latency.
  *
- * This is the batch-of-one path `cinfer run` uses; the serving engine (engine.c) drives forward_batch the
- * same way for many sequences at once. */
+ * This is the batch-of-one path behind the public cinfer_generate (cinfer embedded as a library, without an
+ * engine thread).  `cinfer run`, `cinfer bench` and the server go through the serving engine (engine.c),
+ * which drives forward_batch the same way for many sequences at once. */
 #ifndef CINFER_ENGINE_GENERATE_H
 #define CINFER_ENGINE_GENERATE_H
 
