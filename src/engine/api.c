@@ -57,6 +57,23 @@ struct stream {
     void *user;
 };
 
+/* The public per-request figures from the token timing (the one place they are converted). */
+static void stats_fill(struct cinfer_generate_stats *out, int n_prompt, int n_generated,
+                       const struct token_timing *tt, uint64_t kv_bytes, const char *finish_reason) {
+    memset(out, 0, sizeof *out);
+    out->n_prompt = n_prompt;
+    out->n_generated = n_generated;
+    out->ttft_ms = tt->ttft_ms;
+    out->tbt_ms = tt->tbt_mean_ms;
+    out->tbt_p50_ms = tt->tbt_p50_ms;
+    out->tbt_p99_ms = tt->tbt_p99_ms;
+    out->tps = tt->tps;
+    out->latency_ms = tt->latency_ms;
+    out->prefill_tps = tt->ttft_ms > 0 ? n_prompt / (tt->ttft_ms / 1000.0) : 0;
+    out->kv_bytes = kv_bytes;
+    out->finish_reason = finish_reason;
+}
+
 static bool stream_token(void *user, int32_t token, bool is_stop) {
     struct stream *st = user;
     const char *text = "";
@@ -101,20 +118,8 @@ enum cinfer_status cinfer_generate(const struct cinfer_model *m, const char *pro
         if (n && on_token)
             on_token(user, -1, text, n);
     }
-    if (stats) {
-        memset(stats, 0, sizeof *stats);
-        stats->n_prompt = mt.n_prompt;
-        stats->n_generated = mt.n_generated;
-        stats->ttft_ms = mt.ttft_ms;
-        stats->tbt_ms = mt.tbt_mean_ms;
-        stats->tbt_p50_ms = mt.tbt_p50_ms;
-        stats->tbt_p99_ms = mt.tbt_p99_ms;
-        stats->tps = mt.tps;
-        stats->latency_ms = mt.latency_ms;
-        stats->prefill_tps = mt.prefill_tps;
-        stats->kv_bytes = mt.kv_bytes;
-        stats->finish_reason = gen_finish_str(mt.finish);
-    }
+    if (stats)
+        stats_fill(stats, mt.n_prompt, mt.n_generated, &mt.timing, mt.kv_bytes, gen_finish_str(mt.finish));
     if (detok_ready)
         detok_deinit(&st.detok);
     ci_free(ids);
@@ -368,17 +373,9 @@ void cinfer_stream_stats(const struct cinfer_stream *s, int sample, struct cinfe
         memset(&tt, 0, sizeof tt);
     if (scratch != gaps)
         ci_free(scratch);
-    out->n_prompt = m->n_prompt;
-    out->n_generated = m->n_output;
-    out->ttft_ms = tt.ttft_ms;
-    out->tbt_ms = tt.tbt_mean_ms;
-    out->tbt_p50_ms = tt.tbt_p50_ms;
-    out->tbt_p99_ms = tt.tbt_p99_ms;
-    out->tps = tt.tps;
-    out->latency_ms = tt.latency_ms;
-    out->prefill_tps = tt.ttft_ms > 0 ? m->n_prompt / (tt.ttft_ms / 1000.0) : 0;
-    out->kv_bytes = (uint64_t)((int64_t)(m->n_prompt + m->n_output) * s->kv_bytes_per_token);
-    out->finish_reason = engine_finish_str(m->finish);
+    stats_fill(out, m->n_prompt, m->n_output, &tt,
+               (uint64_t)((int64_t)(m->n_prompt + m->n_output) * s->kv_bytes_per_token),
+               engine_finish_str(m->finish));
 }
 
 void cinfer_stream_release(struct cinfer_stream *s) {

@@ -42,17 +42,8 @@ static bool is_stop(const struct gen_params *p, int32_t tok) {
 }
 
 static void finish_metrics(struct gen_metrics *mt, int64_t t0, const int64_t *t_tok, int n, double *gaps) {
-    struct token_timing tt;
-    metrics_token_timing(t0, t_tok, n, gaps, &tt);
+    metrics_token_timing(t0, t_tok, n, gaps, &mt->timing);
     mt->n_generated = n;
-    mt->ttft_ms = tt.ttft_ms;
-    mt->tbt_mean_ms = tt.tbt_mean_ms;
-    mt->tbt_p50_ms = tt.tbt_p50_ms;
-    mt->tbt_p99_ms = tt.tbt_p99_ms;
-    mt->tps = tt.tps;
-    mt->latency_ms = tt.latency_ms;
-    if (mt->ttft_ms > 0)
-        mt->prefill_tps = mt->n_prompt / (mt->ttft_ms / 1000.0);
 }
 
 enum ci_status generate(const struct model *m, const int32_t *prompt, int n_prompt,

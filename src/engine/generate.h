@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "engine/metrics.h"
 #include "engine/sampler.h"
 
 struct model;
@@ -36,13 +37,7 @@ enum gen_finish { GEN_FINISH_LENGTH, GEN_FINISH_STOP, GEN_FINISH_CALLER };
 struct gen_metrics {
     int n_prompt;
     int n_generated;
-    double ttft_ms;     // start → first token sampled (prefill)
-    double tbt_mean_ms; // mean gap between consecutive tokens (decode)
-    double tbt_p50_ms;
-    double tbt_p99_ms;
-    double tps;         // decode tokens per second = 1000 / tbt_mean_ms
-    double latency_ms;  // start → last token = TTFT + (n - 1) * TBT
-    double prefill_tps; // prompt tokens per second during the prefill
+    struct token_timing timing; // TTFT, TBT, TPS and latency from the tokens' timestamps (engine/metrics.h)
     enum gen_finish finish;
     uint64_t kv_bytes; // KV pool allocated for this request
 };
