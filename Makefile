@@ -2,6 +2,7 @@
 #   make            release build of build/release/cinfer
 #   make test       install missing Debian packages, build, run every test
 #   make asan       ASan+UBSan build, then the fast test subset under it
+#   make fuzz       libFuzzer harnesses (clang) in build/fuzz/; make fuzz-smoke runs each briefly
 #   make demo       the README's quick start: deps, build, synth a model, run it
 #   make format / format-check
 
@@ -15,8 +16,13 @@ CFLAGS_release := -O2 -g -D_FORTIFY_SOURCE=2
 CFLAGS_asan    := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
                   -DCI_DEBUG_CHECKS=1
 CFLAGS_debug   := -O0 -g -DCI_DEBUG_CHECKS=1
+# The libFuzzer variant (make fuzz, CC=clang): coverage instrumentation on every object, the fuzzer's main
+# only at link time.  clang's -Wstring-concatenation flags vocab.c's deliberately split literals.
+CFLAGS_fuzz    := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+                  -fno-omit-frame-pointer -DCI_DEBUG_CHECKS=1 -Wno-string-concatenation
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS_$(VARIANT)) -Iinclude -Isrc -MMD -MP
 LDFLAGS_asan := -fsanitize=address,undefined
+LDFLAGS_fuzz := -fsanitize=fuzzer,address,undefined
 LDFLAGS := $(LDFLAGS_$(VARIANT))
 LDLIBS  := -lpcre2-8 -lmicrohttpd -lcjson -lcurl -lpthread -lm
 
@@ -36,9 +42,33 @@ endif
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 LIB      := $(B)/libcinfer.a
 BIN      := $(B)/cinfer
+# The server's request parsing and SSE framing are not in libcinfer.a: the fuzz harnesses that check them
+# link these objects by name.
+SRV_TEST_OBJ := $(B)/src/server/openai.o $(B)/src/server/sse.o $(B)/src/server/json_check.o
 
-.PHONY: all test test-fast asan demo deps format format-check clean bench
-all: $(BIN) $(TEST_BIN)
+# Fuzzing (tests/fuzz/README.md): each tests/fuzz/fuzz_<target>.c is one harness.  Every gcc variant links
+# it with tests/fuzz/replay.c into $(B)/tests/test_fuzz_<target>, which tests/run.sh runs like the unit
+# tests (it replays the target's seed corpus and past crashers); the fuzz variant links it with libFuzzer
+# into build/fuzz/fuzz_<target>.
+FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_NAMES   := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
+FUZZ_OBJ     := $(FUZZ_SRC:%.c=$(B)/%.o) $(FUZZ_NAMES:%=$(B)/tests/fuzz/replay_%.o)
+REPLAY_BIN   := $(FUZZ_NAMES:%=$(B)/tests/test_fuzz_%)
+FUZZ_BIN     := $(FUZZ_NAMES:%=$(B)/fuzz_%)
+FUZZ_SECONDS ?= 15
+
+.PHONY: all test test-fast asan demo deps format format-check clean bench fuzz fuzz-smoke
+ifeq ($(VARIANT),fuzz)
+all: $(FUZZ_BIN)
+else
+all: $(BIN) $(TEST_BIN) $(REPLAY_BIN)
+endif
+.SECONDARY: $(FUZZ_OBJ) $(SRV_TEST_OBJ)
+ifeq ($(VARIANT),fuzz)
+# The SIMD kernels read no outside input, and instrumented they take minutes to compile (dot_avx512.c alone
+# over four): they are built without sanitizers or coverage.
+$(filter %_avx2.o %_avx512.o,$(LIB_OBJ)): CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS))
+endif
 
 $(B)/%_avx2.o: %_avx2.c
 	@mkdir -p $(@D)
@@ -66,6 +96,17 @@ $(B)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(LIB) $(LDLIBS)
 
+# replay.c is compiled once per target, with the target's name (for its corpus directories and messages).
+$(B)/tests/fuzz/replay_%.o: tests/fuzz/replay.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DFUZZ_TARGET='"$*"' -c $< -o $@
+
+$(B)/tests/test_fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(B)/tests/fuzz/replay_%.o $(SRV_TEST_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(SRV_TEST_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 deps:
 	@scripts/deps.sh
 
@@ -83,6 +124,13 @@ demo: deps
 	$(MAKE) $(BIN)
 	scripts/demo.sh $(B)
 
+fuzz: deps
+	$(MAKE) VARIANT=fuzz CC=clang all
+
+# Each harness for FUZZ_SECONDS (CI); tests/fuzz/run.sh also does the long runs (see tests/fuzz/README.md).
+fuzz-smoke: fuzz
+	tests/fuzz/run.sh -t $(FUZZ_SECONDS)
+
 bench: deps
 	$(MAKE) $(BIN)
 	bench/kernels.sh --quick
@@ -96,4 +144,4 @@ format-check:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(FUZZ_OBJ:.o=.d)
