@@ -42,8 +42,8 @@ endif
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 LIB      := $(B)/libcinfer.a
 BIN      := $(B)/cinfer
-# The server's request parsing and SSE framing are not in libcinfer.a: the fuzz harnesses that check them
-# link these objects by name.
+# The server's request parsing and SSE framing are not in libcinfer.a: the C tests that check them (unit
+# tests, fuzz harnesses) link these objects by name.
 SRV_TEST_OBJ := $(B)/src/server/openai.o $(B)/src/server/sse.o $(B)/src/server/json_check.o
 
 # Fuzzing (tests/fuzz/README.md): each tests/fuzz/fuzz_<target>.c is one harness.  Every gcc variant links
@@ -92,9 +92,9 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
-$(B)/tests/%: tests/unit/%.c $(LIB)
+$(B)/tests/%: tests/unit/%.c $(SRV_TEST_OBJ) $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(SRV_TEST_OBJ) $(LIB) $(LDLIBS)
 
 # replay.c is compiled once per target, with the target's name (for its corpus directories and messages).
 $(B)/tests/fuzz/replay_%.o: tests/fuzz/replay.c
