@@ -9,8 +9,8 @@
 
 struct frame {
     bool array;
-    long index;           // array: the current element
-    const char *key;      // object: the current key (raw, escapes not decoded)
+    long index;      // array: the current element
+    const char *key; // object: the current key (raw, escapes not decoded)
     size_t key_len;
 };
 
