@@ -1,7 +1,9 @@
 # cinfer — one plain Makefile.  Variants build out of tree in build/<variant>.
 #   make            release build of build/release/cinfer
 #   make test       install missing Debian packages, build, run every test
-#   make asan       ASan+UBSan build, then the fast test subset under it
+#   make asan       ASan+UBSan build (build/asan), then every test under it (LeakSanitizer on)
+#   make tsan       ThreadSanitizer build (build/tsan), then the engine, queue, scheduler, thread pool and
+#                   server tests under it (tests/tsan.supp: reports from uninstrumented libraries only)
 #   make fuzz       libFuzzer harnesses (clang) in build/fuzz/; make fuzz-smoke runs each briefly
 #   make demo       the README's quick start: deps, build, synth a model, run it
 #   make format / format-check
@@ -15,6 +17,7 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototyp
 CFLAGS_release := -O2 -g -D_FORTIFY_SOURCE=2
 CFLAGS_asan    := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
                   -DCI_DEBUG_CHECKS=1
+CFLAGS_tsan    := -O1 -g -fsanitize=thread -fno-omit-frame-pointer -DCI_DEBUG_CHECKS=1
 CFLAGS_debug   := -O0 -g -DCI_DEBUG_CHECKS=1
 # The libFuzzer variant (make fuzz, CC=clang): coverage instrumentation on every object, the fuzzer's main
 # only at link time.  clang's -Wstring-concatenation flags vocab.c's deliberately split literals.
@@ -23,29 +26,35 @@ CFLAGS_fuzz    := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-saniti
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS_$(VARIANT)) -Iinclude -Isrc -MMD -MP
 LDFLAGS_asan := -fsanitize=address,undefined
 LDFLAGS_fuzz := -fsanitize=fuzzer,address,undefined
+LDFLAGS_tsan := -fsanitize=thread
 LDFLAGS := $(LDFLAGS_$(VARIANT))
 LDLIBS  := -lpcre2-8 -lmicrohttpd -lcjson -lcurl -lpthread -lm
 
 # SIMD translation units get the ISA flags; everything else stays portable (runtime dispatch picks).
 SIMD_FLAGS := -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(sort $(wildcard src/core/*.c src/kernels/*.c src/tokenizer/*.c src/model/*.c src/engine/*.c))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/kernels/*.c src/format/*.c src/tokenizer/*.c src/model/*.c src/engine/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+
+SRV_SRC  := $(sort $(wildcard src/server/*.c))
+BENCH_SRC := $(sort $(wildcard src/bench/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(B)/%.o)
+SRV_OBJ  := $(SRV_SRC:%.c=$(B)/%.o)
+BENCH_OBJ := $(BENCH_SRC:%.c=$(B)/%.o)
 # The web UI page is compiled into the binary as a C array generated from src/server/webui.html.
 ifneq ($(wildcard src/server/webui.html),)
 CLI_OBJ  += $(B)/gen/webui_data.o
 endif
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 LIB      := $(B)/libcinfer.a
+# The layers above the engine, each an archive that the binary and the unit tests link: the server
+# (tests/unit/test_faults.c serves in-process) and the benchmarks (tests/unit/test_bench.c).
+SRV_LIB  := $(B)/libcinfer_server.a
+BENCH_LIB := $(B)/libcinfer_bench.a
 BIN      := $(B)/cinfer
-# The server's request parsing and SSE framing are not in libcinfer.a: the C tests that check them (unit
-# tests, fuzz harnesses) link these objects by name.
-SRV_TEST_OBJ := $(B)/src/server/openai.o $(B)/src/server/sse.o $(B)/src/server/json_check.o
-
 # Fuzzing (tests/fuzz/README.md): each tests/fuzz/fuzz_<target>.c is one harness.  Every gcc variant links
 # it with tests/fuzz/replay.c into $(B)/tests/test_fuzz_<target>, which tests/run.sh runs like the unit
 # tests (it replays the target's seed corpus and past crashers); the fuzz variant links it with libFuzzer
@@ -57,13 +66,13 @@ REPLAY_BIN   := $(FUZZ_NAMES:%=$(B)/tests/test_fuzz_%)
 FUZZ_BIN     := $(FUZZ_NAMES:%=$(B)/fuzz_%)
 FUZZ_SECONDS ?= 15
 
-.PHONY: all test test-fast asan demo deps format format-check clean bench fuzz fuzz-smoke
+.PHONY: all test test-fast test-full asan tsan demo deps format format-check clean bench fuzz fuzz-smoke
 ifeq ($(VARIANT),fuzz)
 all: $(FUZZ_BIN)
 else
 all: $(BIN) $(TEST_BIN) $(REPLAY_BIN)
 endif
-.SECONDARY: $(FUZZ_OBJ) $(SRV_TEST_OBJ)
+.SECONDARY: $(FUZZ_OBJ)
 ifeq ($(VARIANT),fuzz)
 # The SIMD kernels read no outside input, and instrumented they take minutes to compile (dot_avx512.c alone
 # over four): they are built without sanitizers or coverage.
@@ -89,22 +98,30 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(BIN): $(CLI_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
-
-$(B)/tests/%: tests/unit/%.c $(SRV_TEST_OBJ) $(LIB)
+$(SRV_LIB): $(SRV_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(SRV_TEST_OBJ) $(LIB) $(LDLIBS)
+	rm -f $@ && ar rcs $@ $^
+
+$(BENCH_LIB): $(BENCH_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN): $(CLI_OBJ) $(BENCH_LIB) $(SRV_LIB) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BENCH_LIB) $(SRV_LIB) $(LIB) $(LDLIBS)
+
+$(B)/tests/%: tests/unit/%.c $(BENCH_LIB) $(SRV_LIB) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(BENCH_LIB) $(SRV_LIB) $(LIB) $(LDLIBS)
 
 # replay.c is compiled once per target, with the target's name (for its corpus directories and messages).
 $(B)/tests/fuzz/replay_%.o: tests/fuzz/replay.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DFUZZ_TARGET='"$*"' -c $< -o $@
 
-$(B)/tests/test_fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(B)/tests/fuzz/replay_%.o $(SRV_TEST_OBJ) $(LIB)
+$(B)/tests/test_fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(B)/tests/fuzz/replay_%.o $(SRV_LIB) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(SRV_TEST_OBJ) $(LIB)
+$(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(SRV_LIB) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 deps:
@@ -117,8 +134,16 @@ test: deps
 test-fast: all
 	tests/run.sh $(B) fast
 
+test-full: all
+	tests/run.sh $(B) full
+
+# tests/run.sh sets the sanitizer options: every report is fatal and fails the test that produced it.
 asan: deps
-	$(MAKE) VARIANT=asan test-fast
+	$(MAKE) VARIANT=asan test-full
+
+tsan: deps
+	$(MAKE) VARIANT=tsan all
+	tests/run.sh build/tsan tsan
 
 demo: deps
 	$(MAKE) $(BIN)
@@ -144,4 +169,4 @@ format-check:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(FUZZ_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(SRV_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(FUZZ_OBJ:.o=.d)

@@ -52,21 +52,59 @@ CINFER_API enum cinfer_status cinfer_model_load(const char *path, const char *to
                                                 struct cinfer_model **out, struct cinfer_error *err);
 CINFER_API void cinfer_model_free(struct cinfer_model *m);
 
+/* Loading with choices; cinfer_model_load(path, tok, ...) is this with {tok, false, false}. */
+struct cinfer_load_options {
+    const char *tokenizer_path; // a llama2.c tokenizer.bin (for a GGUF file it overrides the embedded one)
+    bool tokenizer_optional;    // a model without a tokenizer loads anyway (token ids work, text does not)
+    bool vocab_only;            // the tokenizer alone (the file may be a vocab-only GGUF): no weights, so
+                                // no generation, engine or logits
+};
+CINFER_API enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_load_options *o,
+                                                     struct cinfer_model **out, struct cinfer_error *err);
+
+#define CINFER_MAX_TENSOR_TYPES 32
 struct cinfer_model_info {
-    const char *arch; // "llama" / "qwen2"
+    const char *arch;   // "llama" / "qwen2"
+    const char *format; // "GGUF" or "llama2.c"
+    bool has_weights;   // false for a model loaded vocab_only (the sizes below are then 0)
     int n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_ctx_train;
+    int rope_dim;     // dimensions of each head that are rotated
+    float rope_base;  // RoPE frequency base
+    bool rope_neox;   // NeoX pairing (i, i + d/2) rather than adjacent pairs
+    float rms_eps;    // RMSNorm epsilon
+    bool tied_output; // the output head is the token embedding matrix
     uint64_t n_params;
-    uint64_t weight_bytes;
+    uint64_t weight_bytes; // as stored (quantized types included)
+    uint64_t file_bytes;
     uint64_t kv_bytes_per_token; // 2 · layers · kv_heads · head_dim · 4: an f32 cache (the default; an engine
                                  // reports its own --kv-type in cinfer_engine_info)
+    unsigned gguf_version;       // GGUF files: the container's version, tensors and metadata keys (else 0)
+    long long gguf_n_tensors, gguf_n_metadata;
+    struct {
+        const char *type; // "f32", "q8_0", ... (static)
+        int count;        // tensors of that type in the model
+    } tensor_types[CINFER_MAX_TENSOR_TYPES];
+    int n_tensor_types;
+    const char *tokenizer_type; // "SPM" or "BPE"; NULL when the model has no tokenizer
+    const char *tokenizer_pre;  // BPE: the pre-tokenizer ("llama-bpe", "qwen2", ...); SPM: "default"
+    cinfer_token bos, eos;      // -1 when absent
 };
 CINFER_API void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out);
+/* KV cache bytes one token costs with elements of kv_type ("f32", "f16", "q8_0"): 2 · layers · kv_heads ·
+ * the bytes of head_dim elements; 0 for an unknown type or one the head size does not fit (q8_0 needs
+ * head_dim % 32 == 0). */
+CINFER_API uint64_t cinfer_kv_bytes_per_token(const struct cinfer_model *m, const char *kv_type);
 
 /* Token ids of text (add_special: BOS/EOS as the vocabulary asks; special-token texts are parsed).  *ids is
  * allocated: release it with cinfer_free. */
 CINFER_API enum cinfer_status cinfer_tokenize(const struct cinfer_model *m, const char *text, size_t len,
                                               bool add_special, cinfer_token **ids, int *n_ids,
                                               struct cinfer_error *err);
+/* The same, choosing whether special-token texts in text are parsed as those tokens (parse_special) or
+ * tokenized as plain text. */
+CINFER_API enum cinfer_status cinfer_tokenize_ex(const struct cinfer_model *m, const char *text, size_t len,
+                                                 bool add_special, bool parse_special, cinfer_token **ids,
+                                                 int *n_ids, struct cinfer_error *err);
 CINFER_API void cinfer_free(void *p);
 
 /* Text of ids (special tokens rendered as nothing unless render_special).  *text is allocated and
@@ -83,6 +121,61 @@ CINFER_API const char *cinfer_model_chat_template(const struct cinfer_model *m, 
 CINFER_API const char *cinfer_model_name(const struct cinfer_model *m);
 /* End-of-generation token (EOS/EOT)? */
 CINFER_API bool cinfer_token_is_eog(const struct cinfer_model *m, cinfer_token id);
+
+/* ---- chat templates --------------------------------------------------------------------------------------
+ * The built-in prompt formats (llama.cpp's names: chatml, llama2, llama3, mistral-v7, phi3, gemma, zephyr,
+ * ...), picked from a model's own tokenizer.chat_template or by name. */
+struct cinfer_chat_message {
+    const char *role;    // "system", "user" or "assistant" ("developer" is read as "system" by servers)
+    const char *content; // UTF-8, NUL-terminated
+};
+#define CINFER_CHAT_TEMPLATE_DEFAULT "chatml" // what to use when a model has no recognisable template
+CINFER_API int cinfer_chat_n_templates(void);
+CINFER_API const char *cinfer_chat_template_name(int i); // 0 <= i < cinfer_chat_n_templates(); static
+/* The canonical name of the built-in template called name ("mistral" names llama.cpp does not know map to
+ * llama2, as in llama.cpp); NULL when there is none.  Static storage. */
+CINFER_API const char *cinfer_chat_template_lookup(const char *name);
+/* The built-in template the model's own chat template corresponds to, by llama.cpp's detection; NULL when the
+ * model has none or it is not one cinfer implements.  Static storage. */
+CINFER_API const char *cinfer_chat_template_detect(const struct cinfer_model *m);
+/* The prompt of msgs[0..n) in the named template; *out is allocated (release with cinfer_free), *len excludes
+ * its NUL.  CINFER_ERR_INVALID for an unknown template, a bad role or a missing content (the message says
+ * which). */
+CINFER_API enum cinfer_status cinfer_chat_apply(const char *template_name,
+                                                const struct cinfer_chat_message *msgs, int n,
+                                                bool add_generation_prompt, char **out, size_t *len,
+                                                struct cinfer_error *err);
+
+/* One forward pass over ids as one sequence at positions 0..n-1, without the engine: the logits of every
+ * position into out[n][n_vocab] (n_vocab from cinfer_model_info).  The reference tests compare these with an
+ * independent implementation. */
+struct cinfer_logits_options {
+    int n_threads;       // kernel threads (default 2)
+    int kv_block_size;   // KV block size in tokens (default 16)
+    const char *kv_type; // KV element type (default "f32")
+};
+CINFER_API void cinfer_logits_options_default(struct cinfer_logits_options *o);
+CINFER_API enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_token *ids, int n_ids,
+                                            const struct cinfer_logits_options *o, float *out,
+                                            struct cinfer_error *err);
+
+/* ---- model files ------------------------------------------------------------------------------------------
+ * Writing GGUF files that llama.cpp loads: a llama2.c checkpoint converted, or a random-weight model of a
+ * real shape (for tests and benchmarks; the same preset, type and seed give the same bytes). */
+CINFER_API enum cinfer_status cinfer_convert_llama2c(const char *in, const char *tokenizer_path,
+                                                     const char *type, const char *out,
+                                                     struct cinfer_error *err);
+CINFER_API enum cinfer_status cinfer_synth(const char *preset, const char *type, uint64_t seed,
+                                           const char *out, struct cinfer_error *err);
+/* The matrix types a file can be written in: "f32", "f16", "bf16", "q8_0", "q4_0" (convert: f32, f16, q8_0).
+ */
+CINFER_API bool cinfer_weight_type_known(const char *type);
+struct cinfer_synth_preset {
+    const char *name, *arch;
+    int n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
+};
+CINFER_API int cinfer_synth_n_presets(void);
+CINFER_API void cinfer_synth_preset_info(int i, struct cinfer_synth_preset *out); // 0 <= i < n_presets
 
 struct cinfer_sampling {
     float temperature;        // <= 0: greedy
@@ -151,6 +244,10 @@ struct cinfer_engine_options {
     int n_ctx;            // context limit (0: the model's)
 };
 CINFER_API void cinfer_engine_options_default(struct cinfer_engine_options *o);
+/* Whether name is a policy ("naive", "static", "continuous") or a KV element type ("f32", "f16", "q8_0")
+ * that cinfer_engine_create accepts: lets a front end check its flags before loading anything. */
+CINFER_API bool cinfer_policy_known(const char *name);
+CINFER_API bool cinfer_kv_type_known(const char *name);
 
 struct cinfer_engine;
 CINFER_API enum cinfer_status cinfer_engine_create(const struct cinfer_model *m,
@@ -168,6 +265,9 @@ struct cinfer_engine_info {
     int full_context_seqs;      // sequences of the whole context that fit at once
 };
 CINFER_API void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info *out);
+/* NULL while the engine works; otherwise why it cannot go on (the model file changed on disk while in use),
+ * and every request fails with that message.  Any thread. */
+CINFER_API const char *cinfer_engine_failure(const struct cinfer_engine *e);
 /* Synchronous mode: one step; false if there was nothing to do. */
 CINFER_API bool cinfer_engine_step(struct cinfer_engine *e);
 
@@ -212,10 +312,18 @@ struct cinfer_event {
     int n_top;
 };
 /* Waits up to timeout_ns (< 0: forever) for sample's next event; text stays valid until the next call.
- * CINFER_ERR_BUSY on timeout; CINFER_ERR_CANCELLED after the final event was returned. */
+ * CINFER_ERR_BUSY on timeout; CINFER_ERR_CANCELLED after the final event was returned.  CINFER_ERR_NOMEM
+ * when an event's text (longer than a few hundred bytes) could not be joined: that event is lost, so the
+ * caller should cancel the stream and fail the request. */
 CINFER_API enum cinfer_status cinfer_stream_next(struct cinfer_stream *s, int sample, struct cinfer_event *ev,
                                                  int64_t timeout_ns);
 CINFER_API void cinfer_stream_cancel(struct cinfer_stream *s);
+/* For callers that do not block in cinfer_stream_next (an event loop): fn(ctx) is called whenever an event
+ * becomes ready on any of the stream's samples, the final ones included (and right away if one is ready
+ * already).  It runs on the engine's thread with the stream's lock held, so it must be quick and must not
+ * call into the stream; it should only wake the caller's loop, which then reads with a timeout of 0.
+ * fn == NULL removes it; when that call returns, fn is not running and will not run again. */
+CINFER_API void cinfer_stream_set_notify(struct cinfer_stream *s, void (*fn)(void *ctx), void *ctx);
 /* Request metrics of a finished sample (the seeds' yardstick). */
 CINFER_API void cinfer_stream_stats(const struct cinfer_stream *s, int sample,
                                     struct cinfer_generate_stats *out);

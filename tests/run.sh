@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test program and prints the closing "N passed, N failed" line.
-#   tests/run.sh BUILD_DIR [fast|full]
+#   tests/run.sh BUILD_DIR [fast|full|tsan]
 # Test programs print "PASS name" / "FAIL name: why" lines; a program that exits non-zero without printing a
-# FAIL line (a crash, a sanitizer report) counts as one failure.  "fast" runs the C unit tests and the CLI
-# tests in tests/cli (the asan subset); "full" also runs the other script tests in tests/*/test_*.{py,sh}
-# (the numpy reference and the llama.cpp cross-check).
+# FAIL line (a crash) counts as one failure.  "fast" runs the C unit tests and the CLI tests in tests/cli;
+# "full" also runs the other script tests in tests/*/test_*.{py,sh} (the numpy reference, the server tests,
+# the OpenAI SDK, the llama.cpp cross-check, the web UI); "tsan" runs the threaded tests only (make tsan):
+# test_queue, test_sched, the threaded tests of test_engine, test_kernels and test_forward, and the server
+# tests.
+#
+# Sanitizers: the options below make every ASan, UBSan, LeakSanitizer or TSan report fatal, and send it to
+# a file in a directory of this run instead of stderr.  After each test program, any report file there (from
+# the program itself or from any cinfer it started, whatever it did with that process's stderr) is printed
+# and counts as a failure of that program: "FAIL <program>: sanitizer report".  The options only concern
+# binaries built with -fsanitize (build/asan, build/tsan); options already in the environment come after
+# these, so they win.
 set -u
 B=${1:?build dir}
 MODE=${2:-full}
@@ -21,12 +30,22 @@ export CINFER_PY=$PY
 passed=0
 failed=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+san=$(mktemp -d)
+trap 'rm -rf "$log" "$san"' EXIT
+
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:disable_coredump=1:\
+detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:log_path=$san/asan:\
+${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:disable_coredump=1:\
+log_path=$san/ubsan:${UBSAN_OPTIONS:-}"
+export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:disable_coredump=1:second_deadlock_stack=1:\
+suppressions=$ROOT/tests/tsan.supp:log_path=$san/tsan:${TSAN_OPTIONS:-}"
 
 run_one() { # name, command...
     local name=$1
     shift
     echo "== $name"
+    local t0=$SECONDS
     "$@" >"$log" 2>&1
     local rc=$?
     cat "$log"
@@ -37,11 +56,40 @@ run_one() { # name, command...
         echo "FAIL $name: exited with status $rc"
         f=1
     fi
+    local r
+    for r in "$san"/*; do
+        [ -e "$r" ] || continue
+        echo "-- sanitizer report ${r##*/}:"
+        cat "$r"
+        rm -f "$r"
+        echo "FAIL $name: sanitizer report"
+        f=$((f + 1))
+    done
+    echo "-- $name: $((SECONDS - t0)) s"
     passed=$((passed + p))
     failed=$((failed + f))
 }
 
 cd "$ROOT"
+if [ "$MODE" = tsan ]; then
+    # Tests that run one thread give TSan nothing to check and run ~20 times slower under it: of test_engine,
+    # the engine thread with its kernel pool and client threads (the policy tests step the engine on the test's
+    # thread with one kernel thread); of test_kernels, the pool and the matmul across 1-3 threads; of
+    # test_forward, the batch invariance with 1 and 2 threads.  The others print SKIP lines.
+    run_one "test_engine (threaded)" env CINFER_TEST_ONLY=engine_thread "$B/tests/test_engine"
+    run_one test_queue "$B/tests/test_queue"
+    run_one test_sched "$B/tests/test_sched"
+    run_one "test_kernels (threaded)" env CINFER_TEST_ONLY=threadpool,across_threads "$B/tests/test_kernels"
+    run_one "test_forward (threaded)" env CINFER_TEST_ONLY=invariance_stories260k_gguf "$B/tests/test_forward"
+    for t in tests/server/test_*.py tests/server/test_*.sh; do
+        [ -e "$t" ] || continue
+        case "$t" in *.py) run_one "$t" "$PY" "$t" ;; *) run_one "$t" bash "$t" ;; esac
+    done
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+fi
+
 for t in "$B"/tests/test_*; do
     case "$t" in *.d) continue ;; esac
     [ -x "$t" ] || continue

@@ -117,3 +117,31 @@ void args_usage(const char *cmd, const char *synopsis, const struct arg_spec *sp
         printf("  %-22s %s\n", flags, specs[i].help);
     }
 }
+
+bool args_parse_rate(const char *s, double *out) {
+    if (!strcmp(s, "inf") || !strcmp(s, "infinity")) {
+        *out = INFINITY;
+        return true;
+    }
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0) || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+bool args_parse_int_list(const char *s, int lo, int hi, int *out, int max, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || v < lo || v > hi || *n >= max || (*end != ',' && *end != '\0'))
+            return false;
+        out[(*n)++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return *n > 0;
+}

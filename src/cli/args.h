@@ -24,5 +24,9 @@ bool args_parse(const char *cmd, int argc, char **argv, int first, const struct 
 void args_usage(const char *cmd, const char *synopsis, const struct arg_spec *specs, int n_specs);
 /* True if --help or -h appears. */
 bool args_want_help(int argc, char **argv, int first);
+/* A request rate: a positive number of requests per second, or "inf" / "infinity" (INFINITY: all at once). */
+bool args_parse_rate(const char *s, double *out);
+/* Comma-separated integers in [lo, hi] into out[0..*n), at most max.  False on a malformed or empty list. */
+bool args_parse_int_list(const char *s, int lo, int hi, int *out, int max, int *n);
 
 #endif

@@ -11,8 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "engine/calc.h"
-#include "model/model.h"
+#include "bench/calc.h"
 
 #define LABEL_COLS 34
 
@@ -379,7 +378,7 @@ int cmd_calc(int argc, char **argv) {
         return 2;
 
     struct calc_model cm;
-    struct model *m = NULL;
+    bool is_file = false;
     struct ci_err err = {0};
     int rc = 0;
     if (preset) {
@@ -389,33 +388,25 @@ int cmd_calc(int argc, char **argv) {
             return 2;
         }
     } else {
-        if (model_load(model_path, &m, &err) != CI_OK) {
+        if (calc_model_from_file(model_path, &cm, &err) != CI_OK) {
             fprintf(stderr, "cinfer calc: %s\n", err.msg);
             return 1;
         }
-        memset(&cm, 0, sizeof cm);
-        cm.name = model_path;
-        cm.cfg = m->config;
-        cm.tied = m->weights.output.data == m->weights.tok_embd.data;
-        cm.qkv_bias = m->config.n_layer > 0 && m->weights.layers && m->weights.layers[0].bq.data;
-        cm.stored_weight_bytes = (double)model_weight_bytes(m);
+        is_file = true;
     }
     if (params > 0)
         cm.n_params = params;
     // A file's weights are what it stores unless a size per weight is asked for; a shape has no file.
-    o.weight_bytes = weight_bytes > 0 ? (double)weight_bytes : m ? 0 : 2;
+    o.weight_bytes = weight_bytes > 0 ? (double)weight_bytes : is_file ? 0 : 2;
 
     struct calc_result r;
     if (calc_run(&cm, &o, &r, &err) != CI_OK) {
         fprintf(stderr, "cinfer calc: %s\n", err.msg);
-        rc = 2;
-        goto fail;
+        return 2;
     }
     if (json)
-        print_json(&cm, m != NULL, &o, &r);
+        print_json(&cm, is_file, &o, &r);
     else
-        print_report(&cm, m != NULL, &o, &r);
-fail:
-    model_free(m);
+        print_report(&cm, is_file, &o, &r);
     return rc;
 }

@@ -2,27 +2,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cinfer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "kernels/quant.h"
-#include "model/convert.h"
-#include "model/synth.h"
 
-static bool parse_type(const char *cmd, const char *name, const char *allowed, uint32_t *out) {
-    static const struct {
-        const char *name;
-        uint32_t type;
-    } types[] = {{"f32", CI_TYPE_F32},
-                 {"f16", CI_TYPE_F16},
-                 {"bf16", CI_TYPE_BF16},
-                 {"q8_0", CI_TYPE_Q8_0},
-                 {"q4_0", CI_TYPE_Q4_0}};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        if (!strcmp(name, types[i].name) && strstr(allowed, name)) {
-            *out = types[i].type;
+/* name is one of the allowed types ("f32|f16|q8_0"); prints the error otherwise. */
+static bool check_type(const char *cmd, const char *name, const char *allowed) {
+    size_t n = strlen(name);
+    for (const char *p = allowed; n && (p = strstr(p, name)); p += n)
+        if ((p == allowed || p[-1] == '|') && (p[n] == '|' || p[n] == '\0') && cinfer_weight_type_known(name))
             return true;
-        }
-    }
     fprintf(stderr, "cinfer %s: --type: '%s' is not one of %s\n", cmd, name, allowed);
     return false;
 }
@@ -41,18 +30,17 @@ int cmd_convert(int argc, char **argv) {
     }
     const char *pos[1];
     int n_pos;
-    uint32_t type;
     if (!args_parse("convert", argc, argv, 2, specs, n_specs, pos, 1, &n_pos))
         return 2;
     if (n_pos != 1 || !tok_path || !out_path) {
         fprintf(stderr, "cinfer convert: usage: cinfer convert IN.bin --tokenizer TOK.bin -o OUT.gguf\n");
         return 2;
     }
-    if (!parse_type("convert", type_name, "f32|f16|q8_0", &type))
+    if (!check_type("convert", type_name, "f32|f16|q8_0"))
         return 2;
-    struct ci_err err = {0};
-    if (convert_llama2c(pos[0], tok_path, type, out_path, &err) != CI_OK) {
-        fprintf(stderr, "cinfer convert: %s\n", err.msg);
+    struct cinfer_error err = {0};
+    if (cinfer_convert_llama2c(pos[0], tok_path, type_name, out_path, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer convert: %s\n", err.message);
         return 1;
     }
     fprintf(stderr, "cinfer convert: wrote %s\n", out_path);
@@ -72,28 +60,27 @@ int cmd_synth(int argc, char **argv) {
     if (args_want_help(argc, argv, 2)) {
         args_usage("synth", "--preset NAME --type TYPE --seed S -o OUT.gguf", specs, n_specs);
         printf("\npresets:\n");
-        for (int i = 0; i < synth_n_presets(); i++) {
-            const struct synth_preset *p = synth_preset(i);
-            printf("  %-16s %s, %d layers, dim %d, %d heads (%d KV), ffn %d, vocab %d, context %d\n", p->name,
-                   model_arch_name(p->arch), p->n_layer, p->n_embd, p->n_head, p->n_kv_head, p->n_ff,
-                   p->n_vocab, p->n_ctx);
+        for (int i = 0; i < cinfer_synth_n_presets(); i++) {
+            struct cinfer_synth_preset p;
+            cinfer_synth_preset_info(i, &p);
+            printf("  %-16s %s, %d layers, dim %d, %d heads (%d KV), ffn %d, vocab %d, context %d\n", p.name,
+                   p.arch, p.n_layer, p.n_embd, p.n_head, p.n_kv_head, p.n_ff, p.n_vocab, p.n_ctx);
         }
         return 0;
     }
     const char *pos[1];
     int n_pos;
-    uint32_t type;
     if (!args_parse("synth", argc, argv, 2, specs, n_specs, pos, 0, &n_pos))
         return 2;
     if (!preset || !out_path) {
         fprintf(stderr, "cinfer synth: --preset NAME and -o OUT.gguf are required\n");
         return 2;
     }
-    if (!parse_type("synth", type_name, "f32|f16|bf16|q8_0|q4_0", &type))
+    if (!check_type("synth", type_name, "f32|f16|bf16|q8_0|q4_0"))
         return 2;
-    struct ci_err err = {0};
-    if (synth_write(preset, type, seed, out_path, &err) != CI_OK) {
-        fprintf(stderr, "cinfer synth: %s\n", err.msg);
+    struct cinfer_error err = {0};
+    if (cinfer_synth(preset, type_name, seed, out_path, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer synth: %s\n", err.message);
         return 1;
     }
     fprintf(stderr, "cinfer synth: wrote %s\n", out_path);

@@ -6,13 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cinfer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/mem.h"
-#include "core/threadpool.h"
-#include "engine/kv_pool.h"
-#include "model/forward.h"
-#include "model/model.h"
 
 #define MAX_TOKENS 65536
 
@@ -46,7 +43,6 @@ int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *tokens = NULL, *out_path = NULL;
     int n_threads = 2, block_size = 16;
     const char *kv_type_s = "f32";
-    uint32_t kv_type = 0;
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  accepted as by run; ids need no tokenizer"},
@@ -70,7 +66,7 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "cinfer logits: -m MODEL, --tokens IDS and -o OUT are required\n");
         return 2;
     }
-    if (!kv_type_parse(kv_type_s, &kv_type)) {
+    if (!cinfer_kv_type_known(kv_type_s)) {
         fprintf(stderr, "cinfer logits: --kv-type: '%s' is not one of f32, f16, q8_0\n", kv_type_s);
         return 2;
     }
@@ -80,67 +76,36 @@ int cmd_logits(int argc, char **argv) {
         return 2;
 
     int rc = 1;
-    struct ci_err err = {0};
-    struct model *m = NULL;
-    struct ci_threadpool *tp = NULL;
-    struct kv_pool *pool = NULL;
-    struct forward *fwd = NULL;
-    struct kv_seq_blocks table = {0};
-    struct ci_kv_layer *layers = NULL;
-    int32_t *pos = ci_calloc((size_t)n, sizeof *pos), *seq = ci_calloc((size_t)n, sizeof *seq);
-    uint8_t *want = ci_calloc((size_t)n, 1);
+    struct cinfer_error err = {0};
+    struct cinfer_model *m = NULL;
+    float *logits = NULL;
     FILE *f = NULL;
-    if (!pos || !seq || !want) {
+    struct cinfer_load_options lo = {tok_path, true, false};
+    if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK)
+        goto fail;
+    struct cinfer_model_info mi;
+    cinfer_model_info(m, &mi);
+    if (!(logits = ci_malloc(sizeof(float) * (size_t)mi.n_vocab * (size_t)n))) {
         fprintf(stderr, "cinfer logits: out of memory\n");
         goto done;
     }
-    if (model_load(model_path, &m, &err) != CI_OK)
-        goto fail;
-    const struct model_config *c = &m->config;
-    int n_blocks = (n + block_size - 1) / block_size;
-    struct kv_pool_params pp = {c->n_layer, c->n_kv_head, c->head_dim, block_size, n_blocks, kv_type};
-    if (ci_threadpool_create(n_threads, &tp, &err) || kv_pool_create(&pp, &pool, &err) ||
-        forward_create(m, n, n, tp, &fwd, &err) || kv_seq_init(&table, n_blocks, &err) ||
-        kv_seq_reserve(pool, &table, n))
-        goto fail;
-    layers = ci_calloc((size_t)c->n_layer, sizeof *layers);
-    if (!layers)
-        goto done;
-    for (int il = 0; il < c->n_layer; il++)
-        kv_pool_layer(pool, il, &layers[il]);
-    for (int i = 0; i < n; i++) {
-        pos[i] = i;
-        want[i] = 1;
-    }
-    struct ci_attn_seq aseq = {table.ids, table.n};
-    struct fwd_batch b = {n, ids, pos, seq, want, 1, &aseq};
-    const float *logits;
-    int rows;
-    if (forward_batch(fwd, &b, layers, &logits, &rows, &err) != CI_OK)
+    struct cinfer_logits_options lo2 = {n_threads, block_size, kv_type_s};
+    if (cinfer_logits(m, ids, n, &lo2, logits, &err) != CINFER_OK)
         goto fail;
     if (!(f = fopen(out_path, "wb")) ||
-        fwrite(logits, sizeof(float) * (size_t)c->n_vocab, (size_t)rows, f) != (size_t)rows) {
+        fwrite(logits, sizeof(float) * (size_t)mi.n_vocab, (size_t)n, f) != (size_t)n) {
         fprintf(stderr, "cinfer logits: cannot write %s: %s\n", out_path, strerror(errno));
         goto done;
     }
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "cinfer logits: %s\n", err.msg);
+    fprintf(stderr, "cinfer logits: %s\n", err.message);
 done:
     if (f && fclose(f) != 0)
         rc = 1;
-    if (table.ids)
-        kv_seq_release(pool, &table);
-    kv_seq_deinit(&table);
-    ci_free(layers);
-    forward_free(fwd);
-    kv_pool_free(pool);
-    ci_threadpool_free(tp);
-    model_free(m);
+    ci_free(logits);
+    cinfer_model_free(m);
     ci_free(ids);
-    ci_free(pos);
-    ci_free(seq);
-    ci_free(want);
     return rc;
 }

@@ -55,8 +55,7 @@ int cmd_run(int argc, char **argv) {
     struct cinfer_stream *st = NULL;
     cinfer_token *ids = NULL;
     int n_ids = 0;
-    struct cinfer_engine_options eo;
-    engine_args_to_options(&ea, &eo);
+    struct cinfer_engine_options eo = ea.o;
     if (cinfer_model_load(model_path, tok_path, &m, &err) != CINFER_OK ||
         cinfer_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err) != CINFER_OK ||
         cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK)
@@ -107,7 +106,7 @@ int cmd_run(int argc, char **argv) {
             "  TBT      %9.2f ms   mean (p50 %.2f ms, p99 %.2f ms)\n"
             "  TPS      %9.2f tokens/s\n"
             "  latency  %9.2f ms   = TTFT + (%d - 1) x TBT\n",
-            mt.n_prompt, mt.n_generated, mt.finish_reason, ea.policy, eo.n_threads,
+            mt.n_prompt, mt.n_generated, mt.finish_reason, eo.policy, eo.n_threads,
             (double)mt.kv_bytes / 1024, mt.ttft_ms, mt.prefill_tps, mt.tbt_ms, mt.tbt_p50_ms, mt.tbt_p99_ms,
             mt.tps, mt.latency_ms, mt.n_generated);
     rc = 0;

@@ -15,7 +15,6 @@
 #include "core/mem.h"
 #include "server/http.h"
 #include "server/routes.h"
-#include "tokenizer/chat.h"
 
 // The same mapping as cmd_run's: the shared engine flags onto the public engine options.
 /* The first line of path, without trailing whitespace; NULL (message printed) when unreadable or empty. */
@@ -42,37 +41,22 @@ static char *read_key_file(const char *path) {
 
 static void list_templates(void) {
     fprintf(stderr, "  known templates:");
-    for (int t = 1; t < CHAT_TEMPLATE_COUNT; t++)
-        fprintf(stderr, " %s", chat_template_name((enum chat_template_id)t));
+    for (int t = 0; t < cinfer_chat_n_templates(); t++)
+        fprintf(stderr, " %s", cinfer_chat_template_name(t));
     fprintf(stderr, "\n");
 }
 
 /* The model's template, by its GGUF tokenizer.chat_template; chatml (with a warning) when unrecognised. */
-static enum chat_template_id detect_template(const struct cinfer_model *m) {
-    size_t len = 0;
-    const char *jinja = cinfer_model_chat_template(m, &len);
-    enum chat_template_id t = jinja ? chat_template_detect(jinja, len) : CHAT_TEMPLATE_UNKNOWN;
-    if (t == CHAT_TEMPLATE_ZEPHYR || t == CHAT_TEMPLATE_ZEPHYR_HF) {
-        // The Zephyr layout ends turns with the EOS text: find it among the end-of-generation tokens.
-        struct cinfer_model_info mi;
-        cinfer_model_info(m, &mi);
-        for (cinfer_token id = 0; id < mi.n_vocab; id++) {
-            size_t n = 0;
-            const char *piece = cinfer_token_is_eog(m, id) ? cinfer_token_piece(m, id, &n) : NULL;
-            enum chat_template_id e = piece ? chat_template_for_eos(t, piece, n) : t;
-            if (e != t) {
-                t = e;
-                break;
-            }
-        }
-    }
-    if (t == CHAT_TEMPLATE_UNKNOWN) {
+static const char *detect_template(const struct cinfer_model *m) {
+    const char *t = cinfer_chat_template_detect(m);
+    if (!t) {
+        size_t len = 0;
         fprintf(stderr,
                 "cinfer serve: warning: %s; chat requests use %s (choose one with --chat-template NAME)\n",
-                jinja ? "the model's chat template is not one cinfer recognises"
-                      : "the model has no chat template",
-                chat_template_name(CHAT_TEMPLATE_DEFAULT));
-        t = CHAT_TEMPLATE_DEFAULT;
+                cinfer_model_chat_template(m, &len) ? "the model's chat template is not one cinfer recognises"
+                                                    : "the model has no chat template",
+                CINFER_CHAT_TEMPLATE_DEFAULT);
+        t = CINFER_CHAT_TEMPLATE_DEFAULT;
     }
     return t;
 }
@@ -101,8 +85,9 @@ int cmd_serve(int argc, char **argv) {
     engine_args_init(&ea);
     const char *model_path = NULL, *tok_path = NULL, *host = "127.0.0.1", *api_key = NULL, *key_file = NULL;
     const char *served = NULL, *tmpl_name = NULL, *max_body = "1M", *allow_origin = NULL;
-    int port = 8080, max_conn = 256, max_requests = 128, timeout_s = 300;
-    struct arg_spec specs[13 + ENGINE_ARGS_N_SPECS] = {
+    int port = 8080, max_conn = 1024, max_conn_ip = -1, max_requests = 128, timeout_s = 300;
+    int request_timeout_s = 30, http_threads = 4;
+    struct arg_spec specs[16 + ENGINE_ARGS_N_SPECS] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
         {"--host", NULL, ARG_STR, &host, 0, 0,
@@ -117,17 +102,25 @@ int cmd_serve(int argc, char **argv) {
         {"--chat-template", NULL, ARG_STR, &tmpl_name, 0, 0,
          "NAME  chat template (default: detected from the model, else chatml)"},
         {"--max-connections", NULL, ARG_INT, &max_conn, 1, 100000,
-         "N  concurrent connections, one thread each (default 256)"},
+         "N  concurrent connections (default 1024)"},
+        {"--max-connections-per-ip", NULL, ARG_INT, &max_conn_ip, 0, 100000,
+         "N  concurrent connections from one client address (default: a quarter of --max-connections; 0: "
+         "no limit)"},
+        {"--http-threads", NULL, ARG_INT, &http_threads, 1, 256,
+         "N  threads serving the connections, event-driven (default 4)"},
+        {"--request-timeout", NULL, ARG_INT, &request_timeout_s, 1, 86400,
+         "S  a whole request must arrive within S seconds of connecting or of the previous answer (default "
+         "30)"},
         {"--max-requests", NULL, ARG_INT, &max_requests, 1, 100000,
          "N  generation requests in flight; more get 429 (default 128)"},
         {"--timeout", NULL, ARG_INT, &timeout_s, 1, 86400,
-         "S  idle connection timeout in seconds (default 300)"},
+         "S  close a connection that moves no data for S seconds while it is answered (default 300)"},
         {"--max-body", NULL, ARG_STR, &max_body, 0, 0,
          "BYTES  request body limit; larger get 413 (default 1M)"},
         {"--allow-origin", NULL, ARG_STR, &allow_origin, 0, 0,
          "ORIGIN  send CORS headers allowing ORIGIN (default: none)"},
     };
-    int n_specs = 13;
+    int n_specs = 16;
     engine_args_specs(&ea, specs + n_specs);
     n_specs += ENGINE_ARGS_N_SPECS;
     if (args_want_help(argc, argv, 2)) {
@@ -153,8 +146,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "cinfer serve: give --api-key or --api-key-file, not both\n");
         return 2;
     }
-    enum chat_template_id tmpl = CHAT_TEMPLATE_UNKNOWN;
-    if (tmpl_name && (tmpl = chat_template_from_name(tmpl_name)) == CHAT_TEMPLATE_UNKNOWN) {
+    const char *tmpl = NULL;
+    if (tmpl_name && !(tmpl = cinfer_chat_template_lookup(tmpl_name))) {
         fprintf(stderr, "cinfer serve: --chat-template: '%s' is not a known template\n", tmpl_name);
         list_templates();
         return 2;
@@ -186,7 +179,18 @@ int cmd_serve(int argc, char **argv) {
     struct cinfer_engine *e = NULL;
     int n_routes = 0;
     const struct http_route *table = routes_table(&n_routes);
-    struct http_options ho = {host, port, key, max_conn, timeout_s, (size_t)body_limit, allow_origin};
+    if (max_conn_ip < 0)
+        max_conn_ip = max_conn >= 4 ? max_conn / 4 : 1; // one address never takes every slot
+    struct http_options ho = {host,
+                              port,
+                              key,
+                              max_conn,
+                              max_conn_ip,
+                              timeout_s,
+                              request_timeout_s,
+                              http_threads,
+                              (size_t)body_limit,
+                              allow_origin};
     if (routes_create(&routes, &ce) != CI_OK ||
         http_server_start(&ho, table, n_routes, routes, &http, &ce) != CI_OK) {
         fprintf(stderr, "cinfer serve: %s\n", ce.msg);
@@ -209,7 +213,7 @@ int cmd_serve(int argc, char **argv) {
     ld->model_path = model_path;
     ld->tok_path = tok_path;
     ld->main = pthread_self();
-    engine_args_to_options(&ea, &ld->eo);
+    ld->eo = ea.o;
     pthread_t loader_thread;
     if (pthread_create(&loader_thread, NULL, load_model, ld) != 0) {
         fprintf(stderr, "cinfer serve: cannot start the loader thread\n");
@@ -220,7 +224,8 @@ int cmd_serve(int argc, char **argv) {
     while (sigwait(&wait_signals, &sig) != 0 || (sig != SIGUSR1 && sig != SIGINT && sig != SIGTERM))
         ;
     if (sig != SIGUSR1) {
-        // The loader still runs and owns ld: leave both to the process exit.
+        // The loader still runs and owns ld: leave both to the process exit (detached: nobody joins it).
+        pthread_detach(loader_thread);
         fprintf(stderr, "cinfer serve: %s while loading the model: stopped\n",
                 sig == SIGINT ? "SIGINT" : "SIGTERM");
         http_server_free(http);
@@ -241,7 +246,7 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     if (!tmpl_name)
         tmpl = detect_template(m);
-    struct routes_config rc_cfg = {served, tmpl, max_requests, ea.p.sched.max_seqs};
+    struct routes_config rc_cfg = {served, tmpl, max_requests, ea.o.max_seqs};
     if (routes_ready(routes, m, e, &rc_cfg, &ce) != CI_OK) {
         fprintf(stderr, "cinfer serve: %s\n", ce.msg);
         goto done;
@@ -253,8 +258,8 @@ int cmd_serve(int argc, char **argv) {
             "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%s, %lld bytes per token): %d "
             "sequence(s) of "
             "the whole %d-token context fit\n",
-            served ? served : cinfer_model_name(m), chat_template_name(tmpl), info.n_ctx, ea.policy,
-            eo.n_threads, (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
+            served ? served : cinfer_model_name(m), tmpl, info.n_ctx, ea.o.policy, eo.n_threads,
+            (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
             (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
     fflush(stderr);
 

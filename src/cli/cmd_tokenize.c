@@ -2,11 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cinfer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/load.h"
-#include "core/mem.h"
-#include "tokenizer/tokenizer.h"
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL;
@@ -31,19 +29,22 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "cinfer tokenize: usage: cinfer tokenize -m MODEL [--tokenizer FILE] TEXT\n");
         return 2;
     }
-    struct loaded ld;
-    struct ci_err err = {0};
-    if (!load_tokenizer(model_path, tok_path, &ld))
+    struct cinfer_model *m = NULL;
+    struct cinfer_error err = {0};
+    struct cinfer_load_options lo = {tok_path, true, true};
+    if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer: %s\n", err.message);
         return 1;
-    int32_t *ids = NULL;
+    }
+    cinfer_token *ids = NULL;
     int n = 0, rc = 1;
-    if (tokenizer_encode(ld.tok, pos[0], strlen(pos[0]), !no_bos, !no_special, &ids, &n, &err) != CI_OK) {
-        fprintf(stderr, "cinfer tokenize: %s\n", err.msg);
+    if (cinfer_tokenize_ex(m, pos[0], strlen(pos[0]), !no_bos, !no_special, &ids, &n, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer tokenize: %s\n", err.message);
     } else {
         for (int i = 0; i < n; i++) {
             if (pieces) {
                 size_t len;
-                const char *p = tokenizer_piece(ld.tok, ids[i], &len);
+                const char *p = cinfer_token_piece(m, ids[i], &len);
                 printf(i ? " %d:'%.*s'" : "%d:'%.*s'", ids[i], (int)len, p);
             } else {
                 printf(i ? " %d" : "%d", ids[i]);
@@ -52,7 +53,7 @@ int cmd_tokenize(int argc, char **argv) {
         printf("\n");
         rc = 0;
     }
-    ci_free(ids);
-    unload_model(&ld);
+    cinfer_free(ids);
+    cinfer_model_free(m);
     return rc;
 }

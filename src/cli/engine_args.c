@@ -5,34 +5,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/kv_pool.h"
-
 void engine_args_init(struct engine_args *a) {
-    a->p = engine_params_default();
-    a->policy = "continuous";
+    cinfer_engine_options_default(&a->o);
+    a->o.kv_type = "f32";
     a->kv_mem = NULL;
-    a->kv_type = "f32";
     a->no_chunked_prefill = false;
     a->no_prefix_cache = false;
 }
 
 void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
-    struct engine_params *p = &a->p;
+    struct cinfer_engine_options *p = &a->o;
     struct arg_spec specs[ENGINE_ARGS_N_SPECS] = {
         {"--threads", "-t", ARG_INT, &p->n_threads, 1, 512, "N  kernel threads (default 2)"},
-        {"--policy", NULL, ARG_STR, &a->policy, 0, 0, "P  naive|static|continuous (default continuous)"},
+        {"--policy", NULL, ARG_STR, &p->policy, 0, 0, "P  naive|static|continuous (default continuous)"},
         {"--no-chunked-prefill", NULL, ARG_FLAG, &a->no_chunked_prefill, 0, 0,
          "    prompts enter a step whole"},
-        {"--max-batch-tokens", NULL, ARG_INT, &p->sched.max_batch_tokens, 1, 1 << 20,
+        {"--max-batch-tokens", NULL, ARG_INT, &p->max_batch_tokens, 1, 1 << 20,
          "N  per-step token budget (default 512)"},
-        {"--max-seqs", NULL, ARG_INT, &p->sched.max_seqs, 1, 4096,
+        {"--max-seqs", NULL, ARG_INT, &p->max_seqs, 1, 4096,
          "N  running sequences; static: the batch size (default 64)"},
-        {"--block-size", NULL, ARG_INT, &p->block_size, 1, 1 << 20,
+        {"--block-size", NULL, ARG_INT, &p->kv_block_size, 1, 1 << 20,
          "N  KV block size in tokens (default 16)"},
         {"--contiguous-kv", NULL, ARG_FLAG, &p->contiguous_kv, 0, 0,
          "    one whole-context KV block per sequence (static allocation)"},
         {"--kv-mem", NULL, ARG_STR, &a->kv_mem, 0, 0, "BYTES  KV pool size, e.g. 256M (default 256M)"},
-        {"--kv-type", NULL, ARG_STR, &a->kv_type, 0, 0,
+        {"--kv-type", NULL, ARG_STR, &p->kv_type, 0, 0,
          "T  KV cache element type: f32|f16|q8_0 (default f32; q8_0: head_dim a multiple of 32)"},
         {"--kv-blocks", NULL, ARG_INT, &p->kv_blocks, 1, 1 << 30, "N  KV pool size in blocks"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &a->no_prefix_cache, 0, 0, "    do not share prompt blocks"},
@@ -79,36 +76,20 @@ bool engine_args_parse_bytes(const char *s, int64_t *out) {
 }
 
 bool engine_args_finish(const char *cmd, struct engine_args *a) {
-    if (!sched_policy_parse(a->policy, &a->p.sched.policy)) {
+    if (!cinfer_policy_known(a->o.policy)) {
         fprintf(stderr, "cinfer %s: --policy: '%s' is not one of naive, static, continuous\n", cmd,
-                a->policy);
+                a->o.policy);
         return false;
     }
-    if (a->kv_mem && !engine_args_parse_bytes(a->kv_mem, &a->p.kv_mem_bytes)) {
+    if (a->kv_mem && !engine_args_parse_bytes(a->kv_mem, &a->o.kv_mem_bytes)) {
         fprintf(stderr, "cinfer %s: --kv-mem: '%s' is not a size such as 64M or 1G\n", cmd, a->kv_mem);
         return false;
     }
-    if (!kv_type_parse(a->kv_type, &a->p.kv_type)) {
-        fprintf(stderr, "cinfer %s: --kv-type: '%s' is not one of f32, f16, q8_0\n", cmd, a->kv_type);
+    if (!cinfer_kv_type_known(a->o.kv_type)) {
+        fprintf(stderr, "cinfer %s: --kv-type: '%s' is not one of f32, f16, q8_0\n", cmd, a->o.kv_type);
         return false;
     }
-    a->p.sched.chunked_prefill = !a->no_chunked_prefill;
-    a->p.prefix_cache = !a->no_prefix_cache;
+    a->o.chunked_prefill = !a->no_chunked_prefill;
+    a->o.prefix_cache = !a->no_prefix_cache;
     return true;
-}
-
-void engine_args_to_options(const struct engine_args *a, struct cinfer_engine_options *o) {
-    cinfer_engine_options_default(o);
-    o->n_threads = a->p.n_threads;
-    o->policy = a->policy;
-    o->chunked_prefill = a->p.sched.chunked_prefill;
-    o->max_batch_tokens = a->p.sched.max_batch_tokens;
-    o->max_seqs = a->p.sched.max_seqs;
-    o->kv_block_size = a->p.block_size;
-    o->contiguous_kv = a->p.contiguous_kv;
-    o->kv_mem_bytes = a->p.kv_mem_bytes;
-    o->kv_type = kv_type_name(a->p.kv_type);
-    o->kv_blocks = a->p.kv_blocks;
-    o->prefix_cache = a->p.prefix_cache;
-    o->n_ctx = a->p.n_ctx;
 }

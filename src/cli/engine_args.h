@@ -1,20 +1,18 @@
-/* The engine flags shared by `cinfer run`, `cinfer bench` and `cinfer serve`: scheduling policy, chunked
- * prefill, token budget, running sequences, KV memory, element type and block size, prefix caching, threads,
- * context. */
+/* The engine flags shared by `cinfer run` and `cinfer serve`: scheduling policy, chunked prefill, token
+ * budget, running sequences, KV memory, element type and block size, prefix caching, threads, context.  They
+ * fill the public API's engine options (include/cinfer.h), which is all a front end needs. */
 #ifndef CINFER_CLI_ENGINE_ARGS_H
 #define CINFER_CLI_ENGINE_ARGS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "cinfer.h"
 #include "cli/args.h"
-#include "engine/engine.h"
 
 struct engine_args {
-    struct engine_params p;
-    const char *policy;
+    struct cinfer_engine_options o; // what cinfer_engine_create gets
     const char *kv_mem;
-    const char *kv_type; // "f32" (default), "f16", "q8_0"
     bool no_chunked_prefill;
     bool no_prefix_cache;
 };
@@ -24,10 +22,9 @@ struct engine_args {
 void engine_args_init(struct engine_args *a);
 /* Writes ENGINE_ARGS_N_SPECS flag specs bound to a into out. */
 void engine_args_specs(struct engine_args *a, struct arg_spec *out);
-/* After parsing: resolves names and sizes into a->p.  Prints the error and returns false on bad values. */
+/* After parsing: checks the names and resolves the sizes into a->o.  Prints the error and returns false on
+ * bad values. */
 bool engine_args_finish(const char *cmd, struct engine_args *a);
-/* The same settings as the public API's engine options (what run and serve hand to cinfer_engine_create). */
-void engine_args_to_options(const struct engine_args *a, struct cinfer_engine_options *o);
 /* Parses "64M", "1.5G", "4096", "512K" (binary multiples) into bytes; false if malformed or not positive. */
 bool engine_args_parse_bytes(const char *s, int64_t *out);
 

@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "kernels/kernels.h"
 
 /* `cinfer bench` runs the offline policy benchmark; `cinfer bench serve|hw|kernels` the other benchmarks. */
 static int cmd_bench_any(int argc, char **argv) {
@@ -49,7 +48,6 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    ci_kernels_init();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc, argv);

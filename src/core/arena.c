@@ -7,7 +7,7 @@ enum ci_status ci_arena_init(struct ci_arena *a, size_t size, struct ci_err *err
     a->size = size;
     a->base = size ? ci_malloc_aligned(size) : NULL;
     if (size && !a->base)
-        return ci_err_set(err, CI_ERR_NOMEM, "arena: cannot allocate %zu bytes", size);
+        return ci_err_set(err, CI_ERR_NOMEM, "arena: out of memory for %zu bytes", size);
     return CI_OK;
 }
 

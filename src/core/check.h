@@ -20,6 +20,9 @@
 #define CI_DASSERT(cond) ((void)0)
 #endif
 
+/* Elements of an array (not a pointer), counted by the compiler. */
+#define CI_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 #define CI_UNREACHABLE()                                                                                     \
     do {                                                                                                     \
         fprintf(stderr, "%s:%d: unreachable\n", __FILE__, __LINE__);                                         \

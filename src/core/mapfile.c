@@ -2,14 +2,95 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* ---- the SIGBUS guard ------------------------------------------------------------------------------------
+ * A table of watched mappings, read by the signal handler: lock-free, so only atomics; a slot is claimed by
+ * a CAS on its base and published by storing its size last. */
+struct watched {
+    _Atomic(uintptr_t) base; // 0: free
+    _Atomic(size_t) size;    // 0 while being claimed or released
+    atomic_int damaged;
+};
+static struct watched watched[CI_MAPFILE_MAX_WATCHED];
+static struct sigaction old_sigbus;
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx) {
+    uintptr_t a = (uintptr_t)si->si_addr;
+    // Only a fault the kernel raised for a read of ours (si_code > 0); a SIGBUS sent by a process is not.
+    for (int i = 0; si->si_code > 0 && i < CI_MAPFILE_MAX_WATCHED; i++) {
+        uintptr_t base = atomic_load(&watched[i].base);
+        size_t size = atomic_load(&watched[i].size);
+        if (!base || !size || a < base || a - base >= size)
+            continue;
+        // Zero pages over the rest of the mapping: this read and every later one of the lost part succeed.
+        uintptr_t page = a & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1);
+        if (mmap((void *)page, base + size - page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                 0) == MAP_FAILED)
+            break;
+        atomic_store(&watched[i].damaged, 1);
+        return;
+    }
+    // Not ours: what would have happened without this handler.
+    if (old_sigbus.sa_flags & SA_SIGINFO) {
+        if (old_sigbus.sa_sigaction) {
+            old_sigbus.sa_sigaction(sig, si, uctx);
+            return;
+        }
+    } else if (old_sigbus.sa_handler != SIG_DFL && old_sigbus.sa_handler != SIG_IGN) {
+        old_sigbus.sa_handler(sig);
+        return;
+    }
+    signal(SIGBUS, SIG_DFL); // and again, now with the default effect (a core dump)
+    raise(SIGBUS);
+}
+
+static void guard_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &old_sigbus);
+}
+
+static int guard_watch(const void *data, size_t size) {
+    pthread_once(&guard_once, guard_install);
+    for (int i = 0; i < CI_MAPFILE_MAX_WATCHED; i++) {
+        uintptr_t expect = 0;
+        if (atomic_compare_exchange_strong(&watched[i].base, &expect, (uintptr_t)data)) {
+            atomic_store(&watched[i].damaged, 0);
+            atomic_store(&watched[i].size, size);
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void guard_unwatch(int slot) {
+    if (slot < 0)
+        return;
+    atomic_store(&watched[slot].size, 0);
+    atomic_store(&watched[slot].base, 0);
+}
+
+bool ci_mapfile_damaged(const struct ci_mapfile *m) {
+    return m->data && m->slot >= 0 && atomic_load(&watched[m->slot].damaged) != 0;
+}
+
+/* ---- mapping ------------------------------------------------------------------------------------------ */
+
 enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci_err *err) {
     m->data = NULL;
     m->size = 0;
+    m->slot = -1;
     // A FIFO, socket or device as the path would block open() or read forever: refuse anything that is not
     // a regular file before opening it, and open without blocking in case the path changes in between
     // (fstat below checks the file actually opened).
@@ -39,6 +120,7 @@ enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci
         madvise(p, (size_t)st.st_size, MADV_WILLNEED);
         m->data = p;
         m->size = (uint64_t)st.st_size;
+        m->slot = guard_watch(p, (size_t)st.st_size);
     }
 fail:
     close(fd);
@@ -46,10 +128,14 @@ fail:
 }
 
 void ci_mapfile_close(struct ci_mapfile *m) {
-    if (m->data)
+    // A zeroed struct (no mapping) has slot 0 too: only a real mapping owns its slot.
+    if (m->data) {
+        guard_unwatch(m->slot);
         munmap((void *)(uintptr_t)m->data, (size_t)m->size);
+    }
     m->data = NULL;
     m->size = 0;
+    m->slot = -1;
 }
 
 void ci_reader_init(struct ci_reader *r, const void *base, uint64_t size) {

@@ -4,6 +4,7 @@
 #ifndef CINFER_CORE_MAPFILE_H
 #define CINFER_CORE_MAPFILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,11 +13,23 @@
 struct ci_mapfile {
     const uint8_t *data; // PROT_READ mapping (NULL for an empty file)
     uint64_t size;
+    int slot; // its entry in the table of mappings the SIGBUS handler knows (-1: none)
 };
 
-/* Maps path read-only.  An empty file maps to data = NULL, size = 0. */
+/* Maps path read-only (a regular file only: FIFOs, devices and directories are refused before anything
+ * could block on them).  An empty file maps to data = NULL, size = 0.
+ *
+ * A mapped file that is truncated while mapped makes every read past its new end raise SIGBUS.  The first
+ * mapping installs a SIGBUS handler that, for an address inside a mapping made here, maps zero pages over
+ * the rest of that mapping and marks it damaged (reads go on, seeing zeros; ci_mapfile_damaged tells the
+ * owner, who must stop trusting what it read and report the file changed on disk); any other SIGBUS keeps
+ * its default effect.  At most CI_MAPFILE_MAX_WATCHED mappings are watched at once; others still work
+ * but are unprotected. */
 enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci_err *err);
 void ci_mapfile_close(struct ci_mapfile *m);
+#define CI_MAPFILE_MAX_WATCHED 64
+/* True once a read of m hit a part of the file that is gone (the file was truncated while mapped). */
+bool ci_mapfile_damaged(const struct ci_mapfile *m);
 
 struct ci_reader {
     const uint8_t *base;

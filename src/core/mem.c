@@ -10,6 +10,19 @@
 static atomic_size_t mem_in_use;
 static atomic_size_t mem_limit;
 
+// Fault injection: while fault_armed, every allocation takes a number from fault_count; number fault_at
+// (1-based) fails.
+static atomic_bool fault_armed;
+static atomic_uint_fast64_t fault_count;
+static atomic_uint_fast64_t fault_at;
+
+static bool fault_hit(void) {
+    if (!atomic_load_explicit(&fault_armed, memory_order_relaxed))
+        return false;
+    uint_fast64_t k = atomic_fetch_add(&fault_count, 1) + 1;
+    return k == atomic_load(&fault_at);
+}
+
 static bool reserve(size_t n) {
     size_t limit = atomic_load(&mem_limit);
     size_t now = atomic_fetch_add(&mem_in_use, n) + n;
@@ -22,7 +35,7 @@ static bool reserve(size_t n) {
 
 void *ci_malloc(size_t n) {
     size_t total;
-    if (!ci_add_size(n, HDR, &total) || !reserve(n))
+    if (fault_hit() || !ci_add_size(n, HDR, &total) || !reserve(n))
         return NULL;
     unsigned char *p = aligned_alloc(HDR, (total + HDR - 1) / HDR * HDR);
     if (!p) {
@@ -88,4 +101,22 @@ size_t ci_mem_in_use(void) {
 
 void ci_mem_set_limit(size_t bytes) {
     atomic_store(&mem_limit, bytes);
+}
+
+void ci_mem_fail_after(uint64_t n) {
+    atomic_store(&fault_armed, false);
+    if (n == 0)
+        return;
+    atomic_store(&fault_count, 0);
+    atomic_store(&fault_at, n);
+    atomic_store(&fault_armed, true);
+}
+
+bool ci_mem_fail_fired(void) {
+    uint64_t at = atomic_load(&fault_at);
+    return at != 0 && atomic_load(&fault_count) >= at;
+}
+
+uint64_t ci_mem_alloc_count(void) {
+    return atomic_load(&fault_count);
 }

@@ -229,6 +229,8 @@ struct ci_channel {
     size_t n_msg;   // bytes of msg (0 for DONE)
     size_t msg_off; // bytes of msg already handed to the consumer
     char msg[CI_CHANNEL_MSG_MAX + 1];
+    ci_channel_notify_fn notify; // under lock
+    void *notify_ctx;
     struct ci_event events[]; // [capacity] ring
 };
 
@@ -332,6 +334,8 @@ enum ci_status ci_channel_send(struct ci_channel *ch, enum ci_event_kind kind, i
             ch->count++;
         }
         pthread_cond_signal(&ch->readable);
+        if (ch->notify)
+            ch->notify(ch->notify_ctx);
         st = CI_OK;
     }
     pthread_mutex_unlock(&ch->lock);
@@ -355,6 +359,8 @@ void ci_channel_close(struct ci_channel *ch, int finish, enum ci_status status, 
     }
     ch->msg[ch->n_msg] = '\0';
     pthread_cond_broadcast(&ch->readable);
+    if (ch->notify)
+        ch->notify(ch->notify_ctx);
     pthread_mutex_unlock(&ch->lock);
 }
 
@@ -426,4 +432,15 @@ void ci_channel_cancel(struct ci_channel *ch) {
 
 int ci_channel_capacity(const struct ci_channel *ch) {
     return ch->capacity; // fixed at creation
+}
+
+void ci_channel_set_notify(struct ci_channel *ch, ci_channel_notify_fn fn, void *ctx) {
+    pthread_mutex_lock(&ch->lock);
+    ch->notify = fn;
+    ch->notify_ctx = fn ? ctx : NULL;
+    bool ready = fn && (ch->count > 0 || (ch->closed && !ch->done));
+    // Whatever arrived before the notifier was set is announced now, so nothing falls in between.
+    if (ready)
+        fn(ctx);
+    pthread_mutex_unlock(&ch->lock);
 }

@@ -145,4 +145,12 @@ enum ci_status ci_channel_recv(struct ci_channel *ch, struct ci_event *out, int6
 void ci_channel_cancel(struct ci_channel *ch);
 int ci_channel_capacity(const struct ci_channel *ch);
 
+/* Any thread: fn(ctx) is called after every event the producer makes available (each send that succeeds,
+ * and the close), so a consumer that does not block in ci_channel_recv (an event-driven server) learns
+ * when to look again.  fn runs on the producer's thread under the channel's lock: it must be quick, must
+ * not block and must not call back into this channel.  fn == NULL removes it; once that call returns, fn
+ * is not running and will not be called again, so ctx may be freed. */
+typedef void (*ci_channel_notify_fn)(void *ctx);
+void ci_channel_set_notify(struct ci_channel *ch, ci_channel_notify_fn fn, void *ctx);
+
 #endif

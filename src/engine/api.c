@@ -1,4 +1,5 @@
-/* include/cinfer.h on top of model/, tokenizer/ and engine/generate: the embedding entry point. */
+/* The engine half of include/cinfer.h: single-request generation and the serving engine with its streams,
+ * built on the models of api_model.c. */
 #include "cinfer.h"
 
 #include <stddef.h>
@@ -6,11 +7,12 @@
 
 #include "core/mem.h"
 #include "core/queue.h"
+#include "engine/api_model.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/kv_pool.h"
 #include "engine/metrics.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/model.h"
 #include "tokenizer/detok.h"
 #include "tokenizer/tokenizer.h"
@@ -19,164 +21,6 @@ _Static_assert((int)CINFER_ERR_INTERNAL == (int)CI_ERR_INTERNAL, "cinfer_status 
 _Static_assert(sizeof(struct cinfer_logit_bias) == sizeof(struct sampling_logit_bias) &&
                    offsetof(struct cinfer_logit_bias, bias) == offsetof(struct sampling_logit_bias, bias),
                "cinfer_logit_bias is passed to the sampler as is");
-
-struct cinfer_model {
-    struct model *model;
-    struct tokenizer *tok;
-    char *name;          // general.name or the file name
-    char *chat_template; // tokenizer.chat_template (NULL if absent)
-    size_t chat_template_len;
-    int32_t *eog; // [n_eog] end-of-generation token ids
-    int n_eog;
-};
-
-static enum cinfer_status fail(struct cinfer_error *out, const struct ci_err *e) {
-    if (out) {
-        out->code = (enum cinfer_status)e->code;
-        memcpy(out->message, e->msg, sizeof out->message);
-    }
-    return (enum cinfer_status)e->code;
-}
-
-static char *dup_n(const char *s, size_t n) {
-    char *d = ci_malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
-/* The name and chat template, copied out of the GGUF metadata. */
-static enum ci_status model_strings(struct cinfer_model *m, const char *path, struct ci_err *e) {
-    struct gguf_str str = {0};
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    if (m->model->gguf && gguf_get_str_opt(m->model->gguf, "general.name", &str, NULL) == CI_OK && str.len)
-        m->name = dup_n(str.data, str.len);
-    else
-        m->name = dup_n(base, strlen(base));
-    str.len = 0;
-    if (m->model->gguf && gguf_get_str_opt(m->model->gguf, "tokenizer.chat_template", &str, NULL) == CI_OK &&
-        str.len) {
-        m->chat_template = dup_n(str.data, str.len);
-        m->chat_template_len = str.len;
-        if (!m->chat_template)
-            return ci_err_set(e, CI_ERR_NOMEM, "out of memory");
-    }
-    return m->name ? CI_OK : ci_err_set(e, CI_ERR_NOMEM, "out of memory");
-}
-
-enum cinfer_status cinfer_model_load(const char *path, const char *tokenizer_path, struct cinfer_model **out,
-                                     struct cinfer_error *err) {
-    struct ci_err e = {0};
-    *out = NULL;
-    struct cinfer_model *m = ci_calloc(1, sizeof *m);
-    if (!m) {
-        ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
-        return fail(err, &e);
-    }
-    enum ci_status s = model_load(path, &m->model, &e);
-    if (s == CI_OK) {
-        if (tokenizer_path)
-            s = tokenizer_from_llama2c(tokenizer_path, 0, &m->tok,
-                                       &e); // size checked below, with a clearer message
-        else if (m->model->gguf)
-            s = tokenizer_from_gguf(m->model->gguf, &m->tok, &e);
-        else
-            s = ci_err_set(&e, CI_ERR_INVALID, "%s: a llama2.c checkpoint needs its tokenizer.bin", path);
-    }
-    if (s == CI_OK && tokenizer_n_vocab(m->tok) != m->model->config.n_vocab)
-        s = ci_err_set(&e, CI_ERR_FORMAT, "tokenizer has %d tokens but the model's vocabulary is %d",
-                       tokenizer_n_vocab(m->tok), m->model->config.n_vocab);
-    if (s == CI_OK) {
-        int n_vocab = tokenizer_n_vocab(m->tok);
-        for (int32_t id = 0; id < n_vocab; id++)
-            m->n_eog += tokenizer_is_eog(m->tok, id);
-        if (!(m->eog = ci_calloc((size_t)m->n_eog + 1, sizeof *m->eog)))
-            s = ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
-        m->n_eog = 0;
-        for (int32_t id = 0; m->eog && id < n_vocab; id++)
-            if (tokenizer_is_eog(m->tok, id))
-                m->eog[m->n_eog++] = id;
-    }
-    if (s == CI_OK)
-        s = model_strings(m, path, &e);
-    if (s != CI_OK) {
-        cinfer_model_free(m);
-        return fail(err, &e);
-    }
-    *out = m;
-    return CINFER_OK;
-}
-
-void cinfer_model_free(struct cinfer_model *m) {
-    if (!m)
-        return;
-    tokenizer_free(m->tok);
-    model_free(m->model);
-    ci_free(m->eog);
-    ci_free(m->name);
-    ci_free(m->chat_template);
-    ci_free(m);
-}
-
-void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out) {
-    const struct model_config *c = &m->model->config;
-    out->arch = model_arch_name(c->arch);
-    out->n_vocab = c->n_vocab;
-    out->n_embd = c->n_embd;
-    out->n_layer = c->n_layer;
-    out->n_head = c->n_head;
-    out->n_kv_head = c->n_kv_head;
-    out->head_dim = c->head_dim;
-    out->n_ff = c->n_ff;
-    out->n_ctx_train = c->n_ctx_train;
-    out->n_params = model_n_params(m->model);
-    out->weight_bytes = model_weight_bytes(m->model);
-    out->kv_bytes_per_token =
-        2ull * (uint64_t)c->n_layer * (uint64_t)c->n_kv_head * (uint64_t)c->head_dim * 4;
-}
-
-enum cinfer_status cinfer_tokenize(const struct cinfer_model *m, const char *text, size_t len,
-                                   bool add_special, cinfer_token **ids, int *n_ids,
-                                   struct cinfer_error *err) {
-    struct ci_err e = {0};
-    if (tokenizer_encode(m->tok, text, len, add_special, true, ids, n_ids, &e) != CI_OK)
-        return fail(err, &e);
-    return CINFER_OK;
-}
-
-void cinfer_free(void *p) {
-    ci_free(p);
-}
-
-enum cinfer_status cinfer_detokenize(const struct cinfer_model *m, const cinfer_token *ids, int n_ids,
-                                     bool render_special, char **text, size_t *len,
-                                     struct cinfer_error *err) {
-    struct ci_err e = {0};
-    if (tokenizer_decode(m->tok, ids, n_ids, render_special, text, len, &e) != CI_OK)
-        return fail(err, &e);
-    return CINFER_OK;
-}
-
-const char *cinfer_token_piece(const struct cinfer_model *m, cinfer_token id, size_t *len) {
-    return tokenizer_piece(m->tok, id, len);
-}
-
-const char *cinfer_model_chat_template(const struct cinfer_model *m, size_t *len) {
-    if (len)
-        *len = m->chat_template_len;
-    return m->chat_template;
-}
-
-const char *cinfer_model_name(const struct cinfer_model *m) {
-    return m->name;
-}
-
-bool cinfer_token_is_eog(const struct cinfer_model *m, cinfer_token id) {
-    return tokenizer_is_eog(m->tok, id);
-}
 
 void cinfer_generate_params_default(struct cinfer_generate_params *p) {
     struct gen_params g = gen_params_default();
@@ -274,7 +118,7 @@ enum cinfer_status cinfer_generate(const struct cinfer_model *m, const char *pro
     if (detok_ready)
         detok_deinit(&st.detok);
     ci_free(ids);
-    return s == CI_OK ? CINFER_OK : fail(err, &e);
+    return s == CI_OK ? CINFER_OK : api_fail(err, &e);
 }
 
 /* ---- the serving engine -------------------------------------------------------------------------------- */
@@ -282,6 +126,8 @@ enum cinfer_status cinfer_generate(const struct cinfer_model *m, const char *pro
 struct cinfer_engine {
     struct engine *e;
 };
+
+#define STREAM_TEXT_CAP 256 // bytes of one event's text cinfer_stream_next joins without allocating
 
 struct cinfer_stream {
     struct engine_request *r;
@@ -304,6 +150,16 @@ void cinfer_engine_options_default(struct cinfer_engine_options *o) {
     o->prefix_cache = p.prefix_cache;
 }
 
+bool cinfer_policy_known(const char *name) {
+    enum sched_policy p;
+    return name && sched_policy_parse(name, &p);
+}
+
+bool cinfer_kv_type_known(const char *name) {
+    uint32_t t;
+    return name && kv_type_parse(name, &t);
+}
+
 enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const struct cinfer_engine_options *o,
                                         struct cinfer_engine **out, struct cinfer_error *err) {
     struct ci_err e = {0};
@@ -311,7 +167,7 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     struct engine_params p = engine_params_default();
     if (o->policy && !sched_policy_parse(o->policy, &p.sched.policy)) {
         ci_err_set(&e, CI_ERR_INVALID, "unknown policy '%s' (naive, static, continuous)", o->policy);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     p.n_threads = o->n_threads;
     p.sched.chunked_prefill = o->chunked_prefill;
@@ -322,7 +178,7 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     p.kv_mem_bytes = o->kv_mem_bytes;
     if (o->kv_type && !kv_type_parse(o->kv_type, &p.kv_type)) {
         ci_err_set(&e, CI_ERR_INVALID, "unknown KV type '%s' (f32, f16, q8_0)", o->kv_type);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     p.kv_blocks = o->kv_blocks;
     p.prefix_cache = o->prefix_cache;
@@ -330,11 +186,11 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     struct cinfer_engine *ce = ci_calloc(1, sizeof *ce);
     if (!ce) {
         ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     if (engine_create(m->model, m->tok, &p, &ce->e, &e) != CI_OK) {
         ci_free(ce);
-        return fail(err, &e);
+        return api_fail(err, &e);
     }
     *out = ce;
     return CINFER_OK;
@@ -349,7 +205,11 @@ void cinfer_engine_free(struct cinfer_engine *e) {
 
 enum cinfer_status cinfer_engine_start(struct cinfer_engine *e, struct cinfer_error *err) {
     struct ci_err ce = {0};
-    return engine_start(e->e, &ce) == CI_OK ? CINFER_OK : fail(err, &ce);
+    return engine_start(e->e, &ce) == CI_OK ? CINFER_OK : api_fail(err, &ce);
+}
+
+const char *cinfer_engine_failure(const struct cinfer_engine *e) {
+    return engine_failure(e->e);
 }
 
 void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info *out) {
@@ -395,14 +255,22 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.logprobs = o->logprobs;
     rp.sampling.logit_bias = (const struct sampling_logit_bias *)o->logit_bias;
     rp.sampling.n_logit_bias = o->n_logit_bias;
+    // The text buffer is allocated here, at admission: an event's text joins into it without allocating
+    // unless it is longer than STREAM_TEXT_CAP (cinfer_stream_next's CINFER_ERR_NOMEM).
     struct cinfer_stream *s = ci_calloc(1, sizeof *s);
-    if (!s) {
-        ci_err_set(&ce, CI_ERR_NOMEM, "out of memory");
-        return fail(err, &ce);
-    }
-    if (engine_submit(e->e, &rp, &s->r, &ce) != CI_OK) {
+    char *text = ci_malloc(STREAM_TEXT_CAP);
+    if (!s || !text) {
         ci_free(s);
-        return fail(err, &ce);
+        ci_free(text);
+        ci_err_set(&ce, CI_ERR_NOMEM, "out of memory");
+        return api_fail(err, &ce);
+    }
+    s->text = text;
+    s->cap = STREAM_TEXT_CAP;
+    if (engine_submit(e->e, &rp, &s->r, &ce) != CI_OK) {
+        ci_free(s->text);
+        ci_free(s);
+        return api_fail(err, &ce);
     }
     struct engine_info info;
     engine_info(e->e, &info);
@@ -483,6 +351,11 @@ void cinfer_stream_cancel(struct cinfer_stream *s) {
     engine_request_cancel(s->r);
 }
 
+void cinfer_stream_set_notify(struct cinfer_stream *s, void (*fn)(void *ctx), void *ctx) {
+    for (int i = 0; i < engine_request_n(s->r); i++)
+        ci_channel_set_notify(engine_request_channel(s->r, i), fn, ctx);
+}
+
 void cinfer_stream_stats(const struct cinfer_stream *s, int sample, struct cinfer_generate_stats *out) {
     const struct request_metrics *m = engine_request_metrics(s->r, sample);
     memset(out, 0, sizeof *out);
@@ -511,6 +384,7 @@ void cinfer_stream_stats(const struct cinfer_stream *s, int sample, struct cinfe
 void cinfer_stream_release(struct cinfer_stream *s) {
     if (!s)
         return;
+    cinfer_stream_set_notify(s, NULL, NULL); // the engine may still close the channels after this
     engine_request_release(s->r);
     ci_free(s->text);
     ci_free(s);

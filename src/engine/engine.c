@@ -22,9 +22,13 @@
 #include "tokenizer/detok.h"
 #include "tokenizer/tokenizer.h"
 
-#define DEFAULT_KV_MEM (256ll << 20)
-#define MAX_KV_BLOCKS  (1 << 30) // block ids are int
-#define MAX_SAMPLES    64
+#define DEFAULT_KV_MEM         (256ll << 20)
+#define MAX_KV_BLOCKS          (1 << 30) // block ids are int
+#define MAX_SAMPLES            64
+#define DEFAULT_QUEUE_CAPACITY 1024 // requests waiting to be drained into the engine
+// Sequences the engine tracks (running + waiting): the running ones, plus room for this many samples per
+// queued request on average and one request of MAX_SAMPLES; a request that would exceed it gets CI_ERR_BUSY.
+#define SEQS_PER_QUEUED_REQUEST 4
 
 struct engine_request {
     atomic_int refs; // the caller's and the engine's
@@ -56,10 +60,14 @@ struct eseq {
 
 struct engine {
     const struct model *m;
+    // The engine cannot go on (the model file changed on disk): every request fails with this message.
+    atomic_bool failed;
+    char failure[256]; // written once, before failed is set
     const struct tokenizer *tok;
     struct engine_params p;
     int n_ctx;
     int block_size;
+    int64_t kv_bytes_per_token; // K and V of one token in the pool's element type
     struct ci_threadpool *tp;
     struct kv_pool *pool;
     struct prefix_cache *pc;
@@ -68,9 +76,10 @@ struct engine {
     struct ci_queue *queue;
 
     struct sched_state st;
-    struct seq **items;       // [cap]
-    int cap;                  // sequences the engine tracks at once (running + waiting)
-    struct kv_seq_blocks pad; // static batching: the block pad tokens are written to
+    struct seq **items;                       // [cap]
+    const struct kv_seq_blocks **live_tables; // [cap + 1] check_invariants' scratch
+    int cap;                                  // sequences the engine tracks at once (running + waiting)
+    struct kv_seq_blocks pad;                 // static batching: the block pad tokens are written to
 
     // One forward pass: flat token arrays and the sequences they belong to.
     int max_pass_tokens;
@@ -81,7 +90,7 @@ struct engine {
     struct seq **b_owner;           // [max_rows + 1] sequence of each b_seqs entry (NULL: pad)
     struct seq **b_row_seq;         // [max_rows] sequence of each logits row
 
-    int32_t *eog; // [n_eog]
+    const int32_t *eog; // [n_eog] the tokenizer's end-of-generation ids
     int n_eog;
     uint64_t next_order;
     double linear_params; // per token, matmul weights of all layers
@@ -190,6 +199,8 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
                              struct engine_request **out, struct ci_err *err) {
     *out = NULL;
     const struct model_config *c = &e->m->config;
+    if (atomic_load(&e->failed))
+        return ci_err_set(err, CI_ERR_IO, "%s", e->failure);
     if (p->n_prompt < 1)
         return ci_err_set(err, CI_ERR_INVALID, "the prompt must hold at least one token");
     for (int i = 0; i < p->n_prompt; i++)
@@ -285,7 +296,7 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
 nomem:
     s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
 fail:
-    for (int i = 0; i < r->n; i++)
+    for (int i = 0; r->ch && i < r->n; i++) // r->ch is NULL when its allocation failed
         if (r->ch[i]) {
             ci_channel_release(r->ch[i], CI_CHANNEL_PRODUCER);
             ci_channel_release(r->ch[i], CI_CHANNEL_CONSUMER);
@@ -463,8 +474,9 @@ static void drain_queue(struct engine *e) {
             struct eseq *qs[MAX_SAMPLES];
             if (e->st.n_running + e->st.n_waiting + r->n > e->cap)
                 s = ci_err_set(&err, CI_ERR_BUSY, "the engine tracks %d sequences at most", e->cap);
-            for (; s == CI_OK && made < r->n; made++)
-                s = seq_create(e, r, made, &qs[made], &err);
+            while (s == CI_OK && made < r->n) // qs[made] exists only when its seq_create succeeded
+                if ((s = seq_create(e, r, made, &qs[made], &err)) == CI_OK)
+                    made++;
             if (s != CI_OK) {
                 for (int j = 0; j < made; j++)
                     seq_destroy(qs[j]);
@@ -581,7 +593,7 @@ static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_me
     int rows;
     enum ci_status s = forward_batch(e->fwd, &b, e->layers, &logits, &rows, err);
     if (s != CI_OK)
-        return s;
+        return s; // CI_ERR_IO for a model file truncated while in use: engine_step then fails everything
     sm->n_passes++;
     CI_ASSERT(rows == ps->n_rows);
     int n_vocab = e->m->config.n_vocab;
@@ -603,7 +615,7 @@ static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_me
 
 static void estimate_cost(const struct engine *e, int32_t pos, struct step_metrics *sm) {
     const struct model_config *c = &e->m->config;
-    double ctx = (double)pos + 1, kv_row = 2.0 * c->n_layer * c->n_kv_head * c->head_dim * sizeof(float);
+    double ctx = (double)pos + 1, kv_row = (double)e->kv_bytes_per_token; // in the pool's element type
     sm->flops += 2.0 * e->linear_params + 4.0 * c->n_layer * (double)c->n_head * c->head_dim * ctx;
     sm->bytes += kv_row * ctx + kv_row; // read the context's K/V, write this token's
 }
@@ -679,14 +691,13 @@ static void kv_usage(struct engine *e, struct step_metrics *sm) {
 
 static void check_invariants(struct engine *e) {
     sched_check(&e->st);
-    const struct kv_seq_blocks *live[1024];
+    const struct kv_seq_blocks **live = e->live_tables; // every running sequence, and the pad block
     int n = 0;
-    for (int i = 0; i < e->st.n_running && n < 1023; i++)
+    for (int i = 0; i < e->st.n_running; i++)
         live[n++] = &e->st.running[i]->blocks;
     if (e->pad.n)
         live[n++] = &e->pad;
-    if (e->st.n_running < 1023)
-        kv_pool_check(e->pool, live, n, NULL);
+    kv_pool_check(e->pool, live, n, NULL);
     if (e->pc)
         prefix_cache_check(e->pc);
 }
@@ -705,7 +716,35 @@ static void log_step(const struct engine *e, const struct step_metrics *m) {
             s > 0 ? m->bytes / s / 1e9 : 0, m->bytes > 0 ? m->flops / m->bytes : 0);
 }
 
+/* Ends every sequence, running or waiting, with status and msg. */
+static void finish_all(struct engine *e, enum ci_status status, const char *msg) {
+    while (e->st.n_running > 0)
+        seq_finish(e, (struct eseq *)e->st.running[0], ENGINE_FINISH_ERROR, status, msg);
+    while (e->st.n_waiting > 0)
+        seq_finish(e, (struct eseq *)e->st.waiting[0], ENGINE_FINISH_ERROR, status, msg);
+}
+
+/* From now on every request fails with msg: what is running, what waits, and what comes. */
+static void engine_fail(struct engine *e, const char *msg) {
+    if (!atomic_load(&e->failed)) {
+        snprintf(e->failure, sizeof e->failure, "%s", msg);
+        atomic_store(&e->failed, true);
+        CI_LOG_ERR("%s", msg);
+    }
+    finish_all(e, CI_ERR_IO, e->failure);
+}
+
+const char *engine_failure(const struct engine *e) {
+    return atomic_load(&e->failed) ? e->failure : NULL;
+}
+
 bool engine_step(struct engine *e) {
+    if (atomic_load(&e->failed)) { // requests that were already queued when it failed
+        int before = e->st.n_running + e->st.n_waiting + ci_queue_len(e->queue);
+        drain_queue(e);
+        finish_all(e, CI_ERR_IO, e->failure);
+        return before > 0;
+    }
     struct step_metrics sm = {0};
     sm.t_start_ns = ci_now_ns();
     int before = e->st.n_running + e->st.n_waiting;
@@ -716,7 +755,10 @@ bool engine_step(struct engine *e) {
     bool work = res.n_items > 0 || res.n_pad_tokens > 0;
     if (work) {
         struct ci_err err = {0};
-        if (execute(e, &res, &sm, &err) != CI_OK) {
+        enum ci_status st = execute(e, &res, &sm, &err);
+        if (st == CI_ERR_IO && model_file_damaged(e->m)) {
+            engine_fail(e, err.msg);
+        } else if (st != CI_OK) {
             // A batch the forward pass refuses is an engine bug: fail its sequences rather than loop.
             for (int i = 0; i < res.n_items; i++)
                 if (res.items[i]->state == SEQ_STATE_RUNNING)
@@ -875,23 +917,26 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         goto fail;
     }
     kp.n_blocks = (int)want_blocks;
+    e->kv_bytes_per_token = kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, p->kv_type);
     if ((s = ci_threadpool_create(p->n_threads, &e->tp, err)) || (s = kv_pool_create(&kp, &e->pool, err)))
         goto fail;
     if (padding && ((s = kv_seq_init(&e->pad, 1, err)) || (s = kv_seq_reserve(e->pool, &e->pad, 1))))
         goto fail;
     if (e->p.prefix_cache && (s = prefix_cache_create(e->pool, &e->pc, err)))
         goto fail;
+    int queue_capacity = p->queue_capacity > 0 ? p->queue_capacity : DEFAULT_QUEUE_CAPACITY;
     e->max_rows = sp.max_seqs;
     e->max_pass_tokens = sp.max_batch_tokens > sp.max_seqs ? sp.max_batch_tokens : sp.max_seqs;
     if ((s = forward_create(m, e->max_pass_tokens, e->max_rows, e->tp, &e->fwd, err)) ||
-        (s = ci_queue_create(p->queue_capacity > 0 ? p->queue_capacity : 1024, &e->queue, err)))
+        (s = ci_queue_create(queue_capacity, &e->queue, err)))
         goto fail;
-    e->cap = sp.max_seqs + (p->queue_capacity > 0 ? p->queue_capacity : 1024) * 4 + 64;
+    e->cap = sp.max_seqs + queue_capacity * SEQS_PER_QUEUED_REQUEST + MAX_SAMPLES;
     size_t T = (size_t)e->max_pass_tokens, R = (size_t)e->max_rows;
     e->layers = ci_calloc((size_t)c->n_layer, sizeof *e->layers);
     e->st.running = ci_calloc((size_t)e->cap, sizeof(struct seq *));
     e->st.waiting = ci_calloc((size_t)e->cap, sizeof(struct seq *));
     e->items = ci_calloc((size_t)e->cap, sizeof(struct seq *));
+    e->live_tables = ci_calloc((size_t)e->cap + 1, sizeof *e->live_tables);
     e->b_tok = ci_calloc(T, sizeof *e->b_tok);
     e->b_pos = ci_calloc(T, sizeof *e->b_pos);
     e->b_seq = ci_calloc(T, sizeof *e->b_seq);
@@ -899,8 +944,8 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     e->b_seqs = ci_calloc(R + 1, sizeof *e->b_seqs);
     e->b_owner = ci_calloc(R + 1, sizeof *e->b_owner);
     e->b_row_seq = ci_calloc(R, sizeof *e->b_row_seq);
-    if (!e->layers || !e->st.running || !e->st.waiting || !e->items || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_want || !e->b_seqs || !e->b_owner || !e->b_row_seq) {
+    if (!e->layers || !e->st.running || !e->st.waiting || !e->items || !e->live_tables || !e->b_tok ||
+        !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->b_row_seq) {
         s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -909,19 +954,8 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     e->st.prefix = e->pc;
     for (int il = 0; il < c->n_layer; il++)
         kv_pool_layer(e->pool, il, &e->layers[il]);
-    if (tok) {
-        int n_vocab = tokenizer_n_vocab(tok);
-        for (int32_t id = 0; id < n_vocab; id++)
-            e->n_eog += tokenizer_is_eog(tok, id);
-        if (!(e->eog = ci_calloc((size_t)e->n_eog + 1, sizeof *e->eog))) {
-            s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        e->n_eog = 0;
-        for (int32_t id = 0; id < n_vocab; id++)
-            if (tokenizer_is_eog(tok, id))
-                e->eog[e->n_eog++] = id;
-    }
+    if (tok)
+        e->eog = tokenizer_eog_ids(tok, &e->n_eog);
     *out = e;
     return CI_OK;
 fail:
@@ -956,6 +990,7 @@ void engine_free(struct engine *e) {
     ci_free(e->st.running);
     ci_free(e->st.waiting);
     ci_free(e->items);
+    ci_free(e->live_tables);
     ci_free(e->b_tok);
     ci_free(e->b_pos);
     ci_free(e->b_seq);
@@ -963,19 +998,16 @@ void engine_free(struct engine *e) {
     ci_free(e->b_seqs);
     ci_free(e->b_owner);
     ci_free(e->b_row_seq);
-    ci_free(e->eog);
     ci_free(e);
 }
 
 void engine_info(const struct engine *e, struct engine_info *out) {
-    const struct model_config *c = &e->m->config;
     out->n_ctx = e->n_ctx;
     out->block_size = e->block_size;
     out->n_blocks = kv_pool_n_blocks(e->pool) - e->pad.n;
     out->kv_bytes = (int64_t)kv_pool_bytes(e->pool);
     out->kv_type = kv_pool_type(e->pool);
-    out->kv_bytes_per_token =
-        2ll * c->n_layer * c->n_kv_head * (int64_t)ci_kv_row_bytes(out->kv_type, c->head_dim);
+    out->kv_bytes_per_token = e->kv_bytes_per_token;
     out->full_context_seqs = (int)(out->n_blocks / blocks_for(e, e->n_ctx));
 }
 

@@ -141,6 +141,9 @@ struct engine_info {
     int full_context_seqs;      // sequences of the whole context the pool holds at once
 };
 void engine_info(const struct engine *e, struct engine_info *out);
+/* NULL while the engine works; once it cannot go on (its model file changed on disk), why, as a message.
+ * Every request then fails with it.  Any thread. */
+const char *engine_failure(const struct engine *e);
 
 struct engine_totals {
     int64_t n_steps, n_requests_finished, n_preemptions;

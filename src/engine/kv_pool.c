@@ -64,6 +64,10 @@ static enum ci_status sizes(const struct kv_pool_params *p, size_t *array_bytes,
     return CI_OK;
 }
 
+int64_t kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, uint32_t type) {
+    return 2ll * n_layer * n_kv_head * (int64_t)ci_kv_row_bytes(type, head_dim);
+}
+
 enum ci_status kv_pool_size_bytes(const struct kv_pool_params *p, size_t *out, struct ci_err *err) {
     size_t arr;
     return sizes(p, &arr, out, err);
@@ -92,7 +96,7 @@ enum ci_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
     pool->scratch = ci_malloc((size_t)p->n_blocks * sizeof *pool->scratch);
     pool->parked = ci_calloc((size_t)p->n_blocks, sizeof *pool->parked);
     if (!pool->mem || !pool->refcount || !pool->free_stack || !pool->scratch || !pool->parked) {
-        st = ci_err_set(err, CI_ERR_NOMEM, "KV pool: cannot allocate %zu bytes for %d blocks", total,
+        st = ci_err_set(err, CI_ERR_NOMEM, "KV pool: out of memory for %zu bytes (%d blocks)", total,
                         p->n_blocks);
         goto fail;
     }
@@ -310,7 +314,7 @@ enum ci_status kv_seq_init(struct kv_seq_blocks *seq, int max_blocks, struct ci_
     // At least one element, so an empty table still has a valid (freeable) pointer.
     seq->ids = ci_malloc((size_t)(max_blocks > 0 ? max_blocks : 1) * sizeof *seq->ids);
     if (!seq->ids)
-        return ci_err_set(err, CI_ERR_NOMEM, "block table: cannot allocate %d entries", max_blocks);
+        return ci_err_set(err, CI_ERR_NOMEM, "block table: out of memory for %d entries", max_blocks);
     seq->cap = max_blocks;
     return CI_OK;
 }

@@ -65,6 +65,9 @@ enum ci_status kv_pool_create(const struct kv_pool_params *p, struct kv_pool **o
 void kv_pool_free(struct kv_pool *pool);
 
 /* Bytes the pool would allocate for p (K and V of all layers, with padding), or CI_ERR_INVALID as create. */
+/* K and V of every layer for one token in a cache of element type `type`: 2 · layers · kv_heads · the bytes
+ * of head_dim elements of that type (4, 2 or 34/32 an element).  The one place this is computed. */
+int64_t kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, uint32_t type);
 enum ci_status kv_pool_size_bytes(const struct kv_pool_params *p, size_t *out, struct ci_err *err);
 
 /* The attention kernel's view of layer il (0 <= il < n_layers). */

@@ -5,21 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double metrics_quantile(const double *sorted, int n, double q) {
-    if (n <= 0)
-        return 0;
-    double pos = q * (n - 1);
-    int lo = (int)pos;
-    if (lo >= n - 1)
-        return sorted[n - 1];
-    double frac = pos - lo;
-    return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * frac;
-}
+#include "core/stats.h"
 
 void metrics_token_timing(int64_t t_start_ns, const int64_t *t_token_ns, int n, double *scratch,
                           struct token_timing *out) {
@@ -36,9 +22,9 @@ void metrics_token_timing(int64_t t_start_ns, const int64_t *t_token_ns, int n, 
         sum += scratch[i - 1];
     }
     out->tbt_mean_ms = sum / (n - 1);
-    qsort(scratch, (size_t)n - 1, sizeof *scratch, cmp_double);
-    out->tbt_p50_ms = metrics_quantile(scratch, n - 1, 0.50);
-    out->tbt_p99_ms = metrics_quantile(scratch, n - 1, 0.99);
+    ci_sort_doubles(scratch, n - 1);
+    out->tbt_p50_ms = ci_quantile(scratch, n - 1, 0.50);
+    out->tbt_p99_ms = ci_quantile(scratch, n - 1, 0.99);
     out->tps = out->tbt_mean_ms > 0 ? 1000.0 / out->tbt_mean_ms : 0;
 }
 

@@ -20,10 +20,6 @@ struct token_timing {
 void metrics_token_timing(int64_t t_start_ns, const int64_t *t_token_ns, int n, double *scratch,
                           struct token_timing *out);
 
-/* Value at quantile q in [0, 1] of sorted[0..n) by linear interpolation between closest ranks (numpy's
- * default); 0 for n == 0. */
-double metrics_quantile(const double *sorted, int n, double q);
-
 /* A Prometheus histogram of durations in seconds, updated by the engine thread and read by any thread
  * (atomic counters; the sum is kept in nanoseconds). */
 #include <stdatomic.h>

@@ -219,8 +219,8 @@ enum ci_status prefix_cache_create(struct kv_pool *pool, struct prefix_cache **o
     pc->slots = ci_malloc(map_n * sizeof *pc->slots); // map_n <= 4 * nb: fits
     pc->seen = ci_malloc((size_t)nb);
     if (!pc->e || !pc->tokens || !pc->slots || !pc->seen) {
-        st = ci_err_set(err, CI_ERR_NOMEM, "prefix cache: cannot allocate tables for %d blocks of %d tokens",
-                        nb, bs);
+        st = ci_err_set(err, CI_ERR_NOMEM,
+                        "prefix cache: out of memory for the tables of %d blocks of %d tokens", nb, bs);
         goto fail;
     }
     for (int b = 0; b < nb; b++) {

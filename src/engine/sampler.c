@@ -105,7 +105,7 @@ enum ci_status sampler_create(const struct sampling_params *p, int n_vocab, stru
             memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
     }
     if (!s->work || !s->counts || !s->cand || (p->n_logit_bias > 0 && !s->bias)) {
-        st = ci_err_set(err, CI_ERR_NOMEM, "sampler: cannot allocate workspace for %d tokens", n_vocab);
+        st = ci_err_set(err, CI_ERR_NOMEM, "sampler: out of memory for the workspace of %d tokens", n_vocab);
         goto fail;
     }
     s->p.logit_bias = s->bias;

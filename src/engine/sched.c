@@ -5,6 +5,10 @@
 #include "core/check.h"
 #include "engine/prefix_cache.h"
 
+// The token budget of a step that has none (naive recompute, a static batch's prompts): larger than any
+// step can hold, since the scheduler caps the tokens of one step at 1 << 20.
+#define NO_TOKEN_BUDGET (1 << 30)
+
 const char *sched_policy_name(enum sched_policy p) {
     switch (p) {
     case SCHED_POLICY_NAIVE:
@@ -248,7 +252,7 @@ static void step_naive(const struct sched_params *p, struct sched_state *st, str
         if (!s->sched_count)
             plan(r, s, 0, s->n_tokens);
     }
-    int budget = 1 << 30; // no budget: a naive step is as long as its prefixes
+    int budget = NO_TOKEN_BUDGET; // a naive step is as long as its prefixes
     while (st->n_waiting > 0 && r->n_preempted == 0)
         if (!try_admit(p, st, r, &budget, true))
             break;
@@ -257,7 +261,7 @@ static void step_naive(const struct sched_params *p, struct sched_state *st, str
 static void step_static(const struct sched_params *p, struct sched_state *st, struct sched_result *r) {
     if (st->static_batch_left == 0) {
         // Form a batch: up to max_seqs requests, each prompt computed whole in this step.
-        int budget = 1 << 30;
+        int budget = NO_TOKEN_BUDGET;
         st->static_batch_size = 0;
         while (st->n_waiting > 0) {
             int group = head_group(st);
@@ -291,7 +295,7 @@ static void step_static(const struct sched_params *p, struct sched_state *st, st
     }
     // A member preempted out of the batch comes back into it (static batches are never joined by others).
     while (st->n_waiting > 0 && st->waiting[0]->in_static_batch && r->n_preempted == 0) {
-        int budget = 1 << 30;
+        int budget = NO_TOKEN_BUDGET;
         if (!try_admit(p, st, r, &budget, true))
             break;
     }

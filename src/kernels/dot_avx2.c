@@ -51,8 +51,7 @@ AI void prefetch_lines(const uint8_t *p, const int n_lines) {
         _mm_prefetch((const char *)(p + 64 * l), _MM_HINT_T0);
 }
 
-/* ---- float types ----------------------------------------------------------------------------------------
- */
+/* ---- float types -------------------------------------------------------------------------------------- */
 
 AI __m256 load8(uint32_t type, const uint8_t *row, int64_t i) {
     if (type == CI_TYPE_F32)
@@ -283,8 +282,7 @@ static void mm_bf16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t
     panel(m, r0, r1, t0, t1, bf16_tiles, ftile_rows, 4, m->n_in / 8, true);
 }
 
-/* ---- quantized types ------------------------------------------------------------------------------------
- */
+/* ---- quantized types ---------------------------------------------------------------------------------- */
 
 /* Lane l of the result = the sum of the 8 int32 lanes of v[l]. */
 AI __m256i reduce8(const __m256i *v) {

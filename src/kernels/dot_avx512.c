@@ -77,8 +77,7 @@ AI __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
         _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
 }
 
-/* ---- float types ----------------------------------------------------------------------------------------
- */
+/* ---- float types -------------------------------------------------------------------------------------- */
 
 AI __m512 widen16(uint32_t type, __m256i h) {
     if (type == CI_TYPE_F16)
@@ -378,8 +377,7 @@ T512 static void mm_bf16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
     fpanel(m, r0, r1, t0, t1, bf16_tiles, f32_tiles, cvt_buf);
 }
 
-/* ---- quantized types: repacked VNNI ----------------------------------------------------------------------
- */
+/* ---- quantized types: repacked VNNI ------------------------------------------------------------------- */
 
 /* Index vectors of the 16 x 8 dword transpose (three vpermt2d stages, each swapping one bit of the register
  * index with one bit of the lane index; [stage][output bit]). */

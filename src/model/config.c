@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
+#include "format/llama2c.h"
 
 const char *model_arch_name(enum model_arch a) {
     return a == MODEL_ARCH_QWEN2 ? "qwen2" : "llama";
@@ -108,4 +109,22 @@ enum ci_status model_config_validate(const struct model_config *c, struct ci_err
     if (!(c->rms_eps >= 0.0f) || !(c->rms_eps < 1.0f))
         return ci_err_set(err, CI_ERR_FORMAT, "rms epsilon %g out of range [0, 1)", (double)c->rms_eps);
     return CI_OK;
+}
+
+void model_config_from_llama2c(struct model_config *c, const struct llama2c *l) {
+    const struct llama2c_hparams *hp = llama2c_hparams(l);
+    memset(c, 0, sizeof *c);
+    c->arch = MODEL_ARCH_LLAMA;
+    c->n_vocab = hp->vocab;
+    c->n_embd = hp->dim;
+    c->n_layer = hp->n_layers;
+    c->n_head = hp->n_heads;
+    c->n_kv_head = hp->n_kv_heads;
+    c->head_dim = hp->dim / hp->n_heads;
+    c->n_ff = hp->hidden;
+    c->n_ctx_train = hp->seq_len;
+    c->rope_dim = c->head_dim;
+    c->rope_base = 10000.0f;
+    c->rms_eps = 1e-5f;
+    c->rope_neox = false;
 }

@@ -7,6 +7,7 @@
 #include "core/status.h"
 
 struct gguf;
+struct llama2c;
 
 enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2 };
 
@@ -29,6 +30,9 @@ struct model_config {
 const char *model_arch_name(enum model_arch a);
 /* Reads and validates the hyper-parameters of a GGUF model (n_vocab comes from the token_embd tensor). */
 enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf *g, struct ci_err *err);
+/* A llama2.c checkpoint's hyper-parameters: arch llama, rope_base 10000, rms_eps 1e-5, rope_dim = head_dim,
+ * adjacent-pair rope, n_ctx_train = seq_len (the header itself is validated by llama2c_open). */
+void model_config_from_llama2c(struct model_config *c, const struct llama2c *l);
 /* Checks ranges and consistency (positive sizes, n_head % n_kv_head == 0, even rope_dim, ...). */
 enum ci_status model_config_validate(const struct model_config *c, struct ci_err *err);
 

@@ -10,8 +10,8 @@
 #include "core/mapfile.h"
 #include "core/mem.h"
 #include "kernels/quant.h"
-#include "model/gguf_write.h"
-#include "model/llama2c.h"
+#include "format/gguf_write.h"
+#include "format/llama2c.h"
 #include "model/synth.h"
 
 struct vocab {
@@ -179,7 +179,7 @@ enum ci_status convert_llama2c(const char *in, const char *tokenizer_path, uint3
     if ((s = llama2c_open(in, &l, err)) != CI_OK)
         goto fail;
     struct model_config c;
-    llama2c_config(l, &c);
+    model_config_from_llama2c(&c, l);
     if ((s = load_tokenizer(tokenizer_path, c.n_vocab, &v, err)) != CI_OK)
         goto fail;
     if (!(w = gguf_writer_create())) {

@@ -79,14 +79,15 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         if (!ci_mul_size(bufs[i].rows, bufs[i].cols, &n) || !ci_mul_size(n, sizeof(float), &bytes) ||
             !(*bufs[i].p = ci_malloc_aligned(bytes))) {
             forward_free(f);
-            return ci_err_set(err, CI_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens",
+            return ci_err_set(err, CI_ERR_NOMEM, "forward: out of memory for the scratch of %d tokens",
                               max_tokens);
         }
     }
     size_t work = matmul_work(m, max_tokens);
     if (work && !(f->work = ci_malloc_aligned(work))) {
         forward_free(f);
-        return ci_err_set(err, CI_ERR_NOMEM, "forward: cannot allocate %zu bytes of matmul workspace", work);
+        return ci_err_set(err, CI_ERR_NOMEM, "forward: out of memory for %zu bytes of matmul workspace",
+                          work);
     }
     *out = f;
     return CI_OK;
@@ -233,5 +234,11 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
         ci_matmul(f->tp, &w->output, f->rows, rows, f->logits, f->work);
     *logits = f->logits;
     *n_rows = rows;
+    // A model file truncated while mapped reads as zeros (core/mapfile.c): these logits are not the model's.
+    if (model_file_damaged(f->m))
+        return ci_err_set(
+            err, CI_ERR_IO,
+            "the model file changed on disk while it was in use (truncated): restart to load it "
+            "again");
     return CI_OK;
 }

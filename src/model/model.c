@@ -5,8 +5,8 @@
 
 #include "core/mapfile.h"
 #include "core/mem.h"
-#include "model/gguf.h"
-#include "model/llama2c.h"
+#include "format/gguf.h"
+#include "format/llama2c.h"
 
 static const struct ci_tensor *gguf_lookup(const void *src, const char *name) {
     const struct gguf *g = src;
@@ -49,7 +49,7 @@ enum ci_status model_load(const char *path, struct model **out, struct ci_err *e
         m->format = MODEL_FORMAT_LLAMA2C;
         if ((s = llama2c_open(path, &m->llama2c, err)) != CI_OK)
             goto fail;
-        llama2c_config(m->llama2c, &m->config);
+        model_config_from_llama2c(&m->config, m->llama2c);
         if ((s = model_config_validate(&m->config, err)) != CI_OK)
             goto fail;
         s = model_weights_bind(&m->weights, &m->config, llama2c_find_tensor, m->llama2c, err);
@@ -109,4 +109,8 @@ uint64_t model_n_params(const struct model *m) {
     uint64_t b, p;
     totals(m, &b, &p);
     return p;
+}
+
+bool model_file_damaged(const struct model *m) {
+    return (m->gguf && gguf_file_damaged(m->gguf)) || (m->llama2c && llama2c_file_damaged(m->llama2c));
 }

@@ -30,5 +30,8 @@ void model_free(struct model *m);
 /* Bytes of weights (sum of tensor sizes as stored), parameter count. */
 uint64_t model_weight_bytes(const struct model *m);
 uint64_t model_n_params(const struct model *m);
+/* True once the weights' file was found truncated while mapped: the weights read since are not the
+ * model's (zeros stand in for the lost part), so nothing computed from them may be trusted. */
+bool model_file_damaged(const struct model *m);
 
 #endif

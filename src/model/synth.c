@@ -12,7 +12,7 @@
 #include "core/mem.h"
 #include "core/rng.h"
 #include "kernels/quant.h"
-#include "model/gguf_write.h"
+#include "format/gguf_write.h"
 
 static const struct synth_preset presets[] = {
     // name, arch, n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx, rope_base, rms_eps, tied, bias

@@ -1,12 +1,25 @@
-/* The HTTP layer of `cinfer serve`: a libmicrohttpd daemon in thread-per-connection mode (a handler may
- * block on the engine's stream with a timeout, which libmicrohttpd allows only in that mode), routing by
+/* The HTTP layer of `cinfer serve`: a libmicrohttpd daemon, event-driven (epoll where available) on a small
+ * pool of threads, so an idle or slow connection costs a socket and a few KB, not a thread.  Routing by
  * exact path (or path prefix) and method, the request-body limit (enforced while receiving: over-limit
  * bodies are drained, never buffered), API-key authentication in constant time, optional CORS, and the
  * daemon's lifecycle.  It knows nothing of models or OpenAI beyond the error-body format.
  *
+ * Defences against clients that hold connections (docs/SECURITY.md): a deadline for receiving a complete
+ * request (request_timeout_s, counted from the connection's opening or its previous answer: a client that
+ * trickles its headers or body, or idles between requests, is disconnected when it passes), a limit of
+ * connections per client address, the global connection limit, and the inactivity timeout while an
+ * answer is written.
+ *
+ * Handlers never block.  One that cannot answer at once (a generation) hands back either a streaming body
+ * whose fill function says HTTP_FILL_WAIT when it has nothing yet, or a poll function that says false
+ * until the answer is ready; the connection is then suspended (no thread waits) until something calls
+ * http_waker_wake on the request's waker (the engine, when an event is ready), the client hangs up, or
+ * the server stops.
+ *
  * Ownership: the server owns each connection's state; a handler's response body (ci_malloc'ed) and its
- * streaming context pass to the server when the handler returns, which frees them (fill_free) when the
- * connection is done with them, whether the response completed or the client went away. */
+ * streaming or poll context pass to the server when the handler returns, which frees them (fill_free,
+ * poll_free) when the connection is done with them, whether the response completed or the client went
+ * away. */
 #ifndef CINFER_SERVER_HTTP_H
 #define CINFER_SERVER_HTTP_H
 
@@ -27,9 +40,20 @@ struct http_request {
     struct http_conn *conn;
 };
 
-/* Writes up to max bytes of a streaming body into buf; returns the count (> 0), 0 at the end, < 0 to abort
- * the connection.  Runs on the connection's thread and may block (briefly, checking http_conn_gone). */
+#define HTTP_FILL_ERROR (-1) // abort the connection
+#define HTTP_FILL_WAIT  (-2) // nothing to write yet: call again after a wake
+
+/* Writes up to max bytes of a streaming body into buf; returns the count (> 0), 0 at the end,
+ * HTTP_FILL_WAIT when nothing is ready yet (the connection sleeps until http_waker_wake), or
+ * HTTP_FILL_ERROR to abort the connection.  Runs on an HTTP thread: it must never block.  Once
+ * http_conn_gone is true it must end (0 or HTTP_FILL_ERROR) rather than wait. */
 typedef ssize_t (*http_fill_fn)(void *ctx, struct http_conn *c, char *buf, size_t max);
+
+struct http_response;
+/* A deferred answer: returns true with res filled (a plain body, not a stream) once the answer is known,
+ * false when it is not ready yet (the connection sleeps until http_waker_wake).  Never blocks; once
+ * http_conn_gone is true it must answer. */
+typedef bool (*http_poll_fn)(void *ctx, struct http_conn *c, struct http_response *res);
 
 struct http_response {
     int status;
@@ -43,6 +67,10 @@ struct http_response {
     http_fill_fn fill;
     void *fill_ctx;
     void (*fill_free)(void *ctx);
+    // A deferred answer (handlers only): used when poll is set.  poll_free(poll_ctx) runs exactly once.
+    http_poll_fn poll;
+    void *poll_ctx;
+    void (*poll_free)(void *ctx);
 };
 
 typedef void (*http_handler_fn)(void *app, const struct http_request *req, struct http_response *res);
@@ -55,19 +83,24 @@ struct http_route {
 };
 
 struct http_options {
-    const char *host;         // a numeric address or a name to resolve ("127.0.0.1", "::1", "0.0.0.0")
-    int port;                 // 0: any free port (http_server_port tells which)
-    const char *api_key;      // NULL or "": no authentication
-    int max_connections;      // concurrent connections (each one a thread)
-    int timeout_s;            // idle connections are closed after this (not while a handler generates)
-    size_t max_body_bytes;    // larger request bodies get 413
-    const char *allow_origin; // NULL: no CORS headers; else Access-Control-Allow-Origin and OPTIONS replies
+    const char *host;           // a numeric address or a name to resolve ("127.0.0.1", "::1", "0.0.0.0")
+    int port;                   // 0: any free port (http_server_port tells which)
+    const char *api_key;        // NULL or "": no authentication
+    int max_connections;        // concurrent connections in all
+    int max_connections_per_ip; // concurrent connections from one client address (0: no limit)
+    int timeout_s;              // a connection that moves no data for this long while answered is closed
+    int request_timeout_s;      // a whole request must arrive within this (from connect or the last answer)
+    int n_threads;              // HTTP threads (each serves many connections)
+    size_t max_body_bytes;      // larger request bodies get 413
+    const char *allow_origin;   // NULL: no CORS headers; else Access-Control-Allow-Origin and OPTIONS replies
 };
 
 /* Binds and starts serving the routes (the table must outlive the server).  app is passed to handlers. */
 enum ci_status http_server_start(const struct http_options *o, const struct http_route *routes, int n_routes,
                                  void *app, struct http_server **out, struct ci_err *err);
 int http_server_port(const struct http_server *s);
+/* Connections closed so far for not delivering a whole request within request_timeout_s. */
+long http_server_deadline_closed(const struct http_server *s);
 /* Stops accepting connections and tells every handler and stream to finish (http_conn_gone turns true). */
 void http_server_quiesce(struct http_server *s);
 /* Closes every connection, waits for their threads, frees the server.  NULL is fine. */
@@ -77,8 +110,15 @@ void http_server_free(struct http_server *s);
 bool http_conn_gone(struct http_conn *c);
 /* True once the server is shutting down (then http_conn_gone is true as well). */
 bool http_conn_stopping(const struct http_conn *c);
-/* busy: the idle timeout is suspended (a long prefill is not idleness); !busy: restored and restarted. */
-void http_conn_set_busy(struct http_conn *c, bool busy);
+
+/* The wake-up handle of a request that waits (a fill or poll that said "not yet").  A new reference:
+ * release it with http_waker_release.  It outlives the request safely: once the request is over, a wake
+ * does nothing. */
+struct http_waker;
+struct http_waker *http_conn_waker(struct http_conn *c);
+/* Any thread, quick, never blocks for long: the request's fill or poll runs again soon. */
+void http_waker_wake(void *waker);
+void http_waker_release(struct http_waker *w);
 
 /* A constant-time comparison of an Authorization header value with "Bearer <key>" (the scheme word is
  * case-insensitive).  Exposed for tests. */

@@ -14,8 +14,15 @@
 #include "server/json_check.h"
 #include "server/sse.h"
 
+/* cJSON_Parse answers NULL both for bad JSON and when out of memory: this thread's allocation failures tell
+ * them apart (parse_root). */
+static _Thread_local bool json_nomem;
+
 static void *json_malloc(size_t n) {
-    return ci_malloc(n);
+    void *p = ci_malloc(n);
+    if (!p)
+        json_nomem = true;
+    return p;
 }
 
 void openai_init(void) {
@@ -102,8 +109,7 @@ done:
     return out;
 }
 
-/* ---- value readers: absent and null mean "not given" ----------------------------------------------------
- */
+/* ---- value readers: absent and null mean "not given" -------------------------------------------------- */
 
 static bool absent(const cJSON *v) {
     return !v || cJSON_IsNull(v);
@@ -174,7 +180,10 @@ static enum ci_status parse_root(const char *body, size_t len, cJSON **out, stru
         return bad(err, NULL, "the request body holds a NUL byte");
     const char *end = NULL;
     // len + 1 takes in the NUL, so trailing garbage after the value is rejected.
+    json_nomem = false;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len + 1, &end, true);
+    if (!root && json_nomem)
+        return nomem(err);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
         return bad(err, NULL, "the request body is not valid JSON (near byte %zu)", at);
@@ -226,8 +235,7 @@ static enum ci_status token_array(const cJSON *arr, const char *param, int n_voc
     return CI_OK;
 }
 
-/* ---- messages -------------------------------------------------------------------------------------------
- */
+/* ---- messages ----------------------------------------------------------------------------------------- */
 
 /* Concatenates the text parts [{"type":"text","text":"..."}] of a content array, joined by "\n". */
 static enum ci_status content_parts(const cJSON *arr, const char *param, char **out,
@@ -264,7 +272,7 @@ static enum ci_status content_parts(const cJSON *arr, const char *param, char **
     return CI_OK;
 }
 
-static void messages_free(struct chat_message *m, int n) {
+static void messages_free(struct cinfer_chat_message *m, int n) {
     for (int i = 0; i < n; i++) {
         ci_free((char *)(uintptr_t)m[i].role);
         ci_free((char *)(uintptr_t)m[i].content);
@@ -272,7 +280,7 @@ static void messages_free(struct chat_message *m, int n) {
     ci_free(m);
 }
 
-static enum ci_status parse_messages(const cJSON *root, struct chat_message **out, int *n_out,
+static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_message **out, int *n_out,
                                      struct openai_error *err) {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "messages");
     *out = NULL;
@@ -282,7 +290,7 @@ static enum ci_status parse_messages(const cJSON *root, struct chat_message **ou
     int count = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
     if (!cJSON_IsArray(arr) || count < 1 || count > OPENAI_MAX_MESSAGES)
         return bad(err, "messages", "'messages' must be an array of 1 to %d messages", OPENAI_MAX_MESSAGES);
-    struct chat_message *m = ci_calloc((size_t)count, sizeof *m);
+    struct cinfer_chat_message *m = ci_calloc((size_t)count, sizeof *m);
     if (!m)
         return nomem(err);
     enum ci_status s = CI_OK;
@@ -336,8 +344,7 @@ fail:
     return s;
 }
 
-/* ---- /v1/completions prompts ------------------------------------------------------------------------------
- */
+/* ---- /v1/completions prompts -------------------------------------------------------------------------- */
 
 static bool token_prompt_shape(const cJSON *v) {
     return cJSON_IsArray(v) && (cJSON_GetArraySize(v) == 0 || cJSON_IsNumber(cJSON_GetArrayItem(v, 0)));
@@ -381,8 +388,7 @@ static enum ci_status parse_prompts(const cJSON *root, int n_vocab, struct opena
     return CI_OK;
 }
 
-/* ---- the shared sampling parameters ---------------------------------------------------------------------
- */
+/* ---- the shared sampling parameters ------------------------------------------------------------------- */
 
 static enum ci_status parse_stop(const cJSON *root, struct openai_request *r, struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "stop");
@@ -580,8 +586,7 @@ void openai_request_deinit(struct openai_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* ---- /tokenize and /detokenize ---------------------------------------------------------------------------
- */
+/* ---- /tokenize and /detokenize ------------------------------------------------------------------------ */
 
 enum ci_status openai_parse_tokenize(const char *body, size_t len, struct openai_tokenize *out,
                                      struct openai_error *err) {

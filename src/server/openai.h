@@ -13,7 +13,6 @@
 
 #include "cinfer.h"
 #include "core/status.h"
-#include "tokenizer/chat.h"
 
 // Request limits (documented in README.md, "cinfer serve"); each is checked with the parameter named.
 #define OPENAI_MAX_N          16   // samples per prompt
@@ -40,7 +39,7 @@ struct openai_request {
     struct openai_prompt *prompts; // [n_prompts]
     int n_prompts;
     // chat: messages (role and content owned here)
-    struct chat_message *messages; // [n_messages]
+    struct cinfer_chat_message *messages; // [n_messages]
     int n_messages;
     int max_tokens; // 0: not given (the endpoint's default)
     int n;
@@ -59,8 +58,8 @@ struct openai_request {
 
 /* {"prompt": "..."} or {"messages": [...], "add_generation_prompt"}, with "add_special_tokens". */
 struct openai_tokenize {
-    char *prompt;                  // NULL when messages are given
-    struct chat_message *messages; // [n_messages]
+    char *prompt;                         // NULL when messages are given
+    struct cinfer_chat_message *messages; // [n_messages]
     int n_messages;
     bool add_special;
     bool add_generation_prompt;

@@ -2,12 +2,12 @@
  *
  * A generation request becomes a struct gen: one engine submission per prompt (n samples each) and one
  * choice per (prompt, sample).  The handler submits everything before it answers, so a request that can
- * never run (context, pool, queue) gets a proper HTTP error; then either it waits for every choice and
- * answers one JSON body, or it hands the gen to the HTTP layer as a streaming body whose fill callback turns
- * engine events into SSE chunks.  Both wait on the streams with a short timeout and check between waits
- * whether the client is still there, so a client that goes away cancels its request (and the engine frees
- * its KV blocks) within a step or two.  Whatever happens, gen_free releases the streams, which cancels any
- * sample still running. */
+ * never run (context, pool, queue) gets a proper HTTP error; then it hands the gen to the HTTP layer either
+ * as a streaming body whose fill callback turns engine events into SSE chunks, or as a deferred answer
+ * whose poll callback assembles one JSON body when every choice is done.  Neither ever waits: the streams
+ * wake the connection (http_waker_wake) whenever the engine has an event, and both look at the client
+ * each time, so a client that goes away cancels its request (and the engine frees its KV blocks) within a
+ * step or two.  Whatever happens, gen_free releases the streams, which cancels any sample still running. */
 #include "server/routes.h"
 
 #include <cjson/cJSON.h>
@@ -26,14 +26,12 @@
 #pragma weak cinfer_webui_html
 #pragma weak cinfer_webui_html_len
 
-#define WAIT_NS (50 * 1000 * 1000ll) // longest wait on a stream between checks of the client
-
 struct routes {
     atomic_bool ready;
     const struct cinfer_model *m;
     struct cinfer_engine *e;
     char *name;
-    enum chat_template_id tmpl;
+    const char *tmpl; // the chat template's name (static storage)
     int max_requests, max_seqs;
     int n_ctx, n_vocab;
     int max_tokens_cap; // the most tokens one sequence can hold: min(context, KV pool)
@@ -41,11 +39,13 @@ struct routes {
     atomic_uint_fast64_t next_id;
 };
 
-/* ---- small helpers ----------------------------------------------------------------------------------------
- */
+/* ---- small helpers ------------------------------------------------------------------------------------ */
 
 static const char oom_body[] =
     "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+// A stream's end when out of memory: whole events are queued or none (sse.h), so this always follows one.
+static const char oom_events[] = "data: {\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                                 "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n";
 
 static void respond_error(struct http_response *res, const struct openai_error *e) {
     res->status = e->status;
@@ -115,8 +115,7 @@ static char *token_text(const struct cinfer_model *m, cinfer_token prev, cinfer_
     return out;
 }
 
-/* ---- a generation request -------------------------------------------------------------------------------
- */
+/* ---- a generation request ----------------------------------------------------------------------------- */
 
 struct choice {
     int stream;  // index into gen.streams
@@ -148,16 +147,20 @@ struct gen {
     char id[48];
     long long created;
     struct sse_buf out;
-    bool begun, ended; // streaming: the opening chunks were written; [DONE] was written
-    bool counted;      // holds one of the max_requests slots
+    size_t oom_off;           // streaming, out of memory: bytes of oom_events sent (after out's)
+    bool oom;                 // streaming: out of memory, the stream ends with oom_events
+    bool begun, ended;        // streaming: the opening chunks were written; [DONE] was written
+    bool counted;             // holds one of the max_requests slots
+    struct http_waker *waker; // the engine wakes the connection through it when an event is ready
 };
 
 static void gen_free(void *ctx) {
     struct gen *g = ctx;
     if (!g)
         return;
-    for (int i = 0; i < g->n_streams; i++)
-        cinfer_stream_release(g->streams[i]);
+    for (int i = 0; g->streams && i < g->n_streams; i++) // streams is NULL when its allocation failed
+        cinfer_stream_release(g->streams[i]);            // detaches the waker first
+    http_waker_release(g->waker);
     for (int i = 0; g->echo && i < g->n_streams; i++)
         ci_free(g->echo[i]);
     for (int i = 0; g->ch && i < g->n_ch; i++) {
@@ -248,8 +251,7 @@ static bool emit_error(struct gen *g, const char *message) {
     struct openai_error e;
     openai_error_set(&e, 500, NULL, NULL, "%s", message);
     char *json = openai_error_json(&e, NULL);
-    bool ok = json && sse_buf_append(&g->out, "data: ", 6) && sse_buf_append(&g->out, json, strlen(json)) &&
-              sse_buf_append(&g->out, "\n\n", 2);
+    bool ok = json && sse_buf_data(&g->out, json, strlen(json));
     ci_free(json);
     return ok;
 }
@@ -300,10 +302,10 @@ static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
     return true;
 }
 
-/* Moves every event that is ready (waiting up to wait_ns when none is) into g.  false: out of memory. */
-static bool gen_pump(struct gen *g, int64_t wait_ns) {
-    bool progress = false;
-    int first_open = -1;
+/* Moves every event that is ready into g, never waiting; *progress tells whether there was any.  false:
+ * out of memory. */
+static bool gen_pump(struct gen *g, bool *progress) {
+    *progress = false;
     for (int i = 0; i < g->n_ch; i++) {
         struct choice *c = &g->ch[i];
         struct cinfer_event ev;
@@ -311,24 +313,17 @@ static bool gen_pump(struct gen *g, int64_t wait_ns) {
             enum cinfer_status s = cinfer_stream_next(g->streams[c->stream], c->sample, &ev, 0);
             if (s == CINFER_ERR_BUSY)
                 break;
-            if (s != CINFER_OK) { // the stream is over without a final event (cannot happen) or out of memory
+            *progress = true;
+            if (s == CINFER_ERR_NOMEM) // joining an event's text pieces: the event is lost
+                return false;
+            if (s != CINFER_OK) { // the stream is over without a final event (cannot happen)
                 struct cinfer_event end = {.kind = CINFER_EVENT_ERROR, .text = "stream failed", .len = 13};
                 return on_event(g, i, &end);
             }
             if (!on_event(g, i, &ev))
                 return false;
-            progress = true;
         }
-        if (!c->done && first_open < 0)
-            first_open = i;
     }
-    if (progress || first_open < 0 || wait_ns <= 0)
-        return true;
-    struct choice *c = &g->ch[first_open];
-    struct cinfer_event ev;
-    enum cinfer_status s = cinfer_stream_next(g->streams[c->stream], c->sample, &ev, wait_ns);
-    if (s == CINFER_OK)
-        return on_event(g, first_open, &ev);
     return true;
 }
 
@@ -372,20 +367,26 @@ static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max
     for (;;) {
         if (sse_buf_pending(&g->out))
             return (ssize_t)sse_buf_take(&g->out, buf, max);
-        if (g->ended) {
-            http_conn_set_busy(conn, false);
-            return 0;
+        if (g->oom && g->oom_off < sizeof oom_events - 1) {
+            size_t n = sizeof oom_events - 1 - g->oom_off;
+            n = n < max ? n : max;
+            memcpy(buf, oom_events + g->oom_off, n);
+            g->oom_off += n;
+            return (ssize_t)n;
         }
+        if (g->ended)
+            return 0;
         if (http_conn_gone(conn)) {
             gen_cancel(g);
+            if (!http_conn_stopping(conn))
+                return HTTP_FILL_ERROR;
             // Shutting down: the client is still there, so end the stream properly (an error, then [DONE]).
-            if (!http_conn_stopping(conn) || !emit_error(g, "the server is shutting down") ||
-                !sse_buf_done(&g->out))
-                return -1;
+            if (!emit_error(g, "the server is shutting down") || !sse_buf_done(&g->out))
+                g->oom = true;
             g->ended = true;
             continue;
         }
-        bool ok = true;
+        bool ok = true, progress = true;
         if (!g->begun) {
             g->begun = true;
             ok = gen_begin(g);
@@ -394,12 +395,15 @@ static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max
                 gen_cancel(g);
             ok = gen_end(g);
         } else {
-            ok = gen_pump(g, WAIT_NS);
+            ok = gen_pump(g, &progress);
         }
-        if (!ok) {
+        if (!ok) { // out of memory: the client still gets whole events, an error and [DONE]
             gen_cancel(g);
-            return -1;
+            g->oom = g->ended = true;
+            continue;
         }
+        if (!progress)
+            return HTTP_FILL_WAIT; // the engine wakes the connection with the next event
     }
 }
 
@@ -436,15 +440,16 @@ static enum cinfer_status tokenize(const struct routes *r, const char *text, boo
     return cinfer_tokenize(r->m, text, strlen(text), add_special, ids, n, err);
 }
 
-static enum cinfer_status apply_template(const struct routes *r, const struct chat_message *msgs, int n,
-                                         bool add_generation_prompt, char **out, struct openai_error *oe) {
-    struct ci_err ce = {0};
+static enum cinfer_status apply_template(const struct routes *r, const struct cinfer_chat_message *msgs,
+                                         int n, bool add_generation_prompt, char **out,
+                                         struct openai_error *oe) {
+    struct cinfer_error ce = {0};
     size_t len = 0;
-    enum ci_status s = chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
-    if (s != CI_OK)
-        openai_error_set(oe, s == CI_ERR_NOMEM ? 500 : 400, s == CI_ERR_NOMEM ? NULL : "messages", NULL, "%s",
-                         ce.msg);
-    return (enum cinfer_status)s;
+    enum cinfer_status s = cinfer_chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
+    if (s != CINFER_OK)
+        openai_error_set(oe, s == CINFER_ERR_NOMEM ? 500 : 400, s == CINFER_ERR_NOMEM ? NULL : "messages",
+                         NULL, "%s", ce.message);
+    return s;
 }
 
 /* Parses, tokenizes and submits; on failure fills oe and returns NULL. */
@@ -587,6 +592,29 @@ fail:
     return NULL;
 }
 
+/* The non-streaming answer, once every choice is done (or the request failed, or the client left). */
+static bool gen_poll(void *ctx, struct http_conn *conn, struct http_response *res) {
+    struct gen *g = ctx;
+    bool ok = true, gone = false, progress = true;
+    while (ok && progress && g->n_done < g->n_ch && !g->any_failed && !(gone = http_conn_gone(conn)))
+        ok = gen_pump(g, &progress);
+    if (ok && !gone && !g->any_failed && g->n_done < g->n_ch)
+        return false; // the engine wakes the connection with the next event
+    if (!ok || gone || g->any_failed) {
+        gen_cancel(g);
+        const char *why = !ok ? "out of memory" : gone ? "the server is shutting down" : NULL;
+        for (int i = 0; !why && i < g->n_ch; i++)
+            if (g->ch[i].failed)
+                why = g->ch[i].error;
+        struct openai_error oe;
+        openai_error_set(&oe, !ok ? 500 : 503, NULL, NULL, "%s", why ? why : "the request failed");
+        respond_error(res, &oe);
+    } else {
+        respond_json(res, gen_response(g));
+    }
+    return true;
+}
+
 static void handle_generate(struct routes *r, enum openai_endpoint ep, const struct http_request *req,
                             struct http_response *res) {
     if (!check_ready(r, res))
@@ -597,32 +625,21 @@ static void handle_generate(struct routes *r, enum openai_endpoint ep, const str
         respond_error(res, &oe);
         return;
     }
-    // A long prefill is not an idle connection: the idle timeout waits until the answer is out.
-    http_conn_set_busy(req->conn, true);
+    // Nothing waits on a thread: the engine's events wake the connection, which then reads them.
+    g->waker = http_conn_waker(req->conn);
+    for (int i = 0; i < g->n_streams; i++)
+        cinfer_stream_set_notify(g->streams[i], http_waker_wake, g->waker);
     if (g->streaming) {
         res->status = 200;
         res->content_type = "text/event-stream";
         res->fill = gen_fill;
         res->fill_ctx = g;
         res->fill_free = gen_free;
-        return;
-    }
-    bool ok = true, gone = false;
-    while (ok && g->n_done < g->n_ch && !g->any_failed && !(gone = http_conn_gone(req->conn)))
-        ok = gen_pump(g, WAIT_NS);
-    http_conn_set_busy(req->conn, false);
-    if (!ok || gone || g->any_failed) {
-        gen_cancel(g);
-        const char *why = !ok ? "out of memory" : gone ? "the server is shutting down" : NULL;
-        for (int i = 0; !why && i < g->n_ch; i++)
-            if (g->ch[i].failed)
-                why = g->ch[i].error;
-        openai_error_set(&oe, !ok ? 500 : 503, NULL, NULL, "%s", why ? why : "the request failed");
-        respond_error(res, &oe);
     } else {
-        respond_json(res, gen_response(g));
+        res->poll = gen_poll;
+        res->poll_ctx = g;
+        res->poll_free = gen_free;
     }
-    gen_free(g);
 }
 
 static void on_completions(void *app, const struct http_request *req, struct http_response *res) {
@@ -633,8 +650,7 @@ static void on_chat(void *app, const struct http_request *req, struct http_respo
     handle_generate(app, OPENAI_CHAT, req, res);
 }
 
-/* ---- the other endpoints ----------------------------------------------------------------------------------
- */
+/* ---- the other endpoints ------------------------------------------------------------------------------ */
 
 static cJSON *model_object(const struct routes *r) {
     cJSON *o = cJSON_CreateObject();
@@ -685,6 +701,19 @@ static void on_health(void *app, const struct http_request *req, struct http_res
     (void)req;
     struct routes *r = app;
     bool ready = atomic_load(&r->ready);
+    const char *failure = ready ? cinfer_engine_failure(r->e) : NULL;
+    if (failure) { // the server cannot serve any more: tell the orchestrator to restart it
+        cJSON *o = cJSON_CreateObject();
+        if (o && (!cJSON_AddStringToObject(o, "status", "error") ||
+                  !cJSON_AddStringToObject(o, "message", failure))) {
+            cJSON_Delete(o);
+            o = NULL;
+        }
+        respond_json(res, o);
+        if (res->status == 200)
+            res->status = 503;
+        return;
+    }
     res->status = ready ? 200 : 503;
     res->static_body = ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}";
     if (!ready)

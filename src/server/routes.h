@@ -12,13 +12,12 @@
 #include "cinfer.h"
 #include "core/status.h"
 #include "server/http.h"
-#include "tokenizer/chat.h"
 
 struct routes_config {
-    const char *served_name;             // the model name of responses and /v1/models (NULL: the model's)
-    enum chat_template_id chat_template; // a built-in template (the caller resolves names and detection)
-    int max_requests;                    // generation requests in flight at once; more get 429
-    int max_seqs;                        // the engine's running sequences: n above it is refused (400)
+    const char *served_name;   // the model name of responses and /v1/models (NULL: the model's)
+    const char *chat_template; // a built-in template's name (the caller resolves names and detection)
+    int max_requests;          // generation requests in flight at once; more get 429
+    int max_seqs;              // the engine's running sequences: n above it is refused (400)
 };
 
 struct routes;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "core/utf8.h"
 
 void sse_buf_init(struct sse_buf *b) {
     memset(b, 0, sizeof *b);
@@ -14,7 +15,8 @@ void sse_buf_deinit(struct sse_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
-bool sse_buf_append(struct sse_buf *b, const char *s, size_t n) {
+/* Room for n more bytes. */
+static bool reserve(struct sse_buf *b, size_t n) {
     if (b->off == b->len) // everything was taken: start over at the front
         b->off = b->len = 0;
     size_t need;
@@ -31,17 +33,30 @@ bool sse_buf_append(struct sse_buf *b, const char *s, size_t n) {
         b->data = grown;
         b->cap = cap;
     }
+    return true;
+}
+
+bool sse_buf_append(struct sse_buf *b, const char *s, size_t n) {
+    if (!reserve(b, n))
+        return false;
     memcpy(b->data + b->len, s, n);
     b->len += n;
     return true;
+}
+
+bool sse_buf_data(struct sse_buf *b, const char *s, size_t n) {
+    size_t total;
+    if (!ci_add_size(n, 8, &total) || !reserve(b, total))
+        return false;
+    // Cannot fail now: the event goes in whole.
+    return sse_buf_append(b, "data: ", 6) && sse_buf_append(b, s, n) && sse_buf_append(b, "\n\n", 2);
 }
 
 bool sse_buf_event(struct sse_buf *b, const cJSON *obj) {
     char *json = cJSON_PrintUnformatted(obj);
     if (!json)
         return false;
-    bool ok = sse_buf_append(b, "data: ", 6) && sse_buf_append(b, json, strlen(json)) &&
-              sse_buf_append(b, "\n\n", 2);
+    bool ok = sse_buf_data(b, json, strlen(json));
     ci_free(json);
     return ok;
 }
@@ -64,27 +79,7 @@ bool sse_buf_pending(const struct sse_buf *b) {
     return b->off < b->len;
 }
 
-/* ---- JSON -----------------------------------------------------------------------------------------------
- */
-
-static int utf8_seq_len(const unsigned char *u, size_t left) {
-    int len = u[0] < 0x80 ? 1 : (u[0] >> 5) == 6 ? 2 : (u[0] >> 4) == 14 ? 3 : (u[0] >> 3) == 30 ? 4 : 0;
-    if (len == 0 || (size_t)len > left)
-        return 0;
-    for (int k = 1; k < len; k++)
-        if ((u[k] & 0xC0) != 0x80)
-            return 0;
-    unsigned cp = len == 1   ? u[0]
-                  : len == 2 ? (u[0] & 0x1Fu) << 6 | (u[1] & 0x3Fu)
-                  : len == 3
-                      ? (u[0] & 0x0Fu) << 12 | (u[1] & 0x3Fu) << 6 | (u[2] & 0x3Fu)
-                      : (u[0] & 0x07u) << 18 | (u[1] & 0x3Fu) << 12 | (u[2] & 0x3Fu) << 6 | (u[3] & 0x3Fu);
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
-        return 0;
-    return len;
-}
+/* ---- JSON --------------------------------------------------------------------------------------------- */
 
 char *sse_utf8_clean(const char *s, size_t n, size_t *out_len) {
     size_t cap;
@@ -95,14 +90,16 @@ char *sse_utf8_clean(const char *s, size_t n, size_t *out_len) {
         return NULL;
     size_t j = 0;
     for (size_t i = 0; i < n;) {
-        int len = utf8_seq_len((const unsigned char *)s + i, n - i);
+        size_t bad;
+        bool partial;
+        int len = utf8_next_strict((const unsigned char *)s + i, n - i, &bad, &partial);
         if (len > 0 && s[i] != '\0') {
             memcpy(o + j, s + i, (size_t)len);
             j += (size_t)len;
             i += (size_t)len;
         } else { // an invalid byte, or a NUL that would cut the C string cJSON reads
-            memcpy(o + j, "\xEF\xBF\xBD", 3);
-            j += 3;
+            memcpy(o + j, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN); // one per byte (JSON text is short)
+            j += UTF8_REPLACEMENT_LEN;
             i++;
         }
     }
@@ -195,9 +192,12 @@ bool sse_completion_logprobs_add(cJSON *lp, const struct sse_top *tok, const str
         cJSON_Delete(alts);
         return false;
     }
-    return push(cJSON_GetObjectItemCaseSensitive(lp, "tokens"), sse_string(tok->text, tok->len)) &&
-           push(cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs"), cJSON_CreateNumber(tok->logprob)) &&
-           push(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), alts) &&
+    if (!push(cJSON_GetObjectItemCaseSensitive(lp, "tokens"), sse_string(tok->text, tok->len)) ||
+        !push(cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs"), cJSON_CreateNumber(tok->logprob))) {
+        cJSON_Delete(alts); // not pushed yet
+        return false;
+    }
+    return push(cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs"), alts) &&
            push(cJSON_GetObjectItemCaseSensitive(lp, "text_offset"), cJSON_CreateNumber((double)text_offset));
 }
 

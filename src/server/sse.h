@@ -23,7 +23,9 @@ struct sse_buf {
 void sse_buf_init(struct sse_buf *b);
 void sse_buf_deinit(struct sse_buf *b);
 bool sse_buf_append(struct sse_buf *b, const char *s, size_t n);
-/* "data: " + obj as compact JSON + "\n\n"; false when out of memory. */
+/* "data: " + s[0..n) + "\n\n", whole or (false: out of memory) not at all. */
+bool sse_buf_data(struct sse_buf *b, const char *s, size_t n);
+/* "data: " + obj as compact JSON + "\n\n", whole or (false: out of memory) not at all. */
 bool sse_buf_event(struct sse_buf *b, const cJSON *obj);
 /* "data: [DONE]\n\n" */
 bool sse_buf_done(struct sse_buf *b);

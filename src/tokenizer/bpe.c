@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/mem.h"
+#include "core/utf8.h"
 #include "tokenizer/vocab.h"
 
 // The GPT-2 regex, used alone or as one stage by many pre-tokenizers.
@@ -170,8 +171,10 @@ enum ci_status bpe_create(const struct bpe_pre *pre, struct bpe **out, struct ci
         if (!b->code[i]) {
             PCRE2_UCHAR msg[120];
             pcre2_get_error_message(code, msg, sizeof(msg));
-            st = ci_err_set(err, CI_ERR_INTERNAL, "tokenizer: pre-tokenizer '%s' regex %d: %s at offset %zu",
-                            pre->name, i, (const char *)msg, (size_t)off);
+            // Out of memory is the one failure a fixed, known-good pattern can meet.
+            st = ci_err_set(err, code == PCRE2_ERROR_HEAP_FAILED ? CI_ERR_NOMEM : CI_ERR_INTERNAL,
+                            "tokenizer: pre-tokenizer '%s' regex %d: %s at offset %zu", pre->name, i,
+                            (const char *)msg, (size_t)off);
             goto fail;
         }
         b->n_code = i + 1;
@@ -192,14 +195,14 @@ fail:
 static size_t sanitize_utf8(const char *text, size_t len, char *out) {
     size_t off = 0, n = 0;
     while (off < len) {
-        uint32_t cp = vocab_utf8_decode((const unsigned char *)text, len, &off);
-        n += (size_t)vocab_utf8_encode(cp, out + n);
+        uint32_t cp = utf8_decode_lenient((const unsigned char *)text, len, &off);
+        n += (size_t)utf8_encode(cp, out + n);
     }
     return n;
 }
 
 static size_t utf8_step(const char *s, size_t pos, size_t len) {
-    size_t n = vocab_utf8_len((unsigned char)s[pos]);
+    size_t n = utf8_lead_len((unsigned char)s[pos]);
     return pos + n <= len ? pos + n : len;
 }
 
@@ -222,8 +225,9 @@ static enum ci_status split_one(const pcre2_code *code, pcre2_match_data *md, co
             if (rc < 0) {
                 PCRE2_UCHAR msg[120];
                 pcre2_get_error_message(rc, msg, sizeof(msg));
-                return ci_err_set(err, CI_ERR_LIMIT, "tokenizer: pre-tokenizer regex failed: %s",
-                                  (const char *)msg);
+                // The interpreter's backtracking frames live on the heap (the match data's, ci_malloc).
+                return ci_err_set(err, rc == PCRE2_ERROR_NOMEMORY ? CI_ERR_NOMEM : CI_ERR_LIMIT,
+                                  "tokenizer: pre-tokenizer regex failed: %s", (const char *)msg);
             }
             const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             size_t ms = ov[0], me = ov[1];
@@ -383,7 +387,7 @@ static enum ci_status encode_word(const struct vocab *v, struct scratch *sc, con
     // Byte-level encoding: every byte becomes one printable code point.
     size_t wn = 0;
     for (size_t i = 0; i < len; i++)
-        wn += (size_t)vocab_utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)piece[i]), sc->word + wn);
+        wn += (size_t)utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)piece[i]), sc->word + wn);
     const char *w = sc->word;
     if (v->ignore_merges) {
         int32_t id = vocab_find(v, w, wn);
@@ -392,7 +396,7 @@ static enum ci_status encode_word(const struct vocab *v, struct scratch *sc, con
     }
     int n_sym = 0;
     for (size_t off = 0; off < wn;) {
-        size_t cl = vocab_utf8_len((unsigned char)w[off]);
+        size_t cl = utf8_lead_len((unsigned char)w[off]);
         if (cl > wn - off)
             cl = wn - off;
         sc->sym[n_sym] =

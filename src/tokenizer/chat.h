@@ -16,11 +16,12 @@
  *   mistral-v7-tekken the same without the spaces
  *   phi3              <|role|>\n...<|end|>\n
  *   zephyr            <|role|>\n...<|endoftext|>\n  (llama.cpp's: stablelm-2-zephyr, whose EOS is
- * <|endoftext|>) zephyr-hf         <|role|>\n...</s>\n           (cinfer's addition:
- * HuggingFaceH4/zephyr-7b-beta and TinyLlama-1.1B-Chat, whose EOS is </s>) gemma
- * <start_of_turn>user\n...<end_of_turn>\n; assistant is "model"; system text (trimmed) is folded into the
- * next user turn; contents trimmed llama3 <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> (contents
- * trimmed)
+ *                     <|endoftext|>)
+ *   zephyr-hf         <|role|>\n...</s>\n           (cinfer's addition: HuggingFaceH4/zephyr-7b-beta and
+ *                     TinyLlama-1.1B-Chat, whose EOS is </s>)
+ *   gemma             <start_of_turn>user\n...<end_of_turn>\n; assistant is "model"; system text (trimmed)
+ *                     is folded into the next user turn; contents trimmed
+ *   llama3            <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> (contents trimmed)
  *
  * BOS: like llama.cpp, no template writes the leading BOS ("<s>", "<|begin_of_text|>"); the caller tokenizes
  * the whole prompt with tokenizer_encode(add_special = true, parse_special = true), which adds BOS as the

@@ -13,10 +13,11 @@
 
 #include "core/check.h"
 #include "core/mem.h"
+#include "core/utf8.h"
 #include "tokenizer/tokenizer.h"
 
-#define REPLACEMENT     "\xef\xbf\xbd" // U+FFFD
-#define REPLACEMENT_LEN 3
+#define REPLACEMENT     UTF8_REPLACEMENT
+#define REPLACEMENT_LEN UTF8_REPLACEMENT_LEN
 
 /* ---- detokenizer ---- */
 
@@ -55,69 +56,28 @@ void detok_reset(struct detok *d, bool at_text_start) {
     d->strip_space = d->spm_prefix && at_text_start;
 }
 
-/* Length of the sequence a lead byte starts (0: never valid as a lead). */
-static int seq_len(unsigned char b) {
-    if (b < 0x80)
-        return 1;
-    if (b >= 0xc2 && b <= 0xdf)
-        return 2;
-    if (b >= 0xe0 && b <= 0xef)
-        return 3;
-    if (b >= 0xf0 && b <= 0xf4)
-        return 4;
-    return 0;
-}
-
-/* Whether c may be continuation byte k (1-based) after lead. */
-static bool cont_ok(unsigned char lead, int k, unsigned char c) {
-    if (k == 1) {
-        if (lead == 0xe0)
-            return c >= 0xa0 && c <= 0xbf;
-        if (lead == 0xed)
-            return c >= 0x80 && c <= 0x9f;
-        if (lead == 0xf0)
-            return c >= 0x90 && c <= 0xbf;
-        if (lead == 0xf4)
-            return c >= 0x80 && c <= 0x8f;
-    }
-    return c >= 0x80 && c <= 0xbf;
-}
-
 /* Validates in[0..n) into d->out; an incomplete valid tail goes to d->pend (unless final). */
 static size_t assemble(struct detok *d, const unsigned char *in, size_t n, bool final) {
     size_t i = 0, o = 0;
     while (i < n) {
-        unsigned char b = in[i];
-        int need = seq_len(b);
-        if (need == 1) {
-            d->out[o++] = (char)b;
-            i++;
+        size_t bad;
+        bool partial;
+        int len = utf8_next_strict(in + i, n - i, &bad, &partial);
+        if (len > 0) {
+            memcpy(d->out + o, in + i, (size_t)len);
+            o += (size_t)len;
+            i += (size_t)len;
             continue;
         }
-        if (need == 0) {
-            memcpy(d->out + o, REPLACEMENT, REPLACEMENT_LEN);
-            o += REPLACEMENT_LEN;
-            i++;
-            continue;
-        }
-        int k = 1;
-        while (k < need && i + (size_t)k < n && cont_ok(b, k, in[i + (size_t)k]))
-            k++;
-        if (k == need) {
-            memcpy(d->out + o, in + i, (size_t)need);
-            o += (size_t)need;
-            i += (size_t)need;
-            continue;
-        }
-        if (i + (size_t)k == n && !final) { // valid so far, just not finished yet
-            CI_ASSERT((size_t)k < sizeof(d->pend));
-            memcpy(d->pend, in + i, (size_t)k);
-            d->n_pend = k;
+        if (partial && !final) { // valid so far, just not finished yet
+            CI_ASSERT(bad < sizeof(d->pend));
+            memcpy(d->pend, in + i, bad);
+            d->n_pend = (int)bad;
             break;
         }
-        memcpy(d->out + o, REPLACEMENT, REPLACEMENT_LEN);
-        o += REPLACEMENT_LEN;
-        i += (size_t)k;
+        memcpy(d->out + o, UTF8_REPLACEMENT, UTF8_REPLACEMENT_LEN);
+        o += UTF8_REPLACEMENT_LEN;
+        i += bad;
     }
     CI_ASSERT(o <= d->cap);
     return o;

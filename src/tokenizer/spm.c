@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/mem.h"
+#include "core/utf8.h"
 #include "tokenizer/vocab.h"
 
 #define SPACE_ESC     "\xe2\x96\x81" // U+2581
@@ -128,7 +129,7 @@ enum ci_status spm_encode(const struct vocab *v, const char *text, size_t len, b
 
     int n_sym = 0;
     for (size_t off = 0; off < n;) {
-        size_t cl = vocab_utf8_len((unsigned char)s[off]);
+        size_t cl = utf8_lead_len((unsigned char)s[off]);
         if (cl > n - off)
             cl = n - off;
         w.sym[n_sym] = (struct sym){n_sym - 1, off + cl == n ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)cl};

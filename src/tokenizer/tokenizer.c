@@ -9,10 +9,11 @@
 
 #include "core/check.h"
 #include "core/mem.h"
-#include "model/gguf.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/vocab.h"
+#include "tokenizer/vocab_gguf.h"
+#include "tokenizer/vocab_llama2c.h"
 
 struct tokenizer {
     struct vocab v;
@@ -21,7 +22,7 @@ struct tokenizer {
 
 static enum ci_status finish(struct tokenizer *t, struct tokenizer **out, struct ci_err *err) {
     enum ci_status st = CI_OK;
-    if (t->v.type == VOCAB_TYPE_BPE) {
+    if (st == CI_OK && t->v.type == VOCAB_TYPE_BPE) {
         const struct bpe_pre *pre = bpe_pre_find(t->v.pre);
         CI_ASSERT(pre); // vocab_load_gguf rejected unknown names
         st = bpe_create(pre, &t->bpe, err);
@@ -307,6 +308,11 @@ bool tokenizer_add_eos(const struct tokenizer *t) {
 bool tokenizer_add_space_prefix(const struct tokenizer *t) {
     return t->v.add_space_prefix;
 }
+const int32_t *tokenizer_eog_ids(const struct tokenizer *t, int *n) {
+    *n = t->v.n_eog;
+    return t->v.eog;
+}
+
 bool tokenizer_is_eog(const struct tokenizer *t, int32_t id) {
     return valid_id(t, id) && vocab_is_eog(&t->v, id);
 }

@@ -61,6 +61,8 @@ bool tokenizer_add_eos(const struct tokenizer *t);
 bool tokenizer_add_space_prefix(const struct tokenizer *t);
 /* End of generation: EOS, EOT, EOM and the other tokens llama.cpp treats as such (e.g. "<|im_end|>"). */
 bool tokenizer_is_eog(const struct tokenizer *t, int32_t id);
+/* Every end-of-generation id, ascending (listed once, when the tokenizer is built; owned by it). */
+const int32_t *tokenizer_eog_ids(const struct tokenizer *t, int *n);
 /* Control or unknown token (rendered as nothing unless asked). */
 bool tokenizer_is_control(const struct tokenizer *t, int32_t id);
 float tokenizer_score(const struct tokenizer *t, int32_t id);

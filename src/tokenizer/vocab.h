@@ -1,7 +1,7 @@
 /* Tokenizer vocabulary: token strings, scores and attributes, special token ids, the piece → id map, BPE
- * merge ranks and the decoded bytes of every token, loaded from GGUF tokenizer.ggml.* metadata or from a
- * llama2.c tokenizer.bin.  Shared by spm.c, bpe.c and the tokenizer.c facade (which is what the
- * rest of cinfer calls).
+ * merge ranks and the decoded bytes of every token, loaded from GGUF tokenizer.ggml.* metadata
+ * (vocab_gguf.h) or from a llama2.c tokenizer.bin (vocab_llama2c.h).  Shared by spm.c, bpe.c and the
+ * tokenizer.c facade (which is what the rest of cinfer calls).
  *
  * Ownership: struct vocab owns copies of every string it holds (the GGUF mapping may be closed after load).
  * After loading it is read-only, so any number of threads may encode/decode with it at once. */
@@ -13,8 +13,6 @@
 #include <stdint.h>
 
 #include "core/status.h"
-
-struct gguf;
 
 enum vocab_type {
     VOCAB_TYPE_SPM = 1, // tokenizer.ggml.model "llama": SentencePiece-style BPE over scores, byte fallback
@@ -106,19 +104,22 @@ struct vocab {
     uint32_t max_piece_len; // longest decoded piece
 };
 
-/* Loads from GGUF tokenizer.ggml.* keys.  CI_ERR_UNSUPPORTED for tokenizer models other than "llama" and
- * "gpt2" or an unknown pre-tokenizer; CI_ERR_FORMAT for malformed metadata (types, lengths, ids). */
-enum ci_status vocab_load_gguf(struct vocab *v, const struct gguf *g, struct ci_err *err);
-/* Loads a llama2.c tokenizer.bin held in memory.  n_vocab_expected 0 reads tokens up to the end of the
- * data; otherwise exactly that many tokens must be present. */
-enum ci_status vocab_load_llama2c_mem(struct vocab *v, const void *data, size_t size, int n_vocab_expected,
-                                      struct ci_err *err);
-enum ci_status vocab_load_llama2c(struct vocab *v, const char *path, int n_vocab_expected,
-                                  struct ci_err *err);
 void vocab_deinit(struct vocab *v);
 
-/* Id of the token whose text is exactly s[0..n), or VOCAB_TOKEN_NULL. */
+/* What every loader does (vocab_gguf.c, vocab_llama2c.c): start from no tokens and no special ids;
+ * allocate the per-token arrays for n tokens and a text pool of pool_bytes (the loader copies the texts in);
+ * index the texts once they are in; and, once ids and attributes are final (after vocab_detect_special),
+ * build the special-token list, the byte table and the decoded pieces. */
+void vocab_init_empty(struct vocab *v);
+enum ci_status vocab_alloc_tokens(struct vocab *v, uint64_t n, uint64_t pool_bytes, struct ci_err *err);
+enum ci_status vocab_build_token_map(struct vocab *v, struct ci_err *err);
+enum ci_status vocab_build_tables(struct vocab *v, struct ci_err *err);
+
+/* Id of the token whose text is exactly s[0..n) (vocab_find_str: the C string s), or VOCAB_TOKEN_NULL. */
 int32_t vocab_find(const struct vocab *v, const char *s, size_t n);
+int32_t vocab_find_str(const struct vocab *v, const char *s);
+/* The byte a "<0xHH>" token stands for, or -1. */
+int vocab_byte_token_value(const char *s, uint32_t n);
 static inline const char *vocab_text(const struct vocab *v, int32_t id, uint32_t *len) {
     *len = v->text_len[id];
     return v->text_pool + v->text_off[id];
@@ -139,18 +140,6 @@ void vocab_map_deinit(struct vocab_map *m);
  * which.  The table never fills: init sized it for n_expected keys. */
 void vocab_map_insert(struct vocab_map *m, uint64_t off, uint32_t len, int32_t value, bool *inserted);
 int32_t vocab_map_find(const struct vocab_map *m, const char *s, size_t n);
-
-/* UTF-8 helpers with llama.cpp's exact conventions. */
-/* Sequence length implied by a lead byte (llama.cpp unicode_len_utf8: continuation bytes count as 1). */
-static inline size_t vocab_utf8_len(unsigned char lead) {
-    static const unsigned char lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lookup[lead >> 4];
-}
-/* Decodes one code point at s[*off] (n bytes total), advancing *off.  Malformed input (bad lead or
- * continuation bytes, truncation, surrogates, values past U+10FFFF) consumes one byte and gives U+FFFD. */
-uint32_t vocab_utf8_decode(const unsigned char *s, size_t n, size_t *off);
-/* Encodes cp (<= U+10FFFF) into out[0..4); returns the length. */
-int vocab_utf8_encode(uint32_t cp, char *out);
 
 /* GPT-2 byte ↔ code point table of byte-level BPE. */
 uint32_t vocab_gpt2_byte_to_cpt(uint8_t byte);

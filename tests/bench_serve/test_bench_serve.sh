@@ -32,7 +32,7 @@ if [ -z "$BIN" ] && [ -x "${CINFER_BIN:-}" ] && "$CINFER_BIN" bench serve --help
     BIN=$CINFER_BIN
 fi
 if [ -z "$BIN" ]; then
-    printf '#include "cli/bench_serve.h"\nint main(int argc, char **argv) { return cmd_bench_serve(argc, argv); }\n' \
+    printf '#include "bench/serve.h"\nint main(int argc, char **argv) { return cmd_bench_serve(argc, argv); }\n' \
         >"$T/shim.c"
     # shellcheck disable=SC2086
     if ! (cd "$ROOT" && cc -std=c11 -D_GNU_SOURCE -O1 -g ${CINFER_SHIM_CFLAGS:-} -Iinclude -Isrc -o "$T/cinfer" \

@@ -19,8 +19,8 @@
 
 #include "core/log.h"
 #include "core/mem.h"
-#include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 

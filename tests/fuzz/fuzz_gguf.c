@@ -16,8 +16,8 @@
 
 #include "fuzz.h"
 #include "model/config.h"
-#include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "model/weights.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"

@@ -11,7 +11,7 @@
  *   - the weights bind. */
 #include "fuzz.h"
 #include "model/config.h"
-#include "model/llama2c.h"
+#include "format/llama2c.h"
 #include "model/weights.h"
 
 struct span {
@@ -34,7 +34,7 @@ static void check_shape(const struct ci_tensor *t, int64_t ne0, int64_t ne1) {
 static void check(const struct llama2c *l, const uint8_t *data, size_t size) {
     struct model_config c;
     struct ci_err err = {0};
-    llama2c_config(l, &c);
+    model_config_from_llama2c(&c, l);
     FUZZ_CHECK(llama2c_sniff(data, size), "an accepted checkpoint fails the probe");
     FUZZ_CHECK(llama2c_version(l) == 0 || llama2c_version(l) == 1, "version %d", llama2c_version(l));
     FUZZ_CHECK(c.n_vocab > 0 && c.n_embd > 0 && c.n_layer > 0 && c.n_ff > 0 && c.n_ctx_train > 0,

@@ -19,7 +19,6 @@
 
 #include "fuzz.h"
 #include "server/openai.h"
-#include "tokenizer/chat.h"
 
 static const int vocab_sizes[8] = {32000, 1, 2, 512, 50257, 128256, 0x7fffffff, 100};
 static const int ctx_sizes[8] = {2048, 1, 0, 4096, 128, 32768, 0x7fffffff, 16};
@@ -36,7 +35,7 @@ static bool in_range(float v, double lo, double hi) {
     return isfinite(v) && v >= lo && v <= hi;
 }
 
-static void check_messages(const struct chat_message *m, int n) {
+static void check_messages(const struct cinfer_chat_message *m, int n) {
     FUZZ_CHECK(n >= 1 && n <= OPENAI_MAX_MESSAGES, "%d messages", n);
     for (int i = 0; i < n; i++) {
         FUZZ_CHECK(m[i].role && m[i].content, "message %d: NULL field", i);
@@ -46,10 +45,10 @@ static void check_messages(const struct chat_message *m, int n) {
     }
     char *prompt = NULL;
     size_t len = 0;
-    struct ci_err err = {0};
-    FUZZ_CHECK(chat_apply(CHAT_TEMPLATE_DEFAULT, m, n, true, &prompt, &len, &err) == CI_OK,
-               "accepted messages do not format: %s", err.msg);
-    ci_free(prompt);
+    struct cinfer_error err = {0};
+    FUZZ_CHECK(cinfer_chat_apply(CINFER_CHAT_TEMPLATE_DEFAULT, m, n, true, &prompt, &len, &err) == CINFER_OK,
+               "accepted messages do not format: %s", err.message);
+    cinfer_free(prompt);
 }
 
 static void check_ids(const cinfer_token *ids, int n, const struct openai_limits *lim) {

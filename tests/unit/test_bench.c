@@ -4,13 +4,16 @@
  * small end-to-end comparison on stories260K checking only non-timing facts: every request completes with
  * its exact length under every policy, static batching pads, contiguous KV wastes more than paged, and only
  * the prefix policy hits the prefix cache (on the shared-prefix workload).
- *
- * The bench modules live in src/cli, which is not part of libcinfer.a, so this test compiles them in. */
+ * It links the bench layer's library (src/bench), as the binary does. */
+#include "core/stats.h"
 #include "test.h"
 
-#include "cli/bench_report.c"
-#include "cli/bench_workload.c"
+#include <unistd.h>
+
+#include "bench/report.h"
+#include "bench/workload.h"
 #include "kernels/kernels.h"
+#include "model/model.h"
 
 static struct model *model;
 
@@ -200,22 +203,22 @@ TEST(poisson_gaps_have_mean_one_over_rate) {
 TEST(percentiles_are_numpy_linear) {
     // numpy.percentile([1, 2, 3, 4], [0, 50, 90, 99, 100]) = 1, 2.5, 3.7, 3.97, 4
     double a[] = {4, 1, 3, 2};
-    bench_sort(a, 4);
+    ci_sort_doubles(a, 4);
     CHECK(a[0] == 1 && a[1] == 2 && a[2] == 3 && a[3] == 4);
-    ASSERT_NEAR(bench_percentile(a, 4, 0), 1, 1e-12);
-    ASSERT_NEAR(bench_percentile(a, 4, 50), 2.5, 1e-12);
-    ASSERT_NEAR(bench_percentile(a, 4, 90), 3.7, 1e-12);
-    ASSERT_NEAR(bench_percentile(a, 4, 99), 3.97, 1e-12);
-    ASSERT_NEAR(bench_percentile(a, 4, 100), 4, 1e-12);
+    ASSERT_NEAR(ci_quantile(a, 4, 0), 1, 1e-12);
+    ASSERT_NEAR(ci_quantile(a, 4, 0.5), 2.5, 1e-12);
+    ASSERT_NEAR(ci_quantile(a, 4, 0.9), 3.7, 1e-12);
+    ASSERT_NEAR(ci_quantile(a, 4, 0.99), 3.97, 1e-12);
+    ASSERT_NEAR(ci_quantile(a, 4, 1), 4, 1e-12);
     // numpy.percentile([15, 20, 35, 40, 50], [5, 30, 40, 50]) = 16, 23, 29, 35 (h = 4·q/100)
     double b[] = {15, 20, 35, 40, 50};
-    ASSERT_NEAR(bench_percentile(b, 5, 5), 16, 1e-12);
-    ASSERT_NEAR(bench_percentile(b, 5, 30), 23, 1e-12);
-    ASSERT_NEAR(bench_percentile(b, 5, 40), 29, 1e-12);
-    ASSERT_NEAR(bench_percentile(b, 5, 50), 35, 1e-12);
+    ASSERT_NEAR(ci_quantile(b, 5, 0.05), 16, 1e-12);
+    ASSERT_NEAR(ci_quantile(b, 5, 0.3), 23, 1e-12);
+    ASSERT_NEAR(ci_quantile(b, 5, 0.4), 29, 1e-12);
+    ASSERT_NEAR(ci_quantile(b, 5, 0.5), 35, 1e-12);
     double one = 7;
-    ASSERT_NEAR(bench_percentile(&one, 1, 99), 7, 0);
-    CHECK(isnan(bench_percentile(NULL, 0, 50)));
+    ASSERT_NEAR(ci_quantile(&one, 1, 0.99), 7, 0);
+    CHECK(isnan(ci_quantile(NULL, 0, 0.5)));
 }
 
 TEST(throughput_and_latency_arithmetic) {

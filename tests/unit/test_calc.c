@@ -1,7 +1,7 @@
 /* engine/calc: the seeds' worked numbers (docs/seeds.md), typed here from the text, reproduced from the
  * formulas' inputs; public parameter counts of real models; roofline bounds; rejection of bad input (the CLI
  * maps CI_ERR_INVALID from these functions to exit status 2). */
-#include "engine/calc.h"
+#include "bench/calc.h"
 
 #include <string.h>
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "core/mem.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 

@@ -7,7 +7,7 @@
 
 #include "core/mem.h"
 #include "core/rng.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 

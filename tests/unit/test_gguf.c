@@ -3,8 +3,8 @@
  * round trips of every value type and several tensor types, and malformed files (every truncation, hostile
  * counts and sizes, bad tensor infos), each of which must fail with a message naming the culprit, plus a
  * seeded random-mutation loop that must never crash. */
-#include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 
 #include <stdint.h>
 #include <stdio.h>

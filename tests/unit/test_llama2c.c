@@ -1,7 +1,8 @@
 /* llama2.c loader: the legacy and version-1 exports of stories260K load with the MANIFEST configuration and
  * hold bit-identical tensors (to each other and to the GGUF export), and malformed checkpoints fail cleanly.
  */
-#include "model/llama2c.h"
+#include "format/llama2c.h"
+#include "model/config.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/mem.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test.h"
 
 /* Reads a whole file into a malloc'd buffer; NULL if unreadable. */
@@ -53,7 +54,7 @@ TEST(legacy_config) {
     struct ci_err err = {0};
     ASSERT_STATUS(llama2c_open(test_model_path(p, sizeof p, "stories260K.bin"), &l, &err), CI_OK);
     struct model_config c;
-    llama2c_config(l, &c);
+    model_config_from_llama2c(&c, l);
     check_config(&c);
     CHECK(llama2c_version(l) == 0);
     CHECK(llama2c_shared_classifier(l));
@@ -67,7 +68,7 @@ TEST(v1_config) {
     struct ci_err err = {0};
     ASSERT_STATUS(llama2c_open(test_model_path(p, sizeof p, "stories260K_v1.bin"), &l, &err), CI_OK);
     struct model_config c;
-    llama2c_config(l, &c);
+    model_config_from_llama2c(&c, l);
     check_config(&c);
     CHECK(llama2c_version(l) == 1);
     CHECK(llama2c_shared_classifier(l));
@@ -342,7 +343,7 @@ TEST(unshared_classifier) {
     ASSERT_STATUS(llama2c_open_mem(b, n + wcls_bytes, &l, &err), CI_OK);
     CHECK(!llama2c_shared_classifier(l));
     struct model_config c;
-    llama2c_config(l, &c);
+    model_config_from_llama2c(&c, l);
     CHECK(c.n_vocab == 512);
     const struct ci_tensor *out = llama2c_find_tensor(l, "output.weight");
     const struct ci_tensor *emb = llama2c_find_tensor(l, "token_embd.weight");

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "core/mem.h"
-#include "model/gguf_write.h"
+#include "format/gguf_write.h"
 #include "model/model.h"
 
 // A small llama-shaped model: dim 32, 2 layers, 4 heads, 2 KV heads, ffn 48, vocab 64.

@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -809,6 +810,108 @@ TEST(channel_stream_order) {
     ci_channel_release(ch, CI_CHANNEL_CONSUMER);
 }
 
+/* The notifier: called after every send and the close, announced at once when set over waiting events,
+ * never called after it was removed; a consumer that only polls (timeout 0) on each notification sees
+ * every event. */
+struct notes {
+    atomic_int n;
+};
+static void note(void *ctx) {
+    atomic_fetch_add(&((struct notes *)ctx)->n, 1);
+}
+
+TEST(channel_notify) {
+    struct ci_channel *ch = NULL;
+    struct ci_err err = {0};
+    ASSERT_STATUS(ci_channel_create(8, &ch, &err), CI_OK);
+    struct notes a = {0}, b = {0};
+    ASSERT_STATUS(ci_channel_send(ch, CI_EVENT_TOKEN, 5, 0.0f, 1, "x", 1), CI_OK);
+    ci_channel_set_notify(ch, note, &a);
+    CHECK(atomic_load(&a.n) == 1); // an event was waiting
+    ASSERT_STATUS(ci_channel_send(ch, CI_EVENT_TOKEN, 6, 0.0f, 2, "y", 1), CI_OK);
+    CHECK(atomic_load(&a.n) == 2);
+    ci_channel_set_notify(ch, note, &b);
+    CHECK(atomic_load(&b.n) == 1);
+    ci_channel_set_notify(ch, NULL, NULL);
+    ASSERT_STATUS(ci_channel_send(ch, CI_EVENT_TOKEN, 7, 0.0f, 3, "z", 1), CI_OK);
+    CHECK(atomic_load(&a.n) == 2 && atomic_load(&b.n) == 1);
+    struct ci_event ev;
+    for (int i = 0; i < 3; i++)
+        CHECK(ci_channel_recv(ch, &ev, 0) == CI_OK);
+    ci_channel_set_notify(ch, note, &a);
+    CHECK(atomic_load(&a.n) == 2); // nothing waiting: no call
+    ci_channel_close(ch, 0, CI_OK, NULL);
+    CHECK(atomic_load(&a.n) == 3);
+    ci_channel_set_notify(ch, note, &b);
+    CHECK(atomic_load(&b.n) == 2); // the final event waits
+    CHECK(ci_channel_recv(ch, &ev, 0) == CI_OK && ev.kind == CI_EVENT_DONE);
+    ci_channel_set_notify(ch, note, &b);
+    CHECK(atomic_load(&b.n) == 2); // everything taken
+    ci_channel_release(ch, CI_CHANNEL_PRODUCER);
+    ci_channel_release(ch, CI_CHANNEL_CONSUMER);
+}
+
+struct notify_consumer {
+    struct ci_channel *ch;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int pending; // notifications not yet acted on
+    int tokens;
+    bool done;
+};
+static void wake_consumer(void *ctx) {
+    struct notify_consumer *c = ctx;
+    pthread_mutex_lock(&c->lock);
+    c->pending++;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->lock);
+}
+static void *notified_reader(void *arg) {
+    struct notify_consumer *c = arg;
+    while (!c->done) {
+        pthread_mutex_lock(&c->lock);
+        while (c->pending == 0)
+            pthread_cond_wait(&c->cv, &c->lock);
+        c->pending = 0;
+        pthread_mutex_unlock(&c->lock);
+        struct ci_event ev;
+        while (ci_channel_recv(c->ch, &ev, 0) == CI_OK) { // only ever polls
+            if (ev.kind == CI_EVENT_TOKEN)
+                c->tokens++;
+            else
+                c->done = true;
+        }
+    }
+    return NULL;
+}
+
+TEST(channel_notify_drives_a_polling_consumer) {
+    struct notify_consumer c = {0};
+    struct ci_err err = {0};
+    ASSERT_STATUS(ci_channel_create(4, &c.ch, &err), CI_OK);
+    pthread_mutex_init(&c.lock, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    ci_channel_set_notify(c.ch, wake_consumer, &c);
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, notified_reader, &c) == 0);
+    int sent = 0;
+    while (sent < 20000) {
+        enum ci_status st = ci_channel_send(c.ch, CI_EVENT_TOKEN, sent, 0.0f, sent, "t", 1);
+        if (st == CI_OK)
+            sent++;
+        else
+            sched_yield();
+    }
+    ci_channel_close(c.ch, 0, CI_OK, NULL);
+    pthread_join(t, NULL); // would hang if a notification were lost
+    CHECK(c.tokens == 20000 && c.done);
+    ci_channel_set_notify(c.ch, NULL, NULL);
+    ci_channel_release(c.ch, CI_CHANNEL_PRODUCER);
+    ci_channel_release(c.ch, CI_CHANNEL_CONSUMER);
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.lock);
+}
+
 int main(void) {
     RUN(queue_create_invalid);
     RUN(queue_fifo_wraparound);
@@ -829,5 +932,7 @@ int main(void) {
     RUN(channel_release_orders);
     RUN(channel_release_race);
     RUN(channel_stream_order);
+    RUN(channel_notify);
+    RUN(channel_notify_drives_a_polling_consumer);
     return test_exit_code();
 }

@@ -14,8 +14,8 @@
 #include "core/mem.h"
 #include "kernels/quant.h"
 #include "model/convert.h"
-#include "model/gguf.h"
-#include "model/llama2c.h"
+#include "format/gguf.h"
+#include "format/llama2c.h"
 #include "test.h"
 
 static char tmp_dir[64];

@@ -13,7 +13,8 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/rng.h"
-#include "model/gguf.h"
+#include "core/utf8.h"
+#include "format/gguf.h"
 #include "test.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/vocab.h"
@@ -755,7 +756,7 @@ struct bpe_def {
 static void bpe_def_init(struct bpe_def *d) {
     memset(d, 0, sizeof(*d));
     for (int b = 0; b < 256; b++) {
-        int l = vocab_utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)b), d->chars[b]);
+        int l = utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)b), d->chars[b]);
         d->chars[b][l] = 0;
         d->tok[d->n++] = d->chars[b];
     }
@@ -1056,7 +1057,7 @@ static size_t random_utf8(struct ci_rng *r, char *buf, size_t max_cp) {
         }
         if ((cp >= 0xd800 && cp <= 0xdfff) || cp == 0x2581 || cp == 0)
             cp = 'x';
-        n += (size_t)vocab_utf8_encode(cp, buf + n);
+        n += (size_t)utf8_encode(cp, buf + n);
     }
     buf[n] = 0;
     return n;

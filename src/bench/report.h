@@ -11,20 +11,16 @@
  * Steps are prefill-heavy when they compute at least as many prompt (or recompute) tokens as decode tokens,
  * decode-heavy otherwise; achieved GFLOP/s, GB/s and arithmetic intensity use the engine's per-step
  * estimates (struct step_metrics) summed over each class. */
-#ifndef CINFER_CLI_BENCH_REPORT_H
-#define CINFER_CLI_BENCH_REPORT_H
+#ifndef CINFER_BENCH_REPORT_H
+#define CINFER_BENCH_REPORT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cli/bench_workload.h"
+#include "bench/workload.h"
 #include "core/status.h"
 
-/* Sorts x[0..n) ascending. */
-void bench_sort(double *x, int n);
-/* Linear-interpolation percentile (numpy's default) of sorted[0..n), q in [0, 100]; NAN when n == 0. */
-double bench_percentile(const double *sorted, int n, double q);
 /* tokens / (t_last_ns − t_first_ns) in tokens per second; 0 when the span is not positive. */
 double bench_throughput(int64_t tokens, int64_t t_first_ns, int64_t t_last_ns);
 
@@ -64,10 +60,22 @@ void bench_print_roofline(FILE *f, const struct bench_summary *s, int n);
 enum ci_status bench_write_files(const char *dir, const struct bench_run *runs, const struct bench_summary *s,
                                  int n, const char *config_json, struct ci_err *err);
 
+/* The gnuplot terminal for PNGs: "pngcairo" where gnuplot has it, else "png"; NULL when gnuplot is missing
+ * (said once on stderr).  Probed once per process. */
+const char *bench_gnuplot_terminal(void);
+/* Runs gnuplot on script in dir; false (after a warning) when gnuplot is missing or fails. */
+bool bench_gnuplot_run(const char *dir, const char *script);
+/* The progress bar on stderr (a terminal): "label [####....] 12/32 requests, extra  3.4 s", redrawn in
+ * place; bench_progress_clear erases it before other output. */
+void bench_progress_draw(const char *label, int n_done, int n_total, const char *extra, int64_t elapsed_ns);
+void bench_progress_clear(void);
 /* Creates dir and its parents (mkdir -p). */
 enum ci_status bench_mkdirs(const char *dir, struct ci_err *err);
-/* Appends s to a JSON text buffer as a quoted, escaped string.  False when it does not fit. */
+/* Appends s to the C string buf[size] as a JSON string literal (quoted and escaped by cJSON); false when it
+ * does not fit. */
 bool bench_json_str(char *buf, size_t size, const char *s);
+/* Writes s to f as a JSON string literal. */
+void bench_json_fputs(FILE *f, const char *s);
 
 /* ---- plots (gnuplot) --------------------------------------------------------------------------------------
  * Each writes its data files and a .gp script into dir and runs gnuplot on it (pngcairo if available, else

@@ -4,7 +4,7 @@
  * tensor data is streamed.  Tensor offsets are computed at write time, so the alignment may be set last.
  *
  * Ownership: the writer owns copies of keys, values and tensor names; tensor data is borrowed. */
-#include "model/gguf_write.h"
+#include "format/gguf_write.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,5 +1,5 @@
 /* The seeds' serving arithmetic (see calc.h for the formulas and docs/seeds.md for where they come from). */
-#include "engine/calc.h"
+#include "bench/calc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "model/model.h"
 #include "model/synth.h"
 
 #define COUNT_MAX 1e15 // above any context, batch or parameter count worth asking about
@@ -376,4 +377,19 @@ char *calc_fmt_group(double v, char *buf, size_t n) {
     tmp[o] = '\0';
     snprintf(buf, n, "%s", tmp);
     return buf;
+}
+
+enum ci_status calc_model_from_file(const char *path, struct calc_model *out, struct ci_err *err) {
+    struct model *m = NULL;
+    enum ci_status s = model_load(path, &m, err);
+    if (s != CI_OK)
+        return s;
+    memset(out, 0, sizeof *out);
+    out->name = path;
+    out->cfg = m->config;
+    out->tied = m->weights.output.data == m->weights.tok_embd.data;
+    out->qkv_bias = m->config.n_layer > 0 && m->weights.layers && m->weights.layers[0].bq.data;
+    out->stored_weight_bytes = (double)model_weight_bytes(m);
+    model_free(m);
+    return CI_OK;
 }

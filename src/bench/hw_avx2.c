@@ -2,7 +2,7 @@
  * them only after bench_hw_have_avx2() / bench_hw_have_avx512() said yes).  The AVX-512 loop is compiled for
  * that one function through a target attribute, so the file needs no extra flags: llama.cpp's native build
  * uses AVX-512 where the CPU has it, and a roofline must use the machine's real peak. */
-#include "cli/bench_perf.h"
+#include "bench/perf.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) &&               \
     defined(__AVX2__) && defined(__FMA__)

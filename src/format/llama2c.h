@@ -7,8 +7,8 @@
  *
  * Ownership: struct llama2c owns the mapping (or borrows the caller's bytes for llama2c_open_mem); every
  * tensor and its data is a view valid until llama2c_free. */
-#ifndef CINFER_MODEL_LLAMA2C_H
-#define CINFER_MODEL_LLAMA2C_H
+#ifndef CINFER_FORMAT_LLAMA2C_H
+#define CINFER_FORMAT_LLAMA2C_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,7 +16,6 @@
 
 #include "core/status.h"
 #include "kernels/quant.h"
-#include "model/config.h"
 
 #define LLAMA2C_MAGIC_V1 0x616b3432u // bytes "24ka" as a little-endian uint32
 
@@ -24,12 +23,17 @@ struct llama2c;
 
 enum ci_status llama2c_open(const char *path, struct llama2c **out, struct ci_err *err);
 /* Parses caller-owned bytes (must outlive the struct llama2c).  Used by tests and fuzzers. */
+/* True once a read of the mapped file hit a part that was truncated away (see ci_mapfile_damaged). */
+bool llama2c_file_damaged(const struct llama2c *l);
 enum ci_status llama2c_open_mem(const void *data, uint64_t size, struct llama2c **out, struct ci_err *err);
 void llama2c_free(struct llama2c *l);
 
-/* The hyper-parameters: arch llama, rope_base 10000, rms_eps 1e-5, rope_dim = head_dim, adjacent-pair rope,
- * n_ctx_train = seq_len. */
-void llama2c_config(const struct llama2c *l, struct model_config *out);
+/* The header's hyper-parameters, validated (vocab made positive; the sign only says whether the classifier
+ * is shared).  model_config_from_llama2c turns them into a model's configuration. */
+struct llama2c_hparams {
+    int32_t dim, hidden, n_layers, n_heads, n_kv_heads, vocab, seq_len;
+};
+const struct llama2c_hparams *llama2c_hparams(const struct llama2c *l);
 int llama2c_version(const struct llama2c *l);            // 0 for the legacy export, 1 for version 1
 bool llama2c_shared_classifier(const struct llama2c *l); // output.weight is token_embd's data
 

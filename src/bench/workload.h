@@ -24,8 +24,8 @@
  *
  * Ownership: a struct bench_workload owns its token storage; a struct bench_run owns its arrays; free them
  * with bench_workload_free / bench_run_free (both safe on a zeroed struct). */
-#ifndef CINFER_CLI_BENCH_WORKLOAD_H
-#define CINFER_CLI_BENCH_WORKLOAD_H
+#ifndef CINFER_BENCH_WORKLOAD_H
+#define CINFER_BENCH_WORKLOAD_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -91,8 +91,7 @@ enum ci_status bench_workload_generate(const struct bench_workload_params *p, st
                                        struct ci_err *err);
 void bench_workload_free(struct bench_workload *w);
 
-/* ---- policies --------------------------------------------------------------------------------------------
- */
+/* ---- policies ----------------------------------------------------------------------------------------- */
 
 /* The cumulative progression of `cinfer bench --compare`:
  *   naive       policy naive (recompute the whole prefix every step)
@@ -133,8 +132,7 @@ struct bench_engine_config {
 
 struct engine_params bench_policy_params(enum bench_policy p, const struct bench_engine_config *c);
 
-/* ---- replay ----------------------------------------------------------------------------------------------
- */
+/* ---- replay ------------------------------------------------------------------------------------------- */
 
 struct bench_req_result {
     int64_t t_arrival_ns, t_scheduled_ns, t_first_token_ns, t_finish_ns; // offsets from the run's start

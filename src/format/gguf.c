@@ -8,7 +8,7 @@
  *
  * Ownership: struct gguf owns its mapping (gguf_open) or borrows the caller's bytes (gguf_open_mem), owns
  * NUL-terminated copies of every key and tensor name, and the offsets pool; all views point into those. */
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -20,6 +20,7 @@
 #include "core/hash.h"
 #include "core/mapfile.h"
 #include "core/mem.h"
+#include "core/utf8.h"
 
 #define GGUF_MAGIC         "GGUF"
 #define GGUF_MAX_DEPTH     8     // nesting of arrays inside a value (top-level array = depth 1)
@@ -128,48 +129,10 @@ static void printable(char *dst, size_t cap, const uint8_t *s, uint64_t n) {
     dst[k] = '\0';
 }
 
-/* Strict enough UTF-8 check for names: no NUL, no stray continuation bytes, no overlongs/surrogates. */
-static bool valid_utf8(const uint8_t *s, uint64_t n) {
-    uint64_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c == 0)
-            return false;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int len;
-        uint32_t cp;
-        if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (n - i < (uint64_t)len)
-            return false;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-            (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-            return false;
-        i += (uint64_t)len;
-    }
-    return true;
-}
-
 bool gguf_name_valid(const char *s, uint64_t n) {
-    return n > 0 && valid_utf8((const uint8_t *)s, n);
+    // Strict UTF-8 without NUL bytes (a NUL would cut the name short wherever it is used as a C string).
+    return n > 0 && n <= SIZE_MAX && !memchr(s, 0, (size_t)n) &&
+           utf8_valid_strict((const unsigned char *)s, (size_t)n);
 }
 
 static enum ci_status perr(struct parser *p, enum ci_status code, const char *fmt, ...)
@@ -322,7 +285,7 @@ static enum ci_status parse_kvs(struct parser *p, struct ci_reader *r) {
                         klen > GGUF_MAX_KEY ? "the key size limit" : "file size");
         printable(p->name, sizeof p->name, kb, klen);
         p->what = "key";
-        if (!valid_utf8(kb, klen))
+        if (!gguf_name_valid((const char *)kb, klen))
             return perr(p, CI_ERR_FORMAT, "key is not valid UTF-8 (or holds a NUL)");
         kv->key = ci_malloc((size_t)klen + 1);
         if (!kv->key)
@@ -416,7 +379,7 @@ static enum ci_status parse_tensor_info(struct parser *p, struct ci_reader *r, i
                     r->pos);
     printable(p->name, sizeof p->name, nb, nlen);
     p->what = "tensor";
-    if (!valid_utf8(nb, nlen))
+    if (!gguf_name_valid((const char *)nb, nlen))
         return perr(p, CI_ERR_FORMAT, "name is not valid UTF-8 (or holds a NUL)");
     char *name = ci_malloc((size_t)nlen + 1);
     if (!name)
@@ -594,6 +557,10 @@ enum ci_status gguf_open(const char *path, struct gguf **out, struct ci_err *err
 fail:
     gguf_free(g);
     return s;
+}
+
+bool gguf_file_damaged(const struct gguf *g) {
+    return ci_mapfile_damaged(&g->map);
 }
 
 void gguf_free(struct gguf *g) {

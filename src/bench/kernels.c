@@ -22,19 +22,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/args.h"
-#include "cli/bench_perf.h"
+#include "bench/perf.h"
+#include "bench/report.h"
 #include "core/clock.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "core/stats.h"
 #include "core/threadpool.h"
 #include "engine/kv_pool.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
 
-#define MAX_BATCHES   16
-#define MAX_REPS      1000
 #define WARMUP_TOKENS 16 // llama-batched-bench's warm-up batch
 
 /* What a forward call costs, per unit, from the model's tensors. */
@@ -55,6 +54,7 @@ struct kb_cost {
 
 struct kb_run {
     const struct model *m;
+    uint32_t kv_type; // the KV element type (opts.kv_type parsed)
     struct forward *fwd;
     struct kv_pool *pool;
     struct ci_kv_layer *layers;   // [n_layer]
@@ -101,7 +101,7 @@ static void shape_init(struct kb_shape *s, const struct model *m, uint32_t kv_ty
     s->p_head = tensor_params(&w->output);
     s->w_head_bytes = (double)w->output.nbytes + (double)w->output_norm.nbytes;
     s->emb_row_bytes = (double)w->tok_embd.row_bytes;
-    s->kv_tok_bytes = 2.0 * c->n_layer * c->n_kv_head * (double)ci_kv_row_bytes(kv_type, c->head_dim);
+    s->kv_tok_bytes = (double)kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, kv_type);
     s->attn_flops_pos = 4.0 * c->n_layer * c->n_head * c->head_dim;
 }
 
@@ -219,11 +219,6 @@ struct kb_stats {
     double avg_s;           // mean seconds per rep
 };
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void stats(const double *ts, const double *secs, int n, struct kb_stats *o) {
     double sum = 0, sum_s = 0, sq = 0;
     for (int i = 0; i < n; i++) {
@@ -235,40 +230,15 @@ static void stats(const double *ts, const double *secs, int n, struct kb_stats *
     for (int i = 0; i < n; i++)
         sq += (ts[i] - o->avg) * (ts[i] - o->avg);
     o->sd = n > 1 ? sqrt(sq / (n - 1)) : 0; // sample stddev, as llama-bench
-    double sorted[MAX_REPS];
+    double sorted[BENCH_KERNELS_MAX_REPS];
     memcpy(sorted, ts, (size_t)n * sizeof *sorted);
-    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
-    o->median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    ci_sort_doubles(sorted, n);
+    o->median = ci_quantile(sorted, n, 0.5); // the middle one, or the mean of the middle two
 }
-
-static void json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
-struct kb_opts {
-    const char *model;
-    int n_threads, n_prompt, n_gen, reps, batch_reps, batch_pp, batch_tg, ubatch, block_size;
-    uint32_t kv_type; // KV cache element type (--kv-type)
-    int batches[MAX_BATCHES], n_batches;
-    float bw_gbs, peak_gflops;
-    int hw_mib;
-    bool json, no_warmup;
-    uint64_t seed;
-};
 
 /* A pp or tg test: R timed repetitions after the warm-up. */
-static enum ci_status run_single(struct kb_run *r, const struct kb_opts *o, bool pp, const char *label,
-                                 const char *model_desc, struct ci_err *err) {
+static enum ci_status run_single(struct kb_run *r, const struct bench_kernels_opts *o, bool pp,
+                                 const char *label, const char *model_desc, struct ci_err *err) {
     int n = pp ? o->n_prompt : o->n_gen;
     enum ci_status st = kb_reserve(r, 1, n, err);
     if (st != CI_OK)
@@ -277,7 +247,7 @@ static enum ci_status run_single(struct kb_run *r, const struct kb_opts *o, bool
         st = pp ? kb_prompts(r, 1, n, err) : kb_decode(r, 1, 0, 1, err);
     if (st != CI_OK)
         return st;
-    double ts[MAX_REPS], secs[MAX_REPS];
+    double ts[BENCH_KERNELS_MAX_REPS], secs[BENCH_KERNELS_MAX_REPS];
     memset(&r->cost, 0, sizeof r->cost);
     for (int i = 0; i < o->reps; i++) {
         int64_t t0 = ci_now_ns();
@@ -313,7 +283,8 @@ static enum ci_status run_single(struct kb_run *r, const struct kb_opts *o, bool
 }
 
 /* llama-batched-bench's row for B sequences (the mean over batch_reps runs). */
-static enum ci_status run_batched(struct kb_run *r, const struct kb_opts *o, int B, struct ci_err *err) {
+static enum ci_status run_batched(struct kb_run *r, const struct bench_kernels_opts *o, int B,
+                                  struct ci_err *err) {
     int pp = o->batch_pp, tg = o->batch_tg;
     enum ci_status st = kb_reserve(r, B, pp + tg, err);
     if (st != CI_OK)
@@ -370,26 +341,11 @@ static enum ci_status run_batched(struct kb_run *r, const struct kb_opts *o, int
     return CI_OK;
 }
 
-static bool parse_batches(const char *s, struct kb_opts *o) {
-    o->n_batches = 0;
-    if (!strcmp(s, "0") || !strcmp(s, "none") || !*s)
-        return true;
-    while (*s) {
-        char *end = NULL;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 4096 || o->n_batches >= MAX_BATCHES || (*end != ',' && *end != '\0'))
-            return false;
-        o->batches[o->n_batches++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-    }
-    return o->n_batches > 0;
-}
-
 static int imax(int a, int b) {
     return a > b ? a : b;
 }
 
-static enum ci_status kb_setup(struct kb_run *r, const struct kb_opts *o, struct ci_threadpool *tp,
+static enum ci_status kb_setup(struct kb_run *r, const struct bench_kernels_opts *o, struct ci_threadpool *tp,
                                struct ci_err *err) {
     const struct model_config *c = &r->m->config;
     int max_b = 1, per_seq = imax(imax(o->n_prompt, o->n_gen), WARMUP_TOKENS);
@@ -408,7 +364,7 @@ static enum ci_status kb_setup(struct kb_run *r, const struct kb_opts *o, struct
     r->max_tokens = imax(most < o->ubatch ? most : o->ubatch, max_b);
     r->max_seqs = max_b;
     struct kv_pool_params kp = {c->n_layer,    c->n_kv_head,  c->head_dim,
-                                o->block_size, (int)n_blocks, o->kv_type};
+                                o->block_size, (int)n_blocks, r->kv_type};
     enum ci_status st;
     if ((st = kv_pool_create(&kp, &r->pool, err)) != CI_OK ||
         (st = forward_create(r->m, r->max_tokens, max_b, tp, &r->fwd, err)) != CI_OK)
@@ -456,13 +412,17 @@ static void kb_teardown(struct kb_run *r) {
     kv_pool_free(r->pool);
 }
 
-static int bench(const struct kb_opts *o) {
+int bench_kernels_run(const struct bench_kernels_opts *o) {
     struct ci_err err = {0};
     struct ci_threadpool *tp = NULL;
     struct model *m = NULL;
     struct kb_run r;
     memset(&r, 0, sizeof r);
     int rc = 1;
+    if (!kv_type_parse(o->kv_type ? o->kv_type : "f32", &r.kv_type)) {
+        ci_err_set(&err, CI_ERR_INVALID, "--kv-type: '%s' is not one of f32, f16, q8_0", o->kv_type);
+        goto fail;
+    }
     if (ci_threadpool_create(o->n_threads, &tp, &err) != CI_OK)
         goto fail;
 
@@ -502,7 +462,7 @@ static int bench(const struct kb_opts *o) {
     r.peak = hw.peak_gflops * 1e9;
     r.bw = hw.bw_gbs * 1e9;
     ci_rng_seed(&r.rng, o->seed);
-    shape_init(&r.shape, m, o->kv_type);
+    shape_init(&r.shape, m, r.kv_type);
     if (kb_setup(&r, o, tp, &err) != CI_OK)
         goto fail;
 
@@ -519,7 +479,7 @@ static int bench(const struct kb_opts *o) {
     snprintf(desc, sizeof desc, "%.16s %s %s", model_arch_name(c->arch), size, wtype);
     if (o->json) {
         printf("{\"type\": \"model\", \"engine\": \"cinfer\", \"model\": ");
-        json_str(o->model);
+        bench_json_fputs(stdout, o->model);
         printf(
             ", \"arch\": \"%s\", \"weight_type\": \"%s\", \"n_params\": %.0f, \"weight_bytes\": %.0f, "
             "\"n_layer\": %d, \"n_embd\": %d, \"n_head\": %d, \"n_kv_head\": %d, \"n_ff\": %d, \"n_vocab\": "
@@ -527,12 +487,12 @@ static int bench(const struct kb_opts *o) {
             "\"kv_type\": \"%s\", \"n_threads\": %d, \"ubatch\": %d, \"block_size\": %d, \"kernels_isa\": "
             "\"%s\", \"peak_gflops\": %.3f, \"bw_gbs\": %.3f}\n",
             model_arch_name(c->arch), wtype, params, wbytes, c->n_layer, c->n_embd, c->n_head, c->n_kv_head,
-            c->n_ff, c->n_vocab, kv_type_name(o->kv_type), o->n_threads, o->ubatch, o->block_size,
+            c->n_ff, c->n_vocab, kv_type_name(r.kv_type), o->n_threads, o->ubatch, o->block_size,
             ci_kernels_isa(), hw.peak_gflops, hw.bw_gbs);
     } else {
         printf("\nmodel %s: %s, %.1f M params, %.1f MiB of weights (%s), KV %s; %d threads, kernels %s\n",
                base, model_arch_name(c->arch), params / 1e6, wbytes / (1024.0 * 1024.0), wtype,
-               kv_type_name(o->kv_type), o->n_threads, ci_kernels_isa());
+               kv_type_name(r.kv_type), o->n_threads, ci_kernels_isa());
     }
     fflush(stdout);
 
@@ -586,77 +546,4 @@ done:
     model_free(m);
     ci_threadpool_free(tp);
     return rc;
-}
-
-int cmd_bench_kernels(int argc, char **argv) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    struct kb_opts o = {
-        .n_threads = ncpu > 0 && ncpu < 512 ? (int)ncpu : 1,
-        .n_prompt = 512,
-        .n_gen = 128,
-        .reps = 5,
-        .batch_reps = 1,
-        .batch_pp = 128,
-        .batch_tg = 128,
-        .ubatch = 512,
-        .block_size = 16,
-        .seed = 1,
-    };
-    const char *batches = "1,4,16";
-    const char *kv_type = "f32";
-    struct arg_spec specs[] = {
-        {"--model", "-m", ARG_STR, &o.model, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
-        {"--threads", "-t", ARG_INT, &o.n_threads, 1, 512, "N  kernel threads (default: online CPUs)"},
-        {"--n-prompt", "-p", ARG_INT, &o.n_prompt, 0, 1 << 20,
-         "P  pp test: prompt tokens (default 512; 0 = skip)"},
-        {"--n-gen", "-n", ARG_INT, &o.n_gen, 0, 1 << 20,
-         "N  tg test: generated tokens (default 128; 0 = skip)"},
-        {"--reps", "-r", ARG_INT, &o.reps, 1, MAX_REPS, "R  repetitions of pp and tg (default 5)"},
-        {"--batch", NULL, ARG_STR, &batches, 0, 0,
-         "B,B,..  batched decode sequence counts (default 1,4,16; 0 = skip)"},
-        {"--batch-pp", NULL, ARG_INT, &o.batch_pp, 1, 1 << 20,
-         "P  batched: prompt tokens per sequence (default 128)"},
-        {"--batch-tg", NULL, ARG_INT, &o.batch_tg, 1, 1 << 20, "N  batched: decode steps (default 128)"},
-        {"--batch-reps", NULL, ARG_INT, &o.batch_reps, 1, MAX_REPS, "R  batched: runs averaged (default 1)"},
-        {"--ubatch", NULL, ARG_INT, &o.ubatch, 1, 1 << 16, "N  most tokens per forward call (default 512)"},
-        {"--block-size", NULL, ARG_INT, &o.block_size, 1, 1 << 16, "N  KV block size in tokens (default 16)"},
-        {"--kv-type", NULL, ARG_STR, &kv_type, 0, 0, "T  KV cache element type: f32|f16|q8_0 (default f32)"},
-        {"--bandwidth-gbs", NULL, ARG_FLOAT, &o.bw_gbs, 0.001, 1e6,
-         "X  memory bandwidth, GB/s (default: measure)"},
-        {"--peak-gflops", NULL, ARG_FLOAT, &o.peak_gflops, 0.001, 1e9,
-         "X  f32 peak, GFLOP/s (default: measure)"},
-        {"--hw-mib", NULL, ARG_INT, &o.hw_mib, 0, 1 << 20, "M  bandwidth buffer, MiB (default: bench hw's)"},
-        {"--seed", NULL, ARG_U64, &o.seed, 0, 1.8e19, "S  seed of the random prompt tokens (default 1)"},
-        {"--no-warmup", NULL, ARG_FLAG, &o.no_warmup, 0, 0, "skip the warm-up runs"},
-        {"--json", NULL, ARG_FLAG, &o.json, 0, 0, "JSON lines: hw, model, then one per test"},
-    };
-    int n_specs = sizeof specs / sizeof specs[0];
-    if (args_want_help(argc, argv, 3)) {
-        args_usage("bench kernels", "-m MODEL [-t N] [-p 512] [-n 128] [--batch 1,4,16] [-r R] [--json]",
-                   specs, n_specs);
-        return 0;
-    }
-    const char *pos[1];
-    int n_pos;
-    if (!args_parse("bench kernels", argc, argv, 3, specs, n_specs, pos, 0, &n_pos))
-        return 2;
-    if (!o.model) {
-        fprintf(stderr, "cinfer bench kernels: -m MODEL is required\n");
-        return 2;
-    }
-    if (!kv_type_parse(kv_type, &o.kv_type)) {
-        fprintf(stderr, "cinfer bench kernels: --kv-type: '%s' is not one of f32, f16, q8_0\n", kv_type);
-        return 2;
-    }
-    if (!parse_batches(batches, &o)) {
-        fprintf(stderr,
-                "cinfer bench kernels: --batch: expected comma-separated counts in [1, 4096], got '%s'\n",
-                batches);
-        return 2;
-    }
-    if (o.n_prompt == 0 && o.n_gen == 0 && o.n_batches == 0) {
-        fprintf(stderr, "cinfer bench kernels: nothing to run (-p 0, -n 0 and --batch 0)\n");
-        return 2;
-    }
-    return bench(&o);
 }

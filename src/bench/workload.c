@@ -1,6 +1,6 @@
 /* cinfer bench: workload generation (seeded, deterministic) and its replay against the engine in synchronous
  * mode.  See bench_workload.h for the workloads and the policy progression. */
-#include "cli/bench_workload.h"
+#include "bench/workload.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -275,8 +275,7 @@ void bench_workload_free(struct bench_workload *w) {
     w->long_index = -1;
 }
 
-/* ---- policies --------------------------------------------------------------------------------------------
- */
+/* ---- policies ----------------------------------------------------------------------------------------- */
 
 static const char *const policy_names[] = {"naive", "static", "continuous", "chunked", "paged", "prefix"};
 
@@ -346,8 +345,7 @@ struct engine_params bench_policy_params(enum bench_policy p, const struct bench
     return ep;
 }
 
-/* ---- replay ----------------------------------------------------------------------------------------------
- */
+/* ---- replay ------------------------------------------------------------------------------------------- */
 
 struct step_log {
     struct bench_run *run;

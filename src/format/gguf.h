@@ -6,8 +6,8 @@
  *
  * Ownership: struct gguf owns the mapping (or borrows the caller's bytes for gguf_open_mem); every pointer it
  * hands out (strings, array data, tensor data) is a view valid until gguf_free. */
-#ifndef CINFER_MODEL_GGUF_H
-#define CINFER_MODEL_GGUF_H
+#ifndef CINFER_FORMAT_GGUF_H
+#define CINFER_FORMAT_GGUF_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -58,6 +58,8 @@ struct gguf;
 
 enum ci_status gguf_open(const char *path, struct gguf **out, struct ci_err *err);
 /* Parses caller-owned bytes (must outlive the struct gguf).  Used by tests and fuzzers. */
+/* True once a read of the mapped file hit a part that was truncated away (see ci_mapfile_damaged). */
+bool gguf_file_damaged(const struct gguf *g);
 enum ci_status gguf_open_mem(const void *data, uint64_t size, struct gguf **out, struct ci_err *err);
 void gguf_free(struct gguf *g);
 

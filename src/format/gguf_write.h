@@ -12,8 +12,8 @@
  * the writer remembers the first failure, which every later write reports.  Keys are unique: setting a key
  * again replaces its value (and keeps its position).  Keys and strings are copied; array data is copied.
  * A writer writes one file by streaming or write_file (write_mem may be called any number of times). */
-#ifndef CINFER_MODEL_GGUF_WRITE_H
-#define CINFER_MODEL_GGUF_WRITE_H
+#ifndef CINFER_FORMAT_GGUF_WRITE_H
+#define CINFER_FORMAT_GGUF_WRITE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,7 +21,7 @@
 #include <stdio.h>
 
 #include "core/status.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 struct gguf_writer;
 

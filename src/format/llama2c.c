@@ -1,5 +1,5 @@
 /* llama2.c checkpoint loader: header validation, implied layout, F32 views under GGUF names. */
-#include "model/llama2c.h"
+#include "format/llama2c.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,10 +19,6 @@
 #define MAX_HEADS   4096
 #define MAX_VOCAB   (1 << 24)
 #define MAX_SEQ_LEN (1 << 24)
-
-struct llama2c_hparams {
-    int32_t dim, hidden, n_layers, n_heads, n_kv_heads, vocab, seq_len;
-};
 
 struct llama2c {
     struct ci_mapfile map; // data NULL when the bytes are borrowed (llama2c_open_mem)
@@ -325,6 +321,10 @@ fail:
     return s;
 }
 
+bool llama2c_file_damaged(const struct llama2c *l) {
+    return ci_mapfile_damaged(&l->map);
+}
+
 void llama2c_free(struct llama2c *l) {
     if (!l)
         return;
@@ -334,21 +334,8 @@ void llama2c_free(struct llama2c *l) {
     ci_free(l);
 }
 
-void llama2c_config(const struct llama2c *l, struct model_config *c) {
-    memset(c, 0, sizeof *c);
-    c->arch = MODEL_ARCH_LLAMA;
-    c->n_vocab = l->hp.vocab;
-    c->n_embd = l->hp.dim;
-    c->n_layer = l->hp.n_layers;
-    c->n_head = l->hp.n_heads;
-    c->n_kv_head = l->hp.n_kv_heads;
-    c->head_dim = l->hp.dim / l->hp.n_heads;
-    c->n_ff = l->hp.hidden;
-    c->n_ctx_train = l->hp.seq_len;
-    c->rope_dim = c->head_dim;
-    c->rope_base = 10000.0f;
-    c->rms_eps = 1e-5f;
-    c->rope_neox = false;
+const struct llama2c_hparams *llama2c_hparams(const struct llama2c *l) {
+    return &l->hp;
 }
 
 int llama2c_version(const struct llama2c *l) {

@@ -3,10 +3,11 @@
  * with llama-bench's definitions (pp512, tg128) and llama-batched-bench's batched decode (S_TG), reporting
  * each result as a fraction of the roofline of the same machine measured in the same run.
  *
- * bench_hw.c owns the measurement and `bench hw`; bench_kernels.c owns `bench kernels`; bench_hw_avx2.c (the
- * only file built with -mavx2 -mfma) holds the SIMD loops, called only after a CPU probe said yes. */
-#ifndef CINFER_CLI_BENCH_PERF_H
-#define CINFER_CLI_BENCH_PERF_H
+ * hw.c owns the measurement; kernels.c the forward-pass tests; hw_avx2.c (the only file built with -mavx2
+ * -mfma) holds the SIMD loops, called only after a CPU probe said yes.  Their flags are cli/cmd_bench_hw.c
+ * and cli/cmd_bench_kernels.c. */
+#ifndef CINFER_BENCH_PERF_H
+#define CINFER_BENCH_PERF_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -16,10 +17,22 @@
 
 struct ci_threadpool;
 
-/* `cinfer bench hw [-t N] [--mib M] [--passes P] [--json]`; argv[1] = "bench", argv[2] = "hw". */
-int cmd_bench_hw(int argc, char **argv);
-/* `cinfer bench kernels -m MODEL [...]`; argv[1] = "bench", argv[2] = "kernels". */
-int cmd_bench_kernels(int argc, char **argv);
+#define BENCH_KERNELS_MAX_BATCHES 16   // sequence counts of one batched-decode run
+#define BENCH_KERNELS_MAX_REPS    1000 // repetitions of one test
+
+/* What `cinfer bench kernels` was asked (cli/cmd_bench_kernels.c parses the flags into it). */
+struct bench_kernels_opts {
+    const char *model;
+    int n_threads, n_prompt, n_gen, reps, batch_reps, batch_pp, batch_tg, ubatch, block_size;
+    const char *kv_type; // KV cache element type (--kv-type): "f32", "f16" or "q8_0"
+    int batches[BENCH_KERNELS_MAX_BATCHES], n_batches;
+    float bw_gbs, peak_gflops;
+    int hw_mib;
+    bool json, no_warmup;
+    uint64_t seed;
+};
+/* Runs the tests and prints their report; returns the process exit status (0 ok, 1 runtime failure). */
+int bench_kernels_run(const struct bench_kernels_opts *o);
 
 struct bench_hw_opts {
     size_t buf_bytes; // read-bandwidth buffer; 0 = max(1 GiB, 4 x the last-level cache)

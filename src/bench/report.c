@@ -1,7 +1,8 @@
 /* cinfer bench: statistics, the comparison table, CSV/JSON output and gnuplot plots (bench_report.h has the
  * definitions of every figure). */
-#include "cli/bench_report.h"
+#include "bench/report.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,36 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/stats.h"
 #include "core/mem.h"
 
 #define MIB (1024.0 * 1024.0)
 
-/* ---- statistics ------------------------------------------------------------------------------------------
- */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y ? 1 : 0;
-}
-
-void bench_sort(double *x, int n) {
-    if (n > 1)
-        qsort(x, (size_t)n, sizeof *x, cmp_double);
-}
-
-double bench_percentile(const double *sorted, int n, double q) {
-    if (n <= 0)
-        return NAN;
-    if (q <= 0)
-        return sorted[0];
-    if (q >= 100)
-        return sorted[n - 1];
-    double h = (n - 1) * q / 100.0;
-    int lo = (int)floor(h);
-    if (lo >= n - 1)
-        return sorted[n - 1];
-    return sorted[lo] + (h - lo) * (sorted[lo + 1] - sorted[lo]);
-}
+/* ---- statistics --------------------------------------------------------------------------------------- */
 
 double bench_throughput(int64_t tokens, int64_t t_first_ns, int64_t t_last_ns) {
     int64_t span = t_last_ns - t_first_ns;
@@ -56,10 +33,10 @@ static double mean_of(const double *x, int n) {
 }
 
 static void percentiles(double *x, int n, double out[3]) {
-    bench_sort(x, n);
-    out[0] = bench_percentile(x, n, 50);
-    out[1] = bench_percentile(x, n, 90);
-    out[2] = bench_percentile(x, n, 99);
+    ci_sort_doubles(x, n);
+    out[0] = ci_quantile(x, n, 0.5);
+    out[1] = ci_quantile(x, n, 0.9);
+    out[2] = ci_quantile(x, n, 0.99);
 }
 
 static void roofline_finish(struct bench_roofline *r) {
@@ -156,8 +133,7 @@ enum ci_status bench_summarize(const struct bench_run *r, struct bench_summary *
     return CI_OK;
 }
 
-/* ---- table -----------------------------------------------------------------------------------------------
- */
+/* ---- table -------------------------------------------------------------------------------------------- */
 
 static void triple(char *buf, size_t n, const double v[3]) {
     snprintf(buf, n, "%.1f/%.1f/%.1f", v[0], v[1], v[2]);
@@ -200,8 +176,7 @@ void bench_print_roofline(FILE *f, const struct bench_summary *s, int n) {
     }
 }
 
-/* ---- files -----------------------------------------------------------------------------------------------
- */
+/* ---- files -------------------------------------------------------------------------------------------- */
 
 enum ci_status bench_mkdirs(const char *dir, struct ci_err *err) {
     char path[4096];
@@ -224,29 +199,28 @@ enum ci_status bench_mkdirs(const char *dir, struct ci_err *err) {
     return CI_OK;
 }
 
+/* s as a JSON string literal, quoted and escaped by cJSON; free with cJSON_free.  NULL when out of memory. */
+static char *json_quote(const char *s) {
+    cJSON *str = cJSON_CreateString(s);
+    char *out = str ? cJSON_PrintUnformatted(str) : NULL;
+    cJSON_Delete(str);
+    return out;
+}
+
 bool bench_json_str(char *buf, size_t size, const char *s) {
+    char *q = json_quote(s);
     size_t n = strlen(buf);
-    if (n + 1 >= size)
-        return false;
-    buf[n++] = '"';
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        int k;
-        if (c == '"' || c == '\\')
-            k = snprintf(esc, sizeof esc, "\\%c", c);
-        else if (c < 0x20)
-            k = snprintf(esc, sizeof esc, "\\u%04x", c);
-        else
-            k = snprintf(esc, sizeof esc, "%c", c);
-        if (n + (size_t)k + 2 > size)
-            return false;
-        memcpy(buf + n, esc, (size_t)k);
-        n += (size_t)k;
-    }
-    buf[n++] = '"';
-    buf[n] = '\0';
-    return true;
+    bool ok = q && n + strlen(q) < size;
+    if (ok)
+        memcpy(buf + n, q, strlen(q) + 1);
+    cJSON_free(q);
+    return ok;
+}
+
+void bench_json_fputs(FILE *f, const char *s) {
+    char *q = json_quote(s);
+    fputs(q ? q : "null", f);
+    cJSON_free(q);
 }
 
 static FILE *open_in(const char *dir, const char *name, const char *suffix, struct ci_err *err) {
@@ -470,8 +444,7 @@ enum ci_status bench_write_files(const char *dir, const struct bench_run *runs, 
     return CI_OK;
 }
 
-/* ---- plots -----------------------------------------------------------------------------------------------
- */
+/* ---- plots -------------------------------------------------------------------------------------------- */
 
 static int gnuplot_state = -1; // -1 unknown, 0 missing, 1 png, 2 pngcairo
 
@@ -508,6 +481,30 @@ static int gnuplot_probe(void) {
     return gnuplot_state;
 }
 
+const char *bench_gnuplot_terminal(void) {
+    int g = gnuplot_probe();
+    return g == 2 ? "pngcairo" : g == 1 ? "png" : NULL;
+}
+
+bool bench_gnuplot_run(const char *dir, const char *script) {
+    if (gnuplot_probe() == 0)
+        return false;
+    const char *argv[] = {"gnuplot", script, NULL};
+    if (run_in(dir, argv, false) != 0) {
+        fprintf(stderr, "cinfer bench: gnuplot failed on %s/%s (the data and the script stay there)\n", dir,
+                script);
+        return false;
+    }
+    return true;
+}
+
+/* The terminal a script is written for: gnuplot's best, or pngcairo when there is no gnuplot to ask (the
+ * script is still written, for a machine that has it). */
+static const char *script_terminal(void) {
+    const char *t = bench_gnuplot_terminal();
+    return t ? t : "pngcairo";
+}
+
 /* Opens <dir>/<stem>.gp with the terminal and output set. */
 static FILE *script_open(const char *dir, const char *stem) {
     struct ci_err err = {0};
@@ -531,16 +528,9 @@ static bool script_run(FILE *f, const char *dir, const char *stem) {
         fprintf(stderr, "cinfer bench: error writing %s/%s.gp\n", dir, stem);
         return false;
     }
-    if (gnuplot_probe() == 0)
-        return false;
     char script[128];
     snprintf(script, sizeof script, "%s.gp", stem);
-    const char *argv[] = {"gnuplot", script, NULL};
-    if (run_in(dir, argv, false) != 0) {
-        fprintf(stderr, "cinfer bench: gnuplot failed on %s/%s\n", dir, script);
-        return false;
-    }
-    return true;
+    return bench_gnuplot_run(dir, script);
 }
 
 static FILE *data_open(const char *dir, const char *prefix, const char *label) {
@@ -572,7 +562,7 @@ bool bench_plot_ttft_cdf(const char *dir, const struct bench_run *runs, int n) {
         for (int i = 0; i < runs[r].n_reqs; i++)
             if (runs[r].reqs[i].t_first_token_ns > 0)
                 x[k++] = ms(runs[r].reqs[i].t_first_token_ns - runs[r].reqs[i].t_arrival_ns);
-        bench_sort(x, k);
+        ci_sort_doubles(x, k);
         fprintf(d, "# ttft_ms cumulative_fraction\n");
         for (int i = 0; i < k; i++)
             fprintf(d, "%.4f %.6f\n", x[i], (double)(i + 1) / k);
@@ -648,8 +638,8 @@ bool bench_plot_tbt_timeline(const char *dir, const struct bench_run *runs, int 
             }
     }
     int cols = n_long > 1 ? 2 : 1, rows = (n_long + cols - 1) / cols;
-    fprintf(f, "set terminal %s size %d,%d\nset output 'tbt_timeline.png'\n",
-            gnuplot_probe() == 1 ? "png" : "pngcairo", cols * 650, rows * 360 + 40);
+    fprintf(f, "set terminal %s size %d,%d\nset output 'tbt_timeline.png'\n", script_terminal(), cols * 650,
+            rows * 360 + 40);
     fprintf(
         f,
         "set multiplot layout %d,%d title 'Token gaps of the decoding streams (points) and step times (line) "
@@ -689,8 +679,8 @@ bool bench_plot_kv_usage(const char *dir, const struct bench_run *runs, int n) {
         return false;
     // One panel per run: their time axes differ by orders of magnitude (naive vs the rest).
     int cols = n > 1 ? 2 : 1, rows = (n + cols - 1) / cols;
-    fprintf(f, "set terminal %s size %d,%d\nset output 'kv_usage.png'\n",
-            gnuplot_probe() == 1 ? "png" : "pngcairo", cols * 600, rows * 320 + 40);
+    fprintf(f, "set terminal %s size %d,%d\nset output 'kv_usage.png'\n", script_terminal(), cols * 600,
+            rows * 320 + 40);
     fprintf(f,
             "set multiplot layout %d,%d title 'KV cache bytes allocated (solid) vs holding tokens (dashed)'\n"
             "set xlabel 'seconds since the first arrival'\nset ylabel 'MiB'\nset key inside right top\n"
@@ -745,4 +735,22 @@ bool bench_plot_sweep(const char *dir, const char *stem, const char *title, cons
                 stem, k + 2, series[k]);
     fputc('\n', f);
     return script_run(f, dir, stem);
+}
+
+/* ---- progress ---- */
+
+void bench_progress_draw(const char *label, int n_done, int n_total, const char *extra, int64_t elapsed_ns) {
+    char bar[31];
+    int fill = n_total > 0 ? (int)((int64_t)n_done * 30 / n_total) : 30;
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    fprintf(stderr, "\r\033[K%s%s[%s] %d/%d requests%s%s  %.1f s", label ? label : "", label ? " " : "", bar,
+            n_done, n_total, extra ? ", " : "", extra ? extra : "", (double)elapsed_ns * 1e-9);
+    fflush(stderr);
+}
+
+void bench_progress_clear(void) {
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
 }

@@ -16,8 +16,8 @@
  *   TPOT  = (E2EL − TTFT) / (output tokens − 1), output tokens = usage.completion_tokens when the server sent
  *           usage, else the number of content events
  * A request succeeds when the transfer completed, the status was 2xx, no error event came and at least one
- * content event came.  Percentiles are numpy's linear interpolation (metrics_quantile). */
-#include "cli/bench_serve.h"
+ * content event came.  Percentiles are numpy's linear interpolation (core/stats.h). */
+#include "bench/serve.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -35,14 +35,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/args.h"
+#include "core/stats.h"
+#include "bench/report.h"
 #include "core/clock.h"
 #include "core/mem.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "engine/metrics.h"
 
-#define CMD              "bench serve"
 #define SSE_MAX_BYTES    (8u << 20) // one SSE line or event; a longer one is a broken server, not a workload
 #define ERR_BODY_MAX     240        // bytes of a non-2xx body kept for the error message
 #define URL_MAX          2048
@@ -87,43 +87,7 @@ static const char *const WORDS[] = {
 };
 #define N_WORDS ((int)(sizeof WORDS / sizeof WORDS[0]))
 
-/* ---- options ------------------------------------------------------------------------------------------- */
-
-enum dataset { DATASET_RANDOM, DATASET_SHAREGPT, DATASET_SHARED_PREFIX };
-
-struct slo {
-    double ttft_ms, tpot_ms, e2el_ms; // < 0: not constrained
-    bool any;
-};
-
-struct opts {
-    const char *url, *api_key, *model, *dataset_name, *rate_str, *out_dir, *endpoint;
-    int num_prompts, max_concurrency, input_len, output_len, groups, prefix_len, suffix_len, max_len;
-    float range_ratio, input_sigma, output_sigma, timeout_s, tokens_per_word;
-    uint64_t seed;
-    bool no_calibrate, no_ignore_eos, no_plots, quiet;
-    // derived
-    enum dataset dataset;
-    double rate; // requests/s; INFINITY: all at once
-    struct slo slo;
-};
-
-static bool parse_rate(const char *s, double *out) {
-    if (!strcmp(s, "inf") || !strcmp(s, "infinity")) {
-        *out = INFINITY;
-        return true;
-    }
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0) || !isfinite(v))
-        return false;
-    *out = v;
-    return true;
-}
-
-/* "ttft:500 tpot:50,e2el:2000" (space or comma separated KEY:MS) into *slo.  False with msg on a bad term. */
-static bool parse_goodput(const char *spec, struct slo *slo, char *msg, size_t msg_size) {
+bool bench_serve_parse_goodput(const char *spec, struct bench_serve_slo *slo, char *msg, size_t msg_size) {
     slo->ttft_ms = slo->tpot_ms = slo->e2el_ms = -1;
     slo->any = false;
     const char *p = spec;
@@ -244,8 +208,8 @@ static void workload_free(struct workload *w) {
 
 /* Lengths, prompts and arrivals from the seed.  Arrivals come from their own stream so that a change of
  * dataset parameters leaves the arrival times as they were. */
-static enum ci_status workload_build(const struct opts *o, const struct calib *cal, struct workload *w,
-                                     struct ci_err *err) {
+static enum ci_status workload_build(const struct bench_serve_opts *o, const struct calib *cal,
+                                     struct workload *w, struct ci_err *err) {
     enum ci_status st = CI_OK;
     char *prefixes = NULL; // [groups] prefix strings, each of prefix_stride bytes
     size_t prefix_stride = 0;
@@ -258,7 +222,7 @@ static enum ci_status workload_build(const struct opts *o, const struct calib *c
     if (!w->reqs)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory for %d requests", o->num_prompts);
 
-    if (o->dataset == DATASET_SHARED_PREFIX) {
+    if (o->dataset == BENCH_SERVE_SHARED_PREFIX) {
         int pw = words_for(cal, o->prefix_len, true);
         if (!ci_mul_size((size_t)pw, MAX_WORD_BYTES, &prefix_stride) ||
             !ci_add_size(prefix_stride, 2, &prefix_stride)) {
@@ -283,7 +247,7 @@ static enum ci_status workload_build(const struct opts *o, const struct calib *c
         const char *prefix = NULL;
         int n_words;
         switch (o->dataset) {
-        case DATASET_RANDOM: {
+        case BENCH_SERVE_RANDOM: {
             int lo = clamp_int(o->input_len * (1.0 - o->range_ratio), 1, 1 << 24);
             int hi = clamp_int(o->input_len * (1.0 + o->range_ratio), lo, 1 << 24);
             in = lo + (int)(ci_rng_u64(&rl) % (uint64_t)(hi - lo + 1));
@@ -293,7 +257,7 @@ static enum ci_status workload_build(const struct opts *o, const struct calib *c
             n_words = words_for(cal, in, true);
             break;
         }
-        case DATASET_SHAREGPT:
+        case BENCH_SERVE_SHAREGPT:
             // Log-normal around the medians, as ShareGPT's conversation lengths are: most short, a long tail.
             in = clamp_int(o->input_len * exp(o->input_sigma * ci_rng_normal(&rl)), 4, 16 * o->input_len);
             out = clamp_int(o->output_len * exp(o->output_sigma * ci_rng_normal(&rl)), 1, 16 * o->output_len);
@@ -303,7 +267,7 @@ static enum ci_status workload_build(const struct opts *o, const struct calib *c
             }
             n_words = words_for(cal, in, true);
             break;
-        case DATASET_SHARED_PREFIX:
+        case BENCH_SERVE_SHARED_PREFIX:
         default:
             // Round-robin over the groups, so each group's prompts are spread over the whole run.
             q->group = i % o->groups;
@@ -697,17 +661,6 @@ struct run_out {
     int peak_in_flight;
 };
 
-static void draw_progress(int n_done, int n, int in_flight, int64_t elapsed_ns) {
-    char bar[31];
-    int fill = n > 0 ? (int)((int64_t)n_done * 30 / n) : 30;
-    for (int i = 0; i < 30; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[30] = '\0';
-    fprintf(stderr, "\r\033[K[%s] %d/%d requests, %d in flight, %.1f s", bar, n_done, n, in_flight,
-            (double)elapsed_ns * 1e-9);
-    fflush(stderr);
-}
-
 /* Sends reqs[0..n) at their arrival times, at most max_conc in flight (0: no cap), until every one has
  * finished; a request that cannot start yet for the cap waits and starts as soon as a slot frees, as in
  * vLLM (its latencies count from when it is actually sent).  Request failures land in res[]; the status is
@@ -758,7 +711,9 @@ static enum ci_status run_requests(struct client *cl, const struct sreq *reqs, s
         if (n_finished)
             out->t_end_ns = now;
         if (progress && (n_finished || now - t_drawn > 200000000)) {
-            draw_progress(n_done, n, in_flight, now - t0);
+            char extra[32];
+            snprintf(extra, sizeof extra, "%d in flight", in_flight);
+            bench_progress_draw(NULL, n_done, n, extra, now - t0);
             t_drawn = now;
         }
         if (n_finished)
@@ -774,7 +729,7 @@ static enum ci_status run_requests(struct client *cl, const struct sreq *reqs, s
         }
     }
     if (progress)
-        fputs("\r\033[K", stderr);
+        bench_progress_clear();
 fail:
     for (int i = 0; i < next; i++)
         xfer_cleanup(cl, &xs[i]);
@@ -788,18 +743,13 @@ struct dstats {
     double mean, median, std, p90, p99; // ms
 };
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Sorts v[0..n) and fills s (numpy semantics: population std, linear-interpolation percentiles; all 0 when
  * n == 0, as vLLM's np.mean(x or 0)). */
 static void dstats_of(double *v, int n, struct dstats *s) {
     memset(s, 0, sizeof *s);
     if (n <= 0)
         return;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    ci_sort_doubles(v, n);
     double sum = 0, sq = 0;
     for (int i = 0; i < n; i++)
         sum += v[i];
@@ -807,9 +757,9 @@ static void dstats_of(double *v, int n, struct dstats *s) {
     for (int i = 0; i < n; i++)
         sq += (v[i] - s->mean) * (v[i] - s->mean);
     s->std = sqrt(sq / n);
-    s->median = metrics_quantile(v, n, 0.50);
-    s->p90 = metrics_quantile(v, n, 0.90);
-    s->p99 = metrics_quantile(v, n, 0.99);
+    s->median = ci_quantile(v, n, 0.50);
+    s->p90 = ci_quantile(v, n, 0.90);
+    s->p99 = ci_quantile(v, n, 0.99);
 }
 
 struct summary {
@@ -829,7 +779,7 @@ static double tpot_ms(const struct sres *r) {
 
 /* vLLM's goodput: a successful request is good when each constrained metric is within its SLO (TPOT of a
  * one-token request counts as 0). */
-static bool meets_slo(const struct sres *r, const struct slo *slo) {
+static bool meets_slo(const struct sres *r, const struct bench_serve_slo *slo) {
     if (slo->ttft_ms > 0 && (double)r->ttft_ns / 1e6 > slo->ttft_ms)
         return false;
     if (slo->tpot_ms > 0 && tpot_ms(r) > slo->tpot_ms)
@@ -840,7 +790,7 @@ static bool meets_slo(const struct sres *r, const struct slo *slo) {
 }
 
 static enum ci_status summarize(const struct workload *w, const struct sres *res, const struct run_out *ro,
-                                const struct slo *slo, struct summary *s, struct ci_err *err) {
+                                const struct bench_serve_slo *slo, struct summary *s, struct ci_err *err) {
     enum ci_status st = CI_OK;
     memset(s, 0, sizeof *s);
     s->n_total = w->n;
@@ -938,7 +888,7 @@ static void print_metric(const char *title, const char *name, const struct dstat
     print_f2(label, s->p99);
 }
 
-static void print_summary(const struct opts *o, const struct summary *s) {
+static void print_summary(const struct bench_serve_opts *o, const struct summary *s) {
     print_rule(" Serving Benchmark Result ", '=');
     print_int("Successful requests:", s->n_ok);
     print_int("Failed requests:", s->n_failed);
@@ -995,27 +945,6 @@ static void print_errors(const struct sres *res, int n) {
 }
 
 /* ---- files --------------------------------------------------------------------------------------------- */
-
-static enum ci_status mkdirs(const char *dir, struct ci_err *err) {
-    char path[URL_MAX];
-    size_t len = strlen(dir);
-    if (len == 0 || len >= sizeof path)
-        return ci_err_set(err, CI_ERR_INVALID, "bad output directory '%s'", dir);
-    memcpy(path, dir, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (path[i] != '/' && path[i] != '\0')
-            continue;
-        char c = path[i];
-        path[i] = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return ci_err_set(err, CI_ERR_IO, "cannot create directory '%s': %s", path, strerror(errno));
-        path[i] = c;
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return ci_err_set(err, CI_ERR_IO, "'%s' is not a directory", dir);
-    return CI_OK;
-}
 
 static FILE *open_in(const char *dir, const char *name, struct ci_err *err) {
     char path[URL_MAX + 64];
@@ -1102,7 +1031,7 @@ static const char *const COL_NAMES[COL_COUNT] = {
 
 /* results.json: the configuration, the summary (vLLM's key names, ms) and per-request arrays (seconds, as
  * vLLM's ttfts/itls; null where a failed request has no value). */
-static enum ci_status write_json(const char *dir, const struct opts *o, const struct client *cl,
+static enum ci_status write_json(const char *dir, const struct bench_serve_opts *o, const struct client *cl,
                                  const struct calib *cal, const struct workload *w, const struct sres *res,
                                  const struct summary *s, struct ci_err *err) {
     enum ci_status st = CI_OK;
@@ -1218,48 +1147,6 @@ done:
 /* ---- plots (gnuplot) -------------------------------------------------------------------------------------
  * Data files and one script plots.gp go into dir; gnuplot runs there (so the script names plain files). */
 
-static bool run_gnuplot(const char *dir) {
-    pid_t pid = fork();
-    if (pid < 0)
-        return false;
-    if (pid == 0) {
-        if (chdir(dir) != 0)
-            _exit(127);
-        int fd = open("gnuplot.log", O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execlp("gnuplot", "gnuplot", "plots.gp", (char *)NULL);
-        _exit(127);
-    }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-}
-
-static bool has_pngcairo(void) {
-    pid_t pid = fork();
-    if (pid < 0)
-        return false;
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execlp("gnuplot", "gnuplot", "-e", "set terminal pngcairo", (char *)NULL);
-        _exit(127);
-    }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-}
-
 /* TTFT CDF, ITL histogram and E2EL against send time.  False (after a warning) when gnuplot is missing or
  * failed; the data files and script stay in dir either way. */
 static bool write_plots(const char *dir, const struct workload *w, const struct sres *res,
@@ -1281,7 +1168,7 @@ static bool write_plots(const char *dir, const struct workload *w, const struct 
     for (int i = 0; i < w->n; i++)
         if (res[i].ok)
             v[k++] = (double)res[i].ttft_ns / 1e6;
-    qsort(v, (size_t)k, sizeof *v, cmp_double);
+    ci_sort_doubles(v, k);
     if (!(f = open_in(dir, "ttft_cdf.dat", &err)))
         goto done;
     fprintf(f, "# ttft_ms fraction_of_requests\n");
@@ -1323,11 +1210,11 @@ static bool write_plots(const char *dir, const struct workload *w, const struct 
     }
     fclose(f);
 
-    bool cairo = has_pngcairo();
+    const char *terminal = bench_gnuplot_terminal();
     if (!(f = open_in(dir, "plots.gp", &err)))
         goto done;
     fprintf(f, "# Written by cinfer bench serve; run `gnuplot plots.gp` in this directory to redraw.\n");
-    fprintf(f, "set terminal %s size 900,560\nset grid\nunset key\n", cairo ? "pngcairo" : "png");
+    fprintf(f, "set terminal %s size 900,560\nset grid\nunset key\n", terminal ? terminal : "pngcairo");
     if (s->n_ok > 0) {
         fprintf(f,
                 "set output 'ttft_cdf.png'\nset title 'TTFT CDF (%d requests)'\nset xlabel 'TTFT (ms)'\n"
@@ -1354,12 +1241,7 @@ static bool write_plots(const char *dir, const struct workload *w, const struct 
     if (fclose(f) != 0)
         goto done;
     f = NULL;
-    ok = run_gnuplot(dir);
-    if (!ok)
-        fprintf(stderr,
-                "cinfer bench serve: warning: gnuplot failed or is missing (see %s/gnuplot.log); the "
-                "plot data and plots.gp are in %s\n",
-                dir, dir);
+    ok = bench_gnuplot_run(dir, "plots.gp");
 done:
     if (!ok && err.msg[0])
         fprintf(stderr, "cinfer bench serve: warning: plots: %s\n", err.msg);
@@ -1367,8 +1249,7 @@ done:
     return ok;
 }
 
-/* ---- set-up: endpoint, model discovery, initial test -----------------------------------------------------
- */
+/* ---- set-up: endpoint, model discovery, initial test -------------------------------------------------- */
 
 struct membuf {
     char *p;
@@ -1458,7 +1339,7 @@ static bool refused_field(const struct sres *r) {
 /* The initial test (as vLLM sends one before the run): proves the server answers, drops ignore_eos and then
  * stream_options if the server refuses them, and (unless disabled) measures tokens per word from the usage
  * of two prompts of different lengths. */
-static enum ci_status initial_test(const struct opts *o, struct client *cl, struct calib *cal,
+static enum ci_status initial_test(const struct bench_serve_opts *o, struct client *cl, struct calib *cal,
                                    struct ci_err *err) {
     enum ci_status st = CI_OK;
     struct sres a = {0}, b = {0};
@@ -1530,14 +1411,7 @@ static void raise_fd_limit(int max_in_flight) {
 
 /* ---- the command --------------------------------------------------------------------------------------- */
 
-static const char SYNOPSIS[] =
-    "--url URL [options]\n\n"
-    "Sends a seeded workload of streaming requests to an OpenAI-compatible server and reports vLLM's "
-    "serving\n"
-    "metrics (TTFT, TPOT, ITL, E2EL, throughput, goodput).  --goodput takes one or more KEY:MS terms\n"
-    "(keys ttft, tpot, e2el), e.g. --goodput ttft:500 tpot:50.  See bench/serve.md.";
-
-static bool set_endpoint(const struct opts *o, struct client *cl, char *base, size_t base_size) {
+static bool set_endpoint(const struct bench_serve_opts *o, struct client *cl, char *base, size_t base_size) {
     size_t n = strlen(o->url);
     while (n > 0 && o->url[n - 1] == '/')
         n--;
@@ -1558,172 +1432,39 @@ static bool set_endpoint(const struct opts *o, struct client *cl, char *base, si
     return true;
 }
 
-/* Takes every --goodput term out of argv (vLLM's nargs='+': KEY:MS words after the flag) and returns the
- * rest in rest[] (caller-allocated, argc entries); the terms are joined into spec. */
-static bool split_goodput(int argc, char **argv, char **rest, int *n_rest, char *spec, size_t spec_size,
-                          bool *given) {
-    *n_rest = 0;
-    *given = false;
-    spec[0] = '\0';
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool eq = !strncmp(a, "--goodput=", 10);
-        if (strcmp(a, "--goodput") && !eq) {
-            rest[(*n_rest)++] = argv[i];
-            continue;
-        }
-        *given = true;
-        size_t len = strlen(spec);
-        if (eq)
-            snprintf(spec + len, spec_size - len, "%s ", a + 10);
-        while (!eq && i + 1 < argc && argv[i + 1][0] != '-' && strchr(argv[i + 1], ':')) {
-            len = strlen(spec);
-            if (len + strlen(argv[i + 1]) + 2 > spec_size)
-                return false;
-            snprintf(spec + len, spec_size - len, "%s ", argv[++i]);
-        }
-    }
-    return true;
-}
-
-int cmd_bench_serve(int argc, char **argv) {
+int bench_serve_run(struct bench_serve_opts *o) {
     int rc = 1;
-    struct opts o = {0};
-    o.dataset_name = "random";
-    o.rate_str = "inf";
-    o.endpoint = "/v1/completions";
-    o.num_prompts = 32;
-    o.input_len = o.output_len = o.groups = o.prefix_len = o.suffix_len = -1;
-    o.range_ratio = o.input_sigma = o.output_sigma = -1;
-    o.timeout_s = 600;
-    o.seed = 1;
-    struct arg_spec specs[] = {
-        {"--url", "--base-url", ARG_STR, &o.url, 0, 0, "URL  server base URL, e.g. http://127.0.0.1:8080"},
-        {"--endpoint", NULL, ARG_STR, &o.endpoint, 0, 0,
-         "PATH  /v1/completions (default) or /v1/chat/completions"},
-        {"--api-key", NULL, ARG_STR, &o.api_key, 0, 0,
-         "KEY  sent as a Bearer token (default $OPENAI_API_KEY)"},
-        {"--model", NULL, ARG_STR, &o.model, 0, 0, "NAME  model field (default: first of GET /v1/models)"},
-        {"--dataset", "--dataset-name", ARG_STR, &o.dataset_name, 0, 0,
-         "NAME  random | sharegpt-like | shared-prefix (default random)"},
-        {"--num-prompts", "-n", ARG_INT, &o.num_prompts, 1, 1 << 20, "N  requests (default 32)"},
-        {"--request-rate", NULL, ARG_STR, &o.rate_str, 0, 0,
-         "R  Poisson arrivals at R requests/s, or inf: all at once (default inf)"},
-        {"--max-concurrency", NULL, ARG_INT, &o.max_concurrency, 0, 1 << 20,
-         "C  at most C requests in flight (default 0: no cap)"},
-        {"--input-len", "--random-input-len", ARG_INT, &o.input_len, 1, 1 << 22,
-         "L  prompt tokens (random: mean; sharegpt-like: median; default 128 / 96)"},
-        {"--output-len", "--random-output-len", ARG_INT, &o.output_len, 1, 1 << 22,
-         "L  output tokens (max_tokens; default 64, shared-prefix 32)"},
-        {"--range-ratio", "--random-range-ratio", ARG_FLOAT, &o.range_ratio, 0, 0.999,
-         "R  random: lengths uniform in [L(1-R), L(1+R)] (default 0.5)"},
-        {"--input-sigma", NULL, ARG_FLOAT, &o.input_sigma, 0, 4,
-         "S  sharegpt-like: sigma of log input length (default 0.9)"},
-        {"--output-sigma", NULL, ARG_FLOAT, &o.output_sigma, 0, 4,
-         "S  sharegpt-like: sigma of log output length (default 0.7)"},
-        {"--max-len", NULL, ARG_INT, &o.max_len, 0, 1 << 22,
-         "N  sharegpt-like: clip input + output to N tokens (default 0: no clip)"},
-        {"--groups", NULL, ARG_INT, &o.groups, 1, 1 << 16, "G  shared-prefix: prefix groups (default 4)"},
-        {"--prefix-len", NULL, ARG_INT, &o.prefix_len, 1, 1 << 22,
-         "L  shared-prefix: shared prefix tokens (default 192)"},
-        {"--suffix-len", NULL, ARG_INT, &o.suffix_len, 1, 1 << 22,
-         "L  shared-prefix: unique suffix tokens (default 16)"},
-        {"--seed", NULL, ARG_U64, &o.seed, 0, 1.8e19, "S  workload and arrival seed (default 1)"},
-        // Taken out of argv by split_goodput before parsing (it takes several words); listed for --help.
-        {"--goodput", NULL, ARG_STR, NULL, 0, 0, "KEY:MS...  SLOs for goodput: ttft:MS tpot:MS e2el:MS"},
-        {"--out", "-o", ARG_STR, &o.out_dir, 0, 0, "DIR  output directory (default bench/out/serve-<time>)"},
-        {"--timeout", NULL, ARG_FLOAT, &o.timeout_s, 1, 86400, "S  per-request timeout (default 600)"},
-        {"--tokens-per-word", NULL, ARG_FLOAT, &o.tokens_per_word, 0.05, 100,
-         "F  prompt tokens per word (default: measured from the server's usage)"},
-        {"--no-calibrate", NULL, ARG_FLAG, &o.no_calibrate, 0, 0, "   assume 1 token per word"},
-        {"--no-ignore-eos", NULL, ARG_FLAG, &o.no_ignore_eos, 0, 0, "   do not send ignore_eos"},
-        {"--no-plots", NULL, ARG_FLAG, &o.no_plots, 0, 0, "   skip the gnuplot PNGs"},
-        {"--quiet", "-q", ARG_FLAG, &o.quiet, 0, 0, "   no progress bar"},
-    };
-    const int n_specs = (int)(sizeof specs / sizeof specs[0]);
     struct client cl = {0};
     struct workload w = {0};
     struct sres *res = NULL;
-    char **rest = NULL;
     bool curl_up = false;
-    char out_dir[URL_MAX], base[URL_MAX], model_buf[512], goodput[512], msg[256];
+    char out_dir[URL_MAX], base[URL_MAX], model_buf[512];
     struct ci_err err = {0};
-
-    if (args_want_help(argc, argv, 3)) {
-        args_usage(CMD, SYNOPSIS, specs, n_specs);
-        return 0;
-    }
-    rest = ci_calloc((size_t)argc + 1, sizeof *rest);
-    if (!rest) {
-        fprintf(stderr, "cinfer bench serve: out of memory\n");
-        return 1;
-    }
-    int n_rest = 0;
-    bool goodput_given = false;
-    if (!split_goodput(argc, argv, rest, &n_rest, goodput, sizeof goodput, &goodput_given)) {
-        fprintf(stderr, "cinfer bench serve: --goodput: too many terms\n");
+    if (o->input_len < 0)
+        o->input_len = o->dataset == BENCH_SERVE_SHAREGPT ? 96 : 128;
+    if (o->output_len < 0)
+        o->output_len = o->dataset == BENCH_SERVE_SHARED_PREFIX ? 32 : 64;
+    if (o->range_ratio < 0)
+        o->range_ratio = 0.5f;
+    if (o->input_sigma < 0)
+        o->input_sigma = 0.9f;
+    if (o->output_sigma < 0)
+        o->output_sigma = 0.7f;
+    if (o->groups < 0)
+        o->groups = 4;
+    if (o->prefix_len < 0)
+        o->prefix_len = 192;
+    if (o->suffix_len < 0)
+        o->suffix_len = 16;
+    if (!o->api_key)
+        o->api_key = getenv("OPENAI_API_KEY");
+    if (!set_endpoint(o, &cl, base, sizeof base)) {
+        fprintf(stderr, "cinfer bench serve: --url/--endpoint: bad URL '%s' + '%s'\n", o->url, o->endpoint);
         rc = 2;
         goto done;
     }
-    const char *positional[1];
-    int n_positional = 0;
-    if (!args_parse(CMD, n_rest, rest, 3, specs, n_specs, positional, 0, &n_positional)) {
-        rc = 2;
-        goto done;
-    }
-    if (!o.url) {
-        fprintf(stderr, "cinfer bench serve: --url is required (e.g. --url http://127.0.0.1:8080)\n");
-        rc = 2;
-        goto done;
-    }
-    if (!strcmp(o.dataset_name, "random"))
-        o.dataset = DATASET_RANDOM;
-    else if (!strcmp(o.dataset_name, "sharegpt-like") || !strcmp(o.dataset_name, "sharegpt"))
-        o.dataset = DATASET_SHAREGPT;
-    else if (!strcmp(o.dataset_name, "shared-prefix"))
-        o.dataset = DATASET_SHARED_PREFIX;
-    else {
-        fprintf(stderr, "cinfer bench serve: --dataset: '%s' is not random, sharegpt-like or shared-prefix\n",
-                o.dataset_name);
-        rc = 2;
-        goto done;
-    }
-    if (!parse_rate(o.rate_str, &o.rate)) {
-        fprintf(stderr, "cinfer bench serve: --request-rate: '%s' is not a positive number or inf\n",
-                o.rate_str);
-        rc = 2;
-        goto done;
-    }
-    if (goodput_given && !parse_goodput(goodput, &o.slo, msg, sizeof msg)) {
-        fprintf(stderr, "cinfer bench serve: --goodput: %s\n", msg);
-        rc = 2;
-        goto done;
-    }
-    if (o.input_len < 0)
-        o.input_len = o.dataset == DATASET_SHAREGPT ? 96 : 128;
-    if (o.output_len < 0)
-        o.output_len = o.dataset == DATASET_SHARED_PREFIX ? 32 : 64;
-    if (o.range_ratio < 0)
-        o.range_ratio = 0.5f;
-    if (o.input_sigma < 0)
-        o.input_sigma = 0.9f;
-    if (o.output_sigma < 0)
-        o.output_sigma = 0.7f;
-    if (o.groups < 0)
-        o.groups = 4;
-    if (o.prefix_len < 0)
-        o.prefix_len = 192;
-    if (o.suffix_len < 0)
-        o.suffix_len = 16;
-    if (!o.api_key)
-        o.api_key = getenv("OPENAI_API_KEY");
-    if (!set_endpoint(&o, &cl, base, sizeof base)) {
-        fprintf(stderr, "cinfer bench serve: --url/--endpoint: bad URL '%s' + '%s'\n", o.url, o.endpoint);
-        rc = 2;
-        goto done;
-    }
-    if (o.out_dir) {
-        snprintf(out_dir, sizeof out_dir, "%s", o.out_dir);
+    if (o->out_dir) {
+        snprintf(out_dir, sizeof out_dir, "%s", o->out_dir);
     } else {
         time_t now = time(NULL);
         struct tm tm;
@@ -1738,16 +1479,16 @@ int cmd_bench_serve(int argc, char **argv) {
         goto done;
     }
     curl_up = true;
-    cl.ignore_eos = !o.no_ignore_eos;
+    cl.ignore_eos = !o->no_ignore_eos;
     cl.stream_options = true;
-    cl.timeout_ms = (long)(o.timeout_s * 1000);
+    cl.timeout_ms = (long)(o->timeout_s * 1000);
     cl.multi = curl_multi_init();
     char auth[600];
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", o.api_key ? o.api_key : "");
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", o->api_key ? o->api_key : "");
     struct curl_slist *h = NULL;
     const char *hdrs[] = {"Content-Type: application/json", "Accept: text/event-stream",
                           "Expect:", // no 100-continue round trip before long prompts
-                          o.api_key ? auth : NULL};
+                          o->api_key ? auth : NULL};
     for (int i = 0; i < 4 && cl.multi; i++) {
         if (!hdrs[i])
             continue;
@@ -1761,18 +1502,18 @@ int cmd_bench_serve(int argc, char **argv) {
         fprintf(stderr, "cinfer bench serve: could not set up curl\n");
         goto done;
     }
-    cl.model = o.model;
+    cl.model = o->model;
     if (!cl.model && discover_model(base, cl.headers, model_buf, sizeof model_buf))
         cl.model = model_buf;
 
     struct calib cal = {1.0, 0, false};
-    if (!o.quiet)
+    if (!o->quiet)
         fprintf(stderr, "Starting initial single prompt test run against %s ...\n", cl.url);
-    if (initial_test(&o, &cl, &cal, &err) != CI_OK) {
+    if (initial_test(o, &cl, &cal, &err) != CI_OK) {
         fprintf(stderr, "cinfer bench serve: %s\n", err.msg);
         goto done;
     }
-    if (workload_build(&o, &cal, &w, &err) != CI_OK) {
+    if (workload_build(o, &cal, &w, &err) != CI_OK) {
         fprintf(stderr, "cinfer bench serve: %s\n", err.msg);
         goto done;
     }
@@ -1788,42 +1529,43 @@ int cmd_bench_serve(int argc, char **argv) {
         want_out += w.reqs[i].max_tokens;
     }
     printf("Endpoint: %s (model %s)\n", cl.url, cl.model ? cl.model : "not given");
-    printf("Dataset: %s, %d prompts, seed %llu: about %lld input and %lld output tokens\n", o.dataset_name,
-           w.n, (unsigned long long)o.seed, want_in, want_out);
+    printf("Dataset: %s, %d prompts, seed %llu: about %lld input and %lld output tokens\n", o->dataset_name,
+           w.n, (unsigned long long)o->seed, want_in, want_out);
     printf("Prompt tokens per word: %.3f (+%.1f per prompt), %s\n", cal.tpw, cal.overhead,
            cal.measured ? "measured from the server's usage" : "assumed");
     printf("Request fields: ignore_eos %s, stream_options %s\n", cl.ignore_eos ? "sent" : "not sent",
            cl.stream_options ? "sent" : "not sent");
-    if (isfinite(o.rate))
-        printf("Traffic request rate: %g\n", o.rate);
+    if (isfinite(o->rate))
+        printf("Traffic request rate: %g\n", o->rate);
     else
         printf("Traffic request rate: inf\n");
-    if (o.max_concurrency > 0)
-        printf("Maximum request concurrency: %d\n", o.max_concurrency);
+    if (o->max_concurrency > 0)
+        printf("Maximum request concurrency: %d\n", o->max_concurrency);
     else
         printf("Maximum request concurrency: None\n");
     fflush(stdout);
 
-    raise_fd_limit(o.max_concurrency > 0 && o.max_concurrency < w.n ? o.max_concurrency : w.n);
+    raise_fd_limit(o->max_concurrency > 0 && o->max_concurrency < w.n ? o->max_concurrency : w.n);
     struct run_out ro;
-    if (run_requests(&cl, w.reqs, res, w.n, o.max_concurrency, !o.quiet && isatty(2), &ro, &err) != CI_OK) {
+    if (run_requests(&cl, w.reqs, res, w.n, o->max_concurrency, !o->quiet && isatty(2), &ro, &err) != CI_OK) {
         fprintf(stderr, "cinfer bench serve: %s\n", err.msg);
         goto done;
     }
     struct summary s;
-    if (summarize(&w, res, &ro, &o.slo, &s, &err) != CI_OK) {
+    if (summarize(&w, res, &ro, &o->slo, &s, &err) != CI_OK) {
         fprintf(stderr, "cinfer bench serve: %s\n", err.msg);
         goto done;
     }
-    print_summary(&o, &s);
+    print_summary(o, &s);
     fflush(stdout);
     print_errors(res, w.n);
 
-    if (mkdirs(out_dir, &err) != CI_OK || write_json(out_dir, &o, &cl, &cal, &w, res, &s, &err) != CI_OK) {
+    if (bench_mkdirs(out_dir, &err) != CI_OK ||
+        write_json(out_dir, o, &cl, &cal, &w, res, &s, &err) != CI_OK) {
         fprintf(stderr, "cinfer bench serve: %s\n", err.msg);
         goto done;
     }
-    bool plotted = !o.no_plots && write_plots(out_dir, &w, res, &s);
+    bool plotted = !o->no_plots && write_plots(out_dir, &w, res, &s);
     printf("wrote %s (results.json%s)\n", out_dir,
            plotted ? ", ttft_cdf.png, itl_hist.png, e2el_vs_time.png" : "");
     if (s.n_ok == 0)
@@ -1838,6 +1580,5 @@ done:
     curl_slist_free_all(cl.headers);
     if (curl_up)
         curl_global_cleanup();
-    ci_free(rest);
     return rc;
 }

@@ -11,15 +11,17 @@
  *   linear FLOPs         = 2 · tokens · P_linear  (a multiply-add is 2 FLOPs)
  *   attention FLOPs      = 4 · L · N² · d for a prefill of N tokens (QKᵀ and AV), 4 · L · N · d for one
  *                          decode step at context N; causal masking would halve the prefill term, and like
- * the seeds we ignore that prefill bytes        = weights (read once) + the KV of B · N tokens written decode
- * bytes         = weights (read once for the whole batch) + B · N tokens of KV read + B written time bound =
- * max(FLOPs / peak, bytes / bandwidth); ridge point = peak / bandwidth P_linear, the parameters applied to
- * every token, is counted from the shapes (Q, K, V, O with their GQA shapes and the three SwiGLU matrices per
- * layer; the embedding is a lookup, not a matmul) and the output head is applied only to the one row per
- * sequence that needs logits.  When the parameter count is given instead (a preset that states P, or
- * --params), the seeds' accounting is used: 2 · N · P with P the whole model. */
-#ifndef CINFER_ENGINE_CALC_H
-#define CINFER_ENGINE_CALC_H
+ *                          the seeds we ignore that
+ *   prefill bytes        = weights (read once) + the KV of B · N tokens written
+ *   decode bytes         = weights (read once for the whole batch) + B · N tokens of KV read + B written
+ *   time bound           = max(FLOPs / peak, bytes / bandwidth); ridge point = peak / bandwidth
+ * P_linear, the parameters applied to every token, is counted from the shapes (Q, K, V, O with their GQA
+ * shapes and the three SwiGLU matrices per layer; the embedding is a lookup, not a matmul) and the output
+ * head is applied only to the one row per sequence that needs logits.  When the parameter count is given
+ * instead (a preset that states P, or --params), the seeds' accounting is used: 2 · N · P with P the whole
+ * model. */
+#ifndef CINFER_BENCH_CALC_H
+#define CINFER_BENCH_CALC_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -103,6 +105,8 @@ void calc_opts_default(struct calc_opts *o);
 /* Built-in models: the seeds' llama3-405b (P = 405e9 as given) and llama2-7b, a few public Llama 3 shapes,
  * then every `cinfer synth` preset (their shapes come from model/synth.h).  False for an unknown name. */
 bool calc_preset(const char *name, struct calc_model *out);
+/* The shape of a model file (GGUF or llama2.c), with its weights' stored size; out->name is path. */
+enum ci_status calc_model_from_file(const char *path, struct calc_model *out, struct ci_err *err);
 int calc_n_presets(void);
 const char *calc_preset_name(int i); // 0 <= i < calc_n_presets()
 
