@@ -4,6 +4,7 @@
 #   make asan       ASan+UBSan build (build/asan), then every test under it (LeakSanitizer on)
 #   make tsan       ThreadSanitizer build (build/tsan), then the engine, queue, scheduler, thread pool and
 #                   server tests under it (tests/tsan.supp: reports from uninstrumented libraries only)
+#   make fuzz       libFuzzer harnesses (clang) in build/fuzz/; make fuzz-smoke runs each briefly
 #   make demo       the README's quick start: deps, build, synth a model, run it
 #   make format / format-check
 
@@ -18,8 +19,13 @@ CFLAGS_asan    := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all 
                   -DCI_DEBUG_CHECKS=1
 CFLAGS_tsan    := -O1 -g -fsanitize=thread -fno-omit-frame-pointer -DCI_DEBUG_CHECKS=1
 CFLAGS_debug   := -O0 -g -DCI_DEBUG_CHECKS=1
+# The libFuzzer variant (make fuzz, CC=clang): coverage instrumentation on every object, the fuzzer's main
+# only at link time.  clang's -Wstring-concatenation flags vocab.c's deliberately split literals.
+CFLAGS_fuzz    := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+                  -fno-omit-frame-pointer -DCI_DEBUG_CHECKS=1 -Wno-string-concatenation
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS_$(VARIANT)) -Iinclude -Isrc -MMD -MP
 LDFLAGS_asan := -fsanitize=address,undefined
+LDFLAGS_fuzz := -fsanitize=fuzzer,address,undefined
 LDFLAGS_tsan := -fsanitize=thread
 LDFLAGS := $(LDFLAGS_$(VARIANT))
 LDLIBS  := -lpcre2-8 -lmicrohttpd -lcjson -lcurl -lpthread -lm
@@ -49,9 +55,29 @@ LIB      := $(B)/libcinfer.a
 SRV_LIB  := $(B)/libcinfer_server.a
 BENCH_LIB := $(B)/libcinfer_bench.a
 BIN      := $(B)/cinfer
+# Fuzzing (tests/fuzz/README.md): each tests/fuzz/fuzz_<target>.c is one harness.  Every gcc variant links
+# it with tests/fuzz/replay.c into $(B)/tests/test_fuzz_<target>, which tests/run.sh runs like the unit
+# tests (it replays the target's seed corpus and past crashers); the fuzz variant links it with libFuzzer
+# into build/fuzz/fuzz_<target>.
+FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_NAMES   := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
+FUZZ_OBJ     := $(FUZZ_SRC:%.c=$(B)/%.o) $(FUZZ_NAMES:%=$(B)/tests/fuzz/replay_%.o)
+REPLAY_BIN   := $(FUZZ_NAMES:%=$(B)/tests/test_fuzz_%)
+FUZZ_BIN     := $(FUZZ_NAMES:%=$(B)/fuzz_%)
+FUZZ_SECONDS ?= 15
 
-.PHONY: all test test-fast test-full asan tsan demo deps format format-check clean bench
-all: $(BIN) $(TEST_BIN)
+.PHONY: all test test-fast test-full asan tsan demo deps format format-check clean bench fuzz fuzz-smoke
+ifeq ($(VARIANT),fuzz)
+all: $(FUZZ_BIN)
+else
+all: $(BIN) $(TEST_BIN) $(REPLAY_BIN)
+endif
+.SECONDARY: $(FUZZ_OBJ)
+ifeq ($(VARIANT),fuzz)
+# The SIMD kernels read no outside input, and instrumented they take minutes to compile (dot_avx512.c alone
+# over four): they are built without sanitizers or coverage.
+$(filter %_avx2.o %_avx512.o,$(LIB_OBJ)): CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS))
+endif
 
 $(B)/%_avx2.o: %_avx2.c
 	@mkdir -p $(@D)
@@ -87,6 +113,17 @@ $(B)/tests/%: tests/unit/%.c $(BENCH_LIB) $(SRV_LIB) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -Itests -MF $@.d -o $@ $< $(BENCH_LIB) $(SRV_LIB) $(LIB) $(LDLIBS)
 
+# replay.c is compiled once per target, with the target's name (for its corpus directories and messages).
+$(B)/tests/fuzz/replay_%.o: tests/fuzz/replay.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DFUZZ_TARGET='"$*"' -c $< -o $@
+
+$(B)/tests/test_fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(B)/tests/fuzz/replay_%.o $(SRV_LIB) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/fuzz_%: $(B)/tests/fuzz/fuzz_%.o $(SRV_LIB) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 deps:
 	@scripts/deps.sh
 
@@ -112,6 +149,13 @@ demo: deps
 	$(MAKE) $(BIN)
 	scripts/demo.sh $(B)
 
+fuzz: deps
+	$(MAKE) VARIANT=fuzz CC=clang all
+
+# Each harness for FUZZ_SECONDS (CI); tests/fuzz/run.sh also does the long runs (see tests/fuzz/README.md).
+fuzz-smoke: fuzz
+	tests/fuzz/run.sh -t $(FUZZ_SECONDS)
+
 bench: deps
 	$(MAKE) $(BIN)
 	bench/kernels.sh --quick
@@ -125,4 +169,4 @@ format-check:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(SRV_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(SRV_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_BIN:=.d) $(FUZZ_OBJ:.o=.d)

@@ -5,12 +5,14 @@
 #   python3-numpy    the tests' independent reference forward pass
 #   nodejs, npm      the llama.cpp cross-check (node-llama-cpp, pinned, installed by scripts/llamacpp-setup.sh)
 #   clang-format     make format-check
+#   clang, libclang-rt-14-dev   make fuzz: libFuzzer and the ASan/UBSan runtimes ship with Debian's clang 14
+#                    (the runtime libraries are in libclang-rt-14-dev; gcc has no libFuzzer)
 #   libmicrohttpd-dev, libcjson-dev   the HTTP server and its JSON     libcurl4-openssl-dev   cinfer bench serve
 #   gnuplot-nox      benchmark plots    chromium   the web UI's browser test
 set -eu
 missing=""
 for p in build-essential libpcre2-dev libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev python3 python3-numpy \
-    clang-format gnuplot-nox chromium; do
+    clang-format clang libclang-rt-14-dev gnuplot-nox chromium; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 # node and npm may come from elsewhere (e.g. a newer nodejs that bundles npm): only the commands matter.

@@ -87,14 +87,16 @@ void openai_error_from_status(struct openai_error *e, enum cinfer_status s, cons
 
 char *openai_error_json(const struct openai_error *e, size_t *len) {
     char *out = NULL;
+    // Both may hold bytes of the request (a role, a key's path) and may have been cut inside a character to
+    // fit: clean them so the body stays UTF-8.
     char *msg = sse_utf8_clean(e->message, strlen(e->message), NULL);
+    char *param = sse_utf8_clean(e->param, strlen(e->param), NULL);
     cJSON *root = cJSON_CreateObject();
     cJSON *er = cJSON_AddObjectToObject(root, "error");
-    if (!msg || !er || !cJSON_AddStringToObject(er, "message", msg) ||
+    if (!msg || !param || !er || !cJSON_AddStringToObject(er, "message", msg) ||
         !cJSON_AddStringToObject(er, "type", e->type ? e->type : type_for(e->status)))
         goto done;
-    if (!(e->param[0] ? cJSON_AddStringToObject(er, "param", e->param)
-                      : cJSON_AddNullToObject(er, "param")) ||
+    if (!(param[0] ? cJSON_AddStringToObject(er, "param", param) : cJSON_AddNullToObject(er, "param")) ||
         !(e->code ? cJSON_AddStringToObject(er, "code", e->code) : cJSON_AddNullToObject(er, "code")))
         goto done;
     out = cJSON_PrintUnformatted(root);
@@ -102,6 +104,7 @@ char *openai_error_json(const struct openai_error *e, size_t *len) {
         *len = strlen(out);
 done:
     ci_free(msg);
+    ci_free(param);
     cJSON_Delete(root);
     return out;
 }

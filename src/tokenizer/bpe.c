@@ -120,6 +120,10 @@ const struct bpe_pre *bpe_pre_find(const char *name) {
     return NULL;
 }
 
+const struct bpe_pre *bpe_pre_at(size_t i) {
+    return i < sizeof(pre_table) / sizeof(pre_table[0]) ? &pre_table[i] : NULL;
+}
+
 struct bpe {
     const struct bpe_pre *pre;
     pcre2_general_context *gctx; // routes PCRE2's allocations through ci_malloc

@@ -32,6 +32,8 @@ struct bpe_pre {
 
 /* The pre-tokenizer named name (llama.cpp's tokenizer.ggml.pre values), or NULL if unknown. */
 const struct bpe_pre *bpe_pre_find(const char *name);
+/* Entry i of the pre-tokenizer table, NULL past its end (for tests and fuzzers that cover every one). */
+const struct bpe_pre *bpe_pre_at(size_t i);
 
 enum ci_status bpe_create(const struct bpe_pre *pre, struct bpe **out, struct ci_err *err);
 void bpe_free(struct bpe *b);
