@@ -16,7 +16,6 @@
 #include "server/http.h"
 #include "server/routes.h"
 
-// The same mapping as cmd_run's: the shared engine flags onto the public engine options.
 /* The first line of path, without trailing whitespace; NULL (message printed) when unreadable or empty. */
 static char *read_key_file(const char *path) {
     FILE *f = fopen(path, "r");
@@ -80,49 +79,76 @@ static void *load_model(void *arg) {
     return NULL;
 }
 
-int cmd_serve(int argc, char **argv) {
+/* Everything the flags decide: their values as given, then what serve_parse makes of them. */
+struct serve_config {
     struct engine_args ea;
-    engine_args_init(&ea);
-    const char *model_path = NULL, *tok_path = NULL, *host = "127.0.0.1", *api_key = NULL, *key_file = NULL;
-    const char *served = NULL, *tmpl_name = NULL, *max_body = "1M", *allow_origin = NULL;
-    int port = 8080, max_conn = 1024, max_conn_ip = -1, max_requests = 128, timeout_s = 300;
-    int request_timeout_s = 30, http_threads = 4;
-    struct arg_spec specs[16 + ENGINE_ARGS_N_SPECS] = {
-        {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
-        {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
-        {"--host", NULL, ARG_STR, &host, 0, 0,
+    const char *model_path, *tok_path, *served, *tmpl_name, *host, *api_key, *key_file, *max_body;
+    const char *allow_origin;
+    int port, max_conn, max_conn_ip, timeout_s, request_timeout_s, http_threads, max_requests;
+    // decided by serve_parse
+    const char *tmpl; // the canonical template name, when --chat-template was given
+    char *key;        // the API key or NULL (owned)
+    struct http_options http;
+};
+
+#define SERVE_N_SPECS 16
+
+/* The flags of serve (before the shared engine flags), with their defaults set in c. */
+static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
+    c->host = "127.0.0.1";
+    c->max_body = "1M";
+    c->port = 8080;
+    c->max_conn = 1024;
+    c->max_conn_ip = -1;
+    c->timeout_s = 300;
+    c->request_timeout_s = 30;
+    c->http_threads = 4;
+    c->max_requests = 128;
+    const struct arg_spec s[SERVE_N_SPECS] = {
+        {"--model", "-m", ARG_STR, &c->model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
+        {"--tokenizer", NULL, ARG_STR, &c->tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
+        {"--host", NULL, ARG_STR, &c->host, 0, 0,
          "ADDR  address to listen on (default 127.0.0.1: this host only)"},
-        {"--port", NULL, ARG_INT, &port, 0, 65535, "N  port (default 8080; 0: any free port)"},
-        {"--api-key", NULL, ARG_STR, &api_key, 0, 0,
+        {"--port", NULL, ARG_INT, &c->port, 0, 65535, "N  port (default 8080; 0: any free port)"},
+        {"--api-key", NULL, ARG_STR, &c->api_key, 0, 0,
          "KEY  require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize (default: "
          "$CINFER_API_KEY)"},
-        {"--api-key-file", NULL, ARG_STR, &key_file, 0, 0, "FILE  the key from the first line of FILE"},
-        {"--served-model-name", NULL, ARG_STR, &served, 0, 0,
+        {"--api-key-file", NULL, ARG_STR, &c->key_file, 0, 0, "FILE  the key from the first line of FILE"},
+        {"--served-model-name", NULL, ARG_STR, &c->served, 0, 0,
          "NAME  model name of the API (default: the model's)"},
-        {"--chat-template", NULL, ARG_STR, &tmpl_name, 0, 0,
+        {"--chat-template", NULL, ARG_STR, &c->tmpl_name, 0, 0,
          "NAME  chat template (default: detected from the model, else chatml)"},
-        {"--max-connections", NULL, ARG_INT, &max_conn, 1, 100000,
+        {"--max-connections", NULL, ARG_INT, &c->max_conn, 1, 100000,
          "N  concurrent connections (default 1024)"},
-        {"--max-connections-per-ip", NULL, ARG_INT, &max_conn_ip, 0, 100000,
+        {"--max-connections-per-ip", NULL, ARG_INT, &c->max_conn_ip, 0, 100000,
          "N  concurrent connections from one client address (default: a quarter of --max-connections; 0: "
          "no limit)"},
-        {"--http-threads", NULL, ARG_INT, &http_threads, 1, 256,
+        {"--http-threads", NULL, ARG_INT, &c->http_threads, 1, 256,
          "N  threads serving the connections, event-driven (default 4)"},
-        {"--request-timeout", NULL, ARG_INT, &request_timeout_s, 1, 86400,
+        {"--request-timeout", NULL, ARG_INT, &c->request_timeout_s, 1, 86400,
          "S  a whole request must arrive within S seconds of connecting or of the previous answer (default "
          "30)"},
-        {"--max-requests", NULL, ARG_INT, &max_requests, 1, 100000,
+        {"--max-requests", NULL, ARG_INT, &c->max_requests, 1, 100000,
          "N  generation requests in flight; more get 429 (default 128)"},
-        {"--timeout", NULL, ARG_INT, &timeout_s, 1, 86400,
+        {"--timeout", NULL, ARG_INT, &c->timeout_s, 1, 86400,
          "S  close a connection that moves no data for S seconds while it is answered (default 300)"},
-        {"--max-body", NULL, ARG_STR, &max_body, 0, 0,
+        {"--max-body", NULL, ARG_STR, &c->max_body, 0, 0,
          "BYTES  request body limit; larger get 413 (default 1M)"},
-        {"--allow-origin", NULL, ARG_STR, &allow_origin, 0, 0,
+        {"--allow-origin", NULL, ARG_STR, &c->allow_origin, 0, 0,
          "ORIGIN  send CORS headers allowing ORIGIN (default: none)"},
     };
-    int n_specs = 16;
-    engine_args_specs(&ea, specs + n_specs);
-    n_specs += ENGINE_ARGS_N_SPECS;
+    memcpy(specs, s, sizeof s);
+}
+
+/* Parses and checks the flags into c.  Returns -1 to go on, else the exit status (0 after --help, 2 on a
+ * usage error, 1 out of memory). */
+static int serve_parse(int argc, char **argv, struct serve_config *c) {
+    memset(c, 0, sizeof *c);
+    engine_args_init(&c->ea);
+    struct arg_spec specs[SERVE_N_SPECS + ENGINE_ARGS_N_SPECS];
+    serve_specs(c, specs);
+    engine_args_specs(&c->ea, specs + SERVE_N_SPECS);
+    int n_specs = SERVE_N_SPECS + ENGINE_ARGS_N_SPECS;
     if (args_want_help(argc, argv, 2)) {
         args_usage("serve", "-m MODEL [--host ADDR] [--port N] [--api-key KEY] [engine options]", specs,
                    n_specs);
@@ -131,37 +157,111 @@ int cmd_serve(int argc, char **argv) {
     const char *pos[1];
     int n_pos;
     if (!args_parse("serve", argc, argv, 2, specs, n_specs, pos, 0, &n_pos) ||
-        !engine_args_finish("serve", &ea))
+        !engine_args_finish("serve", &c->ea))
         return 2;
-    if (!model_path) {
+    if (!c->model_path) {
         fprintf(stderr, "cinfer serve: -m MODEL is required\n");
         return 2;
     }
     int64_t body_limit = 0;
-    if (!engine_args_parse_bytes(max_body, &body_limit) || body_limit > (int64_t)1 << 30) {
-        fprintf(stderr, "cinfer serve: --max-body: '%s' is not a size from 1 byte to 1G\n", max_body);
+    if (!engine_args_parse_bytes(c->max_body, &body_limit) || body_limit > (int64_t)1 << 30) {
+        fprintf(stderr, "cinfer serve: --max-body: '%s' is not a size from 1 byte to 1G\n", c->max_body);
         return 2;
     }
-    if (api_key && key_file) {
+    if (c->api_key && c->key_file) {
         fprintf(stderr, "cinfer serve: give --api-key or --api-key-file, not both\n");
         return 2;
     }
-    const char *tmpl = NULL;
-    if (tmpl_name && !(tmpl = cinfer_chat_template_lookup(tmpl_name))) {
-        fprintf(stderr, "cinfer serve: --chat-template: '%s' is not a known template\n", tmpl_name);
+    if (c->tmpl_name && !(c->tmpl = cinfer_chat_template_lookup(c->tmpl_name))) {
+        fprintf(stderr, "cinfer serve: --chat-template: '%s' is not a known template\n", c->tmpl_name);
         list_templates();
         return 2;
     }
-    char *key = NULL;
-    if (key_file && !(key = read_key_file(key_file)))
+    if (c->key_file && !(c->key = read_key_file(c->key_file)))
         return 2;
-    if (!key && !api_key && getenv("CINFER_API_KEY") && *getenv("CINFER_API_KEY"))
-        api_key = getenv("CINFER_API_KEY");
-    if (!key && api_key && !(key = ci_strdup(api_key)))
+    const char *env_key = getenv("CINFER_API_KEY");
+    const char *key = c->api_key ? c->api_key : env_key && *env_key ? env_key : NULL;
+    if (!c->key && key && !(c->key = ci_strdup(key)))
         return 1;
+    int per_ip = c->max_conn_ip >= 0 ? c->max_conn_ip : c->max_conn >= 4 ? c->max_conn / 4 : 1;
+    c->http =
+        (struct http_options){.host = c->host,
+                              .port = c->port,
+                              .api_key = c->key,
+                              .max_connections = c->max_conn,
+                              .max_connections_per_ip = per_ip, // by default one address never takes all
+                              .timeout_s = c->timeout_s,
+                              .request_timeout_s = c->request_timeout_s,
+                              .n_threads = c->http_threads,
+                              .max_body_bytes = (size_t)body_limit,
+                              .allow_origin = c->allow_origin};
+    return -1;
+}
 
+/* Loads the model and starts the engine on a thread of its own while this one waits for signals, so
+ * SIGINT/SIGTERM stop the server at once even when a load takes long.  Returns the signal that came first:
+ * SIGUSR1 when the load finished (ld->ok says how), else SIGINT or SIGTERM (the loader is then left
+ * running, detached, to the process exit). */
+static int load_or_stop(struct loader *ld, const sigset_t *wait_signals) {
+    ld->main = pthread_self();
+    pthread_t loader_thread;
+    if (pthread_create(&loader_thread, NULL, load_model, ld) != 0) {
+        snprintf(ld->err.message, sizeof ld->err.message, "cannot start the loader thread");
+        return SIGUSR1;
+    }
+    int sig = 0;
+    while (sigwait(wait_signals, &sig) != 0 || (sig != SIGUSR1 && sig != SIGINT && sig != SIGTERM))
+        ;
+    if (sig == SIGUSR1)
+        pthread_join(loader_thread, NULL);
+    else
+        pthread_detach(loader_thread);
+    return sig;
+}
+
+/* The routes and the HTTP daemon, listening before the model loads (/health answers 503 meanwhile). */
+static bool start_http(const struct serve_config *c, struct routes **routes, struct http_server **http) {
+    struct ci_err ce = {0};
+    int n_routes = 0;
+    const struct http_route *table = routes_table(&n_routes);
+    if (routes_create(routes, &ce) != CI_OK ||
+        http_server_start(&c->http, table, n_routes, *routes, http, &ce) != CI_OK) {
+        fprintf(stderr, "cinfer serve: %s\n", ce.msg);
+        return false;
+    }
+    bool v6 = strchr(c->http.host, ':') != NULL;
+    fprintf(stderr, "cinfer serve: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", c->http.host,
+            v6 ? "]" : "", http_server_port(*http), c->model_path);
+    if (c->key)
+        fprintf(stderr, "cinfer serve: API key required on /v1/*, /tokenize and /detokenize\n");
+    fflush(stderr);
+    return true;
+}
+
+static void print_ready(const struct serve_config *c, const struct cinfer_model *m, struct cinfer_engine *e,
+                        const char *tmpl) {
+    struct cinfer_engine_info info;
+    cinfer_engine_info(e, &info);
+    fprintf(stderr,
+            "cinfer serve: model '%s' ready (chat template %s, context %d, policy %s, %d threads)\n"
+            "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%s, %lld bytes per token): %d "
+            "sequence(s) of "
+            "the whole %d-token context fit\n",
+            c->served ? c->served : cinfer_model_name(m), tmpl, info.n_ctx, c->ea.o.policy, c->ea.o.n_threads,
+            (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
+            (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
+    fflush(stderr);
+}
+
+int cmd_serve(int argc, char **argv) {
+    struct serve_config c;
+    int status = serve_parse(argc, argv, &c);
+    if (status >= 0) {
+        ci_free(c.key);
+        return status;
+    }
     // Every thread started from here on (HTTP, engine, kernel pool) inherits this mask, so the signals
-    // reach only the sigwait below.
+    // reach only the sigwaits below.
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
@@ -177,92 +277,42 @@ int cmd_serve(int argc, char **argv) {
     struct http_server *http = NULL;
     struct cinfer_model *m = NULL;
     struct cinfer_engine *e = NULL;
-    int n_routes = 0;
-    const struct http_route *table = routes_table(&n_routes);
-    if (max_conn_ip < 0)
-        max_conn_ip = max_conn >= 4 ? max_conn / 4 : 1; // one address never takes every slot
-    struct http_options ho = {host,
-                              port,
-                              key,
-                              max_conn,
-                              max_conn_ip,
-                              timeout_s,
-                              request_timeout_s,
-                              http_threads,
-                              (size_t)body_limit,
-                              allow_origin};
-    if (routes_create(&routes, &ce) != CI_OK ||
-        http_server_start(&ho, table, n_routes, routes, &http, &ce) != CI_OK) {
-        fprintf(stderr, "cinfer serve: %s\n", ce.msg);
+    if (!start_http(&c, &routes, &http))
         goto done;
-    }
-    bool v6 = strchr(host, ':') != NULL;
-    fprintf(stderr, "cinfer serve: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", host,
-            v6 ? "]" : "", http_server_port(http), model_path);
-    if (key)
-        fprintf(stderr, "cinfer serve: API key required on /v1/*, /tokenize and /detokenize\n");
-    fflush(stderr);
 
-    // The model loads on a thread of its own while this one waits for signals, so SIGINT/SIGTERM stop the
-    // server at once even when a load takes long.
     struct loader *ld = ci_calloc(1, sizeof *ld);
     if (!ld) {
         fprintf(stderr, "cinfer serve: out of memory\n");
         goto done;
     }
-    ld->model_path = model_path;
-    ld->tok_path = tok_path;
-    ld->main = pthread_self();
-    ld->eo = ea.o;
-    pthread_t loader_thread;
-    if (pthread_create(&loader_thread, NULL, load_model, ld) != 0) {
-        fprintf(stderr, "cinfer serve: cannot start the loader thread\n");
-        ci_free(ld);
-        goto done;
-    }
-    int sig = 0;
-    while (sigwait(&wait_signals, &sig) != 0 || (sig != SIGUSR1 && sig != SIGINT && sig != SIGTERM))
-        ;
-    if (sig != SIGUSR1) {
-        // The loader still runs and owns ld: leave both to the process exit (detached: nobody joins it).
-        pthread_detach(loader_thread);
+    ld->model_path = c.model_path;
+    ld->tok_path = c.tok_path;
+    ld->eo = c.ea.o;
+    int sig = load_or_stop(ld, &wait_signals);
+    if (sig != SIGUSR1) { // the loader still runs and owns ld: both are left to the process exit
         fprintf(stderr, "cinfer serve: %s while loading the model: stopped\n",
                 sig == SIGINT ? "SIGINT" : "SIGTERM");
         http_server_free(http);
         routes_free(routes);
-        ci_free(key);
+        ci_free(c.key);
         fflush(stderr);
         exit(0);
     }
-    pthread_join(loader_thread, NULL);
     m = ld->m;
     e = ld->e;
-    struct cinfer_engine_options eo = ld->eo;
     bool loaded = ld->ok;
     if (!loaded)
         fprintf(stderr, "cinfer serve: %s\n", ld->err.message);
     ci_free(ld);
     if (!loaded)
         goto done;
-    if (!tmpl_name)
-        tmpl = detect_template(m);
-    struct routes_config rc_cfg = {served, tmpl, max_requests, ea.o.max_seqs};
+    const char *tmpl = c.tmpl ? c.tmpl : detect_template(m);
+    struct routes_config rc_cfg = {c.served, tmpl, c.max_requests, c.ea.o.max_seqs};
     if (routes_ready(routes, m, e, &rc_cfg, &ce) != CI_OK) {
         fprintf(stderr, "cinfer serve: %s\n", ce.msg);
         goto done;
     }
-    struct cinfer_engine_info info;
-    cinfer_engine_info(e, &info);
-    fprintf(stderr,
-            "cinfer serve: model '%s' ready (chat template %s, context %d, policy %s, %d threads)\n"
-            "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%s, %lld bytes per token): %d "
-            "sequence(s) of "
-            "the whole %d-token context fit\n",
-            served ? served : cinfer_model_name(m), tmpl, info.n_ctx, ea.o.policy, eo.n_threads,
-            (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
-            (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
-    fflush(stderr);
-
+    print_ready(&c, m, e, tmpl);
     while (sigwait(&stop_signals, &sig) != 0)
         ;
     fprintf(stderr, "cinfer serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -274,7 +324,7 @@ done:
     cinfer_engine_free(e);
     cinfer_model_free(m);
     routes_free(routes);
-    ci_free(key);
+    ci_free(c.key);
     if (rc == 0)
         fprintf(stderr, "cinfer serve: stopped\n");
     return rc;

@@ -26,7 +26,12 @@
 
 #define AI static inline __attribute__((always_inline))
 // Tile loops have constant trip counts after inlining; unrolled, their accumulators stay in registers.
+// Unoptimised builds (make VARIANT=debug) unroll nothing, and GCC rejects the annotation there.
+#ifdef __OPTIMIZE__
 #define UNROLL _Pragma("GCC unroll 16")
+#else
+#define UNROLL
+#endif
 /* A value used by several FMAs is loaded once into a register: left alone, the compiler folds the load into
  * every FMA as a memory operand, and the tile becomes bound by load ports instead of FMA ports. */
 #define KEEP_IN_REG(v) __asm__("" : "+x"(v))

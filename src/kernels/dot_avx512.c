@@ -26,9 +26,14 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define T512   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define AI     static inline __attribute__((always_inline)) T512
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define AI   static inline __attribute__((always_inline)) T512
+// Unoptimised builds (make VARIANT=debug) unroll nothing, and GCC rejects the annotation there.
+#ifdef __OPTIMIZE__
 #define UNROLL _Pragma("GCC unroll 16")
+#else
+#define UNROLL
+#endif
 /* A value used by several FMAs is loaded once into a register: left alone, the compiler folds the load into
  * every FMA as a memory operand, and the tile becomes bound by load ports instead of FMA ports. */
 #define KEEP_IN_REG(v) __asm__("" : "+v"(v))
