@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "core/check.h"
 
 int cmd_run(int argc, char **argv) {
     struct cinfer_request_options ro;
@@ -17,7 +18,7 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *prompt = "";
     bool print_ids = false;
     struct cinfer_sampling *sp = &ro.sampling;
-    struct arg_spec specs[18 + ENGINE_ARGS_N_SPECS] = {
+    const struct arg_spec own[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
         {"--prompt", "-p", ARG_STR, &prompt, 0, 0, "TEXT  prompt (default: empty, i.e. BOS only)"},
@@ -33,9 +34,10 @@ int cmd_run(int argc, char **argv) {
         {"--ignore-eos", NULL, ARG_FLAG, &ro.ignore_eos, 0, 0, "    do not stop at end-of-generation tokens"},
         {"--ids", NULL, ARG_FLAG, &print_ids, 0, 0, "    print generated token ids instead of text"},
     };
-    int n_specs = 14;
-    engine_args_specs(&ea, specs + n_specs);
-    n_specs += ENGINE_ARGS_N_SPECS;
+    struct arg_spec specs[CI_ARRAY_LEN(own) + ENGINE_ARGS_N_SPECS];
+    memcpy(specs, own, sizeof own);
+    engine_args_specs(&ea, specs + CI_ARRAY_LEN(own));
+    int n_specs = (int)CI_ARRAY_LEN(specs);
     if (args_want_help(argc, argv, 2)) {
         args_usage("run", "-m MODEL [-p PROMPT] [-n N] [sampling options] [engine options]", specs, n_specs);
         return 0;

@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "core/check.h"
 #include "core/mem.h"
 #include "server/http.h"
 #include "server/routes.h"
@@ -104,7 +105,7 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
     c->request_timeout_s = 30;
     c->http_threads = 4;
     c->max_requests = 128;
-    const struct arg_spec s[SERVE_N_SPECS] = {
+    const struct arg_spec s[] = {
         {"--model", "-m", ARG_STR, &c->model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--tokenizer", NULL, ARG_STR, &c->tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
         {"--host", NULL, ARG_STR, &c->host, 0, 0,
@@ -137,6 +138,7 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
         {"--allow-origin", NULL, ARG_STR, &c->allow_origin, 0, 0,
          "ORIGIN  send CORS headers allowing ORIGIN (default: none)"},
     };
+    _Static_assert(CI_ARRAY_LEN(s) == SERVE_N_SPECS, "SERVE_N_SPECS counts the flags above");
     memcpy(specs, s, sizeof s);
 }
 

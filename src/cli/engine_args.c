@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
 
 void engine_args_init(struct engine_args *a) {
     cinfer_engine_options_default(&a->o);
@@ -15,7 +18,7 @@ void engine_args_init(struct engine_args *a) {
 
 void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
     struct cinfer_engine_options *p = &a->o;
-    struct arg_spec specs[ENGINE_ARGS_N_SPECS] = {
+    const struct arg_spec specs[] = {
         {"--threads", "-t", ARG_INT, &p->n_threads, 1, 512, "N  kernel threads (default 2)"},
         {"--policy", NULL, ARG_STR, &p->policy, 0, 0, "P  naive|static|continuous (default continuous)"},
         {"--no-chunked-prefill", NULL, ARG_FLAG, &a->no_chunked_prefill, 0, 0,
@@ -35,8 +38,8 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
         {"--no-prefix-cache", NULL, ARG_FLAG, &a->no_prefix_cache, 0, 0, "    do not share prompt blocks"},
         {"--ctx", "-c", ARG_INT, &p->n_ctx, 0, 1 << 24, "N  context limit (default: the model's)"},
     };
-    for (int i = 0; i < ENGINE_ARGS_N_SPECS; i++)
-        out[i] = specs[i];
+    _Static_assert(CI_ARRAY_LEN(specs) == ENGINE_ARGS_N_SPECS, "ENGINE_ARGS_N_SPECS counts the flags above");
+    memcpy(out, specs, sizeof specs);
 }
 
 bool engine_args_parse_bytes(const char *s, int64_t *out) {
