@@ -441,7 +441,7 @@ int bench_kernels_run(const struct bench_kernels_opts *o) {
         bench_hw_opts_default(&ho);
         ho.buf_bytes = (size_t)o->hw_mib << 20;
         ho.passes = 3;
-        ho.fma_s = 0.1;
+        ho.peak_s = 0.2;
         if (!o->json)
             fprintf(stderr, "cinfer bench kernels: measuring the machine (bandwidth, FMA peak) ...\n");
         if (bench_hw_measure(tp, &ho, &hw, &err) != CI_OK)

@@ -121,3 +121,22 @@ out=$("$BIN" calc --preset tiny --kv-type q8_0 2>&1)
 # tiny: 4 layers, 2 KV heads, head_dim 32: 2·4·2·32 = 512 elements, 34/32 bytes each = 544 bytes per token
 grep -q "544 B" <<<"$out" && grep -q "q8_0" <<<"$out" && pass calc_kv_type ||
     fail calc_kv_type "$(tr '\n' '|' <<<"$out")"
+
+# The roofline of bench hw (no timing is checked, only what the figures are made of): every peak positive and finite, the int8 peak the best of its loops, the ridges their ratios.
+PY=${CINFER_PY:-python3}
+"$BIN" bench hw -t 2 --mib 16 --passes 1 --peak-ms 20 --json >"$T/hw.json" 2>"$T/err"
+if "$PY" - "$T/hw.json" <<'PYEOF'; then
+import json, math, sys
+h = json.loads(open(sys.argv[1]).read())
+ok = lambda x: math.isfinite(x) and x > 0
+assert h["type"] == "hw" and all(ok(h[k]) for k in ("bw_gbs", "peak_gflops", "dot_gops", "int8_peak_gops")), h
+assert h["int8_peak_gops"] == max(h["dot_gops"], h["dot512_gops"], h["vnni_gops"], h["vnni512_gops"]), h
+assert abs(h["int8_ridge"] - h["int8_peak_gops"] / h["bw_gbs"]) <= 1e-3 * h["int8_ridge"] + 1e-3, h
+PYEOF
+    pass bench_hw_json_peaks
+else
+    fail bench_hw_json_peaks "$(cat "$T/hw.json" "$T/err")"
+fi
+out=$("$BIN" bench hw -t 1 --mib 16 --passes 1 --peak-ms 10 2>&1)
+grep -q "int8 dot peak" <<<"$out" && grep -q "int8 peak" <<<"$out" && pass bench_hw_table_int8 ||
+    fail bench_hw_table_int8 "$(tr '\n' '|' <<<"$out")"
