@@ -26,6 +26,7 @@
 #include "core/mem.h"
 #include "core/threadpool.h"
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 
 #define GIB     (1024.0 * 1024.0 * 1024.0)
 #define CHUNK_F (1u << 20) // floats per bandwidth task: 4 MiB, so the pool balances the threads
@@ -420,6 +421,15 @@ enum ci_status bench_hw_measure(struct ci_threadpool *tp, const struct bench_hw_
         fmax(fmax(out->dot_gops, out->dot512_gops), fmax(out->vnni_gops, out->vnni512_gops));
     out->int8_ridge = out->bw_gbs > 0 ? out->int8_peak_gops / out->bw_gbs : 0;
     return CI_OK;
+}
+
+enum bench_roof bench_roof_of_type(uint32_t type) {
+    // matmul.c quantizes the activations of exactly these types to int8 blocks (is_quantized()).
+    return type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ? BENCH_ROOF_INT8 : BENCH_ROOF_F32;
+}
+
+const char *bench_roof_name(enum bench_roof roof) {
+    return roof == BENCH_ROOF_INT8 ? "int8" : "f32";
 }
 
 static void peak_line(const char *what, const char *unit, double one, double all, int n, const char *how) {

@@ -2,7 +2,8 @@
  * peak f32 FMA throughput, peak int8 dot-product throughput, their ratios to the bandwidth the ridge points)
  * and `bench kernels` measures the forward pass against it with llama-bench's definitions (pp512, tg128) and
  * llama-batched-bench's batched decode (S_TG), reporting each result as a fraction of the roofline of the
- * same machine measured in the same run.
+ * same machine measured in the same run: float-weight matmuls and attention against the f32 FMA peak,
+ * int8-dot matmuls (Q8_0, Q4_0) against the int8 peak, both against the bandwidth.
  *
  * Units: a multiply-add counts as 2 ops, the multiply and the add.  One f32 FMA is 2 FLOPs, one int8
  * multiply-add (a u8 x s8 product added into an int32 sum) is 2 int8 ops, so a weight applied to a token
@@ -31,7 +32,7 @@ struct bench_kernels_opts {
     int n_threads, n_prompt, n_gen, reps, batch_reps, batch_pp, batch_tg, ubatch, block_size;
     const char *kv_type; // KV cache element type (--kv-type): "f32", "f16" or "q8_0"
     int batches[BENCH_KERNELS_MAX_BATCHES], n_batches;
-    float bw_gbs, peak_gflops;
+    float bw_gbs, peak_gflops, int8_peak_gops; // given roofs (0: measure)
     int hw_mib;
     bool json, no_warmup;
     uint64_t seed;
@@ -79,6 +80,13 @@ enum ci_status bench_hw_measure(struct ci_threadpool *tp, const struct bench_hw_
                                 struct ci_err *err);
 /* Prints the report (human table or one JSON line). */
 void bench_hw_print(const struct bench_hw *hw, bool json);
+
+/* Which peak bounds a matmul over weights of this type (enum ci_type): the int8 peak where the kernels
+ * quantize the activations to int8 and multiply with integer dot products (Q8_0, Q4_0), the f32 FMA peak for
+ * the float types (F32, F16 and BF16 are widened to f32 and multiplied with FMAs). */
+enum bench_roof { BENCH_ROOF_F32, BENCH_ROOF_INT8 };
+enum bench_roof bench_roof_of_type(uint32_t type);
+const char *bench_roof_name(enum bench_roof roof); // "f32", "int8"
 
 /* bench_hw_avx2.c.  Only call a loop after its bench_hw_have_*() returned true. */
 bool bench_hw_have_avx2(void);       // compiled in, and the CPU and OS support AVX2 and FMA

@@ -5,7 +5,8 @@
  * its exact length under every policy, static batching pads, contiguous KV wastes more than paged, and only
  * the prefix policy hits the prefix cache (on the shared-prefix workload); and the machine measurement of
  * `bench hw` (every peak positive and finite, the roofline peaks the largest of their loops, the loops the
- * CPU lacks left at 0).  Nothing here is timed against a threshold.  It links the bench layer's library (src/bench), as the binary does. */
+ * CPU lacks left at 0) with the roof each weight type's matmul is charged to.  Nothing here is timed against
+ * a threshold.  It links the bench layer's library (src/bench), as the binary does. */
 #include "core/stats.h"
 #include "test.h"
 
@@ -17,6 +18,7 @@
 #include "bench/workload.h"
 #include "core/threadpool.h"
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 #include "model/model.h"
 
 static struct model *model;
@@ -476,6 +478,17 @@ TEST(hw_portable_loops_measure_both_peaks) {
     check_hw(true);
 }
 
+/* Q8_0 and Q4_0 matmuls quantize the activations and multiply in int8; the float types use FMAs. */
+TEST(each_weight_type_has_the_roof_of_its_kernel) {
+    CHECK(bench_roof_of_type(CI_TYPE_Q8_0) == BENCH_ROOF_INT8);
+    CHECK(bench_roof_of_type(CI_TYPE_Q4_0) == BENCH_ROOF_INT8);
+    CHECK(bench_roof_of_type(CI_TYPE_F32) == BENCH_ROOF_F32);
+    CHECK(bench_roof_of_type(CI_TYPE_F16) == BENCH_ROOF_F32);
+    CHECK(bench_roof_of_type(CI_TYPE_BF16) == BENCH_ROOF_F32);
+    CHECK(!strcmp(bench_roof_name(BENCH_ROOF_INT8), "int8") &&
+          !strcmp(bench_roof_name(BENCH_ROOF_F32), "f32"));
+}
+
 int main(void) {
     char path[512];
     struct ci_err err = {0};
@@ -489,6 +502,7 @@ int main(void) {
     RUN(policy_progression_is_cumulative);
     RUN(hw_peaks_are_positive_and_consistent);
     RUN(hw_portable_loops_measure_both_peaks);
+    RUN(each_weight_type_has_the_roof_of_its_kernel);
     if (model_load(test_model_path(path, sizeof path, "stories260K.gguf"), &model, &err) != CI_OK) {
         printf("FAIL setup: %s\n", err.msg);
         return 1;
