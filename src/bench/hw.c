@@ -1,20 +1,20 @@
 /* cinfer bench hw: the machine's roofline numbers, measured rather than looked up.
- *   - sustained memory READ bandwidth: a buffer much larger than the last-level cache, split into chunks that
- *     the kernel thread pool sums with 256-bit loads; best of several passes (the first pass, untimed, warms
- *     the pages and the TLB);
- *   - peak f32 FMA throughput: 12 independent register-resident FMA chains per thread (no memory traffic),
- *     on one thread and on all of the pool's threads, the best of many ~0.5 ms passes; with 512-bit FMAs too
- *     where the CPU has AVX-512F;
+ *   - sustained memory READ bandwidth: a buffer much larger than the last-level cache, read in 4 MiB chunks
+ *     with 256-bit loads by the kernel thread pool (the first pass, untimed, warms the pages and the TLB);
+ *   - peak f32 FMA throughput: 12 independent register-resident FMA chains per thread (no memory traffic);
+ *     with 512-bit FMAs too where the CPU has AVX-512F;
  *   - peak int8 dot-product throughput, the same way: the AVX2 vpmaddubsw + vpmaddwd + vpaddd sequence of
  *     the Q8_0/Q4_0 kernels, on 512-bit registers too where the CPU has AVX-512BW, and vpdpbusd where it has
  *     AVX-VNNI (256-bit) or AVX512-VNNI (512-bit).  Quantized matmuls are bound by this peak, not the FMA
  *     one.
- * Their ratios to the bandwidth are the ridge points: a kernel whose op/byte lies below its ridge is
- * bandwidth-bound (decode), above it compute-bound (prefill).  Without AVX2 portable C loops are used and the
- * report says so. */
+ * Each on one thread and on all of the pool's threads, every thread pinned to its own CPU, from many short
+ * timed pieces of work (a chunk, a ~0.5 ms loop pass): see best_rate().  Their ratios to the bandwidth are
+ * the ridge points: a kernel whose op/byte lies below its ridge is bandwidth-bound (decode), above it
+ * compute-bound (prefill).  Without AVX2 portable C loops are used and the report says so. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +28,11 @@
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 
-#define GIB     (1024.0 * 1024.0 * 1024.0)
-#define CHUNK_F (1u << 20) // floats per bandwidth task: 4 MiB, so the pool balances the threads
-#define CHAINS  12         // independent chains of the portable peak loops
-#define PASS_S  0.0005     // seconds of one peak pass: short, so that some passes run undisturbed
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define CHUNK_F                                                                                              \
+    (1u << 20)    // floats per bandwidth chunk: 4 MiB, long enough to time, short enough to be undisturbed
+#define CHAINS 12 // independent chains of the portable peak loops
+#define PASS_S 0.0005 // seconds of one peak pass: short, so that some passes run undisturbed
 
 static volatile float hw_sink; // every result lands here, so no loop can be optimised away
 
@@ -88,57 +89,31 @@ static size_t llc_bytes(void) {
     return (size_t)64 << 20; // unknown: assume a large one
 }
 
-struct bw_ctx {
-    const float *buf;
-    size_t n; // floats
-    bool avx2;
-    float *sums; // [n_tasks]
-};
-
-static void bw_task(void *vctx, int task, int thread) {
-    (void)thread;
-    struct bw_ctx *c = vctx;
-    size_t from = (size_t)task * CHUNK_F, len = c->n - from < CHUNK_F ? c->n - from : CHUNK_F;
-    c->sums[task] = c->avx2 ? bench_hw_sum_avx2(c->buf + from, len) : sum_portable(c->buf + from, len);
-}
-
-/* The peak loops; ops per iteration count 2 per FMA lane and 2 per int8 multiply-add. */
-enum peak_loop {
-    FMA_PORTABLE,
-    FMA_AVX2,
-    FMA_AVX512,
-    DOT_PORTABLE,
-    DOT_AVX2,
-    DOT_AVX512BW,
-    VNNI_AVX,
-    VNNI_AVX512,
-};
-
-/* The passes one task ran, back to back: pass k ran from t0[k] to t1[k] (ns). */
-struct peak_log {
+/* The timed pieces of work one thread did, in time order: piece k ran from t0[k] to t1[k] (ns). */
+struct piece_log {
     int64_t *t0, *t1; // [cap]
     int n, cap;
-    float sum; // of the passes' results (hw_sink is written by one thread only)
+    float sum; // of the pieces' results (hw_sink is written by one thread only)
 };
 
-struct peak_ctx {
-    enum peak_loop loop;
-    int64_t iters; // per pass
-    double seconds;
-    struct peak_log *logs; // [n_tasks]
-    bool pin;              // each task on its own CPU
-};
+static void log_piece(struct piece_log *lg, int64_t t0, int64_t t1) {
+    if (lg->n < lg->cap) {
+        lg->t0[lg->n] = t0;
+        lg->t1[lg->n] = t1;
+        lg->n++;
+    }
+}
 
-/* Pins the calling thread to the task-th CPU it may run on, saving its mask in old; false where it cannot
+/* Pins the calling thread to the index-th CPU it may run on, saving its mask in old; false where it cannot
  * (not Linux, or fewer CPUs than that).  Left alone, a scheduler may stack the pool's threads on one core
- * while other processes hold the rest (seen on a loaded 2-core VM): the peak of n cores needs n cores. */
+ * while other processes hold the rest (seen on a loaded 2-core VM): the roof of n cores needs n cores. */
 #if defined(__linux__) && defined(CPU_SET)
 typedef cpu_set_t cpu_mask;
-static bool pin_to_cpu(int task, cpu_mask *old) {
+static bool pin_to_cpu(int index, cpu_mask *old) {
     if (pthread_getaffinity_np(pthread_self(), sizeof *old, old) != 0)
         return false;
     for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (!CPU_ISSET(cpu, old) || seen++ < task)
+        if (!CPU_ISSET(cpu, old) || seen++ < index)
             continue;
         cpu_set_t one;
         CPU_ZERO(&one);
@@ -152,8 +127,8 @@ static void unpin(const cpu_mask *old) {
 }
 #else
 typedef int cpu_mask;
-static bool pin_to_cpu(int task, cpu_mask *old) {
-    (void)task;
+static bool pin_to_cpu(int index, cpu_mask *old) {
+    (void)index;
     (void)old;
     return false;
 }
@@ -161,6 +136,126 @@ static void unpin(const cpu_mask *old) {
     (void)old;
 }
 #endif
+
+/* The work lg did between times a and b: each piece's work spread evenly over its duration. */
+static double work_within(const struct piece_log *lg, int64_t a, int64_t b, double work) {
+    int lo = 0, hi = lg->n; // first piece that ends after a
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (lg->t1[mid] <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    double done = 0;
+    for (int k = lo; k < lg->n && lg->t0[k] < b; k++) {
+        int64_t from = lg->t0[k] > a ? lg->t0[k] : a, to = lg->t1[k] < b ? lg->t1[k] : b;
+        if (to > from && lg->t1[k] > lg->t0[k])
+            done += work * (double)(to - from) / (double)(lg->t1[k] - lg->t0[k]);
+    }
+    return done;
+}
+
+/* The best rate (work per second) of n threads together, each of whose pieces did `work`: over the window
+ * of each piece of thread 0, the work all threads did inside it, so that the threads are counted only as
+ * fast as they were together (sharing memory, clocks and, with SMT, execution ports).  A roof is a property
+ * of the machine: on a shared one, long timed runs also measure the other processes (on a loaded 2-core VM,
+ * 0.2 s FMA passes gave a third to two thirds of the f32 peak, and whole passes over the bandwidth buffer
+ * half the bandwidth of its chunks), while among many short pieces some run undisturbed. */
+static double best_rate(const struct piece_log *logs, int n, double work) {
+    double best = 0;
+    for (int k = 0; k < logs[0].n; k++) {
+        int64_t a = logs[0].t0[k], b = logs[0].t1[k];
+        if (b <= a)
+            continue;
+        double done = 0;
+        for (int i = 0; i < n; i++)
+            done += work_within(&logs[i], a, b, work);
+        double rate = done / ((double)(b - a) * 1e-9);
+        best = rate > best ? rate : best;
+    }
+    return best;
+}
+
+static void logs_reset(struct piece_log *logs, int n) {
+    for (int i = 0; i < n; i++) {
+        logs[i].n = 0;
+        logs[i].sum = 0;
+    }
+}
+
+/* ---- bandwidth ---- */
+
+struct bw_ctx {
+    const float *buf;
+    size_t n_chunks;
+    bool avx2, pin, log;
+    atomic_size_t next;     // the next chunk to read
+    struct piece_log *logs; // [n_tasks]
+};
+
+/* One thread's share of a pass: chunks taken in turn from the shared counter until none is left. */
+static void bw_task(void *vctx, int task, int thread) {
+    (void)thread;
+    struct bw_ctx *c = vctx;
+    struct piece_log *lg = &c->logs[task];
+    cpu_mask old;
+    bool pinned = c->pin && pin_to_cpu(task, &old);
+    for (;;) {
+        size_t k = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        if (k >= c->n_chunks)
+            break;
+        const float *p = c->buf + k * CHUNK_F;
+        int64_t t0 = ci_now_ns();
+        lg->sum += c->avx2 ? bench_hw_sum_avx2(p, CHUNK_F) : sum_portable(p, CHUNK_F);
+        int64_t t1 = ci_now_ns();
+        if (c->log)
+            log_piece(lg, t0, t1);
+    }
+    if (pinned)
+        unpin(&old);
+}
+
+/* GB/s of one thread (tp NULL) or of all of tp's threads, each on its own CPU, from the chunks of `passes`
+ * timed passes over the buffer after an untimed one. */
+static double bw_measure(struct ci_threadpool *tp, struct bw_ctx *c, int passes) {
+    int n = tp ? ci_threadpool_n_threads(tp) : 1;
+    logs_reset(c->logs, n);
+    c->pin = n > 1;
+    for (int p = 0; p <= passes; p++) {
+        c->log = p > 0;
+        atomic_store(&c->next, 0);
+        if (tp)
+            ci_threadpool_run(tp, bw_task, c, n);
+        else
+            bw_task(c, 0, 0);
+    }
+    for (int i = 0; i < n; i++)
+        hw_sink = hw_sink + c->logs[i].sum;
+    return best_rate(c->logs, n, (double)CHUNK_F * sizeof(float)) * 1e-9;
+}
+
+/* ---- peaks ---- */
+
+/* The peak loops; ops per iteration count 2 per FMA lane and 2 per int8 multiply-add. */
+enum peak_loop {
+    FMA_PORTABLE,
+    FMA_AVX2,
+    FMA_AVX512,
+    DOT_PORTABLE,
+    DOT_AVX2,
+    DOT_AVX512BW,
+    VNNI_AVX,
+    VNNI_AVX512,
+};
+
+struct peak_ctx {
+    enum peak_loop loop;
+    int64_t iters; // per pass
+    double seconds;
+    bool pin;
+    struct piece_log *logs; // [n_tasks]
+};
 
 static float peak_run(enum peak_loop loop, int64_t iters) {
     switch (loop) {
@@ -216,19 +311,15 @@ static double ops_per_iter(enum peak_loop loop) {
 static void peak_task(void *vctx, int task, int thread) {
     (void)thread;
     struct peak_ctx *c = vctx;
-    struct peak_log *lg = &c->logs[task];
+    struct piece_log *lg = &c->logs[task];
     cpu_mask old;
     bool pinned = c->pin && pin_to_cpu(task, &old);
     int64_t end = ci_now_ns() + (int64_t)(c->seconds * 1e9);
-    lg->n = 0;
-    lg->sum = 0;
     while (lg->n < lg->cap) {
         int64_t t0 = ci_now_ns();
         lg->sum += peak_run(c->loop, c->iters);
         int64_t t1 = ci_now_ns();
-        lg->t0[lg->n] = t0;
-        lg->t1[lg->n] = t1;
-        lg->n++;
+        log_piece(lg, t0, t1);
         if (t1 >= end)
             break;
     }
@@ -236,29 +327,10 @@ static void peak_task(void *vctx, int task, int thread) {
         unpin(&old);
 }
 
-/* Duration of the pass of lg that was running at time t, or 0 when none was. */
-static int64_t pass_at(const struct peak_log *lg, int64_t t) {
-    int lo = 0, hi = lg->n; // first pass with t0 > t
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (lg->t0[mid] <= t)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo > 0 && t < lg->t1[lo - 1] ? lg->t1[lo - 1] - lg->t0[lo - 1] : 0;
-}
-
-/* The best G(FL)OP/s of one thread (tp NULL) or of all of tp's threads together, each thread running short
- * passes of about PASS_S for about peak_s, each pinned to its own CPU.  A peak is a property of the cores: on
- * a shared machine a long pass also measures the other processes (on a loaded 2-core VM, 0.2 s passes gave a
- * third to two thirds of the f32 peak), while among many short passes some run undisturbed.  Every thread
- * logs its own passes, so the pool's hand-out and wake-up are not timed; the figure for all threads is the
- * best sum of their rates over the instants at which every thread was inside a pass (so the cores ran
- * together, sharing clocks and, with SMT, execution ports; a pass cut by preemption counts at its own low
- * rate). */
+/* G(FL)OP/s of one thread (tp NULL) or of all of tp's threads, each thread running passes of about PASS_S
+ * for about peak_s on its own CPU. */
 static double peak_measure(struct ci_threadpool *tp, enum peak_loop loop, const struct bench_hw_opts *o,
-                           struct peak_log *logs) {
+                           struct piece_log *logs) {
     // Calibrate on one thread (best of 3 runs) so that a pass lasts about PASS_S.
     int64_t iters = 1 << 10;
     for (;;) {
@@ -277,58 +349,15 @@ static double peak_measure(struct ci_threadpool *tp, enum peak_loop loop, const 
         iters *= 4;
     }
     int n = tp ? ci_threadpool_n_threads(tp) : 1;
-    struct peak_ctx ctx = {loop, iters, o->peak_s, logs, n > 1};
+    logs_reset(logs, n);
+    struct peak_ctx ctx = {loop, iters, o->peak_s, n > 1, logs};
     if (tp)
         ci_threadpool_run(tp, peak_task, &ctx, n);
     else
         peak_task(&ctx, 0, 0);
     for (int i = 0; i < n; i++)
         hw_sink = hw_sink + logs[i].sum;
-    double ops = (double)iters * ops_per_iter(loop), best = 0;
-    for (int k = 0; k < logs[0].n; k++) {
-        int64_t at = logs[0].t0[k] + (logs[0].t1[k] - logs[0].t0[k]) / 2;
-        double sum = 0;
-        for (int i = 0; i < n; i++) {
-            int64_t d = pass_at(&logs[i], at);
-            if (d <= 0) {
-                sum = 0;
-                break;
-            }
-            sum += ops / ((double)d * 1e-9);
-        }
-        best = sum > best ? sum : best;
-    }
-    if (best == 0) { // the threads never ran at the same time: what they did together, a lower bound
-        int64_t first = logs[0].t0[0], last = logs[0].t1[0];
-        double passes = 0;
-        for (int i = 0; i < n; i++) {
-            first = logs[i].t0[0] < first ? logs[i].t0[0] : first;
-            last = logs[i].t1[logs[i].n - 1] > last ? logs[i].t1[logs[i].n - 1] : last;
-            passes += logs[i].n;
-        }
-        best = last > first ? passes * ops / ((double)(last - first) * 1e-9) : 0;
-    }
-    return best * 1e-9;
-}
-
-static double bw_measure(struct ci_threadpool *tp, struct bw_ctx *c, int passes) {
-    int n_tasks = (int)((c->n + CHUNK_F - 1) / CHUNK_F);
-    double best = 0;
-    for (int p = 0; p <= passes; p++) { // pass 0 warms up, untimed
-        int64_t t0 = ci_now_ns();
-        if (tp)
-            ci_threadpool_run(tp, bw_task, c, n_tasks);
-        else
-            for (int t = 0; t < n_tasks; t++)
-                bw_task(c, t, 0);
-        double s = (double)(ci_now_ns() - t0) * 1e-9;
-        for (int t = 0; t < n_tasks; t++)
-            hw_sink = hw_sink + c->sums[t];
-        double g = (double)c->n * sizeof(float) / s * 1e-9;
-        if (p > 0 && g > best)
-            best = g;
-    }
-    return best;
+    return best_rate(logs, n, (double)iters * ops_per_iter(loop)) * 1e-9;
 }
 
 enum ci_status bench_hw_measure(struct ci_threadpool *tp, const struct bench_hw_opts *o, struct bench_hw *out,
@@ -351,16 +380,16 @@ enum ci_status bench_hw_measure(struct ci_threadpool *tp, const struct bench_hw_
     if (bytes == 0)
         bytes = (size_t)CHUNK_F * sizeof(float);
     out->buf_bytes = bytes;
-    int n_tasks = (int)(bytes / sizeof(float) / CHUNK_F);
-    float *buf = ci_malloc_aligned(bytes), *sums = ci_calloc((size_t)n_tasks, sizeof *sums);
-    // Room for passes of a quarter of PASS_S (the calibration can be disturbed too).
-    double cap = 4 * o->peak_s / PASS_S + 16;
+    size_t n_chunks = bytes / sizeof(float) / CHUNK_F;
+    // Room for every chunk of every timed pass in one thread's log, or for peak passes a quarter of PASS_S
+    // long (the calibration can be disturbed too).
+    double cap = fmax((double)n_chunks * o->passes, 4 * o->peak_s / PASS_S + 16);
     int log_cap = cap > 1e7 ? (int)1e7 : (int)cap;
-    struct peak_log *logs = ci_calloc((size_t)out->n_threads, sizeof *logs);
+    float *buf = ci_malloc_aligned(bytes);
+    struct piece_log *logs = ci_calloc((size_t)out->n_threads, sizeof *logs);
     int64_t *log_times = ci_calloc((size_t)out->n_threads * 2 * (size_t)log_cap, sizeof *log_times);
-    if (!buf || !sums || !logs || !log_times) {
+    if (!buf || !logs || !log_times) {
         ci_free_aligned(buf);
-        ci_free(sums);
         ci_free(logs);
         ci_free(log_times);
         return ci_err_set(err, CI_ERR_NOMEM, "bench hw: cannot allocate a %.2f GiB buffer",
@@ -377,20 +406,18 @@ enum ci_status bench_hw_measure(struct ci_threadpool *tp, const struct bench_hw_
         }
     }
 #endif
-    size_t n = bytes / sizeof(float);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < bytes / sizeof(float); i++)
         buf[i] = 1.0f;
-    struct bw_ctx bc = {buf, n, avx2, sums};
-    out->bw1_gbs = bw_measure(NULL, &bc, o->passes);
-    out->bw_gbs = bw_measure(tp, &bc, o->passes);
-    ci_free_aligned(buf);
-    ci_free(sums);
-
     for (int i = 0; i < out->n_threads; i++) {
         logs[i].t0 = log_times + (size_t)i * 2 * (size_t)log_cap;
         logs[i].t1 = logs[i].t0 + log_cap;
         logs[i].cap = log_cap;
     }
+
+    struct bw_ctx bc = {.buf = buf, .n_chunks = n_chunks, .avx2 = avx2, .logs = logs};
+    out->bw1_gbs = bw_measure(NULL, &bc, o->passes);
+    out->bw_gbs = bw_measure(tp, &bc, o->passes);
+    ci_free_aligned(buf);
 
     enum peak_loop fma = avx2 ? FMA_AVX2 : FMA_PORTABLE, dot = avx2 ? DOT_AVX2 : DOT_PORTABLE;
     out->fma1_gflops = peak_measure(NULL, fma, o, logs);

@@ -42,9 +42,9 @@ int bench_kernels_run(const struct bench_kernels_opts *o);
 
 struct bench_hw_opts {
     size_t buf_bytes; // read-bandwidth buffer; 0 = max(1 GiB, 4 x the last-level cache)
-    int passes;       // bandwidth: best of this many timed passes; >= 1
-    double peak_s; // seconds spent on each peak loop (FMA, int8 dot) and thread count: best of short passes
-    bool portable; // use the portable C loops even where AVX2 is available
+    int passes;       // bandwidth: timed passes over the buffer (after an untimed one); >= 1
+    double peak_s;    // seconds spent on each peak loop (FMA, int8 dot) and thread count
+    bool portable;    // use the portable C loops even where AVX2 is available
 };
 void bench_hw_opts_default(struct bench_hw_opts *o);
 

@@ -16,7 +16,8 @@ int cmd_bench_hw(int argc, char **argv) {
         {"--threads", "-t", ARG_INT, &n_threads, 1, 512, "N  threads (default: online CPUs)"},
         {"--mib", NULL, ARG_INT, &mib, 1, 1 << 20,
          "M  bandwidth buffer in MiB (default: max(1024, 4 x last-level cache))"},
-        {"--passes", NULL, ARG_INT, &passes, 1, 100, "P  bandwidth: best of P passes (default 5)"},
+        {"--passes", NULL, ARG_INT, &passes, 1, 100,
+         "P  bandwidth: P timed passes over the buffer (default 5)"},
         {"--peak-ms", NULL, ARG_INT, &peak_ms, 1, 60000,
          "MS  each peak loop (f32 FMA, int8 dot) and thread count: best of ~0.5 ms passes for MS ms (default "
          "500)"},
