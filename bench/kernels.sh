@@ -3,7 +3,8 @@
 # the same thread count, in one run.  For each synthetic model (cinfer synth, seed 1, under models/kernels/)
 # and each thread count T:
 #   cinfer bench kernels   pp, tg (llama-bench's definitions) and batched decode (llama-batched-bench's S_TG),
-#                          with the machine's bandwidth and FMA peak measured in the same process on T threads
+#                          with the machine's bandwidth, f32 FMA peak and int8 dot-product peak measured in the
+#                          same process on T threads
 #   llama-bench            -m M -p PP -n TG -t T -r R -o jsonl
 #   llama-batched-bench    -m M -c B_max*(BPP+BTG) -b 2048 -ub 512 -npp BPP -ntg BTG -npl B,... -t T
 # then prints one table with both engines and the ratio cinfer/llama.cpp per metric, appends it (with the exact
@@ -103,7 +104,7 @@ max_b=$(echo "$BATCH" | tr ',' '\n' | sort -n | tail -1)
 CTX=$((max_b * (BPP + BTG)))
 ROWS=$RAW/rows.txt # ';'-separated: model, type, threads, test, cinfer t/s, sd, llama.cpp t/s, sd, roofline t/s
 PLOT=$OUT/kernels.dat
-HWS=$RAW/hw.txt # one line per thread count: T, bandwidth, peak, 256-bit peak
+HWS=$RAW/hw.txt # one line per thread count: T, bandwidth, f32 peak, 256-bit f32 peak, int8 peak
 : >"$ROWS"
 : >"$PLOT"
 : >"$HWS"
@@ -126,7 +127,7 @@ for model in $(echo "$MODELS" | tr ',' ' '); do
                 die "cinfer bench kernels failed on $f (see $RAW/cinfer-$tag.log)"
             hw=$(jtype "$RAW/cinfer-$tag.jsonl" hw)
             ISA=$(echo "$hw" | jget kernels_isa)
-            echo "$thr;$(echo "$hw" | jget bw_gbs);$(echo "$hw" | jget peak_gflops);$(echo "$hw" | jget fma_gflops)" \
+            echo "$thr;$(echo "$hw" | jget bw_gbs);$(echo "$hw" | jget peak_gflops);$(echo "$hw" | jget fma_gflops);$(echo "$hw" | jget int8_peak_gops)" \
                 >>"$HWS"
             : >"$RAW/llama-bench-$tag.jsonl"
             : >"$RAW/llama-batched-$tag.jsonl"
@@ -183,7 +184,7 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
 tree=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)
 [ -n "$tree" ] && ! git -C "$ROOT" diff --quiet HEAD -- src 2>/dev/null && tree="$tree + uncommitted src/ changes"
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
-hwnote=$(awk -F';' '{ printf "%s%s thr: %.2f GB/s, %.1f GFLOP/s (%.1f with 256-bit FMAs)", (NR > 1 ? "; " : ""), $1, $2, $3, $4 }' <(awk -F';' '!seen[$1]++' "$HWS"))
+hwnote=$(awk -F';' '{ printf "%s%s thr: %.2f GB/s, %.1f GFLOP/s (%.1f with 256-bit FMAs), int8 %.1f GOP/s", (NR > 1 ? "; " : ""), $1, $2, $3, $4, $5 }' <(awk -F';' '!seen[$1]++' "$HWS"))
 TABLE=$RAW/table.md
 {
     echo "| model | type | thr | test | cinfer t/s | llama.cpp t/s | cinfer / llama.cpp | cinfer % roof | llama.cpp % roof |"
@@ -195,10 +196,10 @@ TABLE=$RAW/table.md
         echo "| $model | $type | $thr | $test | $cv | $lv | $(ratio "$c" "$l") | $(pct "$c" "$roof") | $(pct "$l" "$roof") |"
     done <"$ROWS"
 } >"$TABLE"
-NOTE="${NOTE_USER:+$NOTE_USER. }cinfer binary: $BIN (repository at run time: ${tree:-?}). Machine: ${cpu:-unknown CPU}. Measured by cinfer in the same run (read bandwidth, f32 FMA peak): $hwnote. \
+NOTE="${NOTE_USER:+$NOTE_USER. }cinfer binary: $BIN (repository at run time: ${tree:-?}). Machine: ${cpu:-unknown CPU}. Measured by cinfer in the same run (read bandwidth, f32 FMA peak, int8 dot-product peak): $hwnote. \
 cinfer kernels: ${ISA:-?}, KV f32. llama.cpp ${LCOMMIT:-not run}: native CPU build (GGML_NATIVE), KV f16, flash-attn auto. \
 pp/tg: mean ± sd over $REPS reps after a warm-up; S_PP/S_TG: one run, $BPP-token prompts then $BTG decode steps. \
-% roof: tokens/s over the roofline bound of cinfer's work on this machine. \
+% roof: tokens/s over the roofline bound of cinfer's work on this machine (Q8_0/Q4_0 matmuls at the int8 peak, float matmuls and attention at the f32 peak). \
 Load average (1/5/15 min) ${load0:-?} at the start, ${load1:-?} at the end."
 echo
 echo "$NOTE"

@@ -1,12 +1,16 @@
 /* The SIMD loops of `cinfer bench hw` (this file alone is built with -mavx2 -mfma -mf16c; bench_hw.c calls
- * them only after bench_hw_have_avx2() / bench_hw_have_avx512() said yes).  The AVX-512 loop is compiled for
- * that one function through a target attribute, so the file needs no extra flags: llama.cpp's native build
- * uses AVX-512 where the CPU has it, and a roofline must use the machine's real peak. */
+ * them only after the matching bench_hw_have_*() said yes).  The AVX-512 and VNNI loops are compiled for
+ * their one function each through a target attribute, so the file needs no extra flags: llama.cpp's native
+ * build uses AVX-512 where the CPU has it, and a roofline must use the machine's real peak.
+ *
+ * Each loop is 12 independent chains in registers (no memory traffic): enough to cover the latency of its
+ * instructions times the ports that run them on current cores, so the loops measure throughput. */
 #include "bench/perf.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) &&               \
     defined(__AVX2__) && defined(__FMA__)
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 bool bench_hw_have_avx2(void) {
@@ -17,6 +21,32 @@ bool bench_hw_have_avx2(void) {
 bool bench_hw_have_avx512(void) {
     __builtin_cpu_init(); // __builtin_cpu_supports also checks that the OS saves the ZMM state
     return __builtin_cpu_supports("avx512f");
+}
+
+bool bench_hw_have_avx512bw(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+}
+
+bool bench_hw_have_avx512vnni(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+}
+
+// AVX-VNNI's intrinsics came with GCC 11 and clang 12; older compilers leave that loop out.
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11)
+#define HAVE_AVXVNNI_INTRINSICS 1
+#endif
+
+bool bench_hw_have_avxvnni(void) {
+#ifdef HAVE_AVXVNNI_INTRINSICS
+    // CPUID.(7,1):EAX bit 4, read directly: clang 14's __builtin_cpu_supports does not know "avxvnni".  The
+    // OS must save the YMM state, which the AVX2 probe checks.
+    unsigned eax = 0, ebx, ecx, edx;
+    return bench_hw_have_avx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
+#else
+    return false;
+#endif
 }
 
 static float hsum8(__m256 v) {
@@ -98,6 +128,118 @@ __attribute__((target("avx512f"))) float bench_hw_fma_avx512(int64_t iters) {
     return _mm512_reduce_add_ps(s);
 }
 
+/* The int8 loops.  vpdpbusd chains like the FMAs (one instruction a step, operands in registers).  The AVX2
+ * sequence is three dependent instructions (7-11 cycles), so its chains are fewer and each step adds two
+ * independent products: 12 sequences stay in flight in the 16 YMM registers without spilling.  The chain
+ * value is the u8 operand of the products, so nothing can be hoisted out of the loop; integer lanes wrap,
+ * so any value is fine.  The chains are written out (as in the FMA loops) to stay in registers without
+ * relying on the unroller. */
+#define ON_6_CHAINS(STEP)                                                                                    \
+    STEP(c0);                                                                                                \
+    STEP(c1);                                                                                                \
+    STEP(c2);                                                                                                \
+    STEP(c3);                                                                                                \
+    STEP(c4);                                                                                                \
+    STEP(c5)
+#define ON_12_CHAINS(STEP)                                                                                   \
+    ON_6_CHAINS(STEP);                                                                                       \
+    STEP(c6);                                                                                                \
+    STEP(c7);                                                                                                \
+    STEP(c8);                                                                                                \
+    STEP(c9);                                                                                                \
+    STEP(c10);                                                                                               \
+    STEP(c11)
+
+static int32_t hsum8_epi32(__m256i s) {
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
+}
+
+int32_t bench_hw_dot_avx2(int64_t iters) {
+    // dot_avx2.c's sequence: vpmaddubsw (u8 x s8 products summed in pairs to int16), vpmaddwd with ones
+    // (int16 pairs to int32), vpaddd into the accumulator; 32 multiply-adds each, two a step.
+    const __m256i w0 = _mm256_set1_epi8(3), w1 = _mm256_set1_epi8(-5), ones = _mm256_set1_epi16(1);
+    __m256i c0 = _mm256_set1_epi32(1), c1 = _mm256_set1_epi32(2), c2 = _mm256_set1_epi32(3);
+    __m256i c3 = _mm256_set1_epi32(4), c4 = _mm256_set1_epi32(5), c5 = _mm256_set1_epi32(6);
+#define DOT_AVX2_STEP(c)                                                                                     \
+    c = _mm256_add_epi32(_mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(c, w0), ones)),          \
+                         _mm256_madd_epi16(_mm256_maddubs_epi16(c, w1), ones))
+    for (int64_t i = 0; i < iters; i++) {
+        ON_6_CHAINS(DOT_AVX2_STEP);
+    }
+#undef DOT_AVX2_STEP
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+                                 _mm256_add_epi32(c4, c5));
+    return hsum8_epi32(s);
+}
+
+__attribute__((target("avx512f,avx512bw"))) int32_t bench_hw_dot_avx512bw(int64_t iters) {
+    // The same sequence on 512-bit registers (64 multiply-adds each); 32 registers hold 12 chains.
+    const __m512i w0 = _mm512_set1_epi8(3), w1 = _mm512_set1_epi8(-5), ones = _mm512_set1_epi16(1);
+    __m512i c0 = _mm512_set1_epi32(1), c1 = _mm512_set1_epi32(2), c2 = _mm512_set1_epi32(3);
+    __m512i c3 = _mm512_set1_epi32(4), c4 = _mm512_set1_epi32(5), c5 = _mm512_set1_epi32(6);
+    __m512i c6 = _mm512_set1_epi32(7), c7 = _mm512_set1_epi32(8), c8 = _mm512_set1_epi32(9);
+    __m512i c9 = _mm512_set1_epi32(10), c10 = _mm512_set1_epi32(11), c11 = _mm512_set1_epi32(12);
+#define DOT_AVX512_STEP(c)                                                                                   \
+    c = _mm512_add_epi32(_mm512_add_epi32(c, _mm512_madd_epi16(_mm512_maddubs_epi16(c, w0), ones)),          \
+                         _mm512_madd_epi16(_mm512_maddubs_epi16(c, w1), ones))
+    for (int64_t i = 0; i < iters; i++) {
+        ON_12_CHAINS(DOT_AVX512_STEP);
+    }
+#undef DOT_AVX512_STEP
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
+    return _mm512_reduce_add_epi32(s);
+}
+
+__attribute__((target("avx512f,avx512vnni"))) int32_t bench_hw_vnni_avx512(int64_t iters) {
+    // vpdpbusd (dot_avx512.c's prefill kernel): 4 u8 x s8 products added into each int32 lane by one
+    // instruction, 64 multiply-adds per step.
+    const __m512i u = _mm512_set1_epi8(3), w = _mm512_set1_epi8(-2);
+    __m512i c0 = _mm512_set1_epi32(1), c1 = _mm512_set1_epi32(2), c2 = _mm512_set1_epi32(3);
+    __m512i c3 = _mm512_set1_epi32(4), c4 = _mm512_set1_epi32(5), c5 = _mm512_set1_epi32(6);
+    __m512i c6 = _mm512_set1_epi32(7), c7 = _mm512_set1_epi32(8), c8 = _mm512_set1_epi32(9);
+    __m512i c9 = _mm512_set1_epi32(10), c10 = _mm512_set1_epi32(11), c11 = _mm512_set1_epi32(12);
+#define VNNI_AVX512_STEP(c) c = _mm512_dpbusd_epi32(c, u, w)
+    for (int64_t i = 0; i < iters; i++) {
+        ON_12_CHAINS(VNNI_AVX512_STEP);
+    }
+#undef VNNI_AVX512_STEP
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
+    return _mm512_reduce_add_epi32(s);
+}
+
+#ifdef HAVE_AVXVNNI_INTRINSICS
+__attribute__((target("avx2,avxvnni"))) int32_t bench_hw_vnni_avx(int64_t iters) {
+    // AVX-VNNI's VEX-encoded vpdpbusd on 256-bit registers (CPUs without AVX-512): 32 multiply-adds per step.
+    // cinfer's kernels do not use it, but the machine's int8 peak is what a roofline needs.
+    const __m256i u = _mm256_set1_epi8(3), w = _mm256_set1_epi8(-2);
+    __m256i c0 = _mm256_set1_epi32(1), c1 = _mm256_set1_epi32(2), c2 = _mm256_set1_epi32(3);
+    __m256i c3 = _mm256_set1_epi32(4), c4 = _mm256_set1_epi32(5), c5 = _mm256_set1_epi32(6);
+    __m256i c6 = _mm256_set1_epi32(7), c7 = _mm256_set1_epi32(8), c8 = _mm256_set1_epi32(9);
+    __m256i c9 = _mm256_set1_epi32(10), c10 = _mm256_set1_epi32(11), c11 = _mm256_set1_epi32(12);
+#define VNNI_AVX_STEP(c) c = _mm256_dpbusd_avx_epi32(c, u, w)
+    for (int64_t i = 0; i < iters; i++) {
+        ON_12_CHAINS(VNNI_AVX_STEP);
+    }
+#undef VNNI_AVX_STEP
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+                                 _mm256_add_epi32(_mm256_add_epi32(c4, c5), _mm256_add_epi32(c6, c7)));
+    s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_add_epi32(c8, c9), _mm256_add_epi32(c10, c11)));
+    return hsum8_epi32(s);
+}
+#else
+int32_t bench_hw_vnni_avx(int64_t iters) {
+    (void)iters;
+    return 0;
+}
+#endif
+
 #else
 
 bool bench_hw_have_avx2(void) {
@@ -105,6 +247,18 @@ bool bench_hw_have_avx2(void) {
 }
 
 bool bench_hw_have_avx512(void) {
+    return false;
+}
+
+bool bench_hw_have_avx512bw(void) {
+    return false;
+}
+
+bool bench_hw_have_avx512vnni(void) {
+    return false;
+}
+
+bool bench_hw_have_avxvnni(void) {
     return false;
 }
 
@@ -122,6 +276,26 @@ float bench_hw_fma_avx2(int64_t iters) {
 float bench_hw_fma_avx512(int64_t iters) {
     (void)iters;
     return 0.0f;
+}
+
+int32_t bench_hw_dot_avx2(int64_t iters) {
+    (void)iters;
+    return 0;
+}
+
+int32_t bench_hw_dot_avx512bw(int64_t iters) {
+    (void)iters;
+    return 0;
+}
+
+int32_t bench_hw_vnni_avx512(int64_t iters) {
+    (void)iters;
+    return 0;
+}
+
+int32_t bench_hw_vnni_avx(int64_t iters) {
+    (void)iters;
+    return 0;
 }
 
 #endif

@@ -10,12 +10,15 @@
  * each ONE forward_batch holding one token per sequence: S_TG = B * TG / decode time. Warm-up as the
  * originals: a full prompt run before pp, one token before tg, 16 tokens before batched.
  *
- * Roofline: every forward call's FLOPs (2 per weight per token, 2 * head for each logit row, 4 * head_dim per
+ * Roofline: every forward call's ops (2 per weight per token, 2 * head for each logit row, 4 * head_dim per
  * head per attended position) and its minimum bytes (every weight it touches once, the KV of every attended
- * position once per sequence, the new KV written, as this engine stores it: f32) are summed; a call can not
- * be faster than max(FLOPs / peak, bytes / bandwidth), and a test's roofline time is the sum over its calls.
- * "% roof" = roofline time / measured time.  Peak is the machine's f32 FMA peak (512-bit where the CPU has
- * it), bandwidth the sustained read bandwidth, both on -t threads. */
+ * position once per sequence, the new KV written, in the KV type) are summed.  Each op is charged to the
+ * peak of the instructions that do it: matmuls over Q8_0/Q4_0 weights are int8 dot products (2 ops per
+ * multiply-add) bound by the int8 peak, float-weight matmuls and attention are f32 FMAs (2 FLOPs each) bound
+ * by the f32 FMA peak.  A call can not be faster than max(int8 ops / int8 peak + FLOPs / f32 peak,
+ * bytes / bandwidth), and a test's roofline time is the sum over its calls; "% roof" = roofline time /
+ * measured time.  The peaks are the machine's (512-bit and VNNI loops where the CPU has them), the bandwidth
+ * the sustained read bandwidth, all on -t threads. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,10 +39,11 @@
 
 #define WARMUP_TOKENS 16 // llama-batched-bench's warm-up batch
 
-/* What a forward call costs, per unit, from the model's tensors. */
+/* What a forward call costs, per unit, from the model's tensors.  Weights are split by the roof of their
+ * matmul (index: enum bench_roof). */
 struct kb_shape {
-    double p_layers;       // matrix weights applied to every token (all layers)
-    double p_head;         // output head weights, applied per logit row
+    double p_layers[2];    // matrix weights applied to every token (all layers)
+    double p_head[2];      // output head weights, applied per logit row
     double w_layers_bytes; // every per-layer tensor as stored (matrices, norms, biases)
     double w_head_bytes;   // output head (+ final norm) as stored
     double emb_row_bytes;  // one row of token_embd (the lookup reads one row per token)
@@ -48,9 +52,28 @@ struct kb_shape {
 };
 
 struct kb_cost {
-    double flops, bytes;
+    double ops, int8_ops, bytes;        // ops: f32 FLOPs + int8 ops (int8_ops of them)
     double t_roof, t_compute, t_memory; // seconds: sum over calls of the bound, and of each side
+    double t_int8;                      // the part of t_compute spent at the int8 peak
 };
+
+/* acc += a - b, field by field (the cost of the calls between two snapshots). */
+static void cost_add_diff(struct kb_cost *acc, const struct kb_cost *a, const struct kb_cost *b) {
+    acc->ops += a->ops - b->ops;
+    acc->int8_ops += a->int8_ops - b->int8_ops;
+    acc->bytes += a->bytes - b->bytes;
+    acc->t_roof += a->t_roof - b->t_roof;
+    acc->t_compute += a->t_compute - b->t_compute;
+    acc->t_memory += a->t_memory - b->t_memory;
+    acc->t_int8 += a->t_int8 - b->t_int8;
+}
+
+/* What bounds a test: "memory", or the compute roof that carries most of its compute time. */
+static const char *cost_bound(const struct kb_cost *c) {
+    if (c->t_memory > c->t_compute)
+        return "memory";
+    return bench_roof_name(c->t_int8 * 2 > c->t_compute ? BENCH_ROOF_INT8 : BENCH_ROOF_F32);
+}
 
 struct kb_run {
     const struct model *m;
@@ -68,7 +91,7 @@ struct kb_run {
     int32_t *seq_max_pos;     // [max_seqs] scratch for the cost model
     struct ci_rng rng;
     struct kb_shape shape;
-    double peak, bw; // FLOP/s, bytes/s
+    double peak[2], bw; // ops/s per enum bench_roof (f32: FLOP/s, int8: int8 op/s), bytes/s
     struct kb_cost cost;
 };
 
@@ -92,13 +115,13 @@ static void shape_init(struct kb_shape *s, const struct model *m, uint32_t kv_ty
         const struct ci_tensor *mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
         const struct ci_tensor *rest[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-            s->p_layers += tensor_params(mats[i]);
+            s->p_layers[bench_roof_of_type(mats[i]->type)] += tensor_params(mats[i]);
             s->w_layers_bytes += (double)mats[i]->nbytes;
         }
         for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
             s->w_layers_bytes += rest[i]->data ? (double)rest[i]->nbytes : 0;
     }
-    s->p_head = tensor_params(&w->output);
+    s->p_head[bench_roof_of_type(w->output.type)] = tensor_params(&w->output);
     s->w_head_bytes = (double)w->output.nbytes + (double)w->output_norm.nbytes;
     s->emb_row_bytes = (double)w->tok_embd.row_bytes;
     s->kv_tok_bytes = (double)kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, kv_type);
@@ -120,13 +143,18 @@ static void cost_add(struct kb_run *r, const struct fwd_batch *b) {
     for (int i = 0; i < b->n_seqs; i++)
         kv_read += (double)r->seq_max_pos[i] + 1;
     double n = b->n_tokens;
-    double flops = 2.0 * n * s->p_layers + 2.0 * rows * s->p_head + attended * s->attn_flops_pos;
+    double flops = 2.0 * n * s->p_layers[BENCH_ROOF_F32] + 2.0 * rows * s->p_head[BENCH_ROOF_F32] +
+                   attended * s->attn_flops_pos; // attention is f32 FMAs whatever the KV type
+    double int8_ops = 2.0 * n * s->p_layers[BENCH_ROOF_INT8] + 2.0 * rows * s->p_head[BENCH_ROOF_INT8];
     double bytes = s->w_layers_bytes + (rows > 0 ? s->w_head_bytes : 0) + n * s->emb_row_bytes +
                    (kv_read + n) * s->kv_tok_bytes; // every attended position read once, the new ones written
-    double tc = flops / r->peak, tm = bytes / r->bw;
-    r->cost.flops += flops;
+    double t_int8 = int8_ops > 0 ? int8_ops / r->peak[BENCH_ROOF_INT8] : 0;
+    double tc = flops / r->peak[BENCH_ROOF_F32] + t_int8, tm = bytes / r->bw;
+    r->cost.ops += flops + int8_ops;
+    r->cost.int8_ops += int8_ops;
     r->cost.bytes += bytes;
     r->cost.t_compute += tc;
+    r->cost.t_int8 += t_int8;
     r->cost.t_memory += tm;
     r->cost.t_roof += tc > tm ? tc : tm;
 }
@@ -259,10 +287,10 @@ static enum ci_status run_single(struct kb_run *r, const struct bench_kernels_op
     }
     struct kb_stats s;
     stats(ts, secs, o->reps, &s);
-    double t_roof = r->cost.t_roof / o->reps, flops = r->cost.flops / o->reps,
-           bytes = r->cost.bytes / o->reps;
+    double t_roof = r->cost.t_roof / o->reps, ops = r->cost.ops / o->reps,
+           int8_ops = r->cost.int8_ops / o->reps, bytes = r->cost.bytes / o->reps;
     double roof_ts = n / t_roof, pct = 100.0 * s.avg / roof_ts;
-    const char *bound = r->cost.t_compute >= r->cost.t_memory ? "compute" : "memory";
+    const char *bound = cost_bound(&r->cost);
     if (o->json) {
         printf(
             "{\"type\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "
@@ -270,12 +298,12 @@ static enum ci_status run_single(struct kb_run *r, const struct bench_kernels_op
             pp ? "pp" : "tg", label, pp ? n : 0, pp ? 0 : n, o->reps, s.avg, s.sd, s.median, s.avg_s);
         for (int i = 0; i < o->reps; i++)
             printf("%s%.4f", i ? ", " : "", ts[i]);
-        printf("], \"flops\": %.6g, \"bytes\": %.6g, \"gflops\": %.3f, \"gbs\": %.3f, \"roofline_ts\": %.4f, "
-               "\"roofline_pct\": %.3f, \"bound\": \"%s\"}\n",
-               flops, bytes, flops / s.avg_s * 1e-9, bytes / s.avg_s * 1e-9, roof_ts, pct, bound);
+        printf("], \"flops\": %.6g, \"int8_ops\": %.6g, \"bytes\": %.6g, \"gflops\": %.3f, \"gbs\": %.3f, "
+               "\"roofline_ts\": %.4f, \"roofline_pct\": %.3f, \"bound\": \"%s\"}\n",
+               ops, int8_ops, bytes, ops / s.avg_s * 1e-9, bytes / s.avg_s * 1e-9, roof_ts, pct, bound);
     } else {
         printf("| %-28s | %7d | %8s | %12.2f ± %-8.2f | %10.2f | %6.1f%% %-7s | %8.1f | %7.2f |\n",
-               model_desc, o->n_threads, label, s.avg, s.sd, roof_ts, pct, bound, flops / s.avg_s * 1e-9,
+               model_desc, o->n_threads, label, s.avg, s.sd, roof_ts, pct, bound, ops / s.avg_s * 1e-9,
                bytes / s.avg_s * 1e-9);
     }
     fflush(stdout);
@@ -290,7 +318,7 @@ static enum ci_status run_batched(struct kb_run *r, const struct bench_kernels_o
     if (st != CI_OK)
         return st;
     double t_pp = 0, t_tg = 0;
-    struct kb_cost c_pp = {0}, c_tg = {0};
+    struct kb_cost c_pp = {0}, c_tg = {0}, none = {0};
     for (int rep = 0; rep < o->batch_reps; rep++) {
         memset(&r->cost, 0, sizeof r->cost);
         int64_t t0 = ci_now_ns();
@@ -303,14 +331,8 @@ static enum ci_status run_batched(struct kb_run *r, const struct bench_kernels_o
         int64_t t2 = ci_now_ns();
         t_pp += (double)(t1 - t0) * 1e-9;
         t_tg += (double)(t2 - t1) * 1e-9;
-        c_pp.t_roof += after_pp.t_roof;
-        c_pp.flops += after_pp.flops;
-        c_pp.bytes += after_pp.bytes;
-        c_tg.t_roof += r->cost.t_roof - after_pp.t_roof;
-        c_tg.flops += r->cost.flops - after_pp.flops;
-        c_tg.bytes += r->cost.bytes - after_pp.bytes;
-        c_tg.t_compute += r->cost.t_compute - after_pp.t_compute;
-        c_tg.t_memory += r->cost.t_memory - after_pp.t_memory;
+        cost_add_diff(&c_pp, &after_pp, &none);
+        cost_add_diff(&c_tg, &r->cost, &after_pp);
     }
     int n = o->batch_reps;
     t_pp /= n;
@@ -321,7 +343,7 @@ static enum ci_status run_batched(struct kb_run *r, const struct bench_kernels_o
            roof_tg = tg > 0 ? B * tg / (c_tg.t_roof / n) : 0;
     double pct_pp = roof_pp > 0 ? 100.0 * s_pp / roof_pp : 0,
            pct_tg = roof_tg > 0 ? 100.0 * s_tg / roof_tg : 0;
-    const char *bound = c_tg.t_compute >= c_tg.t_memory ? "compute" : "memory";
+    const char *bound = cost_bound(&c_tg);
     if (o->json) {
         printf("{\"type\": \"batched\", \"pp\": %d, \"tg\": %d, \"pl\": %d, \"n_kv\": %d, \"reps\": %d, "
                "\"t_pp\": %.6f, \"speed_pp\": %.4f, \"t_tg\": %.6f, \"speed_tg\": %.4f, \"t\": %.6f, "
@@ -329,7 +351,7 @@ static enum ci_status run_batched(struct kb_run *r, const struct bench_kernels_o
                "\"roofline_speed_tg\": %.4f, "
                "\"roofline_pct_tg\": %.3f, \"gflops_tg\": %.3f, \"gbs_tg\": %.3f, \"bound_tg\": \"%s\"}\n",
                pp, tg, B, B * (pp + tg), n, t_pp, s_pp, t_tg, s_tg, t_pp + t_tg, s_all, roof_pp, pct_pp,
-               roof_tg, pct_tg, t_tg > 0 ? c_tg.flops / n / t_tg * 1e-9 : 0,
+               roof_tg, pct_tg, t_tg > 0 ? c_tg.ops / n / t_tg * 1e-9 : 0,
                t_tg > 0 ? c_tg.bytes / n / t_tg * 1e-9 : 0, bound);
     } else {
         printf("| %6d | %6d | %4d | %6d | %8.3f | %8.2f | %5.1f%% | %8.3f | %8.2f | %9.2f | %5.1f%% %-7s "
@@ -430,8 +452,12 @@ int bench_kernels_run(const struct bench_kernels_opts *o) {
     // same threads, so the bandwidth buffer does not evict the weights just before the timed runs.
     if (model_load(o->model, &m, &err) != CI_OK)
         goto fail;
+    shape_init(&r.shape, m, r.kv_type);
+    // The int8 peak only matters to a model with int8-dot matmuls; everything else must be given or measured.
+    bool needs_int8 = r.shape.p_layers[BENCH_ROOF_INT8] + r.shape.p_head[BENCH_ROOF_INT8] > 0;
+    bool all_given = o->bw_gbs > 0 && o->peak_gflops > 0 && (o->int8_peak_gops > 0 || !needs_int8);
     struct bench_hw hw;
-    if (o->bw_gbs > 0 && o->peak_gflops > 0) {
+    if (all_given) {
         memset(&hw, 0, sizeof hw);
         hw.isa = "given";
         hw.kernels_isa = ci_kernels_isa();
@@ -441,9 +467,10 @@ int bench_kernels_run(const struct bench_kernels_opts *o) {
         bench_hw_opts_default(&ho);
         ho.buf_bytes = (size_t)o->hw_mib << 20;
         ho.passes = 3;
-        ho.fma_s = 0.1;
+        ho.peak_s = 0.2;
         if (!o->json)
-            fprintf(stderr, "cinfer bench kernels: measuring the machine (bandwidth, FMA peak) ...\n");
+            fprintf(stderr,
+                    "cinfer bench kernels: measuring the machine (bandwidth, f32 and int8 peaks) ...\n");
         if (bench_hw_measure(tp, &ho, &hw, &err) != CI_OK)
             goto fail;
     }
@@ -451,18 +478,21 @@ int bench_kernels_run(const struct bench_kernels_opts *o) {
         hw.bw_gbs = o->bw_gbs;
     if (o->peak_gflops > 0)
         hw.peak_gflops = o->peak_gflops;
+    if (o->int8_peak_gops > 0)
+        hw.int8_peak_gops = o->int8_peak_gops;
     hw.ridge = hw.peak_gflops / hw.bw_gbs;
-    if (o->bw_gbs > 0 && o->peak_gflops > 0 && !o->json)
-        printf("roofline given: peak %.1f GFLOP/s, bandwidth %.2f GB/s, ridge point %.1f FLOP/byte\n",
-               hw.peak_gflops, hw.bw_gbs, hw.ridge);
+    hw.int8_ridge = hw.int8_peak_gops / hw.bw_gbs;
+    if (all_given && !o->json)
+        printf("roofline given: f32 peak %.1f GFLOP/s, int8 peak %.1f GOP/s, bandwidth %.2f GB/s\n",
+               hw.peak_gflops, hw.int8_peak_gops, hw.bw_gbs);
     else
         bench_hw_print(&hw, o->json);
 
     r.m = m;
-    r.peak = hw.peak_gflops * 1e9;
+    r.peak[BENCH_ROOF_F32] = hw.peak_gflops * 1e9;
+    r.peak[BENCH_ROOF_INT8] = hw.int8_peak_gops * 1e9;
     r.bw = hw.bw_gbs * 1e9;
     ci_rng_seed(&r.rng, o->seed);
-    shape_init(&r.shape, m, r.kv_type);
     if (kb_setup(&r, o, tp, &err) != CI_OK)
         goto fail;
 
@@ -485,21 +515,28 @@ int bench_kernels_run(const struct bench_kernels_opts *o) {
             "\"n_layer\": %d, \"n_embd\": %d, \"n_head\": %d, \"n_kv_head\": %d, \"n_ff\": %d, \"n_vocab\": "
             "%d, "
             "\"kv_type\": \"%s\", \"n_threads\": %d, \"ubatch\": %d, \"block_size\": %d, \"kernels_isa\": "
-            "\"%s\", \"peak_gflops\": %.3f, \"bw_gbs\": %.3f}\n",
+            "\"%s\", \"peak_gflops\": %.3f, \"int8_peak_gops\": %.3f, \"bw_gbs\": %.3f, "
+            "\"int8_params\": %.0f, \"f32_params\": %.0f}\n",
             model_arch_name(c->arch), wtype, params, wbytes, c->n_layer, c->n_embd, c->n_head, c->n_kv_head,
             c->n_ff, c->n_vocab, kv_type_name(r.kv_type), o->n_threads, o->ubatch, o->block_size,
-            ci_kernels_isa(), hw.peak_gflops, hw.bw_gbs);
+            ci_kernels_isa(), hw.peak_gflops, hw.int8_peak_gops, hw.bw_gbs,
+            r.shape.p_layers[BENCH_ROOF_INT8] + r.shape.p_head[BENCH_ROOF_INT8],
+            r.shape.p_layers[BENCH_ROOF_F32] + r.shape.p_head[BENCH_ROOF_F32]);
     } else {
         printf("\nmodel %s: %s, %.1f M params, %.1f MiB of weights (%s), KV %s; %d threads, kernels %s\n",
                base, model_arch_name(c->arch), params / 1e6, wbytes / (1024.0 * 1024.0), wtype,
                kv_type_name(r.kv_type), o->n_threads, ci_kernels_isa());
+        printf("roofs: int8 peak for %.1f M matmul weights (int8 dot products), f32 peak for %.1f M and "
+               "attention\n",
+               (r.shape.p_layers[BENCH_ROOF_INT8] + r.shape.p_head[BENCH_ROOF_INT8]) / 1e6,
+               (r.shape.p_layers[BENCH_ROOF_F32] + r.shape.p_head[BENCH_ROOF_F32]) / 1e6);
     }
     fflush(stdout);
 
     if (o->n_prompt > 0 || o->n_gen > 0) {
         if (!o->json) {
             printf("\n| %-28s | %7s | %8s | %24s | %10s | %15s | %8s | %7s |\n", "model", "threads", "test",
-                   "t/s (mean ± sd)", "roof t/s", "% roof  bound", "GFLOP/s", "GB/s");
+                   "t/s (mean ± sd)", "roof t/s", "% roof  bound", "GOP/s", "GB/s");
             printf("| %.28s | %.7s | %.8s | %.23s | %.10s | %.15s | %.8s | %.7s |\n",
                    "------------------------------", "-------", "--------", "-------------------------",
                    "----------", "---------------", "--------", "-------");
@@ -533,10 +570,16 @@ int bench_kernels_run(const struct bench_kernels_opts *o) {
             if (run_batched(&r, o, o->batches[i], &err) != CI_OK)
                 goto fail;
     }
-    if (!o->json)
-        printf("\n%% roof: measured / roofline bound, with peak %.1f GFLOP/s and bandwidth %.2f GB/s (%s).\n",
-               hw.peak_gflops, hw.bw_gbs,
-               o->bw_gbs > 0 || o->peak_gflops > 0 ? "partly given" : "measured above");
+    if (!o->json) {
+        bool some_given = o->bw_gbs > 0 || o->peak_gflops > 0 || o->int8_peak_gops > 0;
+        const char *source = all_given ? "given" : some_given ? "partly given" : "measured above";
+        printf(
+            "\n%% roof: measured / roofline bound (%s): int8-dot matmuls (Q8_0, Q4_0 weights)\n"
+            "at the int8 peak %.1f GOP/s, float matmuls and attention at the f32 FMA peak %.1f GFLOP/s,\n"
+            "bytes at %.2f GB/s.  bound: memory, or the compute roof that holds most of the compute time.\n"
+            "GOP/s: f32 FLOPs + int8 ops per second (one int8 multiply-add = 2 ops, as one FMA = 2 FLOPs).\n",
+            source, hw.int8_peak_gops, hw.peak_gflops, hw.bw_gbs);
+    }
     rc = 0;
     goto done;
 fail:

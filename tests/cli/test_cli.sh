@@ -121,3 +121,54 @@ out=$("$BIN" calc --preset tiny --kv-type q8_0 2>&1)
 # tiny: 4 layers, 2 KV heads, head_dim 32: 2·4·2·32 = 512 elements, 34/32 bytes each = 544 bytes per token
 grep -q "544 B" <<<"$out" && grep -q "q8_0" <<<"$out" && pass calc_kv_type ||
     fail calc_kv_type "$(tr '\n' '|' <<<"$out")"
+
+# The roofline of bench hw / bench kernels (no timing is checked, only what the figures are made of).
+# bench hw: every peak positive and finite, the int8 peak the best of its loops, the ridges their ratios.
+PY=${CINFER_PY:-python3}
+"$BIN" bench hw -t 2 --mib 16 --passes 1 --peak-ms 20 --json >"$T/hw.json" 2>"$T/err"
+if "$PY" - "$T/hw.json" <<'PYEOF'; then
+import json, math, sys
+h = json.loads(open(sys.argv[1]).read())
+ok = lambda x: math.isfinite(x) and x > 0
+assert h["type"] == "hw" and all(ok(h[k]) for k in ("bw_gbs", "peak_gflops", "dot_gops", "int8_peak_gops")), h
+assert h["int8_peak_gops"] == max(h["dot_gops"], h["dot512_gops"], h["vnni_gops"], h["vnni512_gops"]), h
+assert abs(h["int8_ridge"] - h["int8_peak_gops"] / h["bw_gbs"]) <= 1e-3 * h["int8_ridge"] + 1e-3, h
+PYEOF
+    pass bench_hw_json_peaks
+else
+    fail bench_hw_json_peaks "$(cat "$T/hw.json" "$T/err")"
+fi
+out=$("$BIN" bench hw -t 1 --mib 16 --passes 1 --peak-ms 10 2>&1)
+grep -q "int8 dot peak" <<<"$out" && grep -q "int8 peak" <<<"$out" && pass bench_hw_table_int8 ||
+    fail bench_hw_table_int8 "$(tr '\n' '|' <<<"$out")"
+# bench kernels with the roofs given (nothing measured): a Q8_0 model's matmuls are charged to the int8 peak
+# (its pp roofline time is int8 ops / int8 peak + the rest / f32 peak; doubling the int8 peak changes it
+# accordingly), an F32 model's to the f32 peak only (no int8 ops).
+"$BIN" synth --preset tiny --type q8_0 --seed 1 -o "$T/tiny-q8_0.gguf" >/dev/null 2>&1
+roofs() { # MODEL INT8_PEAK_GOPS -> JSON lines
+    "$BIN" bench kernels -m "$1" -t 1 -p 64 -n 0 --batch 0 -r 1 --no-warmup --bandwidth-gbs 1000000 \
+        --peak-gflops 10 --int8-peak-gops "$2" --json 2>"$T/err"
+}
+roofs "$T/tiny-q8_0.gguf" 40 >"$T/k40.json"
+roofs "$T/tiny-q8_0.gguf" 80 >"$T/k80.json"
+roofs "$M/stories260K.gguf" 40 >"$T/kf32.json"
+if "$PY" - "$T/k40.json" "$T/k80.json" "$T/kf32.json" <<'PYEOF'; then
+import json, sys
+def lines(path):
+    return {d["type"]: d for d in map(json.loads, open(path))}
+for path, int8_peak in ((sys.argv[1], 40e9), (sys.argv[2], 80e9)):
+    d = lines(path)
+    m, pp = d["model"], d["pp"]
+    assert d["hw"]["isa"] == "given" and m["weight_type"] == "Q8_0" and m["int8_params"] > 0, d
+    assert pp["int8_ops"] > 0.9 * pp["flops"] and pp["bound"] == "int8", pp
+    t = pp["int8_ops"] / int8_peak + (pp["flops"] - pp["int8_ops"]) / 10e9
+    assert abs(pp["roofline_ts"] - 64 / t) <= 1e-3 * pp["roofline_ts"], (pp, 64 / t)
+d = lines(sys.argv[3])
+pp = d["pp"]
+assert d["model"]["int8_params"] == 0 and pp["int8_ops"] == 0 and pp["bound"] == "f32", d
+assert abs(pp["roofline_ts"] - 64 / (pp["flops"] / 10e9)) <= 1e-3 * pp["roofline_ts"], pp
+PYEOF
+    pass bench_kernels_roof_per_weight_type
+else
+    fail bench_kernels_roof_per_weight_type "$(cat "$T/k40.json" "$T/k80.json" "$T/kf32.json" "$T/err")"
+fi

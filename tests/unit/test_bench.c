@@ -3,16 +3,22 @@
  * hand-computed values, throughput and latency arithmetic on a hand-made run), the policy progression, and a
  * small end-to-end comparison on stories260K checking only non-timing facts: every request completes with
  * its exact length under every policy, static batching pads, contiguous KV wastes more than paged, and only
- * the prefix policy hits the prefix cache (on the shared-prefix workload).
- * It links the bench layer's library (src/bench), as the binary does. */
+ * the prefix policy hits the prefix cache (on the shared-prefix workload); and the machine measurement of
+ * `bench hw` (every peak positive and finite, the roofline peaks the largest of their loops, the loops the
+ * CPU lacks left at 0) with the roof each weight type's matmul is charged to.  Nothing here is timed against
+ * a threshold.  It links the bench layer's library (src/bench), as the binary does. */
 #include "core/stats.h"
 #include "test.h"
 
+#include <math.h>
 #include <unistd.h>
 
+#include "bench/perf.h"
 #include "bench/report.h"
 #include "bench/workload.h"
+#include "core/threadpool.h"
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 #include "model/model.h"
 
 static struct model *model;
@@ -422,6 +428,67 @@ TEST(compare_end_to_end_on_stories260k) {
     bench_workload_free(&w);
 }
 
+static bool positive_finite(double x) {
+    return isfinite(x) && x > 0;
+}
+
+/* One short measurement on 2 threads: the figures are sane and consistent, whatever their size. */
+static void check_hw(bool portable) {
+    struct ci_threadpool *tp = NULL;
+    struct ci_err err = {0};
+    ASSERT_STATUS(ci_threadpool_create(2, &tp, &err), CI_OK);
+    struct bench_hw_opts o;
+    bench_hw_opts_default(&o);
+    o.buf_bytes = 16u << 20;
+    o.passes = 1;
+    o.peak_s = 0.02;
+    o.portable = portable;
+    struct bench_hw hw;
+    ASSERT_STATUS(bench_hw_measure(tp, &o, &hw, &err), CI_OK);
+    ci_threadpool_free(tp);
+    bool simd = !portable && bench_hw_have_avx2();
+    CHECK(!strcmp(hw.isa, simd ? "avx2+fma" : "portable C (no AVX2)"));
+    CHECK(hw.n_threads == 2 && hw.buf_bytes == 16u << 20);
+    CHECK(positive_finite(hw.bw1_gbs) && positive_finite(hw.bw_gbs));
+    CHECK(positive_finite(hw.fma1_gflops) && positive_finite(hw.fma_gflops));
+    CHECK(positive_finite(hw.dot1_gops) && positive_finite(hw.dot_gops));
+    // A loop runs only where the CPU has its instructions, and never in portable mode.
+    bool avx512 = simd && bench_hw_have_avx512(), bw = simd && bench_hw_have_avx512bw();
+    bool vnni = simd && bench_hw_have_avxvnni(), vnni512 = simd && bench_hw_have_avx512vnni();
+    CHECK(avx512 ? positive_finite(hw.fma512_gflops) && positive_finite(hw.fma512_1_gflops)
+                 : hw.fma512_gflops == 0 && hw.fma512_1_gflops == 0);
+    CHECK(bw ? positive_finite(hw.dot512_gops) && positive_finite(hw.dot512_1_gops)
+             : hw.dot512_gops == 0 && hw.dot512_1_gops == 0);
+    CHECK(vnni ? positive_finite(hw.vnni_gops) && positive_finite(hw.vnni1_gops)
+               : hw.vnni_gops == 0 && hw.vnni1_gops == 0);
+    CHECK(vnni512 ? positive_finite(hw.vnni512_gops) && positive_finite(hw.vnni512_1_gops)
+                  : hw.vnni512_gops == 0 && hw.vnni512_1_gops == 0);
+    // The roofline's peaks are the best loop of each kind at n_threads, the ridges their ratio to bandwidth.
+    CHECK(hw.peak_gflops == fmax(hw.fma_gflops, hw.fma512_gflops));
+    CHECK(hw.int8_peak_gops == fmax(fmax(hw.dot_gops, hw.dot512_gops), fmax(hw.vnni_gops, hw.vnni512_gops)));
+    ASSERT_NEAR(hw.ridge, hw.peak_gflops / hw.bw_gbs, 1e-9 * hw.ridge);
+    ASSERT_NEAR(hw.int8_ridge, hw.int8_peak_gops / hw.bw_gbs, 1e-9 * hw.int8_ridge);
+}
+
+TEST(hw_peaks_are_positive_and_consistent) {
+    check_hw(false);
+}
+
+TEST(hw_portable_loops_measure_both_peaks) {
+    check_hw(true);
+}
+
+/* Q8_0 and Q4_0 matmuls quantize the activations and multiply in int8; the float types use FMAs. */
+TEST(each_weight_type_has_the_roof_of_its_kernel) {
+    CHECK(bench_roof_of_type(CI_TYPE_Q8_0) == BENCH_ROOF_INT8);
+    CHECK(bench_roof_of_type(CI_TYPE_Q4_0) == BENCH_ROOF_INT8);
+    CHECK(bench_roof_of_type(CI_TYPE_F32) == BENCH_ROOF_F32);
+    CHECK(bench_roof_of_type(CI_TYPE_F16) == BENCH_ROOF_F32);
+    CHECK(bench_roof_of_type(CI_TYPE_BF16) == BENCH_ROOF_F32);
+    CHECK(!strcmp(bench_roof_name(BENCH_ROOF_INT8), "int8") &&
+          !strcmp(bench_roof_name(BENCH_ROOF_F32), "f32"));
+}
+
 int main(void) {
     char path[512];
     struct ci_err err = {0};
@@ -433,6 +500,9 @@ int main(void) {
     RUN(percentiles_are_numpy_linear);
     RUN(throughput_and_latency_arithmetic);
     RUN(policy_progression_is_cumulative);
+    RUN(hw_peaks_are_positive_and_consistent);
+    RUN(hw_portable_loops_measure_both_peaks);
+    RUN(each_weight_type_has_the_roof_of_its_kernel);
     if (model_load(test_model_path(path, sizeof path, "stories260K.gguf"), &model, &err) != CI_OK) {
         printf("FAIL setup: %s\n", err.msg);
         return 1;
