@@ -15,25 +15,86 @@ static const char *test_current; // name of the running test
 
 #define TEST(name) static void test_##name(void)
 
-/* $CINFER_TEST_ONLY: a comma-separated list of substrings; when set, only the tests whose name holds one of
- * them run, and each other one prints "SKIP name" (make tsan runs a binary's threaded tests this way). */
-static inline int test_selected(const char *name) {
-    const char *only = getenv("CINFER_TEST_ONLY");
-    if (!only || !*only)
-        return 1;
-    for (const char *p = only; *p;) {
+/* Which tests run: the program's arguments, else $CINFER_TEST_ONLY (a comma-separated list), are name
+ * substrings (commas split an argument too); when there are any, only the tests whose name holds one of them
+ * run, and each other one prints "SKIP name".  A substring that no test name holds fails the program (a typo
+ * must not pass as "0 failed").  `--list` prints the program's test names and runs none.  So
+ *   build/release/tests/test_engine engine_thread
+ *   CINFER_TEST_ONLY=engine_thread build/release/tests/test_engine
+ * run the same test (make tsan runs a binary's threaded tests the second way). */
+#define TEST_MAX_FILTERS 32
+static char test_filter[TEST_MAX_FILTERS][128]; // the substrings
+static int test_filter_hits[TEST_MAX_FILTERS];  // tests each one selected
+static int test_n_filters = -1;                 // -1: not read yet
+static int test_list_only;                      // --list
+static const char *test_filter_source;          // where the substrings came from, for SKIP lines
+static const char *test_program = "this program";
+
+static inline void test_add_filters(const char *list) {
+    for (const char *p = list; *p;) {
         size_t n = strcspn(p, ",");
-        char want[128];
-        if (n > 0 && n < sizeof want) {
-            memcpy(want, p, n);
-            want[n] = '\0';
-            if (strstr(name, want))
-                return 1;
+        if (n > 0) {
+            if (test_n_filters >= TEST_MAX_FILTERS || n >= sizeof test_filter[0]) {
+                printf("FAIL %s: test name filter '%.*s' too long or too many filters\n", test_program,
+                       (int)n, p);
+                exit(2);
+            }
+            memcpy(test_filter[test_n_filters], p, n);
+            test_filter[test_n_filters++][n] = '\0';
         }
         p += n + (p[n] == ',');
     }
-    printf("SKIP %s (CINFER_TEST_ONLY=%s)\n", name, only);
-    return 0;
+}
+
+/* Reads the arguments (call first thing in main; a program that does not takes $CINFER_TEST_ONLY alone). */
+static inline void test_main(int argc, char **argv) {
+    if (argc > 0 && argv[0]) {
+        const char *slash = strrchr(argv[0], '/');
+        test_program = slash ? slash + 1 : argv[0];
+    }
+    test_n_filters = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--list") == 0) {
+            test_list_only = 1;
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("usage: %s [--list] [NAME...]\n"
+                   "Runs the tests whose name holds one of the NAMEs (all without any; $CINFER_TEST_ONLY, a\n"
+                   "comma-separated list, when no NAME is given); --list prints the test names.\n",
+                   test_program);
+            exit(0);
+        } else {
+            test_add_filters(argv[i]);
+            test_filter_source = "not named in the arguments";
+        }
+    }
+    if (test_n_filters == 0)
+        test_n_filters = -1; // no NAME: $CINFER_TEST_ONLY, read at the first test
+}
+
+static inline int test_selected(const char *name) {
+    if (test_n_filters < 0) {
+        test_n_filters = 0;
+        const char *only = getenv("CINFER_TEST_ONLY");
+        if (only && *only) {
+            test_add_filters(only);
+            test_filter_source = "not in CINFER_TEST_ONLY";
+        }
+    }
+    if (test_list_only) {
+        printf("%s\n", name);
+        return 0;
+    }
+    if (test_n_filters == 0)
+        return 1;
+    int selected = 0;
+    for (int i = 0; i < test_n_filters; i++)
+        if (strstr(name, test_filter[i])) {
+            test_filter_hits[i]++;
+            selected = 1;
+        }
+    if (!selected)
+        printf("SKIP %s (%s)\n", name, test_filter_source);
+    return selected;
 }
 
 #define RUN(name)                                                                                            \
@@ -111,7 +172,13 @@ static inline const char *test_model_path(char *buf, size_t n, const char *name)
     return buf;
 }
 
+/* The program's exit status: 1 when a test failed or a name filter selected no test. */
 static inline int test_exit_code(void) {
+    for (int i = 0; i < test_n_filters && !test_list_only; i++)
+        if (test_filter_hits[i] == 0) {
+            printf("FAIL %s: no test name holds '%s' (--list shows them)\n", test_program, test_filter[i]);
+            test_total_failed++;
+        }
     return test_total_failed ? 1 : 0;
 }
 

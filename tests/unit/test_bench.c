@@ -422,7 +422,8 @@ TEST(compare_end_to_end_on_stories260k) {
     bench_workload_free(&w);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     char path[512];
     struct ci_err err = {0};
     ci_kernels_init();

@@ -771,7 +771,8 @@ done:
     gguf_free(g);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     size_t mem0 = ci_mem_in_use();
     RUN(llama_cpp_cases);
     RUN(by_name_cases);

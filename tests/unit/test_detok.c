@@ -414,7 +414,8 @@ TEST(stop_with_detok) {
     tokenizer_free(t);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(split_utf8);
     RUN(invalid_bytes);
     RUN(leading_space);

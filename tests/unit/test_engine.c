@@ -574,7 +574,8 @@ TEST(engine_thread_serves_concurrent_clients) {
     engine_free(e);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     char p[512];
     struct ci_err err = {0};
     ci_kernels_init();

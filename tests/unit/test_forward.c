@@ -295,7 +295,8 @@ TEST(bad_batches_rejected) {
     model_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     ci_kernels_init();
     RUN(invariance_stories260k_gguf);
     RUN(invariance_stories260k_bin);

@@ -1149,7 +1149,8 @@ TEST(no_leaks) {
     ASSERT_EQ_I64(ci_mem_in_use(), 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(stories260k);
     RUN(vocab_files);
     RUN(open_errors);

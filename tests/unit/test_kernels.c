@@ -1236,7 +1236,8 @@ TEST(isa_names) {
     printf("note: kernels isa %s\n", isa);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     ci_kernels_init();
     n_tables = ci_kernels_tables(tables);
     RUN(isa_names);

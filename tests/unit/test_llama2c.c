@@ -375,7 +375,8 @@ TEST(open_errors) {
     CHECK(ci_mem_in_use() == 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(legacy_config);
     RUN(v1_config);
     RUN(tensors_match_v1_and_offsets);

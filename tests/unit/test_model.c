@@ -172,7 +172,8 @@ TEST(real_files) {
     CHECK(err.msg[0] != '\0');
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cinfer-test-model-XXXXXX");
     if (!mkdtemp(tmpdir)) {
         printf("FAIL setup: mkdtemp\n");

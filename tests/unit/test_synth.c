@@ -704,7 +704,8 @@ TEST(no_leaks) {
     CHECK(ci_mem_in_use() == 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_synth_XXXXXX");
     if (!mkdtemp(tmp_dir)) {
         printf("FAIL setup: mkdtemp\n");

@@ -1381,7 +1381,8 @@ TEST(concurrent_encode) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     char names[64][128];
     int n = list_vocabs(names, 64);
     for (int i = 0; i < n; i++)
