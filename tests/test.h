@@ -4,14 +4,17 @@
 #ifndef CINFER_TESTS_TEST_H
 #define CINFER_TESTS_TEST_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-static int test_failed_checks;   // in the current test
-static int test_total_failed;    // tests failed in this binary
-static const char *test_current; // name of the running test
+static int test_failed_checks;             // in the current test
+static int test_total_failed;              // tests failed in this binary
+static const char *test_current = "setup"; // name of the running test ("setup" in main, between tests)
 
 #define TEST(name) static void test_##name(void)
 
@@ -170,6 +173,91 @@ static inline const char *test_models_dir(void) {
 static inline const char *test_model_path(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", test_models_dir(), name);
     return buf;
+}
+
+/* ---- shared helpers ----------------------------------------------------------------------------------- */
+
+/* The whole file at path, malloc'ed and NUL-terminated (the NUL not counted in *n); NULL and *n = 0 when it
+ * cannot be read. */
+static inline void *test_read_file(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size + 1)) != NULL) {
+        if (fread(buf, 1, (size_t)size, f) == (size_t)size) {
+            buf[size] = '\0';
+            *n = (size_t)size;
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Writes data[0..n) to path (created or truncated); 1 on success, 0 on error. */
+static inline int test_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return 0;
+    int ok = fwrite(data, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+/* The program's scratch directory, $TMPDIR (else /tmp)/cinfer-<program>-XXXXXX: made at the first call and
+ * removed with the files in it when the program exits (by the process that made it, not by a forked child).
+ * Exits with a FAIL line when it cannot be made. */
+static char test_tmp_dir_path[512];
+static pid_t test_tmp_dir_owner;
+
+static inline void test_tmp_dir_remove(void) {
+    if (getpid() != test_tmp_dir_owner)
+        return;
+    DIR *d = opendir(test_tmp_dir_path);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        char path[1024];
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(path, sizeof path, "%s/%s", test_tmp_dir_path, e->d_name);
+            unlink(path);
+        }
+    }
+    if (d)
+        closedir(d);
+    rmdir(test_tmp_dir_path);
+}
+
+static inline const char *test_tmp_dir(void) {
+    if (!test_tmp_dir_path[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(test_tmp_dir_path, sizeof test_tmp_dir_path, "%s/cinfer-%s-XXXXXX",
+                 base && *base ? base : "/tmp", test_program);
+        if (!mkdtemp(test_tmp_dir_path)) {
+            printf("FAIL %s: cannot make a scratch directory %s\n", test_program, test_tmp_dir_path);
+            exit(1);
+        }
+        test_tmp_dir_owner = getpid();
+        atexit(test_tmp_dir_remove);
+    }
+    return test_tmp_dir_path;
+}
+
+/* Writes "<scratch directory>/<name>" into buf. */
+static inline const char *test_tmp_path(char *buf, size_t n, const char *name) {
+    int k = snprintf(buf, n, "%s/%s", test_tmp_dir(), name);
+    if (k < 0 || (size_t)k >= n) {
+        printf("FAIL %s: the scratch path of %s does not fit in %zu bytes\n", test_program, name, n);
+        exit(1);
+    }
+    return buf;
+}
+
+/* qsort comparison of C strings (an array of char *). */
+static inline int test_cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* The program's exit status: 1 when a test failed or a name filter selected no test. */
