@@ -6,8 +6,8 @@
 # FAIL line (a crash) counts as one failure.  "fast" runs the C unit tests and the CLI tests in tests/cli;
 # "full" also runs the other script tests in tests/*/test_*.{py,sh} (the numpy reference, the server tests,
 # the OpenAI SDK, the llama.cpp cross-check, the web UI); "tsan" runs the threaded tests only (make tsan):
-# test_queue, test_sched, the threaded tests of test_engine, test_kernels and test_forward, and the server
-# tests.
+# test_queue, test_sched, test_threadpool, the threaded tests of test_engine, test_kernels and test_forward,
+# and the server tests.
 #
 # One test by name: NAME is a C unit test program (test_engine, or just engine: BUILD_DIR/tests/test_engine,
 # built from tests/unit/test_engine.c, which may be named too) or a script test under tests/ (test_server,
@@ -151,12 +151,13 @@ esac
 if [ "$MODE" = tsan ]; then
     # Tests that run one thread give TSan nothing to check and run ~20 times slower under it: of test_engine,
     # the engine thread with its kernel pool and client threads (the policy tests step the engine on the test's
-    # thread with one kernel thread); of test_kernels, the pool and the matmul across 1-3 threads; of
+    # thread with one kernel thread); of test_kernels, the matmul across 1-3 threads; of
     # test_forward, the batch invariance with 1 and 2 threads.  The others print SKIP lines.
     run_one "test_engine (threaded)" env CINFER_TEST_ONLY=engine_thread "$B/tests/test_engine"
     run_one test_queue "$B/tests/test_queue"
     run_one test_sched "$B/tests/test_sched"
-    run_one "test_kernels (threaded)" env CINFER_TEST_ONLY=threadpool,across_threads "$B/tests/test_kernels"
+    run_one test_threadpool "$B/tests/test_threadpool"
+    run_one "test_kernels (threaded)" env CINFER_TEST_ONLY=across_threads "$B/tests/test_kernels"
     run_one "test_forward (threaded)" env CINFER_TEST_ONLY=invariance_stories260k_gguf "$B/tests/test_forward"
     for t in tests/server/test_*.py tests/server/test_*.sh; do
         [ -e "$t" ] || continue
