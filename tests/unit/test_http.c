@@ -65,7 +65,8 @@ static void h_busy(void *app, const struct http_request *req, struct http_respon
     (void)req;
     res->status = 429;
     res->retry_after_s = 3;
-    res->static_body = "{\"error\":{\"message\":\"busy\",\"type\":\"rate_limit_error\",\"param\":null,\"code\":null}}";
+    res->static_body =
+        "{\"error\":{\"message\":\"busy\",\"type\":\"rate_limit_error\",\"param\":null,\"code\":null}}";
 }
 
 /* A deferred answer or a streamed body, woken by a thread of the test: nothing is ready until the waker
@@ -164,14 +165,9 @@ static void h_stream(void *app, const struct http_request *req, struct http_resp
 }
 
 static const struct http_route routes[] = {
-    {"/", "GET", false, h_ok},
-    {"/get", "GET", false, h_ok},
-    {"/echo", "POST", false, h_echo},
-    {"/secret", "GET", true, h_ok},
-    {"/files/", "GET", false, h_path},
-    {"/busy", "GET", false, h_busy},
-    {"/later", "GET", false, h_later},
-    {"/stream", "GET", false, h_stream},
+    {"/", "GET", false, h_ok},         {"/get", "GET", false, h_ok},        {"/echo", "POST", false, h_echo},
+    {"/secret", "GET", true, h_ok},    {"/files/", "GET", false, h_path},   {"/busy", "GET", false, h_busy},
+    {"/later", "GET", false, h_later}, {"/stream", "GET", false, h_stream},
 };
 #define N_ROUTES ((int)(sizeof routes / sizeof routes[0]))
 
@@ -313,8 +309,9 @@ static bool openai_error_of(const struct reply *r, char *type, char *code, size_
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "code");
-    bool ok = cJSON_IsString(m) && m->valuestring[0] && cJSON_IsString(t) && cJSON_HasObjectItem(e, "param") &&
-              (cJSON_IsString(c) || cJSON_IsNull(c)) && cJSON_GetArraySize(j) == 1 && cJSON_GetArraySize(e) == 4;
+    bool ok = cJSON_IsString(m) && m->valuestring[0] && cJSON_IsString(t) &&
+              cJSON_HasObjectItem(e, "param") && (cJSON_IsString(c) || cJSON_IsNull(c)) &&
+              cJSON_GetArraySize(j) == 1 && cJSON_GetArraySize(e) == 4;
     if (ok) {
         snprintf(type, cap, "%s", t->valuestring);
         snprintf(code, cap, "%s", cJSON_IsString(c) ? c->valuestring : "null");
@@ -463,7 +460,8 @@ TEST(routing_table) {
         header(&r, "Content-Type", ctype, sizeof ctype);
         const char *what = cases[i].path;
         if (r.status != cases[i].status) {
-            TEST_FAILF("%s %s: status %ld, want %ld (%s)", cases[i].method, what, r.status, cases[i].status, r.body);
+            TEST_FAILF("%s %s: status %ld, want %ld (%s)", cases[i].method, what, r.status, cases[i].status,
+                       r.body);
             continue;
         }
         if (strcmp(allow, cases[i].allow) != 0)
@@ -501,9 +499,16 @@ TEST(body_limit) {
         bool chunked;
         long status;
     } cases[] = {
-        {0, false, 200},           {1, false, 200},           {BODY_MAX - 1, false, 200}, {BODY_MAX, false, 200},
-        {BODY_MAX + 1, false, 413}, {3 * BODY_MAX, false, 413}, {1, true, 200},            {BODY_MAX, true, 200},
-        {BODY_MAX + 1, true, 413},  {3 * BODY_MAX, true, 413},
+        {0, false, 200},
+        {1, false, 200},
+        {BODY_MAX - 1, false, 200},
+        {BODY_MAX, false, 200},
+        {BODY_MAX + 1, false, 413},
+        {3 * BODY_MAX, false, 413},
+        {1, true, 200},
+        {BODY_MAX, true, 200},
+        {BODY_MAX + 1, true, 413},
+        {3 * BODY_MAX, true, 413},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         static struct reply r;
@@ -513,11 +518,11 @@ TEST(body_limit) {
             TEST_FAILF("%zu bytes%s: status %ld, want %ld", cases[i].len, cases[i].chunked ? " chunked" : "",
                        r.status, cases[i].status);
         } else if (r.status == 200 && (r.len != cases[i].len || memcmp(r.body, big, r.len) != 0)) {
-            TEST_FAILF("%zu bytes%s: echoed %zu bytes, not the same", cases[i].len, cases[i].chunked ? " chunked" : "",
-                       r.len);
-        } else if (r.status == 413 && (!openai_error_of(&r, type, code, sizeof type) ||
-                                       strcmp(type, "invalid_request_error") != 0 ||
-                                       strcmp(code, "request_too_large") != 0)) {
+            TEST_FAILF("%zu bytes%s: echoed %zu bytes, not the same", cases[i].len,
+                       cases[i].chunked ? " chunked" : "", r.len);
+        } else if (r.status == 413 &&
+                   (!openai_error_of(&r, type, code, sizeof type) ||
+                    strcmp(type, "invalid_request_error") != 0 || strcmp(code, "request_too_large") != 0)) {
             TEST_FAILF("%zu bytes: 413 body %s", cases[i].len, r.body);
         }
     }
@@ -546,10 +551,12 @@ TEST(deferred_and_streamed_answers) {
     request(port, "GET", "/stream", NULL, NULL, 0, false, &r);
     char v[64];
     CHECK(r.status == 200);
-    CHECK(strcmp(r.body, "data: chunk 0\n\ndata: chunk 1\n\ndata: chunk 2\n\ndata: chunk 3\n\ndata: chunk 4\n\n") ==
+    CHECK(strcmp(r.body,
+                 "data: chunk 0\n\ndata: chunk 1\n\ndata: chunk 2\n\ndata: chunk 3\n\ndata: chunk 4\n\n") ==
           0);
     CHECK(strcmp(header(&r, "Content-Type", v, sizeof v), "text/event-stream") == 0);
     CHECK(strcmp(header(&r, "Cache-Control", v, sizeof v), "no-cache") == 0);
+    CHECK(strcmp(header(&r, "X-Accel-Buffering", v, sizeof v), "no") == 0); // proxies must not buffer it
     CHECK(strcmp(header(&r, "Transfer-Encoding", v, sizeof v), "chunked") == 0);
     for (int i = 0; i < 200 && !(atomic_load(&later_freed) && atomic_load(&stream_freed)); i++)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
@@ -595,7 +602,8 @@ TEST(per_address_limit) {
     int a = raw_connect(p, 5000), b = raw_connect(p, 5000);
     ASSERT(a >= 0 && b >= 0);
     // A whole request on each (keep-alive): both are accepted and held.
-    ASSERT(raw_send(a, "GET /get HTTP/1.1\r\nHost: x\r\n\r\n") && raw_send(b, "GET /get HTTP/1.1\r\nHost: x\r\n\r\n"));
+    ASSERT(raw_send(a, "GET /get HTTP/1.1\r\nHost: x\r\n\r\n") &&
+           raw_send(b, "GET /get HTTP/1.1\r\nHost: x\r\n\r\n"));
     CHECK(raw_response(a, buf, sizeof buf) == 200 && raw_response(b, buf, sizeof buf) == 200);
     int c = raw_connect(p, 3000);
     ASSERT(c >= 0);
@@ -609,7 +617,8 @@ TEST(per_address_limit) {
     bool served = false;
     for (int i = 0; i < 50 && !served; i++) { // the server notices a's close within its event loop
         int d = raw_connect(p, 3000);
-        served = d >= 0 && raw_send(d, "GET /get HTTP/1.1\r\nHost: x\r\n\r\n") && raw_response(d, buf, sizeof buf) == 200;
+        served = d >= 0 && raw_send(d, "GET /get HTTP/1.1\r\nHost: x\r\n\r\n") &&
+                 raw_response(d, buf, sizeof buf) == 200;
         if (d >= 0)
             close(d);
         if (!served)
@@ -635,7 +644,8 @@ TEST(cors) {
     CHECK(strstr(header(&r, "Access-Control-Allow-Methods", v, sizeof v), "POST") != NULL);
     CHECK(strstr(header(&r, "Access-Control-Allow-Headers", v, sizeof v), "Authorization") != NULL);
     request(http_server_port(s), "GET", "/get", NULL, NULL, 0, false, &r);
-    CHECK(r.status == 200 && strcmp(header(&r, "Access-Control-Allow-Origin", v, sizeof v), "https://example.test") == 0);
+    CHECK(r.status == 200 &&
+          strcmp(header(&r, "Access-Control-Allow-Origin", v, sizeof v), "https://example.test") == 0);
     http_server_free(s);
     request(port, "OPTIONS", "/echo", NULL, NULL, 0, false, &r);
     CHECK(r.status == 405 && strcmp(header(&r, "Allow", v, sizeof v), "POST") == 0);
