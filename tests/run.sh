@@ -13,10 +13,10 @@
 # built from tests/unit/test_engine.c, which may be named too) or a script test under tests/ (test_server,
 # test_server.py or tests/server/test_server.py).  FILTERs, for a C program only, are passed to it: only its
 # tests whose name holds one of them run (tests/test.h; `BUILD_DIR/tests/test_engine --list` names them).
-#   tests/run.sh build/release test_utf8
+#   tests/run.sh build/release test_sse
 #   tests/run.sh build/release test_engine engine_thread
 #   tests/run.sh build/release test_server
-#   make test T=test_utf8    make test-fast T="test_engine engine_thread"    make asan T=test_queue
+#   make test T=test_sse    make test-fast T="test_engine engine_thread"    make asan T=test_http
 # The environment, the sanitizer options and the closing line are the same as for the whole suite.
 #
 # Sanitizers: the options below make every ASan, UBSan, LeakSanitizer or TSan report fatal, and send it to
