@@ -122,6 +122,16 @@ static inline int test_selected(const char *name) {
         test_failed_checks++;                                                                                \
     } while (0)
 
+/* TEST_FAILF for the first failure of the test only (later ones are counted, not printed): a loop over
+ * thousands of elements that all go wrong together prints one FAIL line. */
+#define FAIL_FIRST(...)                                                                                      \
+    do {                                                                                                     \
+        if (test_failed_checks == 0)                                                                         \
+            TEST_FAILF(__VA_ARGS__);                                                                         \
+        else                                                                                                 \
+            test_failed_checks++;                                                                            \
+    } while (0)
+
 #define ASSERT(cond)                                                                                         \
     do {                                                                                                     \
         if (!(cond)) {                                                                                       \

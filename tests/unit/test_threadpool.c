@@ -19,15 +19,6 @@
 #define MAX_TASKS 1000
 #define MAX_POOL  16
 
-/* Reports only the first of many failures in a loop (tests/run.sh counts FAIL lines). */
-#define FAIL_FIRST(...)                                                                                      \
-    do {                                                                                                     \
-        if (test_failed_checks == 0)                                                                         \
-            TEST_FAILF(__VA_ARGS__);                                                                         \
-        else                                                                                                 \
-            test_failed_checks++;                                                                            \
-    } while (0)
-
 struct job {
     atomic_int runs[MAX_TASKS]; // how often each task ran
     atomic_int busy[MAX_POOL];  // a task with this thread index is running
