@@ -1,6 +1,8 @@
-/* Tiny test harness.  A test binary defines TEST(name) functions and lists them in main() via RUN(name);
- * each check prints "FAIL name: file:line: ..." on failure, each test prints "PASS name" or its failures.
- * tests/run.sh counts those lines across every test program and prints the final "N passed, N failed". */
+/* Tiny test harness.  A test binary defines TEST(name) functions and lists them in main() via RUN(name),
+ * after test_main(argc, argv); each check prints "FAIL name: file:line: ..." on failure, each test prints
+ * "PASS name" or its failures.  tests/run.sh counts those lines across every test program and prints the
+ * final "N passed, N failed".  Below the harness: helpers every test may share (model paths, files, a scratch
+ * directory); tests/test_util.h adds those that reach cinfer's internals. */
 #ifndef CINFER_TESTS_TEST_H
 #define CINFER_TESTS_TEST_H
 
@@ -9,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static int test_failed_checks;             // in the current test
@@ -188,7 +189,8 @@ static inline const char *test_model_path(char *buf, size_t n, const char *name)
 /* ---- shared helpers ----------------------------------------------------------------------------------- */
 
 /* The whole file at path, malloc'ed and NUL-terminated (the NUL not counted in *n); NULL and *n = 0 when it
- * cannot be read. */
+ * cannot be read.  A parser test that wants ASan to see a read one byte past the end copies the bytes into a
+ * buffer of exactly *n. */
 static inline void *test_read_file(const char *path, size_t *n) {
     *n = 0;
     FILE *f = fopen(path, "rb");
