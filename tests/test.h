@@ -180,9 +180,13 @@ static inline const char *test_models_dir(void) {
     return d ? d : "../shared/models";
 }
 
-/* Writes "<models dir>/<name>" into buf. */
+/* Writes "<models dir>/<name>" into buf (a path that does not fit ends the program with a FAIL line). */
 static inline const char *test_model_path(char *buf, size_t n, const char *name) {
-    snprintf(buf, n, "%s/%s", test_models_dir(), name);
+    int k = snprintf(buf, n, "%s/%s", test_models_dir(), name);
+    if (k < 0 || (size_t)k >= n) {
+        printf("FAIL %s: the model path of %s does not fit in %zu bytes\n", test_program, name, n);
+        exit(1);
+    }
     return buf;
 }
 
