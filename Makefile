@@ -1,6 +1,9 @@
 # cinfer — one plain Makefile.  Variants build out of tree in build/<variant>.
 #   make            release build of build/release/cinfer
 #   make test       install missing Debian packages, build, run every test
+#   make test T=NAME  the same for one test program or script (tests/run.sh NAME: test_engine, test_server;
+#                   T="test_engine engine_thread" runs that program's tests whose name holds engine_thread);
+#                   T= works for test-fast, test-full, asan and tsan too
 #   make asan       ASan+UBSan build (build/asan), then every test under it (LeakSanitizer on)
 #   make tsan       ThreadSanitizer build (build/tsan), then the engine, queue, scheduler, thread pool and
 #                   server tests under it (tests/tsan.supp: reports from uninstrumented libraries only)
@@ -129,13 +132,13 @@ deps:
 
 test: deps
 	$(MAKE) all
-	tests/run.sh $(B) full
+	tests/run.sh $(B) $(or $(T),full)
 
 test-fast: all
-	tests/run.sh $(B) fast
+	tests/run.sh $(B) $(or $(T),fast)
 
 test-full: all
-	tests/run.sh $(B) full
+	tests/run.sh $(B) $(or $(T),full)
 
 # tests/run.sh sets the sanitizer options: every report is fatal and fails the test that produced it.
 asan: deps
@@ -143,7 +146,7 @@ asan: deps
 
 tsan: deps
 	$(MAKE) VARIANT=tsan all
-	tests/run.sh build/tsan tsan
+	tests/run.sh build/tsan $(or $(T),tsan)
 
 demo: deps
 	$(MAKE) $(BIN)

@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# Runs every test program and prints the closing "N passed, N failed" line.
-#   tests/run.sh BUILD_DIR [fast|full|tsan]
+# Runs test programs and prints the closing "N passed, N failed" line.
+#   tests/run.sh BUILD_DIR [fast|full|tsan]     the suite ("full" when no mode is given)
+#   tests/run.sh BUILD_DIR NAME [FILTER...]     one test program or script, by name
 # Test programs print "PASS name" / "FAIL name: why" lines; a program that exits non-zero without printing a
 # FAIL line (a crash) counts as one failure.  "fast" runs the C unit tests and the CLI tests in tests/cli;
 # "full" also runs the other script tests in tests/*/test_*.{py,sh} (the numpy reference, the server tests,
 # the OpenAI SDK, the llama.cpp cross-check, the web UI); "tsan" runs the threaded tests only (make tsan):
-# test_queue, test_sched, the threaded tests of test_engine, test_kernels and test_forward, and the server
-# tests.
+# test_queue, test_sched, test_threadpool, the threaded tests of test_engine, test_kernels and test_forward,
+# and the server tests.
+#
+# One test by name: NAME is a C unit test program (test_engine, or just engine: BUILD_DIR/tests/test_engine,
+# built from tests/unit/test_engine.c, which may be named too) or a script test under tests/ (test_server,
+# test_server.py or tests/server/test_server.py).  FILTERs, for a C program only, are passed to it: only its
+# tests whose name holds one of them run (tests/test.h; `BUILD_DIR/tests/test_engine --list` names them).
+#   tests/run.sh build/release test_sse
+#   tests/run.sh build/release test_engine engine_thread
+#   tests/run.sh build/release test_server
+#   make test T=test_sse    make test-fast T="test_engine engine_thread"    make asan T=test_http
+# The environment, the sanitizer options and the closing line are the same as for the whole suite.
 #
 # Sanitizers: the options below make every ASan, UBSan, LeakSanitizer or TSan report fatal, and send it to
 # a file in a directory of this run instead of stderr.  After each test program, any report file there (from
@@ -70,16 +81,83 @@ run_one() { # name, command...
     failed=$((failed + f))
 }
 
+# The program or script a NAME stands for: prints "bin PATH", "py PATH" or "sh PATH", or says why none.
+resolve() {
+    local n=$1 c
+    local -a found=()
+    case "$n" in tests/unit/test_*.c) n=${n#tests/unit/} && n=${n%.c} ;; esac
+    for c in "$B/tests/$n" "$B/tests/test_$n"; do
+        if [ -f "$c" ] && [ -x "$c" ]; then
+            echo "bin $c"
+            return 0
+        fi
+    done
+    for c in "tests/unit/$n.c" "tests/unit/test_$n.c"; do
+        if [ -f "$c" ]; then
+            echo "run.sh: $c is not built in $B (run make, or make VARIANT=... for $B)" >&2
+            return 1
+        fi
+    done
+    for c in "$n" tests/*/"$n" tests/*/"$n".py tests/*/"$n".sh tests/*/test_"$n" tests/*/test_"$n".py \
+        tests/*/test_"$n".sh; do
+        case "${c##*/}" in test_*.py | test_*.sh) ;; *) continue ;; esac
+        [ -f "$c" ] || continue
+        c=${c#./}
+        case " ${found[*]:-} " in *" $c "*) ;; *) found+=("$c") ;; esac
+    done
+    if [ "${#found[@]}" -eq 1 ]; then
+        echo "${found[0]##*.} ${found[0]}"
+        return 0
+    fi
+    if [ "${#found[@]}" -gt 1 ]; then
+        echo "run.sh: '$n' names several tests: ${found[*]}" >&2
+        return 1
+    fi
+    echo "run.sh: no test named '$n'; the tests are:" >&2
+    for c in "$B"/tests/test_*; do
+        case "$c" in *.d) continue ;; esac
+        [ -x "$c" ] && echo "  ${c##*/}" >&2
+    done
+    for c in tests/*/test_*.py tests/*/test_*.sh; do
+        [ -e "$c" ] && echo "  $c" >&2
+    done
+    return 1
+}
+
 cd "$ROOT"
+case "$MODE" in
+fast | full | tsan) ;;
+*)
+    shift
+    what=$(resolve "$1") || exit 2
+    shift
+    kind=${what%% *}
+    path=${what#* }
+    if [ "$kind" != bin ] && [ $# -gt 0 ]; then
+        echo "run.sh: name filters ($*) apply to C unit test programs only, not to $path" >&2
+        exit 2
+    fi
+    case "$kind" in
+    bin) run_one "${path##*/}" "$path" "$@" ;;
+    py) run_one "$path" "$PY" "$path" ;;
+    sh) run_one "$path" bash "$path" ;;
+    esac
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+    ;;
+esac
+
 if [ "$MODE" = tsan ]; then
     # Tests that run one thread give TSan nothing to check and run ~20 times slower under it: of test_engine,
     # the engine thread with its kernel pool and client threads (the policy tests step the engine on the test's
-    # thread with one kernel thread); of test_kernels, the pool and the matmul across 1-3 threads; of
+    # thread with one kernel thread); of test_kernels, the matmul across 1-3 threads; of
     # test_forward, the batch invariance with 1 and 2 threads.  The others print SKIP lines.
     run_one "test_engine (threaded)" env CINFER_TEST_ONLY=engine_thread "$B/tests/test_engine"
     run_one test_queue "$B/tests/test_queue"
     run_one test_sched "$B/tests/test_sched"
-    run_one "test_kernels (threaded)" env CINFER_TEST_ONLY=threadpool,across_threads "$B/tests/test_kernels"
+    run_one test_threadpool "$B/tests/test_threadpool"
+    run_one "test_kernels (threaded)" env CINFER_TEST_ONLY=across_threads "$B/tests/test_kernels"
     run_one "test_forward (threaded)" env CINFER_TEST_ONLY=invariance_stories260k_gguf "$B/tests/test_forward"
     for t in tests/server/test_*.py tests/server/test_*.sh; do
         [ -e "$t" ] || continue

@@ -317,8 +317,9 @@ static const char *allow_header(const struct http_route *r) {
     return strcmp(r->method, "GET") == 0 ? "GET, HEAD" : r->method;
 }
 
-static void add_headers(const struct http_server *s, struct MHD_Response *resp,
-                        const struct http_response *r) {
+/* streaming: the body is r's fill (which send_response has handed to the MHD response by now). */
+static void add_headers(const struct http_server *s, struct MHD_Response *resp, const struct http_response *r,
+                        bool streaming) {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             r->content_type ? r->content_type : "application/json");
     if (r->allow)
@@ -328,7 +329,7 @@ static void add_headers(const struct http_server *s, struct MHD_Response *resp,
         snprintf(v, sizeof v, "%d", r->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
-    if (r->fill) {
+    if (streaming) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no"); // proxies must not hold the stream back
     }
@@ -389,6 +390,7 @@ static enum MHD_Result send_response(struct http_conn *c, struct http_response *
         free_response_parts(r);
         *r = (struct http_response){.status = 500, .static_body = oom_body};
     }
+    bool streaming = r->fill != NULL;
     if (r->fill) {
         *w = (struct stream_wrap){c, r->fill, r->fill_ctx, r->fill_free};
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, w, stream_free);
@@ -408,7 +410,7 @@ static enum MHD_Result send_response(struct http_conn *c, struct http_response *
         free_response_parts(r);
         return MHD_NO;
     }
-    add_headers(c->srv, resp, r);
+    add_headers(c->srv, resp, r, streaming);
     free_response_parts(r);
     enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
@@ -421,7 +423,7 @@ static enum MHD_Result send_oom(struct http_server *s, struct MHD_Connection *mc
         sizeof oom_body - 1, (void *)(uintptr_t)oom_body, MHD_RESPMEM_PERSISTENT);
     if (!resp)
         return MHD_NO;
-    add_headers(s, resp, &(struct http_response){.status = 500});
+    add_headers(s, resp, &(struct http_response){.status = 500}, false);
     enum MHD_Result ok = MHD_queue_response(mc, 500, resp);
     MHD_destroy_response(resp);
     return ok;

@@ -70,6 +70,8 @@ size_t sse_buf_take(struct sse_buf *b, char *out, size_t max) {
     size_t n = b->len - b->off;
     if (n > max)
         n = max;
+    if (n == 0)
+        return 0; // b->data is NULL until the first append: no memcpy from it, not even of 0 bytes
     memcpy(out, b->data + b->off, n);
     b->off += n;
     return n;

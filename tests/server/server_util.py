@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -14,6 +15,37 @@ BIN = os.environ.get("CINFER_BIN") or os.path.join(ROOT, "build", "release", "ci
 MODELS = os.environ.get("CINFER_MODELS") or os.path.join(ROOT, "..", "shared", "models")
 STORIES = os.path.join(MODELS, "stories260K.gguf")
 ALL = []  # every Server started, so a test can check all their logs at the end
+failures = 0  # FAIL lines printed by check()
+
+
+def check(name, cond, why=""):
+    """Prints "PASS name" or "FAIL name: why" (counted in failures); returns cond."""
+    global failures
+    if cond:
+        print(f"PASS {name}")
+    else:
+        failures += 1
+        print(f"FAIL {name}: {why}")
+    sys.stdout.flush()
+    return cond
+
+
+def setup_ok(prefix):
+    """True when the binary under test and the model exist; else prints "FAIL <prefix>_setup: ..."."""
+    for what, path in (("binary", BIN), ("model", STORIES)):
+        if not os.path.exists(path):
+            print(f"FAIL {prefix}_setup: no {what} {path}")
+            return False
+    return True
+
+
+def check_no_sanitizer_report(name):
+    """Stops every Server started and checks that none of their logs holds a sanitizer report."""
+    for srv in ALL:
+        srv.kill()
+    log = "\n".join(line for srv in ALL for line in srv.lines)
+    bad = [line for line in log.splitlines() if "Sanitizer" in line or "runtime error" in line]
+    return check(name, not bad, "\n".join(bad)[:500])
 
 
 class Server:

@@ -28,21 +28,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_util import ALL, BIN, STORIES, Server  # noqa: E402
-
-failures = 0
-
-
-def check(name, cond, why=""):
-    global failures
-    if cond:
-        print(f"PASS {name}")
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}")
-    sys.stdout.flush()
-    return cond
-
+import server_util  # noqa: E402
+from server_util import BIN, STORIES, Server, check, check_no_sanitizer_report, setup_ok  # noqa: E402
 
 def error_of(data):
     try:
@@ -432,8 +419,7 @@ def test_model_truncated_while_serving():
 
 
 def main():
-    if not os.path.exists(BIN) or not os.path.exists(STORIES):
-        print(f"FAIL hardening_setup: no binary {BIN} or model {STORIES}")
+    if not setup_ok("hardening"):
         return 1
     s = Server()
     try:
@@ -452,12 +438,8 @@ def main():
             t()
         except Exception as e:
             check(t.__name__, False, f"exception {e!r}")
-    for srv in ALL:
-        srv.kill()
-    log = "\n".join(line for srv in ALL for line in srv.lines)
-    check("hardening_no_sanitizer_report", "Sanitizer" not in log and "runtime error" not in log,
-          "\n".join(line for line in log.splitlines() if "Sanitizer" in line or "runtime error" in line)[:500])
-    return 1 if failures else 0
+    check_no_sanitizer_report("hardening_no_sanitizer_report")
+    return 1 if server_util.failures else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_util import ALL, BIN, STORIES, Server  # noqa: E402
+import server_util  # noqa: E402
+from server_util import Server, check, check_no_sanitizer_report, setup_ok  # noqa: E402
 
 KEY = "test-key-0123456789"
 # MANIFEST.md: greedy decoding of stories260K from BOS (60 tokens), computed with llama2.c.
@@ -23,20 +24,6 @@ GREEDY_IDS = [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 3
               266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415]
 GREEDY_TEXT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, "
                "she saw a big, red ball. She wanted to play with it, but it was too high")
-
-failures = 0
-
-
-def check(name, cond, why=""):
-    global failures
-    if cond:
-        print(f"PASS {name}")
-    else:
-        failures += 1
-        print(f"FAIL {name}: {why}")
-    sys.stdout.flush()
-    return cond
-
 
 def error_shape(body):
     e = body.get("error") if isinstance(body, dict) else None
@@ -460,11 +447,7 @@ def test_loading_health():
 
 
 def main():
-    if not os.path.exists(BIN):
-        print(f"FAIL server_setup: no binary {BIN}")
-        return 1
-    if not os.path.exists(STORIES):
-        print(f"FAIL server_setup: no model {STORIES}")
+    if not setup_ok("server"):
         return 1
     t0 = time.monotonic()
     try:
@@ -487,13 +470,9 @@ def main():
         test_limits_server()
     except Exception as e:
         check("test_limits_server", False, f"exception {e!r}")
-    for srv in ALL:
-        srv.kill()
-    log = "\n".join(line for srv in ALL for line in srv.lines)
-    check("no_sanitizer_report", "Sanitizer" not in log and "runtime error" not in log,
-          "\n".join(line for line in log.splitlines() if "Sanitizer" in line or "runtime error" in line)[:500])
+    check_no_sanitizer_report("no_sanitizer_report")
     print(f"server tests took {time.monotonic() - t0:.1f}s")
-    return 1 if failures else 0
+    return 1 if server_util.failures else 0
 
 
 if __name__ == "__main__":

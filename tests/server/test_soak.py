@@ -15,15 +15,11 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from server_util import BIN, STORIES  # noqa: E402
+from server_util import BIN, STORIES, setup_ok  # noqa: E402
 
 
 def main():
-    if not os.path.exists(BIN):
-        print(f"FAIL soak_setup: no binary {BIN}")
-        return 1
-    if not os.path.exists(STORIES):
-        print(f"FAIL soak_setup: no model {STORIES}")
+    if not setup_ok("soak"):
         return 1
     out = tempfile.mkdtemp(prefix="cinfer-soak-")
     cmd = [sys.executable, os.path.join(ROOT, "bench", "soak.py"), "--seconds", "45", "--clients", "16",

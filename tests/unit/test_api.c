@@ -222,7 +222,8 @@ TEST(engine_api) {
     cinfer_model_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(greedy_stories260k_gguf);
     RUN(greedy_stories260k_bin);
     RUN(greedy_stories260k_v1);

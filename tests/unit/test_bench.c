@@ -8,7 +8,7 @@
  * CPU lacks left at 0) with the roof each weight type's matmul is charged to.  Nothing here is timed against
  * a threshold.  It links the bench layer's library (src/bench), as the binary does. */
 #include "core/stats.h"
-#include "test.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <unistd.h>
@@ -380,27 +380,15 @@ TEST(compare_end_to_end_on_stories260k) {
                        s[4].kv_waste_pct);
     CHECK(s[4].kv_waste_pct < 100.0 * 15 / 16); // at most one partly filled block per sequence
     // The report files come out whole.
-    char dir[] = "/tmp/cinfer_test_bench_XXXXXX";
-    if (mkdtemp(dir)) {
-        CHECK(bench_write_files(dir, runs, s, 6, "{\"k\": 1}", &err) == CI_OK);
-        char path[256];
-        snprintf(path, sizeof path, "%s/requests.csv", dir);
-        FILE *f = fopen(path, "r");
-        int lines = 0;
-        for (int ch; f && (ch = fgetc(f)) != EOF;)
-            lines += ch == '\n';
-        if (f)
-            fclose(f);
-        CHECK(lines == 1 + 6 * w.n);
-        const char *names[] = {"summary.csv",       "requests.csv",     "summary.json",
-                               "steps_naive.csv",   "steps_static.csv", "steps_continuous.csv",
-                               "steps_chunked.csv", "steps_paged.csv",  "steps_prefix.csv"};
-        for (int i = 0; i < 9; i++) {
-            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-            remove(path);
-        }
-        rmdir(dir);
-    }
+    CHECK(bench_write_files(test_tmp_dir(), runs, s, 6, "{\"k\": 1}", &err) == CI_OK);
+    char path[600];
+    size_t n_csv = 0;
+    char *csv = test_read_file(test_tmp_path(path, sizeof path, "requests.csv"), &n_csv);
+    int lines = 0;
+    for (size_t i = 0; i < n_csv; i++)
+        lines += csv[i] == '\n';
+    free(csv);
+    CHECK(lines == 1 + 6 * w.n);
     for (int i = 0; i < 6; i++)
         bench_run_free(&runs[i]);
     bench_workload_free(&w);
@@ -489,9 +477,8 @@ TEST(each_weight_type_has_the_roof_of_its_kernel) {
           !strcmp(bench_roof_name(BENCH_ROOF_F32), "f32"));
 }
 
-int main(void) {
-    char path[512];
-    struct ci_err err = {0};
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     ci_kernels_init();
     RUN(workload_is_deterministic_per_seed);
     RUN(workload_lengths_respect_ranges_and_context);
@@ -503,10 +490,8 @@ int main(void) {
     RUN(hw_peaks_are_positive_and_consistent);
     RUN(hw_portable_loops_measure_both_peaks);
     RUN(each_weight_type_has_the_roof_of_its_kernel);
-    if (model_load(test_model_path(path, sizeof path, "stories260K.gguf"), &model, &err) != CI_OK) {
-        printf("FAIL setup: %s\n", err.msg);
+    if (!(model = test_load_model("stories260K.gguf")))
         return 1;
-    }
     RUN(compare_end_to_end_on_stories260k);
     model_free(model);
     return test_exit_code();

@@ -382,7 +382,8 @@ TEST(formatting) {
     ASSERT(strcmp(calc_fmt_time(9068, buf, sizeof buf), "9068 s (2.52 h)") == 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(defaults_are_the_seeds);
     RUN(llama3_405b_full_mha_kv);
     RUN(llama3_405b_gqa_ratio);

@@ -19,7 +19,7 @@
 
 #include "core/mem.h"
 #include "format/gguf.h"
-#include "test.h"
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 static const struct chat_message conversation[] = {
@@ -681,18 +681,6 @@ TEST(for_eos) {
     CHECK(chat_template_for_eos(CHAT_TEMPLATE_UNKNOWN, "</s>", 4) == CHAT_TEMPLATE_UNKNOWN);
 }
 
-static struct gguf *open_vocab(const char *name) {
-    char p[1024];
-    struct ci_err err = {0};
-    struct gguf *g = NULL;
-    test_model_path(p, sizeof(p), name);
-    if (gguf_open(p, &g, &err)) {
-        TEST_FAILF("gguf_open %s: %s", p, err.msg);
-        return NULL;
-    }
-    return g;
-}
-
 /* Formats the conversation with t, tokenizes it as the server will (add_special, parse_special), and
  * counts the tokens equal to id. */
 static int count_token(const struct tokenizer *tok, enum chat_template_id t, int32_t id, int32_t *first) {
@@ -719,7 +707,7 @@ done:
 /* Phi-3's real tokenizer.chat_template (the "Phi-3-mini" text above) is detected from the GGUF, and every
  * marker the phi3 template writes is one of that vocabulary's special tokens. */
 TEST(phi3_gguf) {
-    struct gguf *g = open_vocab("ggml-vocab/ggml-vocab-phi-3.gguf");
+    struct gguf *g = test_open_gguf("ggml-vocab/ggml-vocab-phi-3.gguf");
     ASSERT(g != NULL);
     struct tokenizer *tok = NULL;
     struct gguf_str s;
@@ -750,7 +738,7 @@ done:
 /* With the Llama vocabulary (BOS <s> = 1, EOS </s> = 2): the tokenizer adds the one leading BOS, "</s>"
  * after each answer is the EOS token, and only llama2-sys-bos writes "<s>" for later turns. */
 TEST(llama_bos_eos) {
-    struct gguf *g = open_vocab("ggml-vocab/ggml-vocab-llama-spm.gguf");
+    struct gguf *g = test_open_gguf("ggml-vocab/ggml-vocab-llama-spm.gguf");
     ASSERT(g != NULL);
     struct tokenizer *tok = NULL;
     struct ci_err err = {0};
@@ -771,7 +759,8 @@ done:
     gguf_free(g);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     size_t mem0 = ci_mem_in_use();
     RUN(llama_cpp_cases);
     RUN(by_name_cases);

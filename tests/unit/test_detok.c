@@ -8,41 +8,15 @@
 #include "core/mem.h"
 #include "core/rng.h"
 #include "format/gguf.h"
-#include "test.h"
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 #define FFFD "\xef\xbf\xbd"
 
-static struct tokenizer *load_gguf(const char *name) {
-    char p[1024];
-    struct ci_err err = {0};
-    struct gguf *g = NULL;
-    struct tokenizer *t = NULL;
-    test_model_path(p, sizeof(p), name);
-    if (gguf_open(p, &g, &err)) {
-        TEST_FAILF("gguf_open %s: %s", p, err.msg);
-        return NULL;
-    }
-    if (tokenizer_from_gguf(g, &t, &err))
-        TEST_FAILF("tokenizer_from_gguf %s: %s", p, err.msg);
-    gguf_free(g);
-    return t;
-}
-
-static int32_t find_piece(const struct tokenizer *t, const char *s) {
-    for (int32_t i = 0; i < tokenizer_n_vocab(t); i++) {
-        size_t l;
-        const char *p = tokenizer_piece(t, i, &l);
-        if (l == strlen(s) && memcmp(p, s, l) == 0)
-            return i;
-    }
-    return -1;
-}
-
 static int32_t byte_tok(const struct tokenizer *t, unsigned b) {
     char s[8];
     snprintf(s, sizeof(s), "<0x%02X>", b);
-    return find_piece(t, s);
+    return test_find_piece(t, s);
 }
 
 /* Pushes one token and checks the exact bytes that come out. */
@@ -65,7 +39,7 @@ static bool flush_is(struct detok *d, const char *want) {
 }
 
 TEST(split_utf8) {
-    struct tokenizer *t = load_gguf("ggml-vocab/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *t = test_load_tokenizer("ggml-vocab/ggml-vocab-llama-spm.gguf");
     ASSERT(t);
     struct detok d;
     struct ci_err err = {0};
@@ -80,7 +54,7 @@ TEST(split_utf8) {
     CHECK(push_is(&d, byte_tok(t, 0xa6), ""));
     CHECK(push_is(&d, byte_tok(t, 0x99), "\xf0\x9f\xa6\x99"));
     // A held prefix is released together with the following text token.
-    int32_t hello = find_piece(t, "\xe2\x96\x81Hello");
+    int32_t hello = test_find_piece(t, "\xe2\x96\x81Hello");
     ASSERT(hello >= 0);
     CHECK(push_is(&d, byte_tok(t, 0xc3), ""));
     CHECK(push_is(&d, byte_tok(t, 0xa9), "\xc3\xa9"));
@@ -91,7 +65,7 @@ TEST(split_utf8) {
 }
 
 TEST(invalid_bytes) {
-    struct tokenizer *t = load_gguf("ggml-vocab/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *t = test_load_tokenizer("ggml-vocab/ggml-vocab-llama-spm.gguf");
     ASSERT(t);
     struct detok d;
     struct ci_err err = {0};
@@ -116,10 +90,10 @@ TEST(invalid_bytes) {
 }
 
 TEST(leading_space) {
-    struct tokenizer *t = load_gguf("ggml-vocab/ggml-vocab-llama-spm.gguf");
-    struct tokenizer *gpt = load_gguf("ggml-vocab/ggml-vocab-gpt-2.gguf");
+    struct tokenizer *t = test_load_tokenizer("ggml-vocab/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *gpt = test_load_tokenizer("ggml-vocab/ggml-vocab-gpt-2.gguf");
     ASSERT(t && gpt);
-    int32_t once = find_piece(t, "\xe2\x96\x81Once"), upon = find_piece(t, "\xe2\x96\x81upon");
+    int32_t once = test_find_piece(t, "\xe2\x96\x81Once"), upon = test_find_piece(t, "\xe2\x96\x81upon");
     ASSERT(once >= 0 && upon >= 0);
     struct detok d;
     struct ci_err err = {0};
@@ -137,7 +111,7 @@ TEST(leading_space) {
     CHECK(push_is(&d, 2, "</s>"));
     detok_deinit(&d);
     // Byte-level BPE has no prefix rule.
-    int32_t world = find_piece(gpt, "\xc4\xa0world");
+    int32_t world = test_find_piece(gpt, "\xc4\xa0world");
     ASSERT(world >= 0);
     ASSERT_STATUS(detok_init(&d, gpt, true, false, &err), CI_OK);
     CHECK(push_is(&d, world, " world"));
@@ -172,7 +146,7 @@ TEST(stream_roundtrip) {
     const char *files[3] = {"ggml-vocab/ggml-vocab-llama-spm.gguf", "ggml-vocab/ggml-vocab-gpt-2.gguf",
                             "ggml-vocab/ggml-vocab-deepseek-llm.gguf"};
     for (int f = 0; f < 3; f++) {
-        struct tokenizer *t = load_gguf(files[f]);
+        struct tokenizer *t = test_load_tokenizer(files[f]);
         ASSERT(t);
         struct detok d;
         struct ci_err err = {0};
@@ -381,7 +355,7 @@ TEST(no_stop_strings_release_everything) {
 }
 
 TEST(stop_with_detok) {
-    struct tokenizer *t = load_gguf("ggml-vocab/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *t = test_load_tokenizer("ggml-vocab/ggml-vocab-llama-spm.gguf");
     ASSERT(t);
     struct detok d;
     struct stop_matcher m;
@@ -414,7 +388,8 @@ TEST(stop_with_detok) {
     tokenizer_free(t);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(split_utf8);
     RUN(invalid_bytes);
     RUN(leading_space);

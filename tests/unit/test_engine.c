@@ -3,7 +3,7 @@
  * sizes 1/16/contiguous, with and without a prefix-cache hit, alone or among 8 other requests, and through
  * preemption in a tiny KV pool; the reference is the single-request generate() path.  Also: n > 1 samples,
  * cancellation, stop strings, rejection of requests that can never fit, and the engine thread. */
-#include "test.h"
+#include "test_util.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -286,10 +286,8 @@ TEST(rejects_what_never_fits) {
 /* A model file claims a context of 16,777,216 tokens (a 1 MB file could make the engine allocate 20 GiB):
  * the pool stays within its configured budget and the served context is clamped to what the pool holds. */
 TEST(file_context_never_sizes_the_pool) {
-    char path[] = "/tmp/cinfer-test-ctx-XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT(fd >= 0);
-    close(fd);
+    char path[512];
+    test_tmp_path(path, sizeof path, "ctx.gguf");
     struct ci_err err = {0};
     ASSERT_STATUS(synth_write("tiny", CI_TYPE_F32, 1, path, &err), CI_OK);
     // Patch the u32 value of "llama.context_length" (key string, then the u32 type tag, then the value).
@@ -574,12 +572,13 @@ TEST(engine_thread_serves_concurrent_clients) {
     engine_free(e);
 }
 
-int main(void) {
-    char p[512];
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     struct ci_err err = {0};
     ci_kernels_init();
-    if (model_load(test_model_path(p, sizeof p, "stories260K.gguf"), &model, &err) != CI_OK ||
-        tokenizer_from_gguf(model->gguf, &tok, &err) != CI_OK) {
+    if (!(model = test_load_model("stories260K.gguf")))
+        return 1;
+    if (tokenizer_from_gguf(model->gguf, &tok, &err) != CI_OK) {
         printf("FAIL setup: %s\n", err.msg);
         return 1;
     }

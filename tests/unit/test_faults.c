@@ -621,7 +621,8 @@ done:
                    baseline);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     RUN(model_load_gguf);
     RUN(model_load_llama2c_and_tokenizer_bin);

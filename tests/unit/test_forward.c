@@ -3,7 +3,7 @@
  * whole context, and with its prompt in one batch or in chunks, for each KV element type (f32, f16, q8_0).
  * The f16 / q8_0 caches' logits stay within a measured tolerance of the f32 cache's.  Also: bad batches are
  * rejected, not crashed on. */
-#include "test.h"
+#include "test_util.h"
 
 #include <unistd.h>
 
@@ -245,10 +245,8 @@ TEST(invariance_stories260k_bin) {
 
 // The synthetic "tiny" preset (head_dim 32): q8_0 applies.
 TEST(invariance_tiny_kv_types) {
-    char path[] = "/tmp/cinfer-test-forward-XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT(fd >= 0);
-    close(fd);
+    char path[512];
+    test_tmp_path(path, sizeof path, "tiny.gguf");
     struct ci_err err = {0};
     enum ci_status st = synth_write("tiny", CI_TYPE_F32, 3, path, &err);
     if (st != CI_OK)
@@ -259,10 +257,9 @@ TEST(invariance_tiny_kv_types) {
 }
 
 TEST(bad_batches_rejected) {
-    char p[512];
     struct ci_err err = {0};
-    struct model *m = NULL;
-    ASSERT_STATUS(model_load(test_model_path(p, sizeof p, "stories260K.gguf"), &m, &err), CI_OK);
+    struct model *m = test_load_model("stories260K.gguf");
+    ASSERT(m != NULL);
     const struct model_config *c = &m->config;
     struct kv_pool_params pp = {c->n_layer, c->n_kv_head, c->head_dim, 4, 4, CI_TYPE_F32};
     struct kv_pool *pool = NULL;
@@ -295,7 +292,8 @@ TEST(bad_batches_rejected) {
     model_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     ci_kernels_init();
     RUN(invariance_stories260k_gguf);
     RUN(invariance_stories260k_bin);

@@ -12,20 +12,12 @@
 #include <unistd.h>
 
 #include "core/mem.h"
-#include "test.h"
+#include "test_util.h"
 
 /* ---- helpers ---- */
 
 static bool str_eq(struct gguf_str s, const char *want) {
     return s.len == strlen(want) && memcmp(s.data, want, s.len) == 0;
-}
-
-static int64_t get_int(const struct gguf *g, const char *key) {
-    int64_t v = -12345;
-    struct ci_err err = {0};
-    if (gguf_get_int(g, key, &v, &err) != CI_OK)
-        printf("  get_int(%s): %s\n", key, err.msg);
-    return v;
 }
 
 /* Opens an exact-size heap copy, so ASan sees any read past the end. */
@@ -130,15 +122,15 @@ TEST(stories260k) {
     CHECK(gguf_alignment(g) == 32);
     CHECK(gguf_file_size(g) == 1185376);
     CHECK(gguf_data_offset(g) == 14176); // header ends at 14152 (Python dump), aligned up to 32
-    CHECK(get_int(g, "llama.context_length") == 2048);
-    CHECK(get_int(g, "llama.embedding_length") == 64);
-    CHECK(get_int(g, "llama.feed_forward_length") == 172);
-    CHECK(get_int(g, "llama.block_count") == 5);
-    CHECK(get_int(g, "llama.attention.head_count") == 8);
-    CHECK(get_int(g, "llama.attention.head_count_kv") == 4);
-    CHECK(get_int(g, "llama.rope.dimension_count") == 8);
-    CHECK(get_int(g, "tokenizer.ggml.bos_token_id") == 1);
-    CHECK(get_int(g, "tokenizer.ggml.seperator_token_id") == 4294967295LL); // u32 max fits int64
+    CHECK(test_gguf_int(g, "llama.context_length") == 2048);
+    CHECK(test_gguf_int(g, "llama.embedding_length") == 64);
+    CHECK(test_gguf_int(g, "llama.feed_forward_length") == 172);
+    CHECK(test_gguf_int(g, "llama.block_count") == 5);
+    CHECK(test_gguf_int(g, "llama.attention.head_count") == 8);
+    CHECK(test_gguf_int(g, "llama.attention.head_count_kv") == 4);
+    CHECK(test_gguf_int(g, "llama.rope.dimension_count") == 8);
+    CHECK(test_gguf_int(g, "tokenizer.ggml.bos_token_id") == 1);
+    CHECK(test_gguf_int(g, "tokenizer.ggml.seperator_token_id") == 4294967295LL); // u32 max fits int64
     float eps = 0;
     ASSERT_STATUS(gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &eps, NULL), CI_OK);
     ASSERT_NEAR(eps, 1e-5, 1e-9);
@@ -254,7 +246,7 @@ TEST(vocab_files) {
         if (v->tok0)
             CHECK(str_eq(gguf_arr_str(&arr, 0), v->tok0));
         if (v->bos >= 0)
-            CHECK(get_int(g, "tokenizer.ggml.bos_token_id") == v->bos);
+            CHECK(test_gguf_int(g, "tokenizer.ggml.bos_token_id") == v->bos);
         // Every token string lies inside the file: walk them all (ASan/bounds) and check they are non-empty.
         uint64_t n_empty = 0, bytes = 0;
         for (uint64_t i = 0; i < arr.n; i++) {
@@ -282,11 +274,8 @@ TEST(open_errors) {
     struct ci_err err = {0};
     CHECK(gguf_open("/nonexistent/dir/x.gguf", &g, &err) == CI_ERR_IO && g == NULL);
     CHECK(strstr(err.msg, "/nonexistent/dir/x.gguf") != NULL);
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/test_gguf_empty.%d.gguf", (int)getpid());
-    FILE *f = fopen(path, "wb");
-    ASSERT(f);
-    fclose(f);
+    char path[512];
+    ASSERT(test_write_file(test_tmp_path(path, sizeof path, "empty.gguf"), "", 0));
     CHECK(gguf_open(path, &g, &err) == CI_ERR_FORMAT && g == NULL);
     CHECK(strstr(err.msg, path) && strstr(err.msg, "magic"));
     remove(path);
@@ -433,11 +422,11 @@ TEST(writer_round_trip) {
     ASSERT_STATUS(s, CI_OK);
 
     int64_t v;
-    CHECK(get_int(g, "v.u8") == 200 && gguf_kv_type(g, gguf_find_key(g, "v.u8")) == GGUF_TYPE_UINT8);
-    CHECK(get_int(g, "v.i8") == -100 && gguf_kv_type(g, gguf_find_key(g, "v.i8")) == GGUF_TYPE_INT8);
-    CHECK(get_int(g, "v.u16") == 60000 && get_int(g, "v.i16") == -30000);
-    CHECK(get_int(g, "v.u32") == 4000000000LL && get_int(g, "v.i32") == -2000000000);
-    CHECK(get_int(g, "v.i64") == INT64_MIN && get_int(g, "v.u64small") == 123456789012345LL);
+    CHECK(test_gguf_int(g, "v.u8") == 200 && gguf_kv_type(g, gguf_find_key(g, "v.u8")) == GGUF_TYPE_UINT8);
+    CHECK(test_gguf_int(g, "v.i8") == -100 && gguf_kv_type(g, gguf_find_key(g, "v.i8")) == GGUF_TYPE_INT8);
+    CHECK(test_gguf_int(g, "v.u16") == 60000 && test_gguf_int(g, "v.i16") == -30000);
+    CHECK(test_gguf_int(g, "v.u32") == 4000000000LL && test_gguf_int(g, "v.i32") == -2000000000);
+    CHECK(test_gguf_int(g, "v.i64") == INT64_MIN && test_gguf_int(g, "v.u64small") == 123456789012345LL);
     CHECK(gguf_get_int(g, "v.u64", &v, &err) == CI_ERR_FORMAT && strstr(err.msg, "v.u64"));
     uint64_t raw_n;
     const uint8_t *raw = gguf_kv_raw(g, gguf_find_key(g, "v.u64"), &raw_n);
@@ -606,8 +595,8 @@ TEST(writer_streaming_and_file) {
     gguf_writer_free(w);
 
     w = small_writer(tdata, sizeof tdata);
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/test_gguf_small.%d.gguf", (int)getpid());
+    char path[512];
+    test_tmp_path(path, sizeof path, "small.gguf");
     ASSERT_STATUS(gguf_writer_write_file(w, path, &err), CI_OK);
     struct gguf *g = NULL;
     ASSERT_STATUS(gguf_open(path, &g, &err), CI_OK);
@@ -701,7 +690,7 @@ TEST(writer_copy_kv) {
     ASSERT_STATUS(gguf_writer_write_mem(w, &img, &size, NULL), CI_OK);
     ASSERT_STATUS(gguf_open_mem(img, size, &g, NULL), CI_OK);
     CHECK(gguf_n_kv(g) == 19 && gguf_n_tensors(g) == 0);
-    CHECK(get_int(g, "llama.block_count") == 5);
+    CHECK(test_gguf_int(g, "llama.block_count") == 5);
     struct gguf_arr a, b;
     ASSERT(gguf_get_arr(src, "tokenizer.ggml.tokens", &a, NULL) == CI_OK);
     ASSERT(gguf_get_arr(g, "tokenizer.ggml.tokens", &b, NULL) == CI_OK && a.n == b.n);
@@ -1149,7 +1138,8 @@ TEST(no_leaks) {
     ASSERT_EQ_I64(ci_mem_in_use(), 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(stories260k);
     RUN(vocab_files);
     RUN(open_errors);

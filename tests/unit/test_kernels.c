@@ -1,7 +1,7 @@
 /* Kernel tests: every SIMD kernel against the scalar ground truth and against dequantize-then-double-dot,
  * the Q8 activation quantizer (bit-exact across implementations, ties to even, within half a step), matmul
- * bit-invariance across thread counts, tile shapes and batch composition, the thread pool, and
- * rope/rmsnorm/softmax/silu/attention against straightforward double-precision formulas written here. */
+ * bit-invariance across thread counts, tile shapes and batch composition, and rope/rmsnorm/softmax/silu/attention
+ * against straightforward double-precision formulas written here (the thread pool: test_threadpool.c). */
 #include "kernels/kernels.h"
 
 #include "kernels/dot.h"
@@ -10,22 +10,14 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/mem.h"
 #include "core/rng.h"
 #include "core/threadpool.h"
 #include "test.h"
 
-/* The loops below compare thousands of elements: each test reports only its first mismatch, so one broken
- * kernel shows up as one FAIL line (tests/run.sh counts FAIL lines). */
-#define FAIL_FIRST(...)                                                                                      \
-    do {                                                                                                     \
-        if (test_failed_checks == 0)                                                                         \
-            TEST_FAILF(__VA_ARGS__);                                                                         \
-        else                                                                                                 \
-            test_failed_checks++;                                                                            \
-    } while (0)
+/* The loops below compare thousands of elements: each test reports only its first mismatch (FAIL_FIRST), so
+ * one broken kernel shows up as one FAIL line (tests/run.sh counts FAIL lines). */
 #define CHECK1(cond)                                                                                         \
     do {                                                                                                     \
         if (!(cond))                                                                                         \
@@ -544,71 +536,6 @@ TEST(matmul_work_bytes) {
     CHECK1(one >= 4096 + 2 * 128 * 4 && one < 4096 + 2 * 128 * 4 * 8 + 256);
     CHECK1(many >= 100 * 4096 + 2 * 128 * 100 * 4 && many < 100 * 4096 + 2 * 128 * 104 * 4 + 256);
     CHECK1(ci_matmul_work_bytes(CI_TYPE_Q8_0, (int64_t)1 << 62, 1 << 30) == SIZE_MAX);
-}
-
-struct pool_job {
-    atomic_int *runs; // [n_tasks]
-    atomic_int bad_thread;
-    int n_threads;
-};
-
-static void pool_task(void *ctx, int task, int thread) {
-    struct pool_job *j = ctx;
-    atomic_fetch_add(&j->runs[task], 1);
-    if (thread < 0 || thread >= j->n_threads)
-        atomic_store(&j->bad_thread, 1);
-}
-
-TEST(threadpool_runs_every_task_once) {
-    const int task_counts[] = {0, 1, 2, 3, 5, 64, 1000};
-    static atomic_int runs[1000];
-    for (int n_threads = 1; n_threads <= 4; n_threads++) {
-        struct ci_threadpool *tp = NULL;
-        ASSERT_STATUS(ci_threadpool_create(n_threads, &tp, NULL), CI_OK);
-        ASSERT_EQ_I64(ci_threadpool_n_threads(tp), n_threads);
-        for (int rep = 0; rep < 3; rep++) {
-            if (rep == 2) { // long enough that spinning workers go to sleep: the condvar path must wake them
-                struct timespec ts = {0, 60 * 1000 * 1000};
-                nanosleep(&ts, NULL);
-            }
-            for (size_t k = 0; k < sizeof task_counts / sizeof task_counts[0]; k++) {
-                int n = task_counts[k];
-                struct pool_job j = {.runs = runs, .n_threads = n_threads};
-                atomic_init(&j.bad_thread, 0);
-                for (int i = 0; i < n; i++)
-                    atomic_init(&runs[i], 0);
-                ci_threadpool_run(tp, pool_task, &j, n);
-                for (int i = 0; i < n; i++)
-                    if (atomic_load(&runs[i]) != 1)
-                        FAIL_FIRST("%d threads, %d tasks: task %d ran %d times", n_threads, n, i,
-                                   atomic_load(&runs[i]));
-                CHECK1(atomic_load(&j.bad_thread) == 0);
-            }
-        }
-        ci_threadpool_free(tp);
-    }
-    // Many short jobs back to back (decode's pattern): workers join some, are excused from others.
-    for (int n_threads = 2; n_threads <= 3; n_threads++) {
-        struct ci_threadpool *tp = NULL;
-        ASSERT_STATUS(ci_threadpool_create(n_threads, &tp, NULL), CI_OK);
-        for (int job = 0; job < 20000; job++) {
-            int n = 1 + job % 5;
-            struct pool_job j = {.runs = runs, .n_threads = n_threads};
-            atomic_init(&j.bad_thread, 0);
-            for (int i = 0; i < n; i++)
-                atomic_init(&runs[i], 0);
-            ci_threadpool_run(tp, pool_task, &j, n);
-            for (int i = 0; i < n; i++)
-                if (atomic_load(&runs[i]) != 1)
-                    FAIL_FIRST("%d threads, job %d: task %d ran %d times", n_threads, job, i,
-                               atomic_load(&runs[i]));
-            CHECK1(atomic_load(&j.bad_thread) == 0);
-        }
-        ci_threadpool_free(tp);
-    }
-    struct ci_threadpool *tp = NULL;
-    ASSERT_STATUS(ci_threadpool_create(0, &tp, NULL), CI_ERR_INVALID);
-    CHECK1(tp == NULL);
 }
 
 /* Rotates by the formula in kernels.h, in double. */
@@ -1236,7 +1163,8 @@ TEST(isa_names) {
     printf("note: kernels isa %s\n", isa);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     ci_kernels_init();
     n_tables = ci_kernels_tables(tables);
     RUN(isa_names);
@@ -1247,7 +1175,6 @@ int main(void) {
     RUN(quant_act_rounds_to_nearest_even_within_half_a_step);
     RUN(matmul_work_bytes);
     RUN(matmul_bit_identical_across_threads_tiles_and_batches);
-    RUN(threadpool_runs_every_task_once);
     RUN(rope_matches_double_formula);
     RUN(rmsnorm_matches_double);
     RUN(softmax_matches_double);

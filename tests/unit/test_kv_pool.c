@@ -829,7 +829,8 @@ TEST(random_ops) {
     kv_pool_free(pool);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(create_invalid);
     RUN(sizes);
     RUN(layout);

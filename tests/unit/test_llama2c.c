@@ -13,24 +13,6 @@
 #include "format/gguf.h"
 #include "test.h"
 
-/* Reads a whole file into a malloc'd buffer; NULL if unreadable. */
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return buf;
-}
-
 /* The stories260K configuration from MANIFEST.md (independent of the loader). */
 static void check_config(const struct model_config *c) {
     CHECK(c->arch == MODEL_ARCH_LLAMA);
@@ -99,7 +81,7 @@ TEST(tensors_match_v1_and_offsets) {
     struct llama2c *a = NULL, *b = NULL;
     struct ci_err err = {0};
     size_t n_raw = 0;
-    uint8_t *raw = slurp(test_model_path(p, sizeof p, "stories260K.bin"), &n_raw);
+    uint8_t *raw = test_read_file(test_model_path(p, sizeof p, "stories260K.bin"), &n_raw);
     ASSERT(raw != NULL);
     ASSERT_STATUS(llama2c_open(p, &a, &err), CI_OK);
     ASSERT_STATUS(llama2c_open(test_model_path(p, sizeof p, "stories260K_v1.bin"), &b, &err), CI_OK);
@@ -198,17 +180,17 @@ TEST(lookup_fn_signature) {
 TEST(sniff) {
     char p[512];
     size_t n;
-    uint8_t *legacy = slurp(test_model_path(p, sizeof p, "stories260K.bin"), &n);
+    uint8_t *legacy = test_read_file(test_model_path(p, sizeof p, "stories260K.bin"), &n);
     ASSERT(legacy != NULL);
     CHECK(llama2c_sniff(legacy, n));
     CHECK(llama2c_sniff(legacy, 28));
     CHECK(!llama2c_sniff(legacy, 27));
     free(legacy);
-    uint8_t *v1 = slurp(test_model_path(p, sizeof p, "stories260K_v1.bin"), &n);
+    uint8_t *v1 = test_read_file(test_model_path(p, sizeof p, "stories260K_v1.bin"), &n);
     ASSERT(v1 != NULL);
     CHECK(llama2c_sniff(v1, n));
     free(v1);
-    uint8_t *gg = slurp(test_model_path(p, sizeof p, "stories260K.gguf"), &n);
+    uint8_t *gg = test_read_file(test_model_path(p, sizeof p, "stories260K.gguf"), &n);
     ASSERT(gg != NULL);
     CHECK(!llama2c_sniff(gg, n));
     free(gg);
@@ -245,7 +227,7 @@ TEST(truncated) {
     size_t n;
     static const char *files[] = {"stories260K.bin", "stories260K_v1.bin"};
     for (int f = 0; f < 2; f++) {
-        uint8_t *buf = slurp(test_model_path(p, sizeof p, files[f]), &n);
+        uint8_t *buf = test_read_file(test_model_path(p, sizeof p, files[f]), &n);
         ASSERT(buf != NULL);
         size_t cuts[] = {0, 3, 4, 20, 27, 28, 100, 255, 256, 257, 4096, n / 2, n - 4, n - 1};
         for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
@@ -275,7 +257,7 @@ static void reject_patched(const uint8_t *buf, size_t n, size_t off, int32_t v, 
 TEST(bad_headers) {
     char p[512];
     size_t n;
-    uint8_t *buf = slurp(test_model_path(p, sizeof p, "stories260K.bin"), &n);
+    uint8_t *buf = test_read_file(test_model_path(p, sizeof p, "stories260K.bin"), &n);
     ASSERT(buf != NULL);
     // Field offsets in the legacy header: dim 0, hidden 4, layers 8, heads 12, kv_heads 16, vocab 20, seq 24.
     static const char *field[] = {"dim", "hidden", "n_layers", "n_heads", "n_kv_heads", "vocab", "seq_len"};
@@ -302,7 +284,7 @@ TEST(bad_headers) {
     reject_patched(buf, n, 20, -512, "legacy unshared classifier without wcls");
     free(buf);
 
-    uint8_t *v1 = slurp(test_model_path(p, sizeof p, "stories260K_v1.bin"), &n);
+    uint8_t *v1 = test_read_file(test_model_path(p, sizeof p, "stories260K_v1.bin"), &n);
     ASSERT(v1 != NULL);
     // v1 header: magic 0, version 4, dim 8, hidden 12, layers 16, heads 20, kv 24, vocab 28, seq 32,
     // shared 36.
@@ -328,7 +310,7 @@ TEST(unshared_classifier) {
     // A legacy file with negative vocab and a wcls appended: output.weight is the appended matrix.
     char p[512];
     size_t n;
-    uint8_t *buf = slurp(test_model_path(p, sizeof p, "stories260K.bin"), &n);
+    uint8_t *buf = test_read_file(test_model_path(p, sizeof p, "stories260K.bin"), &n);
     ASSERT(buf != NULL);
     const size_t wcls_bytes = 512 * 64 * 4;
     uint8_t *b = malloc(n + wcls_bytes);
@@ -362,12 +344,9 @@ TEST(open_errors) {
     CHECK(llama2c_open("/nonexistent/dir/model.bin", &l, &err) == CI_ERR_IO);
     CHECK(l == NULL && strstr(err.msg, "/nonexistent") != NULL);
     // A truncated file on disk: the message names the path.
-    char path[] = "/tmp/test_llama2c_XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT(fd >= 0);
+    char path[512];
     int32_t hdr[7] = {64, 172, 5, 8, 4, 512, 512};
-    CHECK(write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr);
-    close(fd);
+    ASSERT(test_write_file(test_tmp_path(path, sizeof path, "truncated.bin"), hdr, sizeof hdr));
     memset(&err, 0, sizeof err);
     CHECK(llama2c_open(path, &l, &err) == CI_ERR_FORMAT);
     CHECK(l == NULL && strstr(err.msg, path) != NULL && strstr(err.msg, "truncated") != NULL);
@@ -375,7 +354,8 @@ TEST(open_errors) {
     CHECK(ci_mem_in_use() == 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(legacy_config);
     RUN(v1_config);
     RUN(tensors_match_v1_and_offsets);

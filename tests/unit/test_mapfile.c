@@ -124,7 +124,8 @@ TEST(not_regular_files) {
     rmdir(dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(truncated_while_mapped);
     RUN(foreign_sigbus_is_not_swallowed);
     RUN(not_regular_files);

@@ -24,8 +24,6 @@ struct mutation {
 
 static float zeros[FF * DIM * 2 + VOCAB * DIM]; // big enough for any tensor here
 
-static char tmpdir[64];
-
 static void add(struct gguf_writer *w, const struct mutation *mu, const char *name, int64_t ne0,
                 int64_t ne1) {
     if (mu->drop && !strcmp(mu->drop, name))
@@ -41,7 +39,9 @@ static void add(struct gguf_writer *w, const struct mutation *mu, const char *na
 
 static const char *write_model(const struct mutation *mu, char *path, size_t n) {
     static int counter;
-    snprintf(path, n, "%s/m%d.gguf", tmpdir, counter++);
+    char file[32];
+    snprintf(file, sizeof file, "m%d.gguf", counter++);
+    test_tmp_path(path, n, file);
     struct gguf_writer *w = gguf_writer_create();
     const char *arch = mu->arch ? mu->arch : "llama";
     char key[96];
@@ -172,12 +172,8 @@ TEST(real_files) {
     CHECK(err.msg[0] != '\0');
 }
 
-int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/cinfer-test-model-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        printf("FAIL setup: mkdtemp\n");
-        return 1;
-    }
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(valid_model_loads);
     RUN(unknown_architecture);
     RUN(missing_key);
@@ -186,6 +182,5 @@ int main(void) {
     RUN(unsupported_types);
     RUN(inconsistent_heads);
     RUN(real_files);
-    rmdir(tmpdir);
     return test_exit_code();
 }

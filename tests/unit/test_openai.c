@@ -408,7 +408,8 @@ TEST(status_table_and_error_body) {
     ci_free(json);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     openai_init();
     RUN(error_param_with_raw_key_bytes);
     RUN(error_param_cut_inside_a_character);

@@ -929,7 +929,8 @@ TEST(random_ops_colliding_hash) {
     random_run(99, 1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(hit_after_insert);
     RUN(miss_and_partial_prefix);
     RUN(never_all_tokens);

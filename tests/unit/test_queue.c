@@ -912,7 +912,8 @@ TEST(channel_notify_drives_a_polling_consumer) {
     pthread_mutex_destroy(&c.lock);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(queue_create_invalid);
     RUN(queue_fifo_wraparound);
     RUN(queue_capacity_busy);

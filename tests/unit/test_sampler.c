@@ -687,7 +687,8 @@ TEST(no_allocation_per_token) {
     sampler_free(s);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(defaults_and_validation);
     RUN(greedy_is_argmax);
     RUN(seeds_reproduce);

@@ -225,7 +225,8 @@ TEST(a_lone_sequence_preempts_itself_and_waits) {
     world_free(&w);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(continuous_chunked_trace);
     RUN(continuous_unchunked_trace);
     RUN(max_seqs_bounds_admission);

@@ -4,7 +4,6 @@
  */
 #include "model/synth.h"
 
-#include <dirent.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,43 +15,11 @@
 #include "model/convert.h"
 #include "format/gguf.h"
 #include "format/llama2c.h"
-#include "test.h"
-
-static char tmp_dir[64];
-
-static const char *tmp_path(char *buf, size_t n, const char *name) {
-    snprintf(buf, n, "%s/%s", tmp_dir, name);
-    return buf;
-}
-
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
-    if (buf && fread(buf, 1, (size_t)sz, f) != (size_t)sz) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return buf;
-}
+#include "test_util.h"
 
 static bool file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
-}
-
-static int64_t get_int(const struct gguf *g, const char *key) {
-    int64_t v = -1;
-    struct ci_err err;
-    if (gguf_get_int(g, key, &v, &err) != CI_OK)
-        return -12345;
-    return v;
 }
 
 static bool str_is(const struct gguf *g, const char *key, const char *want) {
@@ -124,10 +91,6 @@ TEST(type_names) {
     CHECK(synth_file_type(CI_TYPE_BF16) == 32 && synth_file_type(CI_TYPE_Q4_K) == -1);
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 TEST(vocab_unique) {
     const int n = 151936; // the largest preset vocabulary
     char *text = malloc((size_t)n * 16);
@@ -146,7 +109,7 @@ TEST(vocab_unique) {
     CHECK(strcmp(p[259], "\xe2\x96\x81") == 0 && strcmp(p[260], "!") == 0 && strcmp(p[353], "~") == 0);
     CHECK(strcmp(p[354], "\xe2\x96\x81"
                          "a") == 0);
-    qsort(p, (size_t)n, sizeof *p, cmp_str);
+    qsort(p, (size_t)n, sizeof *p, test_cmp_str);
     int dups = 0;
     for (int i = 1; i < n; i++)
         dups += strcmp(p[i - 1], p[i]) == 0;
@@ -195,19 +158,19 @@ static void check_tiny_file(const char *path, uint32_t type, bool qwen2) {
     char key[128];
 #define AK(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     CHECK(str_is(g, "general.architecture", arch));
-    CHECK(get_int(g, AK("context_length")) == 512);
-    CHECK(get_int(g, AK("embedding_length")) == 256);
-    CHECK(get_int(g, AK("block_count")) == 4);
-    CHECK(get_int(g, AK("feed_forward_length")) == 768);
-    CHECK(get_int(g, AK("attention.head_count")) == 8);
-    CHECK(get_int(g, AK("attention.head_count_kv")) == 2);
-    CHECK(get_int(g, AK("rope.dimension_count")) == 32);
+    CHECK(test_gguf_int(g, AK("context_length")) == 512);
+    CHECK(test_gguf_int(g, AK("embedding_length")) == 256);
+    CHECK(test_gguf_int(g, AK("block_count")) == 4);
+    CHECK(test_gguf_int(g, AK("feed_forward_length")) == 768);
+    CHECK(test_gguf_int(g, AK("attention.head_count")) == 8);
+    CHECK(test_gguf_int(g, AK("attention.head_count_kv")) == 2);
+    CHECK(test_gguf_int(g, AK("rope.dimension_count")) == 32);
     float eps = 0, base = 0;
     CHECK(gguf_get_f32(g, AK("attention.layer_norm_rms_epsilon"), &eps, &err) == CI_OK && eps > 0 &&
           eps <= 1e-5f);
     CHECK(gguf_get_f32(g, AK("rope.freq_base"), &base, &err) == CI_OK && base == (qwen2 ? 1e6f : 1e4f));
 #undef AK
-    int64_t ft = get_int(g, "general.file_type");
+    int64_t ft = test_gguf_int(g, "general.file_type");
     CHECK(ft == (type == CI_TYPE_F32    ? 0
                  : type == CI_TYPE_F16  ? 1
                  : type == CI_TYPE_Q4_0 ? 2
@@ -215,8 +178,9 @@ static void check_tiny_file(const char *path, uint32_t type, bool qwen2) {
                                         : 32));
     // Tokenizer metadata.
     CHECK(str_is(g, "tokenizer.ggml.model", "llama"));
-    CHECK(get_int(g, "tokenizer.ggml.bos_token_id") == 1 && get_int(g, "tokenizer.ggml.eos_token_id") == 2);
-    CHECK(get_int(g, "tokenizer.ggml.unknown_token_id") == 0);
+    CHECK(test_gguf_int(g, "tokenizer.ggml.bos_token_id") == 1 &&
+          test_gguf_int(g, "tokenizer.ggml.eos_token_id") == 2);
+    CHECK(test_gguf_int(g, "tokenizer.ggml.unknown_token_id") == 0);
     bool add_bos = false;
     CHECK(gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, &err) == CI_OK && add_bos);
     struct gguf_arr toks, scores, types;
@@ -294,7 +258,7 @@ TEST(tiny_each_type) {
         char path[128], name[32];
         snprintf(name, sizeof name, "tiny-%s.gguf", ci_type_name(types[i]));
         struct ci_err err = {0};
-        enum ci_status s = synth_write("tiny", types[i], 1, tmp_path(path, sizeof path, name), &err);
+        enum ci_status s = synth_write("tiny", types[i], 1, test_tmp_path(path, sizeof path, name), &err);
         if (s != CI_OK) {
             TEST_FAILF("synth tiny %s: %s", ci_type_name(types[i]), err.msg);
             continue;
@@ -308,8 +272,8 @@ TEST(tiny_qwen2) {
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         char path[128];
         struct ci_err err = {0};
-        ASSERT_STATUS(synth_write("tiny-qwen2", types[i], 7, tmp_path(path, sizeof path, "tq.gguf"), &err),
-                      CI_OK);
+        ASSERT_STATUS(
+            synth_write("tiny-qwen2", types[i], 7, test_tmp_path(path, sizeof path, "tq.gguf"), &err), CI_OK);
         check_tiny_file(path, types[i], true);
         unlink(path);
     }
@@ -318,16 +282,16 @@ TEST(tiny_qwen2) {
 TEST(deterministic) {
     char a[128], b[128], c[128];
     struct ci_err err = {0};
-    tmp_path(a, sizeof a, "det_a.gguf");
-    tmp_path(b, sizeof b, "det_b.gguf");
-    tmp_path(c, sizeof c, "det_c.gguf");
+    test_tmp_path(a, sizeof a, "det_a.gguf");
+    test_tmp_path(b, sizeof b, "det_b.gguf");
+    test_tmp_path(c, sizeof c, "det_c.gguf");
     static const uint32_t types[] = {CI_TYPE_F16, CI_TYPE_Q4_0};
     for (int i = 0; i < 2; i++) {
         ASSERT_STATUS(synth_write("tiny-qwen2", types[i], 42, a, &err), CI_OK);
         ASSERT_STATUS(synth_write("tiny-qwen2", types[i], 42, b, &err), CI_OK);
         ASSERT_STATUS(synth_write("tiny-qwen2", types[i], 43, c, &err), CI_OK);
         size_t na, nb, nc;
-        uint8_t *da = slurp(a, &na), *db = slurp(b, &nb), *dc = slurp(c, &nc);
+        uint8_t *da = test_read_file(a, &na), *db = test_read_file(b, &nb), *dc = test_read_file(c, &nc);
         ASSERT(da && db && dc);
         CHECK(na == nb && memcmp(da, db, na) == 0);
         CHECK(na == nc && memcmp(da, dc, na) != 0); // another seed: same layout, other weights
@@ -343,7 +307,7 @@ TEST(deterministic) {
 TEST(errors) {
     char path[128];
     struct ci_err err = {0};
-    tmp_path(path, sizeof path, "err.gguf");
+    test_tmp_path(path, sizeof path, "err.gguf");
     CHECK(synth_write("huge", CI_TYPE_F32, 1, path, &err) == CI_ERR_INVALID);
     CHECK(strstr(err.msg, "huge") != NULL && strstr(err.msg, "tinyllama-1.1b") != NULL);
     memset(&err, 0, sizeof err);
@@ -400,7 +364,8 @@ TEST(logit_margins) {
     char path[128];
     struct ci_err err = {0};
     struct gguf *g = NULL;
-    ASSERT_STATUS(synth_write("tiny", CI_TYPE_F32, 1, tmp_path(path, sizeof path, "fwd.gguf"), &err), CI_OK);
+    ASSERT_STATUS(synth_write("tiny", CI_TYPE_F32, 1, test_tmp_path(path, sizeof path, "fwd.gguf"), &err),
+                  CI_OK);
     ASSERT_STATUS(gguf_open(path, &g, &err), CI_OK);
     float *emb = deq(g, "token_embd.weight"), *out = deq(g, "output.weight"),
           *onorm = deq(g, "output_norm.weight");
@@ -510,7 +475,7 @@ TEST(convert_f32_matches) {
     test_model_path(in, sizeof in, "stories260K.bin");
     test_model_path(tok, sizeof tok, "tok512.bin");
     test_model_path(ref, sizeof ref, "stories260K.gguf");
-    tmp_path(out, sizeof out, "conv.gguf");
+    test_tmp_path(out, sizeof out, "conv.gguf");
     ASSERT_STATUS(convert_llama2c(in, tok, CI_TYPE_F32, out, &err), CI_OK);
     struct gguf *g = NULL, *r = NULL;
     struct llama2c *l = NULL;
@@ -519,11 +484,14 @@ TEST(convert_f32_matches) {
     ASSERT_STATUS(llama2c_open(in, &l, &err), CI_OK);
 
     CHECK(str_is(g, "general.architecture", "llama") && str_is(g, "tokenizer.ggml.model", "llama"));
-    CHECK(get_int(g, "llama.context_length") == 512 && get_int(g, "llama.embedding_length") == 64);
-    CHECK(get_int(g, "llama.feed_forward_length") == 172 && get_int(g, "llama.block_count") == 5);
-    CHECK(get_int(g, "llama.attention.head_count") == 8 && get_int(g, "llama.attention.head_count_kv") == 4);
-    CHECK(get_int(g, "llama.rope.dimension_count") == 8 && get_int(g, "general.file_type") == 0);
-    CHECK(get_int(g, "tokenizer.ggml.bos_token_id") == 1 && get_int(g, "tokenizer.ggml.eos_token_id") == 2);
+    CHECK(test_gguf_int(g, "llama.context_length") == 512 &&
+          test_gguf_int(g, "llama.embedding_length") == 64);
+    CHECK(test_gguf_int(g, "llama.feed_forward_length") == 172 && test_gguf_int(g, "llama.block_count") == 5);
+    CHECK(test_gguf_int(g, "llama.attention.head_count") == 8 &&
+          test_gguf_int(g, "llama.attention.head_count_kv") == 4);
+    CHECK(test_gguf_int(g, "llama.rope.dimension_count") == 8 && test_gguf_int(g, "general.file_type") == 0);
+    CHECK(test_gguf_int(g, "tokenizer.ggml.bos_token_id") == 1 &&
+          test_gguf_int(g, "tokenizer.ggml.eos_token_id") == 2);
 
     // Every tensor of the published GGUF, bit for bit (and the same as the checkpoint's).
     ASSERT_EQ_I64(gguf_n_tensors(g), gguf_n_tensors(r));
@@ -568,7 +536,7 @@ TEST(convert_f32_matches) {
 
     // And the tokens equal tok512.bin's pieces, read here directly (' ' -> U+2581, "\n<s>\n" -> "<s>").
     size_t n;
-    uint8_t *raw = slurp(tok, &n);
+    uint8_t *raw = test_read_file(tok, &n);
     struct gguf_arr toks;
     ASSERT(raw && gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, &err) == CI_OK);
     size_t off = 4;
@@ -609,13 +577,13 @@ TEST(convert_q8_0) {
     struct ci_err err = {0};
     test_model_path(in, sizeof in, "stories260K_v1.bin");
     test_model_path(tok, sizeof tok, "tok512.bin");
-    tmp_path(out, sizeof out, "conv_q8.gguf");
+    test_tmp_path(out, sizeof out, "conv_q8.gguf");
     ASSERT_STATUS(convert_llama2c(in, tok, CI_TYPE_Q8_0, out, &err), CI_OK);
     struct gguf *g = NULL;
     struct llama2c *l = NULL;
     ASSERT_STATUS(gguf_open(out, &g, &err), CI_OK);
     ASSERT_STATUS(llama2c_open(in, &l, &err), CI_OK);
-    CHECK(get_int(g, "general.file_type") == 7);
+    CHECK(test_gguf_int(g, "general.file_type") == 7);
     ASSERT_EQ_I64(gguf_n_tensors(g), llama2c_n_tensors(l));
     for (int i = 0; i < llama2c_n_tensors(l); i++) {
         const struct ci_tensor *src = llama2c_tensor(l, i);
@@ -660,15 +628,15 @@ TEST(convert_errors) {
     test_model_path(in, sizeof in, "stories260K.bin");
     test_model_path(big_tok, sizeof big_tok, "tokenizer.bin");
     test_model_path(tok, sizeof tok, "tok512.bin");
-    tmp_path(out, sizeof out, "conv_err.gguf");
+    test_tmp_path(out, sizeof out, "conv_err.gguf");
     // A 32000-token tokenizer for a 512-token model.
     CHECK(convert_llama2c(in, big_tok, CI_TYPE_F32, out, &err) == CI_ERR_FORMAT);
     CHECK(strstr(err.msg, "tokenizer") != NULL && !file_exists(out));
     // Truncated tokenizers.
     size_t n;
-    uint8_t *raw = slurp(tok, &n);
+    uint8_t *raw = test_read_file(tok, &n);
     ASSERT(raw != NULL);
-    tmp_path(bad_tok, sizeof bad_tok, "bad_tok.bin");
+    test_tmp_path(bad_tok, sizeof bad_tok, "bad_tok.bin");
     size_t cuts[] = {0, 3, 4, 10, n / 2, n - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
         FILE *f = fopen(bad_tok, "wb");
@@ -704,12 +672,8 @@ TEST(no_leaks) {
     CHECK(ci_mem_in_use() == 0);
 }
 
-int main(void) {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_synth_XXXXXX");
-    if (!mkdtemp(tmp_dir)) {
-        printf("FAIL setup: mkdtemp\n");
-        return 1;
-    }
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(presets);
     RUN(type_names);
     RUN(vocab_unique);
@@ -721,16 +685,6 @@ int main(void) {
     RUN(convert_f32_matches);
     RUN(convert_q8_0);
     RUN(convert_errors);
-    // Leave nothing behind, whatever a failed test left.
-    DIR *d = opendir(tmp_dir);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        char path[512];
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            unlink((snprintf(path, sizeof path, "%s/%s", tmp_dir, e->d_name), path));
-    }
-    if (d)
-        closedir(d);
-    rmdir(tmp_dir);
     RUN(no_leaks);
     return test_exit_code();
 }

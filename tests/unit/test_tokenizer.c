@@ -15,7 +15,7 @@
 #include "core/rng.h"
 #include "core/utf8.h"
 #include "format/gguf.h"
-#include "test.h"
+#include "test_util.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/vocab.h"
 
@@ -23,20 +23,6 @@
 #define TEST_SEP  "\n__ggml_vocab_test__\n"
 
 /* ---- helpers ---- */
-
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long l = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)l + 1);
-    *n = fread(b, 1, (size_t)l, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
 
 struct vectors {
     char *inp, *out;      // file contents (modified in place: separators and newlines become NULs)
@@ -52,9 +38,9 @@ static bool vectors_load(struct vectors *v, const char *gguf_path) {
     size_t ni, no;
     memset(v, 0, sizeof(*v));
     snprintf(p, sizeof(p), "%s.inp", gguf_path);
-    v->inp = slurp(p, &ni);
+    v->inp = test_read_file(p, &ni);
     snprintf(p, sizeof(p), "%s.out", gguf_path);
-    v->out = slurp(p, &no);
+    v->out = test_read_file(p, &no);
     if (!v->inp || !v->out)
         return false;
     char *s = v->inp;
@@ -110,22 +96,6 @@ static void ids_str(const int32_t *ids, int n, char *buf, size_t cap) {
         o += (size_t)snprintf(buf + o, cap - o, "%s%d", i ? " " : "", ids[i]);
 }
 
-static struct tokenizer *load_gguf(const char *name) {
-    char p[1024];
-    struct ci_err err = {0};
-    struct gguf *g = NULL;
-    struct tokenizer *t = NULL;
-    test_model_path(p, sizeof(p), name);
-    if (gguf_open(p, &g, &err)) {
-        TEST_FAILF("gguf_open %s: %s", p, err.msg);
-        return NULL;
-    }
-    if (tokenizer_from_gguf(g, &t, &err))
-        TEST_FAILF("tokenizer_from_gguf %s: %s", p, err.msg);
-    gguf_free(g); // the tokenizer must not depend on the mapping
-    return t;
-}
-
 static struct tokenizer *load_bin(const char *name, int n_vocab) {
     char p[1024];
     struct ci_err err = {0};
@@ -166,7 +136,7 @@ static void run_vocab_file(const char *file) {
     test_current = name;
     test_failed_checks = 0;
     snprintf(path, sizeof(path), "%s/%.120s", VOCAB_DIR, file);
-    struct tokenizer *t = load_gguf(path);
+    struct tokenizer *t = test_load_tokenizer(path);
     struct vectors v;
     test_model_path(path, sizeof(path), VOCAB_DIR);
     size_t l = strlen(path);
@@ -196,10 +166,6 @@ static void run_vocab_file(const char *file) {
     fflush(stdout);
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Every .gguf in ggml-vocab except BERT (WordPiece, not supported). */
 static int list_vocabs(char names[][128], int cap) {
     char dir[1024];
@@ -218,7 +184,7 @@ static int list_vocabs(char names[][128], int cap) {
     char *ptrs[64];
     for (int i = 0; i < n; i++)
         ptrs[i] = names[i];
-    qsort(ptrs, (size_t)n, sizeof(char *), cmp_str);
+    qsort(ptrs, (size_t)n, sizeof(char *), test_cmp_str);
     char sorted[64][128];
     for (int i = 0; i < n; i++)
         memcpy(sorted[i], ptrs[i], 128);
@@ -254,7 +220,7 @@ TEST(vectors_decode_roundtrip) {
     for (int f = 0; f < n_files; f++) {
         char path[1024], rel[256];
         snprintf(rel, sizeof(rel), VOCAB_DIR "/%.120s", names[f]);
-        struct tokenizer *t = load_gguf(rel);
+        struct tokenizer *t = test_load_tokenizer(rel);
         test_model_path(path, sizeof(path), rel);
         struct vectors v;
         bool ok = vectors_load(&v, path);
@@ -376,7 +342,7 @@ static bool same_encoding(const struct tokenizer *a, const struct tokenizer *b, 
 
 TEST(llama2c_matches_gguf) {
     struct tokenizer *bin = load_bin("tokenizer.bin", 32000);
-    struct tokenizer *gg = load_gguf(VOCAB_DIR "/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *gg = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-llama-spm.gguf");
     ASSERT(bin && gg);
     ASSERT_EQ_I64(tokenizer_n_vocab(bin), 32000);
     ASSERT_EQ_I64(tokenizer_bos(bin), 1);
@@ -428,7 +394,7 @@ static const int32_t story_ids[] = {
  * encodes back to the same ids; tok512.bin and stories260K.gguf agree. */
 TEST(tok512_story) {
     struct tokenizer *bin = load_bin("tok512.bin", 512);
-    struct tokenizer *gg = load_gguf("stories260K.gguf");
+    struct tokenizer *gg = test_load_tokenizer("stories260K.gguf");
     ASSERT(bin && gg);
     const struct tokenizer *ts[2] = {bin, gg};
     int n_story = (int)(sizeof(story_ids) / sizeof(story_ids[0]));
@@ -487,7 +453,7 @@ TEST(llama2c_malformed) {
     char path[1024];
     size_t n;
     test_model_path(path, sizeof(path), "tok512.bin");
-    unsigned char *d = (unsigned char *)slurp(path, &n);
+    unsigned char *d = test_read_file(path, &n);
     ASSERT(d && n == 6227);
     size_t base = ci_mem_in_use();
     struct ci_err err = {0};
@@ -981,7 +947,7 @@ TEST(nomem_paths) {
     char path[1024];
     size_t n;
     test_model_path(path, sizeof(path), "tok512.bin");
-    char *d = slurp(path, &n);
+    char *d = test_read_file(path, &n);
     ASSERT(d);
     struct bpe_def bd;
     bpe_def_init(&bd);
@@ -1071,7 +1037,7 @@ TEST(random_roundtrip) {
     for (int f = 0; f < n_files; f++) {
         char rel[256];
         snprintf(rel, sizeof(rel), VOCAB_DIR "/%.120s", names[f]);
-        struct tokenizer *t = load_gguf(rel);
+        struct tokenizer *t = test_load_tokenizer(rel);
         ASSERT(t);
         bool spm = tokenizer_type(t) == TOKENIZER_TYPE_SPM;
         int n_checked = 0;
@@ -1128,8 +1094,8 @@ TEST(random_roundtrip) {
 
 /* A long text (whole paragraphs repeated) encodes quickly and decodes back. */
 TEST(long_text) {
-    struct tokenizer *ts[2] = {load_gguf(VOCAB_DIR "/ggml-vocab-llama-spm.gguf"),
-                               load_gguf(VOCAB_DIR "/ggml-vocab-gpt-2.gguf")};
+    struct tokenizer *ts[2] = {test_load_tokenizer(VOCAB_DIR "/ggml-vocab-llama-spm.gguf"),
+                               test_load_tokenizer(VOCAB_DIR "/ggml-vocab-gpt-2.gguf")};
     ASSERT(ts[0] && ts[1]);
     size_t cap = 200000, n = 0;
     char *text = malloc(cap + 1);
@@ -1168,7 +1134,7 @@ TEST(spm_escape_growth) {
     char *text = malloc(cap);
     ASSERT(text);
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        struct tokenizer *t = load_gguf(files[f]);
+        struct tokenizer *t = test_load_tokenizer(files[f]);
         ASSERT(t);
         for (int shape = 0; shape < 4; shape++) {
             size_t n = 0;
@@ -1224,16 +1190,6 @@ TEST(spm_escape_growth) {
 
 /* ---- special tokens, pieces, end of generation ---- */
 
-static int32_t find_piece(const struct tokenizer *t, const char *s) {
-    for (int32_t i = 0; i < tokenizer_n_vocab(t); i++) {
-        size_t l;
-        const char *p = tokenizer_piece(t, i, &l);
-        if (l == strlen(s) && memcmp(p, s, l) == 0)
-            return i;
-    }
-    return -1;
-}
-
 /* ids of text encoded alone (no special handling). */
 static int enc(const struct tokenizer *t, const char *text, int32_t *out, int cap) {
     int32_t *ids = NULL;
@@ -1248,9 +1204,9 @@ static int enc(const struct tokenizer *t, const char *text, int32_t *out, int ca
 }
 
 TEST(special_tokens) {
-    struct tokenizer *spm = load_gguf(VOCAB_DIR "/ggml-vocab-llama-spm.gguf");
-    struct tokenizer *phi = load_gguf(VOCAB_DIR "/ggml-vocab-phi-3.gguf");
-    struct tokenizer *gpt = load_gguf(VOCAB_DIR "/ggml-vocab-gpt-2.gguf");
+    struct tokenizer *spm = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *phi = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-phi-3.gguf");
+    struct tokenizer *gpt = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-gpt-2.gguf");
     ASSERT(spm && phi && gpt);
     int32_t hello[16], want[32], a[8], b[8];
     int nh = enc(spm, "Hello", hello, 16);
@@ -1268,7 +1224,7 @@ TEST(special_tokens) {
         CHECK(ids[i] != 1 && ids[i] != 2);
     ci_free(ids);
     // Phi-3 special tokens eat the whitespace after them (RSTRIP).
-    int32_t user = find_piece(phi, "<|user|>");
+    int32_t user = test_find_piece(phi, "<|user|>");
     ASSERT(user == 32010);
     nh = enc(phi, "Hi", hello, 16);
     want[0] = user;
@@ -1284,11 +1240,11 @@ TEST(special_tokens) {
 }
 
 TEST(pieces_and_bytes) {
-    struct tokenizer *spm = load_gguf(VOCAB_DIR "/ggml-vocab-llama-spm.gguf");
-    struct tokenizer *gpt = load_gguf(VOCAB_DIR "/ggml-vocab-gpt-2.gguf");
+    struct tokenizer *spm = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *gpt = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-gpt-2.gguf");
     ASSERT(spm && gpt);
     char buf[64];
-    int32_t nl = find_piece(spm, "<0x0A>"), hello = find_piece(spm, "\xe2\x96\x81Hello");
+    int32_t nl = test_find_piece(spm, "<0x0A>"), hello = test_find_piece(spm, "\xe2\x96\x81Hello");
     ASSERT(nl >= 0 && hello >= 0);
     CHECK(tokenizer_token_to_bytes(spm, nl, buf, 64) == 1 && buf[0] == '\n');
     CHECK(tokenizer_token_to_bytes(spm, hello, buf, 64) == 6 && memcmp(buf, " Hello", 6) == 0);
@@ -1301,7 +1257,7 @@ TEST(pieces_and_bytes) {
           tokenizer_token_to_bytes(spm, 32000, buf, 64) == 0);
     CHECK(tokenizer_piece(spm, 32000, &l) == NULL && l == 0);
     CHECK(tokenizer_nl(spm) == nl);
-    int32_t world = find_piece(gpt, "\xc4\xa0world"); // "Ġworld"
+    int32_t world = test_find_piece(gpt, "\xc4\xa0world"); // "Ġworld"
     ASSERT(world >= 0);
     CHECK(tokenizer_token_to_bytes(gpt, world, buf, 64) == 6 && memcmp(buf, " world", 6) == 0);
     CHECK(tokenizer_token_to_bytes(gpt, 50256, buf, 64) == 0);
@@ -1316,9 +1272,9 @@ TEST(pieces_and_bytes) {
 }
 
 TEST(end_of_generation) {
-    struct tokenizer *spm = load_gguf(VOCAB_DIR "/ggml-vocab-llama-spm.gguf");
-    struct tokenizer *phi = load_gguf(VOCAB_DIR "/ggml-vocab-phi-3.gguf");
-    struct tokenizer *ref = load_gguf(VOCAB_DIR "/ggml-vocab-refact.gguf");
+    struct tokenizer *spm = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *phi = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-phi-3.gguf");
+    struct tokenizer *ref = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-refact.gguf");
     ASSERT(spm && phi && ref);
     CHECK(tokenizer_is_eog(spm, 2) && !tokenizer_is_eog(spm, 1) && !tokenizer_is_eog(spm, 100));
     CHECK(tokenizer_eot(spm) == TOKENIZER_TOKEN_NULL);
@@ -1362,7 +1318,7 @@ TEST(concurrent_encode) {
     for (int f = 0; f < 2; f++) {
         char rel[256], path[1024];
         snprintf(rel, sizeof(rel), VOCAB_DIR "/%.120s", files[f]);
-        struct tokenizer *t = load_gguf(rel);
+        struct tokenizer *t = test_load_tokenizer(rel);
         test_model_path(path, sizeof(path), rel);
         struct vectors v;
         ASSERT(t && vectors_load(&v, path));
@@ -1381,7 +1337,8 @@ TEST(concurrent_encode) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     char names[64][128];
     int n = list_vocabs(names, 64);
     for (int i = 0; i < n; i++)

@@ -106,7 +106,8 @@ TEST(encode_round_trip) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    test_main(argc, argv);
     RUN(strict_table_3_8);
     RUN(strict_partial_only_at_the_end);
     RUN(lenient_as_llama_cpp);
