@@ -157,23 +157,25 @@ static double work_within(const struct piece_log *lg, int64_t a, int64_t b, doub
 }
 
 /* The best rate (work per second) of n threads together, each of whose pieces did `work`: over the window
- * of each piece of thread 0, the work all threads did inside it, so that the threads are counted only as
- * fast as they were together (sharing memory, clocks and, with SMT, execution ports).  A roof is a property
+ * of each piece of any thread, the work all threads did inside it, so that the threads are counted only as
+ * fast as they were together (sharing memory, clocks and, with SMT, execution ports).  Every thread's pieces
+ * are windows: on a loaded machine one thread may take every chunk of a pass.  A roof is a property
  * of the machine: on a shared one, long timed runs also measure the other processes (on a loaded 2-core VM,
  * 0.2 s FMA passes gave a third to two thirds of the f32 peak, and whole passes over the bandwidth buffer
  * half the bandwidth of its chunks), while among many short pieces some run undisturbed. */
 static double best_rate(const struct piece_log *logs, int n, double work) {
     double best = 0;
-    for (int k = 0; k < logs[0].n; k++) {
-        int64_t a = logs[0].t0[k], b = logs[0].t1[k];
-        if (b <= a)
-            continue;
-        double done = 0;
-        for (int i = 0; i < n; i++)
-            done += work_within(&logs[i], a, b, work);
-        double rate = done / ((double)(b - a) * 1e-9);
-        best = rate > best ? rate : best;
-    }
+    for (int w = 0; w < n; w++)
+        for (int k = 0; k < logs[w].n; k++) {
+            int64_t a = logs[w].t0[k], b = logs[w].t1[k];
+            if (b <= a)
+                continue;
+            double done = 0;
+            for (int i = 0; i < n; i++)
+                done += work_within(&logs[i], a, b, work);
+            double rate = done / ((double)(b - a) * 1e-9);
+            best = rate > best ? rate : best;
+        }
     return best;
 }
 
