@@ -132,6 +132,125 @@ uint16_t ci_fp32_to_bf16(float f) {
     return (uint16_t)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
 }
 
+static float f16_at(const uint8_t *p) {
+    return ci_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* Q4_K / Q5_K sub-block j (0..7) of the 12 packed scale bytes: 6-bit scale and 6-bit min.  Sub-blocks 0..3
+ * sit in the low 6 bits of bytes j (scale) and j + 4 (min); sub-blocks 4..7 take their low 4 bits from the
+ * nibbles of byte j + 4 (scale low, min high) and their top 2 bits from the top 2 bits of bytes j - 4 (scale)
+ * and j (min). */
+static void kq_scale_min(const uint8_t *sc, int j, float *scale, float *min) {
+    if (j < 4) {
+        *scale = (float)(sc[j] & 63);
+        *min = (float)(sc[j + 4] & 63);
+    } else {
+        *scale = (float)((sc[j + 4] & 0x0f) | (sc[j - 4] >> 6) << 4);
+        *min = (float)((sc[j + 4] >> 4) | (sc[j] >> 6) << 4);
+    }
+}
+
+/* One block of the scalar (ground-truth) dequantizers, written from ggml's block formats (ggml-common.h).
+ * All multi-byte fields are little-endian; fp16 fields are read bytewise so blocks need no alignment. */
+static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
+    switch (type) {
+    case CI_TYPE_Q4_1: { // d fp16, m fp16, qs[16]: x = q * d + m, q = nibble (low: 0..15, high: 16..31)
+        float d = f16_at(b), m = f16_at(b + 2);
+        const uint8_t *qs = b + 4;
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)(qs[j] & 0x0f) * d + m;
+            y[j + 16] = (float)(qs[j] >> 4) * d + m;
+        }
+        return;
+    }
+    case CI_TYPE_Q5_0:   // d fp16, qh (32 bits: bit j is element j's 5th bit), qs[16]: x = (q - 16) * d
+    case CI_TYPE_Q5_1: { // d fp16, m fp16, qh, qs[16]: x = q * d + m
+        bool q51 = type == CI_TYPE_Q5_1;
+        float d = f16_at(b), m = q51 ? f16_at(b + 2) : 0.0f;
+        const uint8_t *p = b + (q51 ? 4 : 2);
+        uint32_t qh = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        const uint8_t *qs = p + 4;
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 0x0f) | (int)((qh >> j) & 1) << 4;
+            int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            if (q51) {
+                y[j] = (float)lo * d + m;
+                y[j + 16] = (float)hi * d + m;
+            } else {
+                y[j] = (float)(lo - 16) * d;
+                y[j + 16] = (float)(hi - 16) * d;
+            }
+        }
+        return;
+    }
+    case CI_TYPE_Q2_K: { // scales[16] (low nibble scale, high nibble min), qs[64], d fp16, dmin fp16
+        const uint8_t *scales = b, *qs = b + 16;
+        float d = f16_at(b + 80), dmin = f16_at(b + 82);
+        // Element i = 128h + 32s + l (h half, s shift, l < 32): bits 2s..2s+1 of qs[32h + l], sub-block
+        // (16 elements) 8h + 2s + l / 16.
+        for (int i = 0; i < 256; i++) {
+            int h = i / 128, s = i % 128 / 32, l = i % 32;
+            int q = qs[32 * h + l] >> (2 * s) & 3;
+            uint8_t sc = scales[8 * h + 2 * s + l / 16];
+            float dl = d * (float)(sc & 0x0f), ml = dmin * (float)(sc >> 4);
+            y[i] = dl * (float)q - ml;
+        }
+        return;
+    }
+    case CI_TYPE_Q3_K: { // hmask[32], qs[64], scales[12] (16 6-bit scales, biased by 32), d fp16
+        const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
+        float d = f16_at(b + 108);
+        // Scale k: low 4 bits from the low (k < 8) or high (k >= 8) nibble of byte k % 8, top 2 bits from
+        // bits 2(k / 4).. of byte 8 + k % 4.  Element i = 128h + 32s + l: 2 low bits of the quant as in
+        // Q2_K, its 3rd bit is bit 4h + s of hmask[l]; a clear bit subtracts 4 (values -4..3).
+        for (int i = 0; i < 256; i++) {
+            int h = i / 128, s = i % 128 / 32, l = i % 32;
+            int k = 8 * h + 2 * s + l / 16;
+            int lo = k < 8 ? sc[k] & 0x0f : sc[k - 8] >> 4;
+            int hi = sc[8 + k % 4] >> (2 * (k / 4)) & 3;
+            float dl = d * (float)((lo | hi << 4) - 32);
+            int q = (qs[32 * h + l] >> (2 * s) & 3) - ((hmask[l] >> (4 * h + s) & 1) ? 0 : 4);
+            y[i] = dl * (float)q;
+        }
+        return;
+    }
+    case CI_TYPE_Q4_K:   // d fp16, dmin fp16, scales[12], qs[128]
+    case CI_TYPE_Q5_K: { // d fp16, dmin fp16, scales[12], qh[32], qs[128]
+        bool q5 = type == CI_TYPE_Q5_K;
+        float d = f16_at(b), dmin = f16_at(b + 2);
+        const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (q5 ? 48 : 16);
+        // Element i = 64c + 32u + l: nibble u (low, high) of qs[32c + l], sub-block j = 2c + u (32
+        // elements); Q5_K's 5th bit is bit j of qh[l].  x = d * scale_j * q - dmin * min_j.
+        for (int i = 0; i < 256; i++) {
+            int c = i / 64, u = i % 64 / 32, l = i % 32, j = 2 * c + u;
+            float scale, min;
+            kq_scale_min(sc, j, &scale, &min);
+            int q = u ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0x0f;
+            if (q5)
+                q |= (qh[l] >> j & 1) << 4;
+            y[i] = d * scale * (float)q - dmin * min;
+        }
+        return;
+    }
+    case CI_TYPE_Q6_K: { // ql[128], qh[64], scales[16] (int8), d fp16
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *scales = (const int8_t *)(b + 192);
+        float d = f16_at(b + 208);
+        // Element i = 128h + 32r + l: low 4 bits from nibble r / 2 of ql[64h + 32(r % 2) + l], top 2 bits
+        // from bits 2r.. of qh[32h + l]; value q - 32 (-32..31), sub-block (16 elements) i / 16.
+        for (int i = 0; i < 256; i++) {
+            int h = i / 128, r = i % 128 / 32, l = i % 32;
+            uint8_t lb = ql[64 * h + 32 * (r % 2) + l];
+            int q = ((r / 2 ? lb >> 4 : lb & 0x0f) | (qh[32 * h + l] >> (2 * r) & 3) << 4) - 32;
+            y[i] = d * (float)scales[i / 16] * (float)q;
+        }
+        return;
+    }
+    default:
+        CI_UNREACHABLE();
+    }
+}
+
 void ci_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
     switch (type) {
     case CI_TYPE_F32:
@@ -167,6 +286,20 @@ void ci_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
                 dst[i * CI_QK4_0 + j + CI_QK4_0 / 2] = d * (float)((b[i].qs[j] >> 4) - 8);
             }
         }
+        return;
+    }
+    case CI_TYPE_Q4_1:
+    case CI_TYPE_Q5_0:
+    case CI_TYPE_Q5_1:
+    case CI_TYPE_Q2_K:
+    case CI_TYPE_Q3_K:
+    case CI_TYPE_Q4_K:
+    case CI_TYPE_Q5_K:
+    case CI_TYPE_Q6_K: {
+        const struct ci_type_traits *t = ci_type_traits(type);
+        const uint8_t *b = src;
+        for (int64_t i = 0; i < n / t->block_size; i++)
+            dequant_block(type, b + (size_t)i * t->type_size, dst + i * t->block_size);
         return;
     }
     default:

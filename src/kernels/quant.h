@@ -65,7 +65,9 @@ struct ci_type_traits {
 
 const struct ci_type_traits *ci_type_traits(uint32_t type); // NULL for unknown ids
 const char *ci_type_name(uint32_t type);                    // "unknown" for unknown ids
-/* True where kernels exist: F32, F16, BF16, Q8_0, Q4_0. */
+/* True where kernels exist: F32, F16, BF16, Q8_0, Q4_0.  Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K
+ * dequantize (ci_dequantize_row, the scalar ground truth) but have no dot product or matmul yet, so they are
+ * not supported here. */
 bool ci_type_supported(uint32_t type);
 /* Bytes of a row of n elements; false if n is not a multiple of the block size or on overflow. */
 bool ci_row_bytes(uint32_t type, uint64_t n, uint64_t *out);
@@ -75,7 +77,9 @@ uint16_t ci_fp32_to_fp16(float f); // round to nearest even, as F16C does
 float ci_bf16_to_fp32(uint16_t h);
 uint16_t ci_fp32_to_bf16(float f); // round to nearest even (NaN kept quiet)
 
-/* Reference conversions of one row of n elements (n a multiple of the block size for quantized types). */
+/* Reference conversions of one row of n elements (n a multiple of the block size for quantized types).
+ * ci_dequantize_row takes F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (ggml's
+ * block formats; the K-quants in 256-element super-blocks); ci_quantize_row F32, F16, BF16, Q8_0, Q4_0. */
 void ci_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 void ci_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 

@@ -49,12 +49,21 @@ _SCALAR_NP = {
 }
 
 # Tensor element types (ggml numbering) this reader can dequantize: id -> (name, block elements, block bytes)
-F32, F16, Q4_0, Q8_0, BF16 = 0, 1, 2, 8, 30
+F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BF16 = 0, 1, 2, 3, 6, 7, 8, 30
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 10, 11, 12, 13, 14
 TYPES = {
     F32: ("F32", 1, 4),
     F16: ("F16", 1, 2),
     Q4_0: ("Q4_0", 32, 18),
+    Q4_1: ("Q4_1", 32, 20),
+    Q5_0: ("Q5_0", 32, 22),
+    Q5_1: ("Q5_1", 32, 24),
     Q8_0: ("Q8_0", 32, 34),
+    Q2_K: ("Q2_K", 256, 84),
+    Q3_K: ("Q3_K", 256, 110),
+    Q4_K: ("Q4_K", 256, 144),
+    Q5_K: ("Q5_K", 256, 176),
+    Q6_K: ("Q6_K", 256, 210),
     BF16: ("BF16", 1, 2),
 }
 TYPE_IDS = {v[0]: k for k, v in TYPES.items()}
@@ -225,6 +234,99 @@ def bf16_to_f32(u16):
 _Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", (32,))])
 _Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 assert _Q8_0.itemsize == 34 and _Q4_0.itemsize == 18
+# The other legacy quants and the K-quants (256-element super-blocks), field by field as ggml-common.h lays
+# them out (all little-endian, no padding).
+_Q4_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", (16,))])
+_Q5_0 = np.dtype([("d", "<f2"), ("qh", "<u4"), ("qs", "u1", (16,))])
+_Q5_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", (16,))])
+_Q2_K = np.dtype([("scales", "u1", (16,)), ("qs", "u1", (64,)), ("d", "<f2"), ("dmin", "<f2")])
+_Q3_K = np.dtype([("hmask", "u1", (32,)), ("qs", "u1", (64,)), ("scales", "u1", (12,)), ("d", "<f2")])
+_Q4_K = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qs", "u1", (128,))])
+_Q5_K = np.dtype(
+    [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qh", "u1", (32,)), ("qs", "u1", (128,))]
+)
+_Q6_K = np.dtype([("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", "<f2")])
+_BLOCK_DTYPES = {
+    Q4_1: _Q4_1, Q5_0: _Q5_0, Q5_1: _Q5_1, Q2_K: _Q2_K, Q3_K: _Q3_K, Q4_K: _Q4_K, Q5_K: _Q5_K, Q6_K: _Q6_K
+}
+for _t, _dt in _BLOCK_DTYPES.items():
+    assert _dt.itemsize == TYPES[_t][2], TYPES[_t][0]
+
+
+def _bits(x, nbits):
+    """Unpacks the last axis of uint8 array x into nbits-wide fields, least significant first:
+    (..., k) -> (..., 8 // nbits, k), field f of byte b at [..., f, b]."""
+    shifts = np.arange(0, 8, nbits, dtype=np.uint8).reshape(-1, 1)
+    return (x[..., None, :] >> shifts) & np.uint8((1 << nbits) - 1)
+
+
+def _kquant_scales_mins(sc):
+    """Q4_K/Q5_K: the 12 scale bytes -> (scales, mins), each (nb, 8) 6-bit integers.  Sub-blocks 0-3 keep
+    scale and min in the low 6 bits of bytes 0-3 and 4-7; sub-blocks 4-7 have their low 4 bits in the nibbles
+    of bytes 8-11 (scale: low nibble, min: high nibble) and their top 2 bits in the top 2 bits of bytes 0-3
+    (scale) and 4-7 (min)."""
+    sc = sc.astype(np.int32)
+    lo_s, lo_m = sc[:, 0:4] & 63, sc[:, 4:8] & 63
+    hi_s = (sc[:, 8:12] & 15) | ((sc[:, 0:4] >> 6) << 4)
+    hi_m = (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)
+    return np.concatenate([lo_s, hi_s], axis=1), np.concatenate([lo_m, hi_m], axis=1)
+
+
+def _q3k_scales(sc):
+    """Q3_K: the 12 scale bytes -> (nb, 16) signed scales.  Scale k's low 4 bits: nibble k // 8 of byte
+    k % 8; its top 2 bits: 2-bit field k // 4 of byte 8 + k % 4; stored with a bias of 32."""
+    sc = sc.astype(np.int32)
+    low = np.concatenate([sc[:, 0:8] & 15, sc[:, 0:8] >> 4], axis=1)  # k = 0..15
+    high = _bits(sc[:, 8:12].astype(np.uint8), 2).astype(np.int32).reshape(-1, 16)  # [field, byte] = k
+    return (low | (high << 4)) - 32
+
+
+def _dequant_blocks(ttype, b):
+    """(nb, block elements) float32 values of the structured blocks b."""
+    f32 = np.float32
+    if ttype in (Q4_1, Q5_0, Q5_1):
+        q = np.concatenate([b["qs"] & 15, b["qs"] >> 4], axis=1).astype(np.int32)  # elements 0-15, 16-31
+        if ttype != Q4_1:  # 5th bit of element j: bit j of qh
+            q |= ((b["qh"][:, None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int32) << 4
+        d = b["d"].astype(f32)[:, None]
+        if ttype == Q5_0:
+            return (q - 16).astype(f32) * d
+        return q.astype(f32) * d + b["m"].astype(f32)[:, None]
+    nb = len(b)
+    if ttype in (Q2_K, Q3_K):
+        # Element 128h + 32s + l: 2-bit field s of qs[32h + l]; sub-block of 16: 8h + 2s + l // 16.
+        q = _bits(b["qs"].reshape(nb, 2, 32), 2).astype(np.int32)  # [nb, h, s, l]
+        if ttype == Q2_K:
+            sc = b["scales"]
+            dl = b["d"].astype(f32)[:, None] * (sc & 15).astype(f32)
+            ml = b["dmin"].astype(f32)[:, None] * (sc >> 4).astype(f32)
+            dl, ml = np.repeat(dl, 16, axis=1), np.repeat(ml, 16, axis=1)
+            return dl * q.reshape(nb, 256).astype(f32) - ml
+        # Q3_K: the third bit of element 128h + 32s + l is bit 4h + s of hmask[l]; clear means minus 4.
+        hbit = _bits(b["hmask"], 1).reshape(nb, 2, 4, 32).astype(np.int32)  # [nb, bit // 4, bit % 4, l]
+        q = q - 4 * (1 - hbit)
+        dl = np.repeat(b["d"].astype(f32)[:, None] * _q3k_scales(b["scales"]).astype(f32), 16, axis=1)
+        return dl * q.reshape(nb, 256).astype(f32)
+    if ttype in (Q4_K, Q5_K):
+        # Element 64c + 32u + l: nibble u of qs[32c + l]; sub-block (32 elements) 2c + u; Q5_K's 5th bit
+        # is bit 2c + u of qh[l].
+        q = _bits(b["qs"].reshape(nb, 4, 32), 4).astype(np.int32).reshape(nb, 8, 32)
+        if ttype == Q5_K:
+            q |= _bits(b["qh"], 1).astype(np.int32) << 4  # [nb, bit, l]
+        scales, mins = _kquant_scales_mins(b["scales"])
+        d1 = b["d"].astype(f32)[:, None] * scales.astype(f32)
+        m1 = b["dmin"].astype(f32)[:, None] * mins.astype(f32)
+        return (d1[:, :, None] * q.astype(f32) - m1[:, :, None]).reshape(nb, 256)
+    if ttype == Q6_K:
+        # Element 128h + 32r + l: 4 low bits from nibble r // 2 of ql[64h + 32(r % 2) + l], 2 high bits from
+        # field r of qh[32h + l]; value minus 32; sub-block of 16 elements with its int8 scale.
+        lo = _bits(b["ql"].reshape(nb, 2, 2, 32), 4)  # [nb, h, r % 2, nibble, l]
+        lo = lo.transpose(0, 1, 3, 2, 4).reshape(nb, 2, 4, 32)  # [nb, h, r, l]
+        hi = _bits(b["qh"].reshape(nb, 2, 32), 2)  # [nb, h, r, l]
+        q = (lo.astype(np.int32) | (hi.astype(np.int32) << 4)) - 32
+        ds = np.repeat(b["d"].astype(f32)[:, None] * b["scales"].astype(f32), 16, axis=1)
+        return ds * q.reshape(nb, 256).astype(f32)
+    raise GGUFError("cannot dequantize type %d" % ttype)
 
 
 def dequantize(ttype, buf, n):
@@ -248,6 +350,11 @@ def dequantize(ttype, buf, n):
         d = b["d"].astype(np.float32)[:, None]
         q = np.concatenate([b["qs"] & 0x0F, b["qs"] >> 4], axis=1).astype(np.int32) - 8
         out = q.astype(np.float32) * d
+    elif ttype in _BLOCK_DTYPES:
+        name, bs, _ = TYPES[ttype]
+        if n % bs:
+            raise GGUFError("%s needs a multiple of %d elements" % (name, bs))
+        out = _dequant_blocks(ttype, np.frombuffer(buf, dtype=_BLOCK_DTYPES[ttype], count=n // bs))
     else:
         raise GGUFError("cannot dequantize type %d" % ttype)
     return np.ascontiguousarray(out, dtype=np.float32).reshape(n)
