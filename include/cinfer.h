@@ -81,8 +81,9 @@ struct cinfer_model_info {
     unsigned gguf_version;       // GGUF files: the container's version, tensors and metadata keys (else 0)
     long long gguf_n_tensors, gguf_n_metadata;
     struct {
-        const char *type; // "f32", "q8_0", ... (static)
-        int count;        // tensors of that type in the model
+        const char *type;       // "f32", "q8_0", ... (static)
+        int count;              // tensors of that type in the model
+        double bits_per_weight; // of the type's blocks: 8 · bytes per block / elements per block
     } tensor_types[CINFER_MAX_TENSOR_TYPES];
     int n_tensor_types;
     const char *tokenizer_type; // "SPM" or "BPE"; NULL when the model has no tokenizer

@@ -76,9 +76,12 @@ int cmd_info(int argc, char **argv) {
     printf("%-28s %s\n", "output head", c.tied_output ? "tied to token embeddings" : "separate");
     printf("%-28s", "tensor types");
     for (int t = 0; t < c.n_tensor_types; t++)
-        printf(" %s×%d", c.tensor_types[t].type, c.tensor_types[t].count);
+        printf(" %s×%d (%.4g bpw)", c.tensor_types[t].type, c.tensor_types[t].count,
+               c.tensor_types[t].bits_per_weight);
     printf("\n");
     printf("%-28s %llu (%.2f M)\n", "parameters", (unsigned long long)c.n_params, (double)c.n_params / 1e6);
+    if (c.n_params > 0) // the mixture's average, norms and biases included
+        printf("%-28s %.2f\n", "bits per weight", 8.0 * (double)c.weight_bytes / (double)c.n_params);
     print_bytes("file size", (double)c.file_bytes);
     print_bytes("weights (mapped)", (double)c.weight_bytes);
 

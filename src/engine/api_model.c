@@ -146,7 +146,9 @@ static void tensor_types(const struct model *m, struct cinfer_model_info *out) {
     out->n_tensor_types = 0;
     for (int t = 0; t < CI_TYPE_COUNT && out->n_tensor_types < CINFER_MAX_TENSOR_TYPES; t++)
         if (per_type[t]) {
+            const struct ci_type_traits *tt = ci_type_traits((uint32_t)t);
             out->tensor_types[out->n_tensor_types].type = ci_type_name((uint32_t)t);
+            out->tensor_types[out->n_tensor_types].bits_per_weight = 8.0 * tt->type_size / tt->block_size;
             out->tensor_types[out->n_tensor_types++].count = per_type[t];
         }
 }

@@ -145,6 +145,18 @@ grep -q "int8 dot peak" <<<"$out" && grep -q "int8 peak" <<<"$out" && pass bench
 # (its pp roofline time is int8 ops / int8 peak + the rest / f32 peak; doubling the int8 peak changes it
 # accordingly), an F32 model's to the f32 peak only (no int8 ops).
 "$BIN" synth --preset tiny --type q8_0 --seed 1 -o "$T/tiny-q8_0.gguf" >/dev/null 2>&1
+# info: each tensor type with its bits per weight (Q8_0: 34 bytes per 32 weights = 8.5; F32: 32), and the
+# model's average (weight bytes · 8 / parameters, from the same listing).
+out=$("$BIN" info -m "$T/tiny-q8_0.gguf" 2>&1)
+params=$(sed -n 's/^parameters *\([0-9]*\) .*/\1/p' <<<"$out")
+wbytes=$(sed -n 's/^weights (mapped).*(\([0-9]*\) bytes)/\1/p' <<<"$out")
+avg=$("$PY" -c "print('%.2f' % (8 * $wbytes / $params))" 2>/dev/null)
+if grep -Eq "^tensor types +F32×[0-9]+ \(32 bpw\) Q8_0×[0-9]+ \(8\.5 bpw\)$" <<<"$out" &&
+    grep -Eq "^bits per weight +$avg$" <<<"$out" && [ -n "$avg" ]; then
+    pass info_bits_per_weight
+else
+    fail info_bits_per_weight "avg '$avg': $(grep -E 'tensor types|bits per' <<<"$out" | tr '\n' '|')"
+fi
 roofs() { # MODEL INT8_PEAK_GOPS -> JSON lines
     "$BIN" bench kernels -m "$1" -t 1 -p 64 -n 0 --batch 0 -r 1 --no-warmup --bandwidth-gbs 1000000 \
         --peak-gflops 10 --int8-peak-gops "$2" --json 2>"$T/err"
