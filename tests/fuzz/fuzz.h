@@ -48,6 +48,24 @@ static inline void fuzz_quiet(void) {
     ci_log_set_level(CI_LOG_LEVEL_ERR);
 }
 
+/* ---- a growable byte buffer (released with free(b.p)) ---- */
+
+struct fuzz_buf {
+    char *p;
+    size_t n, cap;
+};
+
+static inline void fuzz_buf_put(struct fuzz_buf *b, const char *s, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = 2 * (b->n + n) + 64;
+        b->p = realloc(b->p, b->cap);
+        FUZZ_CHECK(b->p != NULL, "out of memory");
+    }
+    if (n)
+        memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
 /* ---- reading the input ---- */
 
 struct fuzz_in {

@@ -28,25 +28,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-struct buf {
-    char *p;
-    size_t n, cap;
-};
-
-static void put(struct buf *b, const char *s, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = 2 * (b->n + n) + 64;
-        b->p = realloc(b->p, b->cap);
-        FUZZ_CHECK(b->p != NULL, "out of memory");
-    }
-    if (n)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-
 /* The bytes a stream of ids stands for (before UTF-8 cleaning), computed from the vocabulary directly. */
 static void expected_bytes(const struct tokenizer *t, const int32_t *ids, int n, bool render_special,
-                           bool at_text_start, struct buf *out) {
+                           bool at_text_start, struct fuzz_buf *out) {
     bool spm_prefix = tokenizer_type(t) == TOKENIZER_TYPE_SPM && tokenizer_add_space_prefix(t);
     bool strip = spm_prefix && at_text_start;
     for (int i = 0; i < n; i++) {
@@ -65,7 +49,7 @@ static void expected_bytes(const struct tokenizer *t, const int32_t *ids, int n,
         }
         if (spm_prefix && ids[i] == tokenizer_bos(t))
             strip = true;
-        put(out, p, l);
+        fuzz_buf_put(out, p, l);
     }
 }
 
@@ -76,7 +60,7 @@ static void check_stream(const struct tokenizer *t, const int32_t *ids, int n, b
     struct ci_err err = {0};
     const char *stops[1] = {stop};
     FUZZ_CHECK(stop_matcher_init(&m, stops, 1, detok_max_out(d), &err) == CI_OK, "stop init: %s", err.msg);
-    struct buf got = {0}, released = {0}, raw = {0};
+    struct fuzz_buf got = {0}, released = {0}, raw = {0};
     int matched = -1;
     for (int i = 0; i <= n; i++) {
         const char *s, *r;
@@ -87,10 +71,10 @@ static void check_stream(const struct tokenizer *t, const int32_t *ids, int n, b
             detok_flush(d, &s, &l);
         FUZZ_CHECK(l <= detok_max_out(d), "piece of %zu bytes, max %zu", l, detok_max_out(d));
         FUZZ_CHECK(fuzz_utf8_valid(s, l), "piece %d is not valid UTF-8", i);
-        put(&got, s, l);
+        fuzz_buf_put(&got, s, l);
         int st = -1;
         FUZZ_CHECK(stop_matcher_feed(&m, s, l, &r, &rl, &st) == CI_OK, "stop feed of %zu bytes", l);
-        put(&released, r, rl);
+        fuzz_buf_put(&released, r, rl);
         if (st >= 0) {
             FUZZ_CHECK(matched < 0 || matched == st, "a second match");
             matched = st;
@@ -100,7 +84,7 @@ static void check_stream(const struct tokenizer *t, const int32_t *ids, int n, b
         const char *r;
         size_t rl;
         stop_matcher_flush(&m, &r, &rl);
-        put(&released, r, rl);
+        fuzz_buf_put(&released, r, rl);
     }
     expected_bytes(t, ids, n, render_special, at_text_start, &raw);
     char *want = malloc(3 * raw.n + 1);

@@ -19,22 +19,6 @@
 #include "server/openai.h"
 #include "server/sse.h"
 
-struct buf {
-    char *p;
-    size_t n, cap;
-};
-
-static void put(struct buf *b, const char *s, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = 2 * (b->n + n) + 64;
-        b->p = realloc(b->p, b->cap);
-        FUZZ_CHECK(b->p != NULL, "out of memory");
-    }
-    if (n)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-
 /* The cleaned text as the harness expects it, checked against the properties of sse_utf8_clean. */
 static char *cleaned(const char *s, size_t n, size_t *out_len) {
     size_t l = 0;
@@ -74,8 +58,8 @@ static const cJSON *follow(const cJSON *j, const char *const *path) {
 
 struct state {
     struct sse_buf sb;
-    struct buf sent;  // what the events amount to, built independently
-    struct buf taken; // what the connection read
+    struct fuzz_buf sent;  // what the events amount to, built independently
+    struct fuzz_buf taken; // what the connection read
     struct expect exp[MAX_EVENTS];
     int n_events;
 };
@@ -85,9 +69,9 @@ static void send_event(struct state *st, cJSON *obj, const char *const *path, ch
     FUZZ_CHECK(obj != NULL, "building an event failed");
     FUZZ_CHECK(sse_buf_event(&st->sb, obj), "sse_buf_event");
     char *json = cJSON_PrintUnformatted(obj);
-    put(&st->sent, "data: ", 6);
-    put(&st->sent, json, strlen(json));
-    put(&st->sent, "\n\n", 2);
+    fuzz_buf_put(&st->sent, "data: ", 6);
+    fuzz_buf_put(&st->sent, json, strlen(json));
+    fuzz_buf_put(&st->sent, "\n\n", 2);
     ci_free(json);
     cJSON_Delete(obj);
     FUZZ_CHECK(st->n_events < MAX_EVENTS, "too many events");
@@ -103,7 +87,7 @@ static void take(struct state *st, size_t max) {
     while (max > 0 && sse_buf_pending(&st->sb)) {
         size_t n = sse_buf_take(&st->sb, tmp, max < sizeof tmp ? max : sizeof tmp);
         FUZZ_CHECK(n > 0, "pending but nothing taken");
-        put(&st->taken, tmp, n);
+        fuzz_buf_put(&st->taken, tmp, n);
         max -= n;
     }
 }
@@ -269,7 +253,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         default:
             FUZZ_CHECK(sse_buf_done(&st.sb), "done");
-            put(&st.sent, "data: [DONE]\n\n", 14);
+            fuzz_buf_put(&st.sent, "data: [DONE]\n\n", 14);
             break;
         }
     }
