@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds native llama.cpp benchmark tools (llama-bench, llama-batched-bench) from the llama.cpp source that the
+# Builds native llama.cpp tools (llama-bench, llama-batched-bench, llama-quantize) from the llama.cpp source that the
 # pinned npm package node-llama-cpp carries as llama/gitRelease.bundle, so bench/kernels.sh can run cinfer and
 # llama.cpp side by side on the same files and threads.  CPU only, Release, -march=native (GGML_NATIVE).
 #   scripts/llamacpp-native.sh [--server] [DIR]
@@ -21,7 +21,7 @@ JOBS=${CINFER_LLAMACPP_JOBS:-2}
 NPM=$ROOT/build/npm
 BUNDLE=$NPM/node_modules/node-llama-cpp/llama/gitRelease.bundle
 BUILD=$DIR/build-cinfer
-TARGETS=(llama-bench llama-batched-bench)
+TARGETS=(llama-bench llama-batched-bench llama-quantize)
 SERVER_FLAG=OFF
 if [ "$SERVER" -eq 1 ]; then
     BUILD=$DIR/build-cinfer-server
