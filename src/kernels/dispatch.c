@@ -99,41 +99,36 @@ void ci_kernels_force_scalar(bool on) {
     ci_kernels_force_table(on ? ci_dot_ref_table() : NULL);
 }
 
-ci_dot_fn ci_dot_select(uint32_t type) {
-    const struct ci_dot_table *t = ci_kernels_table();
-    switch (type) {
-    case CI_TYPE_F32:
-        return t->f32;
-    case CI_TYPE_F16:
-        return t->f16;
-    case CI_TYPE_BF16:
-        return t->bf16;
-    case CI_TYPE_Q8_0:
-        return t->q8_0;
-    case CI_TYPE_Q4_0:
-        return t->q4_0;
-    default:
-        CI_ASSERT(!"ci_dot: type has no kernel (the loader must reject it)");
+/* The table below t in the fallback chain AVX-512 -> AVX2 -> scalar (NULL below scalar). */
+static const struct ci_dot_table *table_below(const struct ci_dot_table *t) {
+    if (t == ci_dot_ref_table())
         return NULL;
-    }
+    if (t == ci_dot_avx512_table())
+        return ci_dot_avx2_table();
+    return ci_dot_ref_table();
+}
+
+ci_dot_fn ci_dot_select(uint32_t type) {
+    CI_ASSERT(type < CI_TYPE_COUNT && ci_type_supported(type) && "ci_dot: type has no kernel");
+    for (const struct ci_dot_table *t = ci_kernels_table(); t; t = table_below(t))
+        if (t->dot[type])
+            return t->dot[type];
+    CI_UNREACHABLE();
 }
 
 ci_mm_fn ci_mm_select(const struct ci_dot_table *t, uint32_t type) {
-    switch (type) {
-    case CI_TYPE_F32:
-        return t->mm_f32;
-    case CI_TYPE_F16:
-        return t->mm_f16;
-    case CI_TYPE_BF16:
-        return t->mm_bf16;
-    case CI_TYPE_Q8_0:
-        return t->mm_q8_0;
-    case CI_TYPE_Q4_0:
-        return t->mm_q4_0;
-    default:
-        CI_ASSERT(!"ci_matmul: type has no kernel (the loader must reject it)");
-        return NULL;
-    }
+    CI_ASSERT(type < CI_TYPE_COUNT && ci_type_supported(type) && "ci_matmul: type has no kernel");
+    for (; t; t = table_below(t))
+        if (t->mm[type])
+            return t->mm[type];
+    CI_UNREACHABLE();
+}
+
+ci_quant_act_k_fn ci_quant_act_k_select(const struct ci_dot_table *t) {
+    for (; t; t = table_below(t))
+        if (t->quant_act_k)
+            return t->quant_act_k;
+    CI_UNREACHABLE();
 }
 
 float ci_dot(uint32_t type, const void *row, const float *x, int64_t n) {

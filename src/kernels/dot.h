@@ -11,16 +11,30 @@
  *    sum, then the n mod 8 tail added front to back.  AVX-512: one 16-lane accumulator, the last partial step
  *    zero-masked, a fixed horizontal sum.  Register tiles of several rows x tokens give each element its own
  *    accumulator, so a 1x1 and a 3x8 tile produce the same bits.
- *  - Q8_0/Q4_0 (activations quantized to Q8, see struct ci_act_q8): per 32-block an exact int32 dot isum_b,
- *    then acc = fmaf(dw_b * dx_b, (float)isum_b, acc) over the blocks in order from acc = 0.  Integer sums
- * are exact in any order and every float operation is the same scalar operation in every implementation, so
- *    the scalar, AVX2 and AVX-512 tables give the SAME bits for the quantized types. */
+ *  - Quantized types (activations quantized to int8, see struct ci_act_q8 and struct ci_act_q8k): per weight
+ *    block an exact integer dot, then float steps over the blocks in order from acc = 0.  Integer sums are
+ *    exact in any order and every float operation is the same scalar operation in every implementation, so
+ *    the scalar, AVX2 and AVX-512 tables give the SAME bits for the quantized types.  Per block (dw, mw: the
+ *    weight block's scale and min; dx, xsum: the activation block's scale and sum of q; q_i, x_i: weight and
+ *    activation integers):
+ *      Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4 (32-blocks; q_i signed: q - 8, q - 16, the table value):
+ *          acc = fmaf(dw * dx, isum, acc),  isum = sum q_i x_i
+ *      Q4_1, Q5_1 (32-blocks, q_i unsigned):
+ *          acc = fmaf(dw * dx, isum, acc); acc = fmaf(mw * dx, xsum, acc)
+ *      Q2_K, Q4_K, Q5_K (256-blocks vs Q8_K, sub-block scales sc_j and mins m_j, q_i unsigned):
+ *          acc = fmaf(d * dx, sumi, acc); acc = fmaf(-(dmin * dx), summ, acc),
+ *          sumi = sum_j sc_j sum_{i in j} q_i x_i,  summ = sum_j m_j sum_{i in j} x_i (from the bsums)
+ *      Q3_K, Q6_K, IQ4_XS (256-blocks, signed sub-block scales sc_j, q_i signed):
+ *          acc = fmaf(d * dx, sumi, acc),  sumi = sum_j sc_j sum_{i in j} q_i x_i
+ *    The integer sums fit in int32 with room to spare (at most ~1.4e8 for IQ4_XS and Q6_K). */
 #ifndef CINFER_KERNELS_DOT_H
 #define CINFER_KERNELS_DOT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/quant.h"
 
 typedef float (*ci_dot_fn)(const void *row, const float *x, int64_t n);
 
@@ -39,6 +53,26 @@ struct ci_act_q8 {
     int tok_stride; // n_tok rounded up to a multiple of 8
 };
 
+/* Activations of n_tok tokens for the 256-element super-block types (Q2_K..Q6_K, IQ4_XS: ggml's Q8_K):
+ * per token and super-block b a scale d = max|x| / 127 and int8 q = x / d rounded to nearest even, as
+ * struct ci_act_q8; bsum[16 b + k] is the sum of the 16 q of group k (the mins' correction).  Token-major. */
+struct ci_act_q8k {
+    int8_t *qs;    // [n_tok][n_in]
+    float *d;      // [n_tok][n_in / 256]
+    int16_t *bsum; // [n_tok][n_in / 16]
+    int64_t n_in;  // a multiple of 256
+    int n_tok;
+};
+
+/* Weight types whose activations are ci_act_q8k (the rest of the quantized types use ci_act_q8). */
+static inline bool ci_type_uses_q8k(uint32_t type) {
+    return type == CI_TYPE_Q2_K || type == CI_TYPE_Q3_K || type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K ||
+           type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
+}
+static inline bool ci_type_quantized(uint32_t type) {
+    return type != CI_TYPE_F32 && type != CI_TYPE_F16 && type != CI_TYPE_BF16;
+}
+
 /* Blocks whose max |x| is below this quantize to zero (d = 0): their contribution is below float resolution
  * next to any normal activation, and it keeps 1/d finite (x * (1/d) would overflow to inf for tiny d).
  * Non-finite activations give non-finite or unspecified (but memory-safe) results. */
@@ -47,6 +81,8 @@ struct ci_act_q8 {
 /* One token: x [n_in] -> qs [n_in], d[b * stride], sum[b * stride] for each block b. */
 typedef void (*ci_quant_act_fn)(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum,
                                 int64_t stride);
+/* One token for the 256-block types: x [n_in] -> qs [n_in], d [n_in / 256], bsum [n_in / 16]. */
+typedef void (*ci_quant_act_k_fn)(const float *x, int64_t n_in, int8_t *qs, float *d, int16_t *bsum);
 
 /* One matmul: W [n_out rows of row_bytes] times the activations of n_tok tokens into y [n_tok][n_out]. */
 struct ci_mm {
@@ -54,9 +90,10 @@ struct ci_mm {
     const uint8_t *w;
     size_t row_bytes;
     int64_t n_in, n_out;
-    const float *x;            // [n_tok][n_in] float activations (F32/F16/BF16)
-    const struct ci_act_q8 *q; // quantized activations (Q8_0/Q4_0)
-    float *y;                  // [n_tok][n_out]
+    const float *x;              // [n_tok][n_in] float activations (F32/F16/BF16)
+    const struct ci_act_q8 *q;   // quantized activations of the 32-block types
+    const struct ci_act_q8k *qk; // those of the 256-block types (ci_type_uses_q8k)
+    float *y;                    // [n_tok][n_out]
     int n_tok;
 };
 
@@ -105,14 +142,12 @@ typedef void (*ci_attn_group_fn)(const void *const *k, const void *const *v, con
                                  const float *const *q /* [nr] */, int hd, float scale, float *m, float *l,
                                  float *acc /* [nr][hd] */);
 
+/* A table may leave an entry NULL: the table below it (AVX-512 -> AVX2 -> scalar) serves that entry. */
 struct ci_dot_table {
     const char *isa; // "scalar", "avx2+fma+f16c", "avx512+vnni"
-    // dot(row, float x): the reference order of each type (Q8_0/Q4_0 quantize x to Q8 block by block first)
-    ci_dot_fn f32;
-    ci_dot_fn f16;
-    ci_dot_fn bf16;
-    ci_dot_fn q8_0;
-    ci_dot_fn q4_0;
+    // dot(row, float x) per weight type: the reference order of each type (quantized types quantize x block
+    // by block first; the canonical order makes the scalar routine the same bits as every table's matmul)
+    ci_dot_fn dot[CI_TYPE_COUNT];
     ci_dot_fn f32_short; // F32 dot for attention (q.k over head_dim): any fixed order, tuned for short n
     ci_attn_chunk_fn attn_f32; // attention chunk per KV element type (attn_*.c, dot_ref.c)
     ci_attn_chunk_fn attn_f16;
@@ -121,11 +156,8 @@ struct ci_dot_table {
     ci_attn_group_fn attn_grp_f16;
     ci_attn_group_fn attn_grp_q8_0;
     ci_quant_act_fn quant_act;
-    ci_mm_fn mm_f32;
-    ci_mm_fn mm_f16;
-    ci_mm_fn mm_bf16;
-    ci_mm_fn mm_q8_0;
-    ci_mm_fn mm_q4_0;
+    ci_quant_act_k_fn quant_act_k;
+    ci_mm_fn mm[CI_TYPE_COUNT]; // per weight type
     ci_silu_fn silu_mul;
 };
 
@@ -148,19 +180,22 @@ int ci_kernels_tables(const struct ci_dot_table **out);
 const struct ci_dot_table *ci_kernels_table(void);
 /* The routine of the selected table for a supported type (CI_ASSERTs the type). */
 ci_dot_fn ci_dot_select(uint32_t type);
+/* Table t's entry, or that of the first table below it that has one. */
 ci_mm_fn ci_mm_select(const struct ci_dot_table *t, uint32_t type);
+ci_quant_act_k_fn ci_quant_act_k_select(const struct ci_dot_table *t);
 /* Tests: true forces the scalar table, false restores what the CPU probe (and the environment) chose. */
 void ci_kernels_force_scalar(bool on);
 /* Tests: runs everything on table t (one of ci_kernels_tables()); NULL restores the probed choice. */
 void ci_kernels_force_table(const struct ci_dot_table *t);
 
-/* Scalar building blocks shared by the tables (dot_ref.c): the canonical quantized block dots. */
-int32_t ci_ref_idot_q8_0(const void *wblock, const int8_t *xq);
-int32_t ci_ref_idot_q4_0(const void *wblock, const int8_t *xq);
-/* dot(row, float x) for quantized rows in the canonical order (bit-identical in every table). */
-float ci_ref_dot_q8_0(const void *row, const float *x, int64_t n);
-float ci_ref_dot_q4_0(const void *row, const float *x, int64_t n);
+/* Scalar building blocks shared by the tables (dot_ref.c, qblock_ref.c): the canonical quantized block dots.
+ * ci_ref_qblock adds weight block w of a quantized type to acc as the canonical order above says: xq are the
+ * block's activation integers, dx their scale, xsum their sum (32-blocks), bsum their 16 group sums
+ * (256-blocks). */
+float ci_ref_qblock(uint32_t type, const uint8_t *w, const int8_t *xq, float dx, int32_t xsum,
+                    const int16_t *bsum, float acc);
 void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride);
+void ci_ref_quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int16_t *bsum);
 /* The scalar attention chunks (dot_ref.c) and the SIMD ones (attn_avx2.c, attn_avx512.c: defined only where
  * their tables are compiled in; call them only after the CPU probe said yes). */
 void ci_ref_attn_f32(const void *const *k, const void *const *v, int n, const float *const *q, int ng, int hd,

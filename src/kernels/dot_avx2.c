@@ -519,11 +519,7 @@ static void silu_mul(float *gate, const float *up, int64_t n) {
 
 static const struct ci_dot_table avx2_table = {
     .isa = "avx2+fma+f16c",
-    .f32 = dot_f32,
-    .f16 = dot_f16,
-    .bf16 = dot_bf16,
-    .q8_0 = ci_ref_dot_q8_0, // the canonical quantized order is the same bits everywhere; ci_dot is for tests
-    .q4_0 = ci_ref_dot_q4_0,
+    .dot = {[CI_TYPE_F32] = dot_f32, [CI_TYPE_F16] = dot_f16, [CI_TYPE_BF16] = dot_bf16},
     .f32_short = dot_f32_short,
     .attn_f32 = ci_avx2_attn_f32,
     .attn_f16 = ci_avx2_attn_f16,
@@ -532,11 +528,14 @@ static const struct ci_dot_table avx2_table = {
     .attn_grp_f16 = ci_avx2_attn_grp_f16,
     .attn_grp_q8_0 = ci_avx2_attn_grp_q8_0,
     .quant_act = quant_act,
-    .mm_f32 = mm_f32,
-    .mm_f16 = mm_f16,
-    .mm_bf16 = mm_bf16,
-    .mm_q8_0 = mm_q8_0,
-    .mm_q4_0 = mm_q4_0,
+    .mm =
+        {
+            [CI_TYPE_F32] = mm_f32,
+            [CI_TYPE_F16] = mm_f16,
+            [CI_TYPE_BF16] = mm_bf16,
+            [CI_TYPE_Q8_0] = mm_q8_0,
+            [CI_TYPE_Q4_0] = mm_q4_0,
+        },
     .silu_mul = silu_mul,
 };
 

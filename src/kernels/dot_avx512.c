@@ -558,13 +558,13 @@ T512 static void vpanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, i
 
 T512 static void mm_q8_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     if (t1 - t0 < VNNI_MIN_TOKENS) // bandwidth-bound: one pass over the weights, no repacking
-        ci_dot_avx2_table()->mm_q8_0(m, r0, r1, t0, t1);
+        ci_dot_avx2_table()->mm[CI_TYPE_Q8_0](m, r0, r1, t0, t1);
     else
         vpanel(m, r0, r1, t0, t1, q8_0_repack, q8_0_vtiles);
 }
 T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     if (t1 - t0 < VNNI_MIN_TOKENS)
-        ci_dot_avx2_table()->mm_q4_0(m, r0, r1, t0, t1);
+        ci_dot_avx2_table()->mm[CI_TYPE_Q4_0](m, r0, r1, t0, t1);
     else
         vpanel(m, r0, r1, t0, t1, q4_0_repack, q4_0_vtiles);
 }
@@ -608,11 +608,7 @@ T512 static void silu_mul(float *gate, const float *up, int64_t n) {
 
 static const struct ci_dot_table avx512_table = {
     .isa = "avx512+vnni",
-    .f32 = dot_f32,
-    .f16 = dot_f16,
-    .bf16 = dot_bf16,
-    .q8_0 = ci_ref_dot_q8_0,
-    .q4_0 = ci_ref_dot_q4_0,
+    .dot = {[CI_TYPE_F32] = dot_f32, [CI_TYPE_F16] = dot_f16, [CI_TYPE_BF16] = dot_bf16},
     .f32_short = dot_f32_short,
     .attn_f32 = ci_avx512_attn_f32, // attn_avx512.c
     .attn_f16 = ci_avx512_attn_f16,
@@ -621,11 +617,14 @@ static const struct ci_dot_table avx512_table = {
     .attn_grp_f16 = ci_avx512_attn_grp_f16,
     .attn_grp_q8_0 = ci_avx512_attn_grp_q8_0,
     .quant_act = quant_act,
-    .mm_f32 = mm_f32,
-    .mm_f16 = mm_f16,
-    .mm_bf16 = mm_bf16,
-    .mm_q8_0 = mm_q8_0,
-    .mm_q4_0 = mm_q4_0,
+    .mm =
+        {
+            [CI_TYPE_F32] = mm_f32,
+            [CI_TYPE_F16] = mm_f16,
+            [CI_TYPE_BF16] = mm_bf16,
+            [CI_TYPE_Q8_0] = mm_q8_0,
+            [CI_TYPE_Q4_0] = mm_q4_0,
+        },
     .silu_mul = silu_mul,
 };
 

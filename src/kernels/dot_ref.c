@@ -1,7 +1,7 @@
 /* Portable scalar kernels: the ground truth every SIMD version is tested against.
  * Float types accumulate in float, front to back.  Quantized types follow the canonical order of dot.h:
- * activations quantized to Q8 blocks, an exact int32 dot per block, then acc = fmaf(dw * dx, isum, acc) block
- * after block; the SIMD tables reproduce these bits exactly. */
+ * activations quantized to int8 blocks, then qblock_ref.c's block steps block after block; the SIMD tables
+ * reproduce these bits exactly. */
 #include "kernels/dot.h"
 
 #include <math.h>
@@ -59,65 +59,49 @@ void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_
     }
 }
 
-int32_t ci_ref_idot_q8_0(const void *wblock, const int8_t *xq) {
-    const struct ci_block_q8_0 *b = wblock;
-    int32_t s = 0;
-    for (int j = 0; j < CI_QK8_0; j++)
-        s += (int32_t)b->qs[j] * xq[j];
-    return s;
-}
-
-int32_t ci_ref_idot_q4_0(const void *wblock, const int8_t *xq) {
-    const struct ci_block_q4_0 *b = wblock;
-    int32_t s = 0;
-    for (int j = 0; j < CI_QK4_0 / 2; j++) // low nibbles: elements 0..15, high nibbles: 16..31
-        s += ((b->qs[j] & 0x0f) - 8) * xq[j] + ((b->qs[j] >> 4) - 8) * xq[j + CI_QK4_0 / 2];
-    return s;
-}
-
-/* Both block layouts start with the fp16 scale. */
-static float block_scale(const void *wblock) {
-    uint16_t d;
-    const uint8_t *p = wblock;
-    d = (uint16_t)(p[0] | p[1] << 8);
-    return ci_fp16_to_fp32(d);
-}
-
-typedef int32_t (*idot_fn)(const void *wblock, const int8_t *xq);
-
-/* The canonical quantized dot of one row against one quantized token (scale stride: tok_stride). */
-static float qdot(idot_fn idot, size_t block_bytes, const uint8_t *row, const int8_t *qs, const float *d,
-                  int64_t stride, int64_t nb) {
-    float acc = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *wb = row + (size_t)b * block_bytes;
-        acc = fmaf(block_scale(wb) * d[b * stride], (float)idot(wb, qs + b * 32), acc);
-    }
-    return acc;
-}
-
 /* dot(row, x) for quantized rows: x is quantized block by block on the stack (blocks are independent, so
- * this is exactly what ci_matmul's whole-row quantization gives). */
-static float dot_q(idot_fn idot, size_t block_bytes, const void *row, const float *x, int64_t n) {
+ * this is exactly what ci_matmul's whole-row quantization gives), then the canonical block steps. */
+static float dot_quant(uint32_t type, const void *row, const float *x, int64_t n) {
+    const struct ci_type_traits *tt = ci_type_traits(type);
+    const uint8_t *w = row;
     float acc = 0.0f;
+    if (ci_type_uses_q8k(type)) {
+        for (int64_t b = 0; b < n / 256; b++) {
+            int8_t qs[256];
+            int16_t bsum[16];
+            float d;
+            ci_ref_quant_act_k(x + b * 256, 256, qs, &d, bsum);
+            acc = ci_ref_qblock(type, w + (size_t)b * tt->type_size, qs, d, 0, bsum, acc);
+        }
+        return acc;
+    }
     for (int64_t b = 0; b < n / 32; b++) {
         int8_t qs[32];
         float d;
         int32_t s;
         ci_ref_quant_act(x + b * 32, 32, qs, &d, &s, 1);
-        const uint8_t *wb = (const uint8_t *)row + (size_t)b * block_bytes;
-        acc = fmaf(block_scale(wb) * d, (float)idot(wb, qs), acc);
+        acc = ci_ref_qblock(type, w + (size_t)b * tt->type_size, qs, d, s, NULL, acc);
     }
     return acc;
 }
 
-float ci_ref_dot_q8_0(const void *row, const float *x, int64_t n) {
-    return dot_q(ci_ref_idot_q8_0, sizeof(struct ci_block_q8_0), row, x, n);
-}
-
-float ci_ref_dot_q4_0(const void *row, const float *x, int64_t n) {
-    return dot_q(ci_ref_idot_q4_0, sizeof(struct ci_block_q4_0), row, x, n);
-}
+#define DOT_QUANT(name, type)                                                                                \
+    static float dot_##name(const void *row, const float *x, int64_t n) {                                    \
+        return dot_quant(type, row, x, n);                                                                   \
+    }
+DOT_QUANT(q8_0, CI_TYPE_Q8_0)
+DOT_QUANT(q4_0, CI_TYPE_Q4_0)
+DOT_QUANT(q4_1, CI_TYPE_Q4_1)
+DOT_QUANT(q5_0, CI_TYPE_Q5_0)
+DOT_QUANT(q5_1, CI_TYPE_Q5_1)
+DOT_QUANT(iq4_nl, CI_TYPE_IQ4_NL)
+DOT_QUANT(mxfp4, CI_TYPE_MXFP4)
+DOT_QUANT(q2_k, CI_TYPE_Q2_K)
+DOT_QUANT(q3_k, CI_TYPE_Q3_K)
+DOT_QUANT(q4_k, CI_TYPE_Q4_K)
+DOT_QUANT(q5_k, CI_TYPE_Q5_K)
+DOT_QUANT(q6_k, CI_TYPE_Q6_K)
+DOT_QUANT(iq4_xs, CI_TYPE_IQ4_XS)
 
 static void mm_float(ci_dot_fn dot, const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     for (int64_t o = r0; o < r1; o++) {
@@ -128,15 +112,33 @@ static void mm_float(ci_dot_fn dot, const struct ci_mm *m, int64_t r0, int64_t r
     }
 }
 
-static void mm_quant(idot_fn idot, size_t block_bytes, const struct ci_mm *m, int64_t r0, int64_t r1, int t0,
-                     int t1) {
-    const struct ci_act_q8 *q = m->q;
+/* Quantized rows against the activations ci_matmul quantized (ci_act_q8 or ci_act_q8k), block after block. */
+static void mm_quant(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    const struct ci_type_traits *tt = ci_type_traits(m->type);
+    bool k = ci_type_uses_q8k(m->type);
+    int64_t nb = m->n_in / tt->block_size;
     for (int64_t o = r0; o < r1; o++) {
         const uint8_t *row = m->w + (size_t)o * m->row_bytes;
-        for (int t = t0; t < t1; t++)
-            m->y[(size_t)t * (size_t)m->n_out + (size_t)o] =
-                qdot(idot, block_bytes, row, q->qs + (size_t)t * (size_t)q->n_in, q->d + t, q->tok_stride,
-                     q->n_in / 32);
+        for (int t = t0; t < t1; t++) {
+            float acc = 0.0f;
+            if (k) {
+                const struct ci_act_q8k *q = m->qk;
+                const int8_t *xq = q->qs + (size_t)t * (size_t)q->n_in;
+                const float *d = q->d + (size_t)t * (size_t)(q->n_in / 256);
+                const int16_t *bsum = q->bsum + (size_t)t * (size_t)(q->n_in / 16);
+                for (int64_t b = 0; b < nb; b++)
+                    acc = ci_ref_qblock(m->type, row + (size_t)b * tt->type_size, xq + b * 256, d[b], 0,
+                                        bsum + b * 16, acc);
+            } else {
+                const struct ci_act_q8 *q = m->q;
+                const int8_t *xq = q->qs + (size_t)t * (size_t)q->n_in;
+                for (int64_t b = 0; b < nb; b++)
+                    acc =
+                        ci_ref_qblock(m->type, row + (size_t)b * tt->type_size, xq + b * 32,
+                                      q->d[b * q->tok_stride + t], q->sum[b * q->tok_stride + t], NULL, acc);
+            }
+            m->y[(size_t)t * (size_t)m->n_out + (size_t)o] = acc;
+        }
     }
 }
 
@@ -148,12 +150,6 @@ static void mm_f16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1
 }
 static void mm_bf16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     mm_float(dot_bf16, m, r0, r1, t0, t1);
-}
-static void mm_q8_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    mm_quant(ci_ref_idot_q8_0, sizeof(struct ci_block_q8_0), m, r0, r1, t0, t1);
-}
-static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    mm_quant(ci_ref_idot_q4_0, sizeof(struct ci_block_q4_0), m, r0, r1, t0, t1);
 }
 
 void ci_ref_attn_f32(const void *const *kr, const void *const *vr, int n, const float *const *q, int ng,
@@ -274,11 +270,25 @@ static void silu_mul(float *gate, const float *up, int64_t n) {
 
 static const struct ci_dot_table ref_table = {
     .isa = "scalar",
-    .f32 = dot_f32,
-    .f16 = dot_f16,
-    .bf16 = dot_bf16,
-    .q8_0 = ci_ref_dot_q8_0,
-    .q4_0 = ci_ref_dot_q4_0,
+    .dot =
+        {
+            [CI_TYPE_F32] = dot_f32,
+            [CI_TYPE_F16] = dot_f16,
+            [CI_TYPE_BF16] = dot_bf16,
+            [CI_TYPE_Q8_0] = dot_q8_0,
+            [CI_TYPE_Q4_0] = dot_q4_0,
+            [CI_TYPE_Q4_1] = dot_q4_1,
+            [CI_TYPE_Q5_0] = dot_q5_0,
+            [CI_TYPE_Q5_1] = dot_q5_1,
+            [CI_TYPE_IQ4_NL] = dot_iq4_nl,
+            [CI_TYPE_MXFP4] = dot_mxfp4,
+            [CI_TYPE_Q2_K] = dot_q2_k,
+            [CI_TYPE_Q3_K] = dot_q3_k,
+            [CI_TYPE_Q4_K] = dot_q4_k,
+            [CI_TYPE_Q5_K] = dot_q5_k,
+            [CI_TYPE_Q6_K] = dot_q6_k,
+            [CI_TYPE_IQ4_XS] = dot_iq4_xs,
+        },
     .f32_short = dot_f32,
     .attn_f32 = ci_ref_attn_f32,
     .attn_f16 = ci_ref_attn_f16,
@@ -287,11 +297,26 @@ static const struct ci_dot_table ref_table = {
     .attn_grp_f16 = ci_ref_attn_grp_f16,
     .attn_grp_q8_0 = ci_ref_attn_grp_q8_0,
     .quant_act = ci_ref_quant_act,
-    .mm_f32 = mm_f32,
-    .mm_f16 = mm_f16,
-    .mm_bf16 = mm_bf16,
-    .mm_q8_0 = mm_q8_0,
-    .mm_q4_0 = mm_q4_0,
+    .quant_act_k = ci_ref_quant_act_k,
+    .mm =
+        {
+            [CI_TYPE_F32] = mm_f32,
+            [CI_TYPE_F16] = mm_f16,
+            [CI_TYPE_BF16] = mm_bf16,
+            [CI_TYPE_Q8_0] = mm_quant,
+            [CI_TYPE_Q4_0] = mm_quant,
+            [CI_TYPE_Q4_1] = mm_quant,
+            [CI_TYPE_Q5_0] = mm_quant,
+            [CI_TYPE_Q5_1] = mm_quant,
+            [CI_TYPE_IQ4_NL] = mm_quant,
+            [CI_TYPE_MXFP4] = mm_quant,
+            [CI_TYPE_Q2_K] = mm_quant,
+            [CI_TYPE_Q3_K] = mm_quant,
+            [CI_TYPE_Q4_K] = mm_quant,
+            [CI_TYPE_Q5_K] = mm_quant,
+            [CI_TYPE_Q6_K] = mm_quant,
+            [CI_TYPE_IQ4_XS] = mm_quant,
+        },
     .silu_mul = silu_mul,
 };
 

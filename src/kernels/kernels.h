@@ -21,11 +21,11 @@ void ci_kernels_init(void);
 const char *ci_kernels_isa(void);
 
 /* dot(row of n elements of type, x) in float; n a multiple of the type's block size.  Bit for bit what
- * ci_matmul computes for that row and token: for Q8_0/Q4_0 rows x is first quantized to Q8 blocks. */
+ * ci_matmul computes for that row and token: for quantized rows x is first quantized to int8 blocks. */
 float ci_dot(uint32_t type, const void *row, const float *x, int64_t n);
 
 /* Workspace bytes ci_matmul needs for n_tok rows of n_in activations against weights of this type (the Q8
- * activations of Q8_0/Q4_0 weights; 0 for float types; SIZE_MAX if the size overflows). */
+ * activations of quantized weights; 0 for float types; SIZE_MAX if the size overflows). */
 size_t ci_matmul_work_bytes(uint32_t type, int64_t n_in, int n_tok);
 
 /* y[t][o] = sum_i x[t][i] * W[o][i] for t < n_tok, o < w->ne[1]; W is w->ne[1] rows of w->ne[0] elements.

@@ -1,6 +1,8 @@
 /* y = x · W^T over a thread pool.
- * Quantized weights (Q8_0/Q4_0) first get their activations quantized to Q8 blocks, once per matmul, into
- * the caller's workspace (as llama.cpp does), so the dots run on int8.  The output rows are then cut into
+ * Quantized weights first get their activations quantized to int8, once per matmul, into the caller's
+ * workspace (as llama.cpp does), so the dots run on int8: 32-element blocks (struct ci_act_q8) for the
+ * 32-block types, 256-element super-blocks with 16-element sums (struct ci_act_q8k, ggml's Q8_K) for the
+ * K-quants and IQ4_XS.  The output rows are then cut into
  * tasks: for decode-sized batches (weights streamed once, bandwidth-bound) one equal share per thread; for
  * larger batches row chunks whose weights fit in L2, each computing every token (split by tokens too when
  * there are too few rows to keep the threads busy).  The per-ISA kernels (dot.h) tile each task's panel in
@@ -23,10 +25,6 @@
 #define PARALLEL_QUANT_TOKENS 32
 #define QUANT_TOKENS_PER_TASK 16
 
-static bool is_quantized(uint32_t type) {
-    return type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0;
-}
-
 static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
@@ -48,10 +46,31 @@ static bool act_layout(int64_t n_in, int n_tok, size_t *qs_bytes, size_t *vec_by
     return true;
 }
 
+/* Workspace layout for Q8_K activations: qs, then d [n_tok][n_in / 256], then bsum [n_tok][n_in / 16], each
+ * 64-byte aligned.  Returns false on overflow. */
+static bool act_k_layout(int64_t n_in, int n_tok, size_t *qs_bytes, size_t *d_bytes, size_t *bsum_bytes) {
+    size_t qb, db, sb;
+    if (!ci_mul_size((size_t)n_in, (size_t)n_tok, &qb) || qb > SIZE_MAX - 64 ||
+        !ci_mul_size((size_t)(n_in / 256) * 4, (size_t)n_tok, &db) || db > SIZE_MAX - 64 ||
+        !ci_mul_size((size_t)(n_in / 16) * 2, (size_t)n_tok, &sb) || sb > SIZE_MAX - 64)
+        return false;
+    *qs_bytes = align64(qb);
+    *d_bytes = align64(db);
+    *bsum_bytes = align64(sb);
+    return true;
+}
+
 size_t ci_matmul_work_bytes(uint32_t type, int64_t n_in, int n_tok) {
-    if (!is_quantized(type) || n_in <= 0 || n_tok <= 0)
+    if (!ci_type_quantized(type) || n_in <= 0 || n_tok <= 0)
         return 0;
     size_t qb, vb, total;
+    if (ci_type_uses_q8k(type)) {
+        size_t sb;
+        if (!act_k_layout(n_in, n_tok, &qb, &vb, &sb) || !ci_add_size(qb, vb, &total) ||
+            !ci_add_size(total, sb, &total))
+            return SIZE_MAX;
+        return total;
+    }
     int stride;
     if (!act_layout(n_in, n_tok, &qb, &vb, &stride) || !ci_add_size(qb, vb, &total) ||
         !ci_add_size(total, vb, &total))
@@ -95,6 +114,37 @@ static void quantize_activations(struct ci_threadpool *tp, ci_quant_act_fn fn, c
             q->sum[base + (size_t)t] = q->sum[base + (size_t)q->n_tok - 1];
         }
     }
+}
+
+struct quant_k_job {
+    ci_quant_act_k_fn fn;
+    const float *x; // [n_tok][n_in]
+    const struct ci_act_q8k *q;
+};
+
+static void quant_k_tokens(const struct quant_k_job *j, int t0, int t1) {
+    const struct ci_act_q8k *q = j->q;
+    for (int t = t0; t < t1; t++)
+        j->fn(j->x + (size_t)t * (size_t)q->n_in, q->n_in, q->qs + (size_t)t * (size_t)q->n_in,
+              q->d + (size_t)t * (size_t)(q->n_in / 256), q->bsum + (size_t)t * (size_t)(q->n_in / 16));
+}
+
+static void quant_k_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const struct quant_k_job *j = ctx;
+    int t0 = task * QUANT_TOKENS_PER_TASK;
+    int t1 = t0 + QUANT_TOKENS_PER_TASK < j->q->n_tok ? t0 + QUANT_TOKENS_PER_TASK : j->q->n_tok;
+    quant_k_tokens(j, t0, t1);
+}
+
+static void quantize_activations_k(struct ci_threadpool *tp, ci_quant_act_k_fn fn, const float *x,
+                                   const struct ci_act_q8k *q) {
+    struct quant_k_job j = {.fn = fn, .x = x, .q = q};
+    if (tp && ci_threadpool_n_threads(tp) > 1 && q->n_tok >= PARALLEL_QUANT_TOKENS)
+        ci_threadpool_run(tp, quant_k_task, &j,
+                          (q->n_tok + QUANT_TOKENS_PER_TASK - 1) / QUANT_TOKENS_PER_TASK);
+    else
+        quant_k_tokens(&j, 0, q->n_tok);
 }
 
 struct matmul_job {
@@ -144,7 +194,19 @@ void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float 
               .n_tok = n_tok},
     };
     struct ci_act_q8 q;
-    if (is_quantized(w->type)) {
+    struct ci_act_q8k qk;
+    if (ci_type_uses_q8k(w->type)) {
+        size_t qb = 0, db = 0, sb = 0;
+        bool sized = act_k_layout(n_in, n_tok, &qb, &db, &sb);
+        CI_ASSERT(sized && work && ((uintptr_t)work & 63) == 0 && n_in % 256 == 0);
+        qk.qs = work;
+        qk.d = (float *)(void *)((uint8_t *)work + qb);
+        qk.bsum = (int16_t *)(void *)((uint8_t *)work + qb + db);
+        qk.n_in = n_in;
+        qk.n_tok = n_tok;
+        quantize_activations_k(tp, ci_quant_act_k_select(tab), x, &qk);
+        j.m.qk = &qk;
+    } else if (ci_type_quantized(w->type)) {
         size_t qb = 0, vb = 0;
         bool sized = act_layout(n_in, n_tok, &qb, &vb, &q.tok_stride);
         CI_ASSERT(sized && work && ((uintptr_t)work & 63) == 0 && n_in % 32 == 0);

@@ -38,7 +38,19 @@ static const struct ci_type_traits traits[CI_TYPE_COUNT] = {
     [CI_TYPE_BF16] = {"BF16", 1, 2},
     [CI_TYPE_TQ1_0] = {"TQ1_0", 256, 54},
     [CI_TYPE_TQ2_0] = {"TQ2_0", 256, 66},
+    [CI_TYPE_MXFP4] = {"MXFP4", 32, 17},
 };
+
+const int8_t ci_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t ci_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float ci_e8m0_half_to_fp32(uint8_t e) {
+    // 2^(e - 128): a normal float's exponent field e - 1 for e >= 2, the subnormals 2^-127 and 2^-128 below.
+    uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 const struct ci_type_traits *ci_type_traits(uint32_t type) {
     if (type >= CI_TYPE_COUNT || traits[type].block_size == 0)
@@ -52,8 +64,27 @@ const char *ci_type_name(uint32_t type) {
 }
 
 bool ci_type_supported(uint32_t type) {
-    return type == CI_TYPE_F32 || type == CI_TYPE_F16 || type == CI_TYPE_BF16 || type == CI_TYPE_Q8_0 ||
-           type == CI_TYPE_Q4_0;
+    switch (type) {
+    case CI_TYPE_F32:
+    case CI_TYPE_F16:
+    case CI_TYPE_BF16:
+    case CI_TYPE_Q8_0:
+    case CI_TYPE_Q4_0:
+    case CI_TYPE_Q4_1:
+    case CI_TYPE_Q5_0:
+    case CI_TYPE_Q5_1:
+    case CI_TYPE_Q2_K:
+    case CI_TYPE_Q3_K:
+    case CI_TYPE_Q4_K:
+    case CI_TYPE_Q5_K:
+    case CI_TYPE_Q6_K:
+    case CI_TYPE_IQ4_NL:
+    case CI_TYPE_IQ4_XS:
+    case CI_TYPE_MXFP4:
+        return true;
+    default:
+        return false;
+    }
 }
 
 bool ci_row_bytes(uint32_t type, uint64_t n, uint64_t *out) {
@@ -246,6 +277,35 @@ static void dequant_block(uint32_t type, const uint8_t *b, float *y) {
         }
         return;
     }
+    case CI_TYPE_IQ4_NL:  // d fp16, qs[16]: x = d * value[q], nibbles as Q4_0 (low: 0..15, high: 16..31)
+    case CI_TYPE_MXFP4: { // e (E8M0), qs[16]: x = 2^(e - 128) * (2 * E2M1 value)[q]
+        bool nl = type == CI_TYPE_IQ4_NL;
+        float d = nl ? f16_at(b) : ci_e8m0_half_to_fp32(b[0]);
+        const int8_t *values = nl ? ci_iq4nl_values : ci_mxfp4_values;
+        const uint8_t *qs = b + (nl ? 2 : 1);
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)values[qs[j] & 0x0f];
+            y[j + 16] = d * (float)values[qs[j] >> 4];
+        }
+        return;
+    }
+    case CI_TYPE_IQ4_XS: { // d fp16, scales_h (16 bits), scales_l[4], qs[128]
+        float d = f16_at(b);
+        unsigned scales_h = (unsigned)(b[2] | b[3] << 8);
+        const uint8_t *scales_l = b + 4, *qs = b + 8;
+        // Sub-block j (32 elements): 6-bit scale, low 4 bits from nibble j % 2 of scales_l[j / 2], top 2 bits
+        // from bits 2j.. of scales_h, biased by 32; its 16 bytes of qs hold elements 0..15 (low nibbles) and
+        // 16..31 (high), as IQ4_NL.
+        for (int j = 0; j < 8; j++) {
+            int ls = (scales_l[j / 2] >> (4 * (j % 2)) & 0x0f) | (int)(scales_h >> (2 * j) & 3) << 4;
+            float dl = d * (float)(ls - 32);
+            for (int l = 0; l < 16; l++) {
+                y[32 * j + l] = dl * (float)ci_iq4nl_values[qs[16 * j + l] & 0x0f];
+                y[32 * j + l + 16] = dl * (float)ci_iq4nl_values[qs[16 * j + l] >> 4];
+            }
+        }
+        return;
+    }
     default:
         CI_UNREACHABLE();
     }
@@ -295,7 +355,10 @@ void ci_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
     case CI_TYPE_Q3_K:
     case CI_TYPE_Q4_K:
     case CI_TYPE_Q5_K:
-    case CI_TYPE_Q6_K: {
+    case CI_TYPE_Q6_K:
+    case CI_TYPE_IQ4_NL:
+    case CI_TYPE_IQ4_XS:
+    case CI_TYPE_MXFP4: {
         const struct ci_type_traits *t = ci_type_traits(type);
         const uint8_t *b = src;
         for (int64_t i = 0; i < n / t->block_size; i++)

@@ -40,6 +40,7 @@ enum ci_type {
     CI_TYPE_BF16 = 30,
     CI_TYPE_TQ1_0 = 34,
     CI_TYPE_TQ2_0 = 35,
+    CI_TYPE_MXFP4 = 39,
     CI_TYPE_COUNT = 40, // one past the largest id the table knows (ids with block_size 0 are unknown)
 };
 
@@ -65,9 +66,8 @@ struct ci_type_traits {
 
 const struct ci_type_traits *ci_type_traits(uint32_t type); // NULL for unknown ids
 const char *ci_type_name(uint32_t type);                    // "unknown" for unknown ids
-/* True where kernels exist: F32, F16, BF16, Q8_0, Q4_0.  Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K
- * dequantize (ci_dequantize_row, the scalar ground truth) but have no dot product or matmul yet, so they are
- * not supported here. */
+/* True where kernels exist (dequantization, dot product, matmul): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4. */
 bool ci_type_supported(uint32_t type);
 /* Bytes of a row of n elements; false if n is not a multiple of the block size or on overflow. */
 bool ci_row_bytes(uint32_t type, uint64_t n, uint64_t *out);
@@ -77,9 +77,16 @@ uint16_t ci_fp32_to_fp16(float f); // round to nearest even, as F16C does
 float ci_bf16_to_fp32(uint16_t h);
 uint16_t ci_fp32_to_bf16(float f); // round to nearest even (NaN kept quiet)
 
+/* The 16 values of the non-linear 4-bit types (IQ4_NL, IQ4_XS) and MXFP4's E2M1 values doubled (its E8M0
+ * scale is halved to match), as ggml defines them. */
+extern const int8_t ci_iq4nl_values[16];
+extern const int8_t ci_mxfp4_values[16];
+/* MXFP4's E8M0 block scale halved: 2^(e - 128), exactly (subnormal for e < 2). */
+float ci_e8m0_half_to_fp32(uint8_t e);
+
 /* Reference conversions of one row of n elements (n a multiple of the block size for quantized types).
- * ci_dequantize_row takes F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (ggml's
- * block formats; the K-quants in 256-element super-blocks); ci_quantize_row F32, F16, BF16, Q8_0, Q4_0. */
+ * ci_dequantize_row takes every supported type (ggml's block formats; the K-quants and IQ4_XS in 256-element
+ * super-blocks); ci_quantize_row F32, F16, BF16, Q8_0, Q4_0. */
 void ci_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 void ci_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 

@@ -35,19 +35,12 @@ static bool is_quant(uint32_t type) {
 static const struct ci_dot_table *tables[3];
 static int n_tables;
 
+/* Table t's dot for type, or the entry of the table below it that serves it (dot.h). */
 static ci_dot_fn table_fn(const struct ci_dot_table *t, uint32_t type) {
-    switch (type) {
-    case CI_TYPE_F32:
-        return t->f32;
-    case CI_TYPE_F16:
-        return t->f16;
-    case CI_TYPE_BF16:
-        return t->bf16;
-    case CI_TYPE_Q8_0:
-        return t->q8_0;
-    default:
-        return t->q4_0;
-    }
+    if (t->dot[type])
+        return t->dot[type];
+    return t == ci_dot_avx512_table() && ci_dot_avx2_table()->dot[type] ? ci_dot_avx2_table()->dot[type]
+                                                                        : ci_dot_ref_table()->dot[type];
 }
 
 static void fill_normal(struct ci_rng *r, float *x, int64_t n, double scale) {

@@ -49,9 +49,12 @@ TEST(block_sizes_match_ggml) {
         const char *name;
         uint32_t block, bytes;
     } want[] = {
-        {CI_TYPE_Q4_1, "Q4_1", 32, 20},   {CI_TYPE_Q5_0, "Q5_0", 32, 22},   {CI_TYPE_Q5_1, "Q5_1", 32, 24},
-        {CI_TYPE_Q2_K, "Q2_K", 256, 84},  {CI_TYPE_Q3_K, "Q3_K", 256, 110}, {CI_TYPE_Q4_K, "Q4_K", 256, 144},
-        {CI_TYPE_Q5_K, "Q5_K", 256, 176}, {CI_TYPE_Q6_K, "Q6_K", 256, 210},
+        {CI_TYPE_Q4_1, "Q4_1", 32, 20},     {CI_TYPE_Q5_0, "Q5_0", 32, 22},
+        {CI_TYPE_Q5_1, "Q5_1", 32, 24},     {CI_TYPE_Q2_K, "Q2_K", 256, 84},
+        {CI_TYPE_Q3_K, "Q3_K", 256, 110},   {CI_TYPE_Q4_K, "Q4_K", 256, 144},
+        {CI_TYPE_Q5_K, "Q5_K", 256, 176},   {CI_TYPE_Q6_K, "Q6_K", 256, 210},
+        {CI_TYPE_IQ4_NL, "IQ4_NL", 32, 18}, {CI_TYPE_IQ4_XS, "IQ4_XS", 256, 136},
+        {CI_TYPE_MXFP4, "MXFP4", 32, 17},
     };
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
         const struct ci_type_traits *t = ci_type_traits(want[k].type);
@@ -62,7 +65,7 @@ TEST(block_sizes_match_ggml) {
         CHECK(ci_row_bytes(want[k].type, 4 * (uint64_t)want[k].block, &rb) &&
               rb == 4 * (uint64_t)want[k].bytes);
         CHECK(!ci_row_bytes(want[k].type, want[k].block + 1, &rb));
-        CHECK(!ci_type_supported(want[k].type)); // dequantization only: no dot product or matmul yet
+        CHECK(ci_type_supported(want[k].type));
     }
 }
 
