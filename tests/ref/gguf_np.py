@@ -51,6 +51,7 @@ _SCALAR_NP = {
 # Tensor element types (ggml numbering) this reader can dequantize: id -> (name, block elements, block bytes)
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BF16 = 0, 1, 2, 3, 6, 7, 8, 30
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 10, 11, 12, 13, 14
+IQ4_NL, IQ4_XS, MXFP4 = 20, 23, 39
 TYPES = {
     F32: ("F32", 1, 4),
     F16: ("F16", 1, 2),
@@ -64,7 +65,10 @@ TYPES = {
     Q4_K: ("Q4_K", 256, 144),
     Q5_K: ("Q5_K", 256, 176),
     Q6_K: ("Q6_K", 256, 210),
+    IQ4_NL: ("IQ4_NL", 32, 18),
+    IQ4_XS: ("IQ4_XS", 256, 136),
     BF16: ("BF16", 1, 2),
+    MXFP4: ("MXFP4", 32, 17),
 }
 TYPE_IDS = {v[0]: k for k, v in TYPES.items()}
 
@@ -246,8 +250,20 @@ _Q5_K = np.dtype(
     [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qh", "u1", (32,)), ("qs", "u1", (128,))]
 )
 _Q6_K = np.dtype([("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", "<f2")])
+# The non-linear 4-bit types: a nibble indexes a table of 16 values.  IQ4_NL: one fp16 scale per 32 elements;
+# IQ4_XS: 256-element super-blocks, an fp16 scale and a 6-bit scale per 32-element sub-block (low 4 bits in
+# scales_l, top 2 bits in scales_h); MXFP4 (OCP microscaling FP4): a shared power-of-two exponent (E8M0, bias
+# 127) per 32 elements and E2M1 values, which ggml stores doubled (so they are integers) with the exponent
+# halved to match.
+_IQ4_NL = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
+_IQ4_XS = np.dtype([("d", "<f2"), ("scales_h", "<u2"), ("scales_l", "u1", (4,)), ("qs", "u1", (128,))])
+_MXFP4 = np.dtype([("e", "u1"), ("qs", "u1", (16,))])
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
+# E2M1: sign bit 3, exponent bits 1-2, mantissa bit 0 -> 0, 0.5, 1, 1.5, 2, 3, 4, 6 (and negated); doubled.
+KVALUES_MXFP4 = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
 _BLOCK_DTYPES = {
-    Q4_1: _Q4_1, Q5_0: _Q5_0, Q5_1: _Q5_1, Q2_K: _Q2_K, Q3_K: _Q3_K, Q4_K: _Q4_K, Q5_K: _Q5_K, Q6_K: _Q6_K
+    Q4_1: _Q4_1, Q5_0: _Q5_0, Q5_1: _Q5_1, Q2_K: _Q2_K, Q3_K: _Q3_K, Q4_K: _Q4_K, Q5_K: _Q5_K, Q6_K: _Q6_K,
+    IQ4_NL: _IQ4_NL, IQ4_XS: _IQ4_XS, MXFP4: _MXFP4,
 }
 for _t, _dt in _BLOCK_DTYPES.items():
     assert _dt.itemsize == TYPES[_t][2], TYPES[_t][0]
@@ -281,6 +297,16 @@ def _q3k_scales(sc):
     return (low | (high << 4)) - 32
 
 
+def e8m0_half_to_f32(e):
+    """MXFP4's block exponent halved: 2^(e - 128) as float32, exactly (2^-127 and 2^-128 are subnormal)."""
+    return np.ldexp(np.float32(1), np.asarray(e, dtype=np.int32) - 128).astype(np.float32)
+
+
+def _nibbles16(qs):
+    """(..., 16) bytes -> (..., 32) nibbles: the low nibbles are elements 0-15, the high ones 16-31."""
+    return np.concatenate([qs & 15, qs >> 4], axis=-1)
+
+
 def _dequant_blocks(ttype, b):
     """(nb, block elements) float32 values of the structured blocks b."""
     f32 = np.float32
@@ -293,6 +319,21 @@ def _dequant_blocks(ttype, b):
             return (q - 16).astype(f32) * d
         return q.astype(f32) * d + b["m"].astype(f32)[:, None]
     nb = len(b)
+    if ttype in (IQ4_NL, MXFP4):
+        if ttype == IQ4_NL:
+            d, kv = b["d"].astype(f32), KVALUES_IQ4NL
+        else:
+            d, kv = e8m0_half_to_f32(b["e"]), KVALUES_MXFP4
+        with np.errstate(over="ignore"):  # e >= 253 overflows to inf, as in ggml
+            return d[:, None] * kv[_nibbles16(b["qs"])].astype(f32)
+    if ttype == IQ4_XS:
+        # Sub-block j (elements 32j..32j+31): qs[16j..16j+15] laid out as one IQ4_NL block; 6-bit scale ls =
+        # nibble j % 2 of scales_l[j // 2] | (bits 2j, 2j+1 of scales_h) << 4, stored with a bias of 32.
+        lo = _bits(b["scales_l"], 4).transpose(0, 2, 1).reshape(nb, 8).astype(np.int32)  # [nb, j]
+        hi = (b["scales_h"].astype(np.int32)[:, None] >> (2 * np.arange(8))) & 3
+        dl = b["d"].astype(f32)[:, None] * ((lo | (hi << 4)) - 32).astype(f32)  # [nb, j]
+        q = KVALUES_IQ4NL[_nibbles16(b["qs"].reshape(nb, 8, 16))].astype(f32)  # [nb, j, 32]
+        return (dl[:, :, None] * q).reshape(nb, 256)
     if ttype in (Q2_K, Q3_K):
         # Element 128h + 32s + l: 2-bit field s of qs[32h + l]; sub-block of 16: 8h + 2s + l // 16.
         q = _bits(b["qs"].reshape(nb, 2, 32), 2).astype(np.int32)  # [nb, h, s, l]

@@ -1,4 +1,5 @@
-/* The scalar dequantizers of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (kernels/quant.c): their block
+/* The scalar dequantizers of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4
+ * (kernels/quant.c): their block
  * sizes against ggml's, one block per type whose values are worked out by hand from the block format (in
  * the comments), and a golden comparison against the independent numpy reference (tests/ref/gguf_np.py) on
  * seeded random and adversarial blocks stored in tests/unit/data/quant_golden.bin (written by
@@ -189,6 +190,47 @@ TEST(q6_k_by_hand) {
     CHECK_BLOCK(CI_TYPE_Q6_K, b, {0, 7.0f}, {32, 48.0f}, {208, 62.0f}, {64, 0.0f});
 }
 
+/* The non-linear 4-bit values (IQ4_NL, IQ4_XS): -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113. */
+TEST(iq4_nl_by_hand) {
+    // d fp16 | qs[16]; element j: value[low nibble of qs[j]] * d, element j + 16: value[high nibble].
+    uint8_t b[18] = {0};
+    put16(b, 0, H_HALF); // d = 0.5
+    b[2 + 0] = 0xF0;     // element 0: value[0] = -127 -> -63.5; element 16: value[15] = 113 -> 56.5
+    b[2 + 15] = 0x98;    // element 15: value[8] = 1 -> 0.5; element 31: value[9] = 13 -> 6.5
+    // element 1: value[0] -> -63.5
+    CHECK_BLOCK(CI_TYPE_IQ4_NL, b, {0, -63.5f}, {16, 56.5f}, {15, 0.5f}, {31, 6.5f}, {1, -63.5f});
+}
+
+TEST(iq4_xs_by_hand) {
+    // d fp16 @0 | scales_h u16 @2 | scales_l[4] @4 | qs[128] @8.  Sub-block j (32 elements): ls = nibble j % 2
+    // of scales_l[j / 2] | bits 2j..2j+1 of scales_h << 4; x = d * (ls - 32) * value[q], its 16 bytes of qs
+    // laid out as one IQ4_NL block.
+    uint8_t b[136] = {0};
+    put16(b, 0, H_QUART); // d = 0.25
+    put16(b, 2, 0xC006);  // scales_h: sub-block 0 top bits 2, sub-block 1: 1, sub-block 7: 3
+    b[4 + 0] = 0x01; // sub-block 0: 1 | 2 << 4 = 33 -> +1 (dl 0.25); sub-block 1: 0 | 1 << 4 = 16 -> -16 (-4)
+    b[4 + 3] = 0xF0; // sub-block 7: 15 | 3 << 4 = 63 -> +31 (dl 7.75); sub-blocks 2-6: 0 -> -32 (-8)
+    b[8 + 0] = 0xF0; // element 0: -127 * 0.25 = -31.75; element 16: 113 * 0.25 = 28.25
+    b[8 + 16] = 0x08;  // element 32: 1 * -4 = -4; element 48: -127 * -4 = 508
+    b[8 + 127] = 0xA7; // element 239: -10 * 7.75 = -77.5; element 255: 25 * 7.75 = 193.75
+    // element 64 (sub-block 2): -127 * -8 = 1016
+    CHECK_BLOCK(CI_TYPE_IQ4_XS, b, {0, -31.75f}, {16, 28.25f}, {32, -4.0f}, {48, 508.0f}, {64, 1016.0f},
+                {239, -77.5f}, {255, 193.75f});
+}
+
+TEST(mxfp4_by_hand) {
+    // e u8 (E8M0) | qs[16]; x = 2^(e - 128) * v[q], v = the E2M1 values doubled: 0 1 2 3 4 6 8 12, then the
+    // same negated (sign bit 3); nibbles as IQ4_NL.
+    uint8_t b[17] = {0};
+    b[0] = 129;      // 2^1
+    b[1 + 0] = 0x7F; // element 0: v[15] = -12 -> -24; element 16: v[7] = 12 -> 24
+    b[1 + 5] = 0x93; // element 5: v[3] = 3 -> 6; element 21: v[9] = -1 -> -2
+    CHECK_BLOCK(CI_TYPE_MXFP4, b, {0, -24.0f}, {16, 24.0f}, {5, 6.0f}, {21, -2.0f}, {1, 0.0f});
+    uint8_t s[17] = {0};
+    s[1 + 0] = 0x07; // e = 0: 2^-128 (subnormal); element 0: 12 * 2^-128; element 16: v[0] = 0
+    CHECK_BLOCK(CI_TYPE_MXFP4, s, {0, 0x1.8p-125f}, {16, 0.0f}, {1, 0.0f});
+}
+
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -204,7 +246,7 @@ TEST(golden_numpy) {
     ASSERT(buf != NULL);
     ASSERT(n >= 12 && memcmp(buf, "CIQG", 4) == 0 && rd32(buf + 4) == 1);
     uint32_t n_rec = rd32(buf + 8);
-    CHECK(n_rec == 8);
+    CHECK(n_rec == 11);
     size_t off = 12;
     for (uint32_t r = 0; r < n_rec; r++) {
         if (off + 8 > n) {
@@ -251,6 +293,9 @@ int main(int argc, char **argv) {
     RUN(q4_k_by_hand);
     RUN(q5_k_by_hand);
     RUN(q6_k_by_hand);
+    RUN(iq4_nl_by_hand);
+    RUN(iq4_xs_by_hand);
+    RUN(mxfp4_by_hand);
     RUN(golden_numpy);
     return test_exit_code();
 }
