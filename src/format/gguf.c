@@ -449,8 +449,10 @@ static enum ci_status place_tensors(struct parser *p) {
             goto fail;
         }
         if (end > g->size) {
-            s = perr(p, CI_ERR_FORMAT, "data [%" PRIu64 ", %" PRIu64 ") past end of file (%" PRIu64 " bytes)",
-                     begin, end, g->size);
+            s = perr(p, CI_ERR_FORMAT,
+                     "data [%" PRIu64 ", %" PRIu64 ") past end of file (%" PRIu64 " bytes): %s, %" PRIu64
+                     " bytes",
+                     begin, end, g->size, ci_type_name(t->type), t->nbytes);
             goto fail;
         }
         t->data = g->base + begin;

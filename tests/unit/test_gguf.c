@@ -6,6 +6,7 @@
 #include "format/gguf.h"
 #include "format/gguf_write.h"
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -1009,6 +1010,73 @@ TEST(bad_tensors) {
     EXPECT_REJECT(&b, "tensor 'w': data [");
 }
 
+/* The block types of the files people download (K-quants, IQ4, MXFP4): truncated data, a row length that is
+ * not a multiple of the type's block, and type ids cinfer does not know each fail with a message naming the
+ * tensor and the type. */
+TEST(bad_block_tensors) {
+    struct tb b = {0};
+    struct gguf *g;
+    struct ci_err err = {0};
+    static const struct {
+        uint32_t type;
+        const char *name;
+        uint64_t block, bytes;
+    } types[] = {
+        {CI_TYPE_Q2_K, "Q2_K", 256, 84},  {CI_TYPE_Q3_K, "Q3_K", 256, 110},
+        {CI_TYPE_Q4_K, "Q4_K", 256, 144}, {CI_TYPE_Q5_K, "Q5_K", 256, 176},
+        {CI_TYPE_Q6_K, "Q6_K", 256, 210}, {CI_TYPE_IQ4_XS, "IQ4_XS", 256, 136},
+        {CI_TYPE_Q4_1, "Q4_1", 32, 20},   {CI_TYPE_Q5_0, "Q5_0", 32, 22},
+        {CI_TYPE_Q5_1, "Q5_1", 32, 24},   {CI_TYPE_IQ4_NL, "IQ4_NL", 32, 18},
+        {CI_TYPE_MXFP4, "MXFP4", 32, 17},
+    };
+    char buf[160], tail[96];
+    const char *want = buf; // EXPECT_REJECT takes a pointer
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        uint64_t ne0 = 2 * types[k].block, size = 2 * 3 * types[k].bytes; // [2 blocks x 3 rows]
+        // Exactly the bytes it needs: accepted.
+        ONE_TENSOR(&b, "blk.0.ffn_down.weight", 2, types[k].type, 0, size, ne0, 3);
+        ASSERT_STATUS(gguf_open_mem(b.p, b.n, &g, &err), CI_OK);
+        CHECK(gguf_tensor(g, 0)->nbytes == size);
+        gguf_free(g);
+        free(b.p);
+        b = (struct tb){0};
+        // The last block one byte short, and half the data missing.
+        const uint64_t have[] = {size - 1, size / 2};
+        for (int h = 0; h < 2; h++) {
+            ONE_TENSOR(&b, "blk.0.ffn_down.weight", 2, types[k].type, 0, have[h], ne0, 3);
+            snprintf(tail, sizeof tail, "past end of file (%zu bytes): %s, %" PRIu64 " bytes", b.n,
+                     types[k].name, size);
+            struct gguf *gg = NULL;
+            struct ci_err e = {0};
+            void *copy = NULL;
+            CHECK(open_copy(b.p, b.n, &gg, &e, &copy) == CI_ERR_FORMAT && gg == NULL);
+            if (!strstr(e.msg, "tensor 'blk.0.ffn_down.weight': data [") || !strstr(e.msg, tail))
+                TEST_FAILF("%s, %" PRIu64 " of %" PRIu64 " bytes: error '%s'", types[k].name, have[h], size,
+                           e.msg);
+            free(copy);
+            free(b.p);
+            b = (struct tb){0};
+        }
+        // A row that is not a multiple of the block: 96 (the rows of a 96-wide model) for the 256-blocks, 48
+        // for the 32-blocks.
+        uint64_t bad = types[k].block == 256 ? 96 : 48;
+        ONE_TENSOR(&b, "blk.1.attn_q.weight", 2, types[k].type, 0, 4096, bad, 2);
+        snprintf(buf, sizeof buf,
+                 "tensor 'blk.1.attn_q.weight': ne[0] = %" PRIu64
+                 " is not a multiple of the %s block size %" PRIu64,
+                 bad, types[k].name, types[k].block);
+        EXPECT_REJECT(&b, want);
+    }
+    // Type ids that ggml no longer writes (Q4_2, Q4_3, Q4_0_4_4..8_8, IQ4_NL_4_4..8_8), ggml's newer NVFP4, Q1_0
+    // and Q2_0 (40-42), and ids beyond any: rejected with the tensor's name and the id.
+    const uint32_t unknown[] = {4, 5, 31, 32, 33, 36, 37, 38, 40, 41, 1000, UINT32_MAX};
+    for (size_t k = 0; k < sizeof unknown / sizeof unknown[0]; k++) {
+        ONE_TENSOR(&b, "output.weight", 2, unknown[k], 0, 4096, 256, 2);
+        snprintf(buf, sizeof buf, "tensor 'output.weight': unknown tensor type %" PRIu32, unknown[k]);
+        EXPECT_REJECT(&b, want);
+    }
+}
+
 /* Touches every view an accepted file hands out (ASan checks the bounds). */
 static uint64_t walk_arr(const struct gguf_arr *a, int depth) {
     uint64_t acc = 0;
@@ -1153,6 +1221,7 @@ int main(int argc, char **argv) {
     RUN(bad_header);
     RUN(bad_kvs);
     RUN(bad_tensors);
+    RUN(bad_block_tensors);
     RUN(random_mutations);
     RUN(no_leaks);
     return test_exit_code();

@@ -18,8 +18,9 @@ struct mutation {
     const char *drop_key; // key not written
     const char *drop;     // tensor not written
     const char *reshape;  // tensor written with ne[0] + 1 ... (shape mismatch)
-    const char *retype;   // tensor written as Q4_1 (no kernel here) / F16 for vectors (must be F32)
-    int n_kv_head;        // 0: KV_HEADS
+    const char
+        *retype;   // tensor written as Q8_1 (a known type without kernels) / F16 for vectors (must be F32)
+    int n_kv_head; // 0: KV_HEADS
 };
 
 static float zeros[FF * DIM * 2 + VOCAB * DIM]; // big enough for any tensor here
@@ -33,7 +34,7 @@ static void add(struct gguf_writer *w, const struct mutation *mu, const char *na
     if (mu->reshape && !strcmp(mu->reshape, name))
         ne[1] += 1;
     if (mu->retype && !strcmp(mu->retype, name))
-        type = ne1 > 1 ? CI_TYPE_Q4_1 : CI_TYPE_F16;
+        type = ne1 > 1 ? CI_TYPE_Q8_1 : CI_TYPE_F16;
     gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, zeros);
 }
 
@@ -146,10 +147,11 @@ TEST(wrong_shape) {
 }
 
 TEST(unsupported_types) {
-    struct mutation q4_1 = {.retype = "blk.1.attn_q.weight"};
-    expect_error(&q4_1, CI_ERR_UNSUPPORTED, "blk.1.attn_q.weight");
+    // The message names the tensor and its type.
+    struct mutation q8_1 = {.retype = "blk.1.attn_q.weight"};
+    expect_error(&q8_1, CI_ERR_UNSUPPORTED, "tensor 'blk.1.attn_q.weight': type Q8_1 not supported");
     struct mutation f16_norm = {.retype = "blk.0.attn_norm.weight"};
-    expect_error(&f16_norm, CI_ERR_UNSUPPORTED, "blk.0.attn_norm.weight");
+    expect_error(&f16_norm, CI_ERR_UNSUPPORTED, "tensor 'blk.0.attn_norm.weight': type F16 not supported");
 }
 
 TEST(inconsistent_heads) {
