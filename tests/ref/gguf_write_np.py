@@ -8,6 +8,7 @@ even.
 
 Public API:
     write_gguf(path, kvs, tensors)     kvs: [(key, value_type, value)], tensors: [(name, float32 array, type id)]
+                                       (or (name, (ne, bytes), type id) for data already encoded)
     quantize(type, x) -> bytes         x float32 with a row length that is a multiple of the block size
     random_model(path, arch=..., ...)  writes a random llama/qwen2 model with the stories260K 512-token vocab
 """
@@ -93,9 +94,12 @@ def write_gguf(path, kvs, tensors):
         head += _str(key) + struct.pack("<I", vtype) + _value(vtype, v)
     datas, off = [], 0
     for name, arr, ttype in tensors:
-        arr = np.asarray(arr, dtype=np.float32)
-        ne = list(reversed(arr.shape))
-        data = quantize(ttype, arr)
+        if isinstance(arr, tuple):  # (ne, the tensor's bytes already in ttype)
+            ne, data = list(arr[0]), bytes(arr[1])
+        else:
+            arr = np.asarray(arr, dtype=np.float32)
+            ne = list(reversed(arr.shape))
+            data = quantize(ttype, arr)
         head += _str(name) + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
         head += struct.pack("<IQ", ttype, off)
         datas.append(data)

@@ -234,8 +234,7 @@ class Model:
         cache["n"] = p0 + n
 
         x = self._rmsnorm(x, self.w["output_norm.weight"])
-        out = self.w["token_embd.weight"] if self.tied else self.w["output.weight"]
-        return x @ out.T
+        return self._linear(x, "token_embd.weight" if self.tied else "output.weight")
 
     def greedy(self, prompt, n_steps):
         """n_steps argmax tokens after prompt (incremental with a K/V cache; no stop tokens)."""

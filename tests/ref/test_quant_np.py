@@ -1,6 +1,6 @@
-"""The numpy dequantizers of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 (gguf_np.py, written from ggml's
-block formats) on the hand-worked blocks of tests/unit/test_quant.c (the same values, worked out there in
-comments), and the golden file that test compares cinfer's C dequantizers against
+"""The numpy dequantizers of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 (gguf_np.py,
+written from ggml's block formats) on the hand-worked blocks of tests/unit/test_quant.c (the same values, worked
+out there in comments), and the golden file that test compares cinfer's C dequantizers against
 (tests/unit/data/quant_golden.bin) is exactly what numpy gives now (regenerate: quant_golden.py --write)."""
 
 import struct
@@ -42,8 +42,10 @@ HAND = [
      {0: 61.0, 32: 17.0, 192: 433.25, 1: -2.0, 193: -8.75}),
     ("Q6_K", gguf_np.Q6_K, block(210, {208: HHALF, 192: 2, 194: 0xFD, 205: 4, 0: 0x07, 128: 0x02, 80: 0xF0, 176: 0x30}),
      {0: 7.0, 32: 48.0, 208: 62.0, 64: 0.0}),
-    ("IQ4_NL", gguf_np.IQ4_NL, block(18, {0: HHALF, 2: 0xF0, 17: 0x98}), {0: -63.5, 16: 56.5, 15: 0.5, 31: 6.5, 1: -63.5}),
-    ("IQ4_XS", gguf_np.IQ4_XS, block(136, {0: HQUART, 2: 0x06, 3: 0xC0, 4: 0x01, 7: 0xF0, 8: 0xF0, 24: 0x08, 135: 0xA7}),
+    ("IQ4_NL", gguf_np.IQ4_NL, block(18, {0: HHALF, 2: 0xF0, 17: 0x98}),
+     {0: -63.5, 16: 56.5, 15: 0.5, 31: 6.5, 1: -63.5}),
+    ("IQ4_XS", gguf_np.IQ4_XS,
+     block(136, {0: HQUART, 2: 0x06, 3: 0xC0, 4: 0x01, 7: 0xF0, 8: 0xF0, 24: 0x08, 135: 0xA7}),
      {0: -31.75, 16: 28.25, 32: -4.0, 48: 508.0, 64: 1016.0, 239: -77.5, 255: 193.75}),
     ("MXFP4", gguf_np.MXFP4, block(17, {0: 129, 1: 0x7F, 6: 0x93}), {0: -24.0, 16: 24.0, 5: 6.0, 21: -2.0, 1: 0.0}),
     ("MXFP4_subnormal", gguf_np.MXFP4, block(17, {0: 0, 1: 0x07}), {0: 12 * 2.0**-128, 16: 0.0, 1: 0.0}),
