@@ -1,0 +1,525 @@
+"""The GGUF files people download (issue 11): K-quants, the legacy 4/5-bit types, IQ4_NL, IQ4_XS and MXFP4, run
+by cinfer and compared with the numpy reference and with llama.cpp.  Run by tests/llamacpp/test_kquant.sh.
+
+Files come from sources, each a list of (label, path, tolerance key, main type) cases; a new source (files from
+`cinfer quantize`, say) only has to add its cases in main():
+  - llama-quantize (llama_quantize_cases): llama.cpp's own quantizer (the native build of
+    scripts/llamacpp-native.sh; LLAMA_QUANTIZE is its path, absent: a SKIP line) applied to two F32 bases:
+    `cinfer synth --preset tiny` (rows of 256 and 768, so each tensor takes its preset's type) at every preset of
+    PRESETS, and a random llama model (gguf_write_np.random_model, n_embd 160, n_ff 512, weights std ~0.16) at
+    the 256-block presets, whose 160-element rows are not a multiple of 256: llama-quantize's fallback rules put
+    Q4_0, Q5_0, Q5_1, Q8_0 or IQ4_NL there, next to the K-quants of the 512-element rows of ffn_down.  MXFP4 has
+    no dense preset (MXFP4_MOE keeps dense tensors Q8_0), so its file is MXFP4_MOE with
+    `--tensor-type blk\\.=mxfp4`, which makes every block matrix MXFP4;
+  - random blocks (random_block_cases, numpy only, so it runs everywhere): tiny with every matrix (token
+    embedding and output included) replaced by random blocks of one type, scaled to the base's standard
+    deviation: weights no quantizer writes, but bytes every reader must read the same way.
+
+For every file:
+  - `cinfer info` lists the tensor types and counts the numpy reader finds;
+  - cinfer's logits against the numpy reference (model_np on gguf_np's dequantization of the same file) over a
+    seeded 24-token sequence; err = max over positions of max|cinfer - ref| / (max ref - min ref) at that
+    position.  Against the plain float64 reference err <= TOL[key]: the difference is cinfer's int8 rounding of
+    the activations before every integer dot (32-blocks for the 32-element types, ggml's Q8_K 256-blocks for the
+    K-quants and IQ4_XS), which llama.cpp does too, amplified by the synthetic models' sharp attention
+    (measured up to 0.08 of the spread, see TOL).  Against ActRoundModel, the reference with that same rounding,
+    err <= TOL_ACT_ROUND = 0.03 for every type (what is left is float32 against float64 arithmetic: measured
+    1e-7 on most files, up to 0.016 where one activation rounds the other way);
+  - negative control: the reference reading the file's main type with two sub-block scales swapped (SWAPS)
+    must miss cinfer by more than CONTROL_MARGIN times both tolerances, so each would catch such a bug;
+  - llama.cpp (node-llama-cpp's prebuilt build, as llamacpp_check.py) decodes 32 greedy tokens from BOS; cinfer's
+    argmax over BOS + llama.cpp's ids (teacher forcing) must pick llama.cpp's token at every step where
+    llama.cpp's top-two log-probability gap exceeds TIE = 1.0 logit; at least MIN_DECISIVE steps of each file,
+    and more than half of all steps, must be decisive;
+  - `cinfer run -p "" -n 32 --temp 0 --ids` runs, and its ids equal llama.cpp's until they fork, which they may
+    only at one of llama.cpp's near ties (gap <= TIE).
+
+Env: NLC_DIR (node-llama-cpp, from scripts/llamacpp-setup.sh; unset: the llama.cpp comparisons print a SKIP
+line), LLAMA_QUANTIZE, CINFER_BIN, CINFER_MODELS.  KQUANT_MEASURE=1 adds a NOTE with the measured numbers of
+every file.
+"""
+
+import collections
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "ref"))
+sys.path.insert(0, HERE)
+
+import ciref  # noqa: E402
+import gguf_np  # noqa: E402
+import gguf_write_np  # noqa: E402
+import llamacpp_check  # noqa: E402
+import model_np  # noqa: E402
+from ciref import CinferError  # noqa: E402
+
+G = gguf_np
+N_SEQ = 24
+N_GEN = 32
+TIE = 1.0
+MIN_DECISIVE = N_GEN // 4  # per file; over all files more than half the steps must be decisive
+QUANTIZE_TIMEOUT = 120
+WORKERS = 2  # files checked at once (cinfer and numpy both leave the GIL)
+
+# llama-quantize presets: label -> (ftype argument, extra arguments, the main type the preset is named after)
+PRESETS = collections.OrderedDict(
+    [
+        ("Q4_0", ("Q4_0", [], G.Q4_0)),
+        ("Q4_1", ("Q4_1", [], G.Q4_1)),
+        ("Q5_0", ("Q5_0", [], G.Q5_0)),
+        ("Q5_1", ("Q5_1", [], G.Q5_1)),
+        ("Q8_0", ("Q8_0", [], G.Q8_0)),
+        ("Q2_K", ("Q2_K", [], G.Q2_K)),
+        ("Q3_K_M", ("Q3_K_M", [], G.Q3_K)),
+        ("Q4_K_S", ("Q4_K_S", [], G.Q4_K)),
+        ("Q4_K_M", ("Q4_K_M", [], G.Q4_K)),
+        ("Q5_K_M", ("Q5_K_M", [], G.Q5_K)),
+        ("Q6_K", ("Q6_K", [], G.Q6_K)),
+        ("IQ4_NL", ("IQ4_NL", [], G.IQ4_NL)),
+        ("IQ4_XS", ("IQ4_XS", [], G.IQ4_XS)),
+        ("MXFP4", ("MXFP4_MOE", ["--tensor-type", r"blk\.=mxfp4"], G.MXFP4)),
+    ]
+)
+
+# Tolerance of cinfer's logits against numpy as a fraction of the logit spread, per preset (see the file comment).
+TOL = {p: 0.2 for p in PRESETS}
+TOL.update({G.type_name(t): 0.2 for t in (G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0, G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K,
+                                          G.Q6_K, G.IQ4_NL, G.IQ4_XS, G.MXFP4)})
+# Tolerance against the reference that rounds the activations as cinfer does (ActRoundModel), for every preset.
+TOL_ACT_ROUND = 0.03
+# A negative control must miss by more than this many tolerances.
+CONTROL_MARGIN = 2
+
+
+# ---- the bases and the sources of quantized files --------------------------------------------------------------
+
+
+def make_bases(tmp):
+    """[(label, F32 path, the presets to quantize it to)]."""
+    tiny = os.path.join(tmp, "tiny-f32.gguf")
+    ciref.cinfer(["synth", "--preset", "tiny", "--type", "f32", "--seed", 1, "-o", tiny])
+    r160 = os.path.join(tmp, "r160-f32.gguf")
+    gguf_write_np.random_model(
+        r160, ciref.MODELS, arch="llama", n_embd=160, n_layer=2, n_head=5, n_kv_head=1, n_ff=512, seed=31,
+        scale=2.0,
+    )
+    # The 160-element rows only change what the 256-block presets write (their fallbacks); the 32-block presets
+    # would give the same types as on tiny.
+    return [("tiny", tiny, list(PRESETS)), ("r160", r160, [p for p, v in PRESETS.items() if v[2] in Q8K_TYPES])]
+
+
+def llama_quantize_cases(rep, quantize, bases, tmp):
+    """[(label, path, preset, main type)]: the bases through llama-quantize at their presets."""
+    cases = []
+    for base, src, presets in bases:
+        for preset in presets:
+            ftype, extra, _ = PRESETS[preset]
+            label = "%s-%s" % (base, preset.lower())
+            out = os.path.join(tmp, "%s.gguf" % label)
+            cmd = [quantize] + extra + [src, out, ftype, "2"]
+            try:
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=QUANTIZE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                rep.fail("kquant_quantize_%s" % label, "llama-quantize timed out")
+                continue
+            if p.returncode != 0 or not os.path.exists(out):
+                tail = p.stdout.decode("utf-8", "replace").strip().splitlines()[-3:]
+                why = "llama-quantize exited %d: %s" % (p.returncode, " | ".join(tail))
+                rep.fail("kquant_quantize_%s" % label, why)
+                continue
+            cases.append((label, out, preset, PRESETS[preset][2]))
+    return cases
+
+
+# The second source, which needs nothing but numpy: the tiny base with every matrix replaced by random blocks of
+# one type (random bytes, the fp16 scale fields set so that each tensor keeps the base's standard deviation and,
+# for the types with a min, the sub-blocks centred on average).  Weights no quantizer would write, but files
+# every reader must read the same way; they run when llama-quantize is absent too.
+# type -> {fp16 field: its value relative to the scale d}
+BLOCK_FIELDS = {
+    G.Q4_0: {"d": 1.0},
+    G.Q4_1: {"d": 1.0, "m": -7.5},
+    G.Q5_0: {"d": 1.0},
+    G.Q5_1: {"d": 1.0, "m": -15.5},
+    G.Q8_0: {"d": 1.0},
+    G.Q2_K: {"d": 1.0, "dmin": 1.5},
+    G.Q3_K: {"d": 1.0},
+    G.Q4_K: {"d": 1.0, "dmin": 7.5},
+    G.Q5_K: {"d": 1.0, "dmin": 15.5},
+    G.Q6_K: {"d": 1.0},
+    G.IQ4_NL: {"d": 1.0},
+    G.IQ4_XS: {"d": 1.0},
+    G.MXFP4: {},  # the E8M0 exponent e
+}
+
+
+def random_blocks(ttype, n, std, rng):
+    """n elements of random ttype blocks whose values have about the standard deviation std."""
+    _, bs, size = G.TYPES[ttype]
+    nb = n // bs
+    b = np.frombuffer(rng.integers(0, 256, nb * size, dtype=np.uint8).tobytes(), dtype=_DTYPES[ttype]).copy()
+    if ttype == G.MXFP4:
+        b["e"] = 128
+        s = float(G.dequantize(ttype, b.tobytes(), n).std())
+        b["e"] = (128 + np.clip(np.round(np.log2(std / s) + rng.normal(0, 0.5, nb)), -20, 20)).astype(np.uint8)
+        return b.tobytes()
+    jitter = rng.uniform(0.5, 1.5, nb) * rng.choice([-1.0, 1.0], nb)  # signed: Q4_0 and IQ4_NL are not centred
+    for f, k in BLOCK_FIELDS[ttype].items():
+        b[f] = (jitter * k).astype(np.float16)
+    c = std / float(G.dequantize(ttype, b.tobytes(), n).std())
+    for f, k in BLOCK_FIELDS[ttype].items():
+        b[f] = (jitter * k * c).astype(np.float16)
+    return b.tobytes()
+
+
+def _kvs_of(g):
+    """g's metadata as gguf_write_np.write_gguf takes it."""
+    arr = {np.dtype("float32"): G.T_FLOAT32, np.dtype("int32"): G.T_INT32, np.dtype("uint32"): G.T_UINT32}
+    kvs = []
+    for k, v in g.kv.items():
+        t = g.kv_type[k]
+        if t == G.T_ARRAY:
+            v = (G.T_STRING, v) if isinstance(v, list) else (arr[v.dtype], v)
+        kvs.append((k, t, v))
+    return kvs
+
+
+def random_block_cases(base, tmp):
+    """[(label, path, type name, type)]: base with its matrices as random blocks of each type of BLOCK_FIELDS."""
+    g = G.GGUF(base)
+    cases = []
+    for i, (ttype, _) in enumerate(BLOCK_FIELDS.items()):
+        rng = np.random.default_rng(100 + i)
+        tensors = []
+        for name, t in g.tensors.items():
+            x = g.tensor(name)
+            if len(t.ne) == 2 and t.ne[0] % G.TYPES[ttype][1] == 0:
+                tensors.append((name, (t.ne, random_blocks(ttype, t.n_elements, float(x.std()), rng)), ttype))
+            else:
+                tensors.append((name, x, G.F32))
+        label = "blocks-%s" % G.type_name(ttype).lower()
+        path = os.path.join(tmp, label + ".gguf")
+        gguf_write_np.write_gguf(path, _kvs_of(g), tensors)
+        cases.append((label, path, G.type_name(ttype), ttype))
+    return cases
+
+
+# ---- the negative control: a numpy reading with two sub-block scales swapped ---------------------------------
+
+# type -> how the wrong reading swaps: ("pair", field): adjacent blocks trade that field (the 32-element types,
+# whose scale is per block); ("cols", field, [(i, j)...]): columns i and j of the field trade within each block.
+SWAPS = {
+    G.Q4_0: ("pair", "d"),
+    G.Q4_1: ("pair", "d"),
+    G.Q5_0: ("pair", "d"),
+    G.Q5_1: ("pair", "d"),
+    G.Q8_0: ("pair", "d"),
+    G.IQ4_NL: ("pair", "d"),
+    G.MXFP4: ("pair", "e"),
+    G.Q2_K: ("cols", "scales", [(0, 1)]),  # sub-blocks 0 and 1 (scale and min nibbles)
+    G.Q3_K: ("cols", "scales", [(0, 1)]),  # the low 4 bits of scales 0/1 and 8/9
+    G.Q4_K: ("cols", "scales", [(0, 1), (4, 5)]),  # scale and min of sub-blocks 0 and 1
+    G.Q5_K: ("cols", "scales", [(0, 1), (4, 5)]),
+    G.Q6_K: ("cols", "scales", [(0, 1)]),
+    G.IQ4_XS: ("iq4xs",),  # scales of sub-blocks 0 and 1 (nibbles of scales_l[0], bits 0-3 of scales_h)
+}
+_DTYPES = dict(G._BLOCK_DTYPES)
+_DTYPES[G.Q8_0], _DTYPES[G.Q4_0] = G._Q8_0, G._Q4_0
+
+
+def swapped_scales(ttype, raw):
+    b = np.frombuffer(raw, dtype=_DTYPES[ttype]).copy()
+    how = SWAPS[ttype]
+    if how[0] == "pair":
+        f = b[how[1]]
+        n = len(f) // 2 * 2
+        f[0:n:2], f[1:n:2] = f[1:n:2].copy(), f[0:n:2].copy()
+        b[how[1]] = f
+    elif how[0] == "cols":
+        f = b[how[1]]
+        for i, j in how[2]:
+            f[:, i], f[:, j] = f[:, j].copy(), f[:, i].copy()
+        b[how[1]] = f
+    else:
+        sl, sh = b["scales_l"], b["scales_h"]
+        sl[:, 0] = ((sl[:, 0] >> 4) | (sl[:, 0] << 4)).astype(np.uint8)
+        b["scales_l"] = sl
+        b["scales_h"] = (sh & 0xFFF0) | ((sh & 3) << 2) | ((sh >> 2) & 3)
+    return b.tobytes()
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------
+
+
+# The types whose products take Q8_K (256-element) activation blocks in cinfer and ggml; the other block types
+# take 32-element ones.
+Q8K_TYPES = {G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K, G.Q6_K, G.IQ4_XS}
+FLOAT_TYPES = {G.F32, G.F16, G.BF16}
+
+
+def act_round(x, block):
+    """x rounded as cinfer (and ggml) quantize activations before an integer dot: per block of the last axis,
+    d = max|x| / 127 and q = x / d rounded half to even, in float32; returns q * d."""
+    f32 = np.float32
+    xb = np.asarray(x, dtype=f32).reshape(x.shape[:-1] + (x.shape[-1] // block, block))
+    amax = np.abs(xb).max(axis=-1, keepdims=True)
+    d = np.where(amax < f32(2.0**-100), f32(0), amax / f32(127)).astype(f32)
+    inv = np.where(d > 0, f32(1) / np.where(d > 0, d, f32(1)), f32(0)).astype(f32)
+    q = np.clip(np.rint(xb * inv), -128, 127)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+
+class ActRoundModel(model_np.Model):
+    """The numpy reference with the activation rounding of act_round before every product with a quantized
+    weight, so that what is left between it and cinfer is float32 against float64 arithmetic."""
+
+    rounding = True  # False: the plain reference
+
+    def _linear(self, x, name, bias=None):
+        t = self.gguf.tensors[name].type
+        if self.rounding and t not in FLOAT_TYPES:
+            x = act_round(x, 256 if t in Q8K_TYPES else 32)
+        return super()._linear(x, name, bias)
+
+
+def rel_err(got, ref):
+    """max over positions of max|got - ref| / (max ref - min ref), and the worst position."""
+    ref = np.asarray(ref, dtype=np.float64)
+    per = np.abs(np.asarray(got, dtype=np.float64) - ref).max(axis=1) / (ref.max(axis=1) - ref.min(axis=1))
+    return float(per.max()), int(per.argmax())
+
+
+def info_types(path):
+    out, _ = ciref.cinfer(["info", "-m", path])
+    for line in out.decode("utf-8", "replace").splitlines():
+        if line.startswith("tensor types"):
+            return {k: int(v) for k, v in re.findall(r"([A-Z][A-Z0-9_]*)\u00d7(\d+)", line)}, line
+    raise CinferError("cinfer info printed no 'tensor types' line")
+
+
+def gap_of(m):
+    return float(np.log(m["p"] / m["p2"])) if m["p2"] > 0 else float("inf")
+
+
+# ---- the checks of one file ----------------------------------------------------------------------------------
+
+
+def check_file(rep, label, path, preset, main, tokens, measure):
+    g = G.GGUF(path)
+    counts = collections.Counter(G.type_name(t.type) for t in g.tensors.values())
+    name = "kquant_info_%s" % label
+    try:
+        listed, line = info_types(path)
+        rep.check(listed == dict(counts), name, "cinfer info lists %s, the file holds %s" % (listed, dict(counts)),
+                  " ".join(line.split()[2:]))
+    except CinferError as e:
+        rep.fail(name, e)
+
+    name = "kquant_vs_numpy_%s" % label
+    try:
+        m = ActRoundModel.load(path)
+        got, _ = ciref.cinfer_logits(path, tokens, path + ".logits.f32")
+        err_ar = rel_err(got, m.forward(tokens))
+        m.rounding = False
+        err = rel_err(got, m.forward(tokens))
+    except (CinferError, OSError, ValueError) as e:
+        rep.fail(name, e)
+        return None
+    tol, tol_ar = TOL[preset], TOL_ACT_ROUND
+    rep.check(err[0] <= tol, name, "max|cinfer - numpy| = %.4g of the spread at position %d, tolerance %g" % (
+        err[0], err[1], tol), "%.4g of the logit spread (tol %g)" % (err[0], tol))
+    name = "kquant_vs_numpy_act_round_%s" % label
+    rep.check(err_ar[0] <= tol_ar, name, "max|cinfer - numpy with rounded activations| = %.4g of the spread at "
+              "position %d, tolerance %g" % (err_ar[0], err_ar[1], tol_ar), "%.3g of the logit spread (tol %g)" % (
+                  err_ar[0], tol_ar))
+
+    # negative control: the main type read with two sub-block scales swapped, in both references
+    name = "kquant_negative_control_%s" % label
+    wrong = [n for n, t in g.tensors.items() if t.type == main]
+    bug = bug_ar = None
+    if not wrong:
+        rep.note("%s: no %s tensor (all fell back), no negative control" % (label, G.type_name(main)))
+    else:
+        for n in wrong:
+            t = g.tensors[n]
+            w = G.dequantize(main, swapped_scales(main, g.raw(n)), t.n_elements).reshape(t.shape)
+            m.w[n] = w.astype(np.float64)
+        bug, _ = rel_err(got, m.forward(tokens))
+        m.rounding = True
+        bug_ar, _ = rel_err(got, m.forward(tokens))
+        rep.check(bug > CONTROL_MARGIN * tol and bug_ar > CONTROL_MARGIN * tol_ar, name,
+                  "two %s sub-block scales swapped in numpy move the logits only %.3g (plain) / %.3g (rounded "
+                  "activations) of the spread: tolerances %g / %g cannot tell" % (
+                      G.type_name(main), bug, bug_ar, tol, tol_ar),
+                  "%s scales swapped in %d tensors: %.3g / %.3g of the spread off" % (
+                      G.type_name(main), len(wrong), bug, bug_ar))
+    if measure:
+        rep.note("measured %s: err %.5f  act-round err %.2e  control %s / %s  types %s" % (
+            label, err[0], err_ar[0], "%.4f" % bug if bug else "-", "%.4f" % bug_ar if bug_ar else "-",
+            dict(counts)))
+    return err
+
+
+def check_llamacpp(rep, label, path, theirs, tmp, measure):
+    ids, margins = theirs["ids"], theirs["margins"]
+    bos = int(G.GGUF(path).get("tokenizer.ggml.bos_token_id", 1))
+    name = "kquant_llamacpp_forced_%s" % label
+    try:
+        logits, _ = ciref.cinfer_logits(path, [bos] + ids[:-1], path + ".forced.f32")
+    except CinferError as e:
+        rep.fail(name, e)
+        return None
+    ours = [int(x) for x in logits.argmax(axis=1)]
+    gaps = [gap_of(m) for m in margins]
+    decisive = [s for s in range(len(ids)) if gaps[s] > TIE]
+    bad = [s for s in decisive if ours[s] != ids[s]]
+    if bad:
+        s = bad[0]
+        rep.fail(name, "%d of %d decisive steps differ; first: step %d, cinfer %d, llama.cpp %d (p=%.4g, runner-up %d "
+                 "p=%.4g, gap %.3g)" % (len(bad), len(decisive), s, ours[s], ids[s], margins[s]["p"],
+                                        margins[s]["second"], margins[s]["p2"], gaps[s]))
+    else:
+        rep.check(len(decisive) >= MIN_DECISIVE, name, "only %d of %d steps decisive (gap > %g)" % (
+            len(decisive), len(ids), TIE), "same top token at all %d decisive steps of %d (gap > %g)" % (
+            len(decisive), len(ids), TIE))
+
+    # cinfer's own greedy decoding (the engine path): the same ids as llama.cpp's until they fork, which they may
+    # only at one of llama.cpp's near ties.
+    name = "kquant_run_greedy_%s" % label
+    try:
+        run = llamacpp_check.cinfer_run_ids(path, N_GEN)
+        if not run:
+            raise CinferError("cinfer run printed no ids")
+    except CinferError as e:
+        rep.fail(name, e)
+        return len(decisive)
+    fork = llamacpp_check.first_diff(run, ids)
+    if fork is not None and fork < len(ids) and gaps[fork] <= TIE:
+        rep.ok(name, "%d ids, forking from llama.cpp's at step %d, a near tie (gap %.3g)" % (
+            len(run), fork, gaps[fork]))
+    else:
+        rep.check(fork is None, name, "cinfer run forks from llama.cpp at step %d, where llama.cpp's gap is %.3g > %g: "
+                  "cinfer %s, llama.cpp %s" % (fork or 0, gaps[fork] if fork is not None and fork < len(gaps) else 0,
+                                               TIE, run, ids), "%d ids, equal to llama.cpp's" % len(run))
+    if measure:
+        rep.note("measured %s: decisive %d/%d, fork %s, min gap %.3f" % (label, len(decisive), len(ids), fork,
+                                                                      min(gaps)))
+    return len(decisive)
+
+
+class Deferred:
+    """Report calls recorded by a worker thread, replayed in order onto the real report."""
+
+    def __init__(self):
+        self.calls = []
+
+    def ok(self, *a):
+        self.calls.append(("ok", a))
+
+    def fail(self, *a):
+        self.calls.append(("fail", a))
+
+    def note(self, *a):
+        self.calls.append(("note", a))
+
+    def check(self, cond, *a):
+        self.calls.append(("check", (cond,) + a))
+        return cond
+
+    def replay(self, rep):
+        for m, a in self.calls:
+            getattr(rep, m)(*a)
+
+
+def main():
+    rep = ciref.Report()
+    measure = os.environ.get("KQUANT_MEASURE") == "1"
+    quantize = os.environ.get("LLAMA_QUANTIZE", "")
+    tmp = tempfile.mkdtemp(prefix="cinfer-kquant-")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS)
+    node_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        try:
+            bases = make_bases(tmp)
+        except (CinferError, OSError, ValueError) as e:
+            rep.fail("kquant_bases", e)
+            rep.exit()
+        cases = []
+        if quantize and os.access(quantize, os.X_OK):
+            cases += llama_quantize_cases(rep, quantize, bases, tmp)
+        else:
+            print("SKIP kquant_llama_quantize: no llama-quantize at %r (scripts/llamacpp-native.sh builds it)"
+                  % quantize, flush=True)
+        try:
+            cases += random_block_cases(bases[0][1], tmp)  # tiny
+        except (OSError, ValueError) as e:
+            rep.fail("kquant_random_blocks", e)
+        # A further source of files (e.g. `cinfer quantize`) appends its (label, path, preset, type) cases here.
+
+        # llama.cpp decodes every file in one node process while the workers check the files against numpy.
+        jobs = None
+        if os.environ.get("NLC_DIR"):
+            jobs = llamacpp_check.Jobs(tmp)
+            planned = [jobs.greedy(path, N_GEN) for _, path, _, _ in cases]
+            node = node_pool.submit(jobs.run)
+        else:
+            print("SKIP kquant_llamacpp: NLC_DIR is not set (node-llama-cpp missing)", flush=True)
+
+        def one_file(case):
+            label, path, preset, main = case
+            d = Deferred()
+            try:
+                g = G.GGUF(path)
+                n_vocab = g.tensors["token_embd.weight"].ne[1]
+                bos = int(g.get("tokenizer.ggml.bos_token_id", 1))
+                check_file(d, label, path, preset, main, ciref.seeded_tokens(N_SEQ, n_vocab, bos, seed=8), measure)
+            except (OSError, ValueError, KeyError) as e:
+                d.fail("kquant_vs_numpy_%s" % label, e)
+            return d
+
+        for d in pool.map(one_file, cases):
+            d.replay(rep)
+        if jobs is None:
+            rep.exit()
+        try:
+            node.result()
+        except llamacpp_check.NodeError as e:
+            rep.fail("kquant_llamacpp", e)
+            rep.exit()
+
+        def one_llamacpp(k):
+            label, path, _, _ = cases[k]
+            d = Deferred()
+            try:
+                theirs = jobs.get(planned[k])
+            except llamacpp_check.NodeError as e:
+                d.fail("kquant_llamacpp_forced_%s" % label, e)
+                return d, None
+            return d, check_llamacpp(d, label, path, theirs, tmp, measure)
+
+        total = decisive = 0
+        for d, n in pool.map(one_llamacpp, range(len(cases))):
+            d.replay(rep)
+            if n is not None:
+                total += N_GEN
+                decisive += n
+        rep.check(2 * decisive > total, "kquant_llamacpp_decisive", "only %d of %d greedy steps decisive" % (
+            decisive, total), "%d of %d greedy steps over %d files decisive (gap > %g), cinfer agrees at all" % (
+            decisive, total, len(cases), TIE))
+    finally:
+        pool.shutdown()
+        node_pool.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    rep.exit()
+
+
+if __name__ == "__main__":
+    main()
