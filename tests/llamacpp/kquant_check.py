@@ -31,7 +31,7 @@ For every file:
     argmax over BOS + llama.cpp's ids (teacher forcing) must pick llama.cpp's token at every step where
     llama.cpp's top-two log-probability gap exceeds TIE = 1.0 logit; at least MIN_DECISIVE steps of each file,
     and more than half of all steps, must be decisive;
-  - `cinfer run -p "" -n 32 --temp 0 --ids` runs, and its ids equal llama.cpp's until they fork, which they may
+  - `cinfer run -p "" -n 32 --temp 0 --ids --ignore-eos` runs, and its ids equal llama.cpp's until they fork, which they may
     only at one of llama.cpp's near ties (gap <= TIE).
 
 Env: NLC_DIR (node-llama-cpp, from scripts/llamacpp-setup.sh; unset: the llama.cpp comparisons print a SKIP
@@ -89,14 +89,17 @@ PRESETS = collections.OrderedDict(
     ]
 )
 
-# Tolerance of cinfer's logits against numpy as a fraction of the logit spread, per preset (see the file comment).
-TOL = {p: 0.2 for p in PRESETS}
-TOL.update({G.type_name(t): 0.2 for t in (G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.Q8_0, G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K,
-                                          G.Q6_K, G.IQ4_NL, G.IQ4_XS, G.MXFP4)})
+# Tolerance of cinfer's logits against the plain numpy reference as a fraction of the logit spread, per preset or
+# type (see the file comment).  Measured (largest over the files of that key): Q4_0 0.049, Q4_1 0.041, Q5_0 0.047,
+# Q5_1 0.061, Q8_0 0.050, the K-quant presets and types 0.030-0.087 (tiny Q4_K_M the largest), IQ4_NL 0.075,
+# IQ4_XS 0.073, MXFP4 0.068.
+TOL = {k: 0.1 for k in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")}
+TOL.update({k: 0.15 for k in list(PRESETS) + ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"] if k not in TOL})
 # Tolerance against the reference that rounds the activations as cinfer does (ActRoundModel), for every preset.
 TOL_ACT_ROUND = 0.03
-# A negative control must miss by more than this many tolerances.
-CONTROL_MARGIN = 2
+# A negative control must miss by more than this many tolerances (measured: at least 2.1 plain tolerances, on
+# r160 Q4_K_M where one tensor holds the main type; over 10 tolerances against the rounding reference).
+CONTROL_MARGIN = 1.5
 
 
 # ---- the bases and the sources of quantized files --------------------------------------------------------------
@@ -305,6 +308,10 @@ def info_types(path):
     raise CinferError("cinfer info printed no 'tensor types' line")
 
 
+def counts_by_id(g):
+    return collections.Counter(t.type for t in g.tensors.values())
+
+
 def gap_of(m):
     return float(np.log(m["p"] / m["p2"])) if m["p2"] > 0 else float("inf")
 
@@ -343,10 +350,12 @@ def check_file(rep, label, path, preset, main, tokens, measure):
 
     # negative control: the main type read with two sub-block scales swapped, in both references
     name = "kquant_negative_control_%s" % label
+    if main not in counts_by_id(g):  # all its tensors fell back: the file's most common block type instead
+        main = max((t for t in counts_by_id(g) if t in SWAPS), key=lambda t: counts_by_id(g)[t], default=None)
     wrong = [n for n, t in g.tensors.items() if t.type == main]
     bug = bug_ar = None
     if not wrong:
-        rep.note("%s: no %s tensor (all fell back), no negative control" % (label, G.type_name(main)))
+        rep.fail(name, "no block-quantized tensor to read wrong")
     else:
         for n in wrong:
             t = g.tensors[n]
@@ -359,8 +368,8 @@ def check_file(rep, label, path, preset, main, tokens, measure):
                   "two %s sub-block scales swapped in numpy move the logits only %.3g (plain) / %.3g (rounded "
                   "activations) of the spread: tolerances %g / %g cannot tell" % (
                       G.type_name(main), bug, bug_ar, tol, tol_ar),
-                  "%s scales swapped in %d tensors: %.3g / %.3g of the spread off" % (
-                      G.type_name(main), len(wrong), bug, bug_ar))
+                  "%s scales swapped in %d tensors: %.3g / %.3g of the spread off, %.1f / %.0f tolerances" % (
+                      G.type_name(main), len(wrong), bug, bug_ar, bug / tol, bug_ar / tol_ar))
     if measure:
         rep.note("measured %s: err %.5f  act-round err %.2e  control %s / %s  types %s" % (
             label, err[0], err_ar[0], "%.4f" % bug if bug else "-", "%.4f" % bug_ar if bug_ar else "-",
@@ -395,10 +404,11 @@ def check_llamacpp(rep, label, path, theirs, tmp, measure):
     # only at one of llama.cpp's near ties.
     name = "kquant_run_greedy_%s" % label
     try:
-        run = llamacpp_check.cinfer_run_ids(path, N_GEN)
+        out, _ = ciref.cinfer(["run", "-m", path, "-p", "", "-n", N_GEN, "--temp", "0", "--ids", "--ignore-eos"])
+        run = [int(x) for x in out.split()]
         if not run:
             raise CinferError("cinfer run printed no ids")
-    except CinferError as e:
+    except (CinferError, ValueError) as e:
         rep.fail(name, e)
         return len(decisive)
     fork = llamacpp_check.first_diff(run, ids)
