@@ -453,8 +453,8 @@ enum ci_status bench_hw_measure(struct ci_threadpool *tp, const struct bench_hw_
 }
 
 enum bench_roof bench_roof_of_type(uint32_t type) {
-    // matmul.c quantizes the activations of exactly these types to int8 blocks (is_quantized()).
-    return type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ? BENCH_ROOF_INT8 : BENCH_ROOF_F32;
+    // matmul.c quantizes the activations of every quantized type to int8 blocks.
+    return ci_type_quantized(type) ? BENCH_ROOF_INT8 : BENCH_ROOF_F32;
 }
 
 const char *bench_roof_name(enum bench_roof roof) {

@@ -69,9 +69,6 @@ static inline bool ci_type_uses_q8k(uint32_t type) {
     return type == CI_TYPE_Q2_K || type == CI_TYPE_Q3_K || type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K ||
            type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
 }
-static inline bool ci_type_quantized(uint32_t type) {
-    return type != CI_TYPE_F32 && type != CI_TYPE_F16 && type != CI_TYPE_BF16;
-}
 
 /* Blocks whose max |x| is below this quantize to zero (d = 0): their contribution is below float resolution
  * next to any normal activation, and it keeps 1/d finite (x * (1/d) would overflow to inf for tiny d).

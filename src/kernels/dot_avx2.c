@@ -253,7 +253,10 @@ static void panel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1,
             if (max_tn == 8 && tn < 8) // quantized tiles come in 1, 2, 4, 8 tokens
                 tn = tn >= 4 ? 4 : tn >= 2 ? 2 : 1;
             int rm = tile_rows[tn];
-            int64_t slice = L1_X_BYTES / (32 * tn);
+            // Activation bytes per unit: 8 floats, or one block of int8 (32, or 256 for the K-quants).
+            int64_t unit_bytes = per_element_acc || n_units == 0 ? 32 : m->n_in / n_units;
+            int64_t slice = L1_X_BYTES / (unit_bytes * tn);
+            slice = slice < 1 ? 1 : slice;
             struct tile_args ta = {.m = m, .t = t, .nt = tn};
             int64_t k0 = 0;
             do { // once even when n_units is 0 (a float row shorter than 8: all tail)
@@ -341,13 +344,94 @@ AI __m256i pattern_epi32(const int TN, const int32_t *p) {
     return _mm256_set1_epi32(p[0]);
 }
 
+/* The 32 bytes 0x10 or 0 of a Q5 block's 32 high bits (byte i: bit i of qh), element order as q4_bytes. */
+AI __m256i q5_high(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                    _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                                     2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* The 16 signed values of a 4-bit table type (IQ4_NL, IQ4_XS, MXFP4) in both 128-bit lanes. */
+AI __m256i value_table(const int8_t *values) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)values));
+}
+
+/* 8 MXFP4 E8M0 scales as floats 2^(e - 128) (ci_e8m0_half_to_fp32, lane by lane). */
+AI __m256 e8m0_half8(const uint8_t *e8) {
+    __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)e8));
+    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, is_sub));
+}
+
+/* Bytes of one block of a 32-block quantized type. */
+AI size_t block32_bytes(uint32_t type) {
+    switch (type) {
+    case CI_TYPE_Q8_0:
+        return 34;
+    case CI_TYPE_Q4_1:
+        return 20;
+    case CI_TYPE_Q5_0:
+        return 22;
+    case CI_TYPE_Q5_1:
+        return 24;
+    case CI_TYPE_MXFP4:
+        return 17;
+    default: // Q4_0, IQ4_NL
+        return 18;
+    }
+}
+
+/* The 32 weight codes of a block and whether they are signed (maddubs needs one unsigned operand: signed
+ * codes go in as |w| with x carrying w's sign, which keeps a weight of -128 exact). */
+AI __m256i block32_codes(uint32_t type, const uint8_t *blk, bool *is_signed) {
+    *is_signed = false;
+    switch (type) {
+    case CI_TYPE_Q8_0:
+        *is_signed = true;
+        return _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+    case CI_TYPE_Q4_0: // nibble values 0..15; the -8 is applied to the sum
+        return q4_bytes(blk + 2);
+    case CI_TYPE_Q4_1:
+        return q4_bytes(blk + 4);
+    case CI_TYPE_Q5_0: // 0..31; the -16 is applied to the sum
+        return _mm256_or_si256(q4_bytes(blk + 6), q5_high(blk + 2));
+    case CI_TYPE_Q5_1:
+        return _mm256_or_si256(q4_bytes(blk + 8), q5_high(blk + 4));
+    case CI_TYPE_IQ4_NL:
+        *is_signed = true;
+        return _mm256_shuffle_epi8(value_table(ci_iq4nl_values), q4_bytes(blk + 2));
+    default: // MXFP4
+        *is_signed = true;
+        return _mm256_shuffle_epi8(value_table(ci_mxfp4_values), q4_bytes(blk + 1));
+    }
+}
+
+/* The fp16 at byte `at` of the block at `off` in each lane's row (lane l: row l / TN). */
+AI __m256 lane_f16(const int RM, const int TN, const uint8_t *const *wr, size_t off, size_t at) {
+    if (RM == 1)
+        return _mm256_set1_ps(_cvtsh_ss(load_u16(wr[0] + off + at)));
+    uint16_t h[8];
+    UNROLL
+    for (int l = 0; l < 8; l++)
+        h[l] = load_u16(wr[l / TN] + off + at);
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4],
+                                          (short)h[5], (short)h[6], (short)h[7]));
+}
+
 /* Rows [r, r + nr) x tokens [t, t + nt) with RM x TN = 8 (row, token) pairs, lane l = (l / TN, l % TN). */
 AI void qtile(uint32_t type, const int RM, const int TN, const struct tile_args *ta) {
     const struct ci_mm *m = ta->m;
     const int64_t r = ta->r, t = ta->t;
     const int nr = ta->nr, nt = ta->nt;
     const struct ci_act_q8 *q = m->q;
-    const size_t bb = type == CI_TYPE_Q8_0 ? sizeof(struct ci_block_q8_0) : sizeof(struct ci_block_q4_0);
+    const size_t bb = block32_bytes(type);
     const int64_t stride = q->tok_stride;
     const uint8_t *wr[8];
     const int8_t *xt[8];
@@ -371,43 +455,37 @@ AI void qtile(uint32_t type, const int RM, const int TN, const struct tile_args 
         __m256i v[8];
         UNROLL
         for (int a = 0; a < RM; a++) {
-            const uint8_t *blk = wr[a] + wo;
-            if (type == CI_TYPE_Q8_0) {
-                // |w| as unsigned times x carrying w's sign: maddubs needs one unsigned operand, and a weight
-                // of -128 (legal in a file) stays exact this way round.
-                __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
-                __m256i aw = _mm256_sign_epi8(wv, wv);
-                UNROLL
-                for (int j = 0; j < TN; j++) {
-                    __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xt[j] + b * 32));
-                    v[a * TN + j] =
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), ones);
-                }
-            } else {
-                __m256i qv = q4_bytes(blk + 2); // nibble values 0..15; the -8 is applied to the sum below
-                UNROLL
-                for (int j = 0; j < TN; j++) {
-                    __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xt[j] + b * 32));
-                    v[a * TN + j] = _mm256_madd_epi16(_mm256_maddubs_epi16(qv, xv), ones);
-                }
+            bool sgn;
+            __m256i wv = block32_codes(type, wr[a] + wo, &sgn);
+            __m256i aw = sgn ? _mm256_sign_epi8(wv, wv) : wv;
+            UNROLL
+            for (int j = 0; j < TN; j++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xt[j] + b * 32));
+                if (sgn)
+                    xv = _mm256_sign_epi8(xv, wv);
+                v[a * TN + j] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones);
             }
         }
         __m256i s = reduce8(v);
         if (type == CI_TYPE_Q4_0) // sum (q - 8) x = sum q x - 8 sum x
             s = _mm256_sub_epi32(s, _mm256_slli_epi32(pattern_epi32(TN, xs + b * stride), 3));
+        if (type == CI_TYPE_Q5_0) // sum (q - 16) x
+            s = _mm256_sub_epi32(s, _mm256_slli_epi32(pattern_epi32(TN, xs + b * stride), 4));
         __m256 dw;
-        if (RM == 1) {
-            dw = _mm256_set1_ps(_cvtsh_ss(load_u16(wr[0] + wo)));
-        } else {
-            uint16_t h[8];
+        if (type == CI_TYPE_MXFP4) {
+            uint8_t e[8];
             UNROLL
             for (int l = 0; l < 8; l++)
-                h[l] = load_u16(wr[l / TN] + wo);
-            dw = _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3],
-                                                (short)h[4], (short)h[5], (short)h[6], (short)h[7]));
+                e[l] = wr[l / TN][wo];
+            dw = e8m0_half8(e);
+        } else {
+            dw = lane_f16(RM, TN, wr, wo, 0);
         }
-        __m256 d = _mm256_mul_ps(dw, pattern_ps(TN, dx + b * stride));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
+        __m256 dxv = pattern_ps(TN, dx + b * stride);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, dxv), _mm256_cvtepi32_ps(s), acc);
+        if (type == CI_TYPE_Q4_1 || type == CI_TYPE_Q5_1) // + m sum x
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(lane_f16(RM, TN, wr, wo, 2), dxv),
+                                  _mm256_cvtepi32_ps(pattern_epi32(TN, xs + b * stride)), acc);
     }
     if (!ta->last) {
         _mm256_store_ps((float *)ta->acc, acc);
@@ -436,15 +514,290 @@ AI void qtile(uint32_t type, const int RM, const int TN, const struct tile_args 
 
 QTILES(CI_TYPE_Q8_0, q8_0)
 QTILES(CI_TYPE_Q4_0, q4_0)
+QTILES(CI_TYPE_Q4_1, q4_1)
+QTILES(CI_TYPE_Q5_0, q5_0)
+QTILES(CI_TYPE_Q5_1, q5_1)
+QTILES(CI_TYPE_IQ4_NL, iq4_nl)
+QTILES(CI_TYPE_MXFP4, mxfp4)
 
 static const int qtile_rows[9] = {0, 8, 4, 0, 2, 0, 0, 0, 1};
 
-static void mm_q8_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    panel(m, r0, r1, t0, t1, q8_0_tiles, qtile_rows, 8, m->n_in / 32, false);
+#define MM_Q32(name)                                                                                         \
+    static void mm_##name(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {                   \
+        panel(m, r0, r1, t0, t1, name##_tiles, qtile_rows, 8, m->n_in / 32, false);                          \
+    }
+MM_Q32(q8_0)
+MM_Q32(q4_0)
+MM_Q32(q4_1)
+MM_Q32(q5_0)
+MM_Q32(q5_1)
+MM_Q32(iq4_nl)
+MM_Q32(mxfp4)
+
+/* ---- 256-element super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K activations ------ */
+
+/* One weight super-block decoded for the integer dots: codes u in element order, per 32-element chunk c the
+ * scale vector (lanes 0-7: group 2c's scale, 8-15: group 2c + 1's, matching maddubs' pair sums), and the 16
+ * group scales and mins as vectors for the bsum terms.  Then, exactly as qblock_ref.c:
+ *   sumi = sum_c madd(maddubs(u_c, x_c), scale_c) - off * madd(scales, bsum),  summ = madd(mins, bsum). */
+struct kblock {
+    __m256i u[8];
+    __m256i scale[8];
+    __m256i scales, mins;
+};
+
+/* Group k of 16 elements: 16 int8 scales -> int16 lanes, and the chunk vectors. */
+AI void kb_scales16(struct kblock *kb, __m128i sc8, bool is_signed) {
+    kb->scales = is_signed ? _mm256_cvtepi8_epi16(sc8) : _mm256_cvtepu8_epi16(sc8);
+    UNROLL
+    for (int c = 0; c < 8; c++) {
+        __m256i lo =
+            _mm256_shuffle_epi8(kb->scales, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c % 8))));
+        __m256i hi =
+            _mm256_shuffle_epi8(kb->scales, _mm256_set1_epi16((short)(0x0100 + 0x0202 * ((2 * c + 1) % 8))));
+        // groups 0-7 live in the low 128 bits of kb->scales, 8-15 in the high ones
+        __m128i l = c < 4 ? _mm256_castsi256_si128(lo) : _mm256_extracti128_si256(lo, 1);
+        __m128i h = c < 4 ? _mm256_castsi256_si128(hi) : _mm256_extracti128_si256(hi, 1);
+        kb->scale[c] = _mm256_set_m128i(h, l);
+    }
 }
-static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    panel(m, r0, r1, t0, t1, q4_0_tiles, qtile_rows, 8, m->n_in / 32, false);
+
+/* 8 scales of 32-element sub-blocks (as bytes) duplicated to 16 groups. */
+AI __m128i dup8(__m128i v8) {
+    return _mm_shuffle_epi8(v8, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
 }
+
+AI __m256i load32(const uint8_t *p) {
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+/* Decodes super-block w of a 256-block type (the layouts of quant.c / qblock_ref.c). */
+AI void kb_decode(uint32_t type, const uint8_t *w, struct kblock *kb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    switch (type) {
+    case CI_TYPE_Q2_K: { // scales[16] @0 (low nibble scale, high nibble min), qs[64] @16
+        __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)w);
+        kb_scales16(kb, _mm_and_si128(sc, _mm_set1_epi8(0x0f)), false);
+        kb->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0f)));
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256i q = load32(w + 16 + 32 * h);
+            UNROLL
+            for (int s = 0; s < 4; s++)
+                kb->u[4 * h + s] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m2);
+        }
+        return;
+    }
+    case CI_TYPE_Q3_K: { // hmask[32] @0, qs[64] @32, scales[12] @96: codes q + 4 (0..7), off 4
+        const uint8_t *sc = w + 96;
+        int8_t s16[16];
+        for (int k = 0; k < 16; k++) {
+            int lo = k < 8 ? sc[k] & 0x0f : sc[k - 8] >> 4;
+            int hi = sc[8 + k % 4] >> (2 * (k / 4)) & 3;
+            s16[k] = (int8_t)((lo | hi << 4) - 32);
+        }
+        kb_scales16(kb, _mm_loadu_si128((const __m128i *)(const void *)s16), true);
+        __m256i hm = load32(w);
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256i q = load32(w + 32 + 32 * h);
+            UNROLL
+            for (int s = 0; s < 4; s++) {
+                __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + s)));
+                __m256i hb =
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
+                kb->u[4 * h + s] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m2), hb);
+            }
+        }
+        return;
+    }
+    case CI_TYPE_Q4_K:
+    case CI_TYPE_Q5_K: { // d, dmin, scales[12] @4, (Q5_K: qh[32] @16), qs[128]
+        uint32_t w0, w1, w2;
+        memcpy(&w0, w + 4, 4);
+        memcpy(&w1, w + 8, 4);
+        memcpy(&w2, w + 12, 4);
+        // The 6-bit fields of kq_scale_min, four at a time: scales 0-3 and mins 0-3 are the low 6 bits of
+        // bytes 0-3 and 4-7; scales 4-7 are the nibbles of bytes 8-11 under the top 2 bits of bytes 0-3,
+        // mins 4-7 the high nibbles under the top 2 bits of bytes 4-7.
+        uint32_t f[4] = {w0 & 0x3f3f3f3fu, (w2 & 0x0f0f0f0fu) | (w0 >> 6 & 0x03030303u) << 4,
+                         w1 & 0x3f3f3f3fu, (w2 >> 4 & 0x0f0f0f0fu) | (w1 >> 6 & 0x03030303u) << 4};
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)f); // scales 0-7, mins 0-7
+        kb_scales16(kb, dup8(v), false);
+        kb->mins = _mm256_cvtepu8_epi16(dup8(_mm_srli_si128(v, 8)));
+        bool q5 = type == CI_TYPE_Q5_K;
+        const uint8_t *qs = w + (q5 ? 48 : 16);
+        __m256i qh = q5 ? load32(w + 16) : _mm256_setzero_si256();
+        UNROLL
+        for (int c = 0; c < 4; c++) {
+            __m256i q = load32(qs + 32 * c);
+            kb->u[2 * c] = _mm256_and_si256(q, m4);
+            kb->u[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        }
+        if (q5) {
+            UNROLL
+            for (int j = 0; j < 8; j++) {
+                __m256i bit = _mm256_set1_epi8((char)(1 << j));
+                kb->u[j] = _mm256_or_si256(kb->u[j],
+                                           _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
+                                                            _mm256_set1_epi8(0x10)));
+            }
+        }
+        return;
+    }
+    case CI_TYPE_Q6_K: { // ql[128], qh[64] @128, scales[16] @192: codes 0..63, off 32
+        kb_scales16(kb, _mm_loadu_si128((const __m128i *)(const void *)(w + 192)), true);
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = load32(w + 64 * h), l1 = load32(w + 64 * h + 32), qh = load32(w + 128 + 32 * h);
+            UNROLL
+            for (int r = 0; r < 4; r++) {
+                __m256i lo = r % 2 ? l1 : l0;
+                lo = r / 2 ? _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4) : _mm256_and_si256(lo, m4);
+                __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), m2), 4);
+                kb->u[4 * h + r] = _mm256_or_si256(lo, hi);
+            }
+        }
+        return;
+    }
+    default: { // IQ4_XS: d, scales_h @2, scales_l[4] @4, qs[128] @8: signed table values
+        unsigned sh = (unsigned)(w[2] | w[3] << 8);
+        int8_t s8[16] = {0};
+        for (int j = 0; j < 8; j++)
+            s8[j] = (int8_t)(((w[4 + j / 2] >> (4 * (j % 2)) & 0x0f) | (int)(sh >> (2 * j) & 3) << 4) - 32);
+        kb_scales16(kb, dup8(_mm_loadu_si128((const __m128i *)(const void *)s8)), true);
+        const __m128i tab = _mm_loadu_si128((const __m128i *)(const void *)ci_iq4nl_values);
+        UNROLL
+        for (int j = 0; j < 8; j++) {
+            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(w + 8 + 16 * j));
+            __m128i lo = _mm_shuffle_epi8(tab, _mm_and_si128(b, _mm_set1_epi8(0x0f)));
+            __m128i hi = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f)));
+            kb->u[j] = _mm256_set_m128i(hi, lo);
+        }
+        return;
+    }
+    }
+}
+
+AI int kq_off(uint32_t type) {
+    return type == CI_TYPE_Q6_K ? 32 : type == CI_TYPE_Q3_K ? 4 : 0;
+}
+AI bool kq_has_mins(uint32_t type) {
+    return type == CI_TYPE_Q2_K || type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K;
+}
+AI size_t kq_d_at(uint32_t type) { // byte offset of the fp16 super-block scale d (dmin follows it)
+    return type == CI_TYPE_Q2_K ? 80 : type == CI_TYPE_Q3_K ? 108 : type == CI_TYPE_Q6_K ? 208 : 0;
+}
+
+/* One (row, token) pair's integer vectors: lanes of vs sum to sumi, lanes of vm to summ. */
+AI void kpair(uint32_t type, const struct kblock *kb, const int8_t *x, const int16_t *bsum, __m256i *vs,
+              __m256i *vm) {
+    __m256i acc = _mm256_setzero_si256();
+    UNROLL
+    for (int c = 0; c < 8; c++) {
+        __m256i xv = load32((const uint8_t *)(x + 32 * c));
+        __m256i p = type == CI_TYPE_IQ4_XS ? _mm256_maddubs_epi16(_mm256_sign_epi8(kb->u[c], kb->u[c]),
+                                                                  _mm256_sign_epi8(xv, kb->u[c]))
+                                           : _mm256_maddubs_epi16(kb->u[c], xv);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, kb->scale[c]));
+    }
+    __m256i bs = load32((const uint8_t *)bsum);
+    if (kq_off(type))
+        acc = _mm256_sub_epi32(
+            acc, _mm256_slli_epi32(_mm256_madd_epi16(kb->scales, bs), type == CI_TYPE_Q6_K ? 5 : 2));
+    *vs = acc;
+    if (kq_has_mins(type))
+        *vm = _mm256_madd_epi16(kb->mins, bs);
+}
+
+/* Rows x tokens with RM x TN = 8 (row, token) pairs, as qtile; each row's super-block is decoded once for
+ * the TN tokens. */
+AI void ktile(uint32_t type, const int RM, const int TN, const struct tile_args *ta) {
+    const struct ci_mm *m = ta->m;
+    const int64_t r = ta->r, t = ta->t;
+    const int nr = ta->nr, nt = ta->nt;
+    const struct ci_act_q8k *q = m->qk;
+    const size_t bb = ci_type_traits(type)->type_size;
+    const int64_t nsb = m->n_in / 256;
+    const uint8_t *wr[8];
+    const int8_t *xt[8];
+    const float *dt[8];
+    const int16_t *st[8];
+    UNROLL
+    for (int i = 0; i < RM; i++)
+        wr[i] = m->w + (size_t)(r + (i < nr ? i : nr - 1)) * m->row_bytes;
+    UNROLL
+    for (int j = 0; j < TN; j++) {
+        int64_t tok = t + (j < nt ? j : nt - 1);
+        xt[j] = q->qs + (size_t)tok * (size_t)m->n_in;
+        dt[j] = q->d + (size_t)tok * (size_t)nsb;
+        st[j] = q->bsum + (size_t)tok * (size_t)(nsb * 16);
+    }
+    const size_t d_at = kq_d_at(type);
+    __m256 acc = ta->first ? _mm256_setzero_ps() : _mm256_load_ps((const float *)ta->acc);
+    const uint8_t *pf = m->w + (size_t)(r + RM) * m->row_bytes + (size_t)ta->k0 * RM * bb;
+    for (int64_t b = ta->k0; b < ta->k1; b++) {
+        const size_t wo = (size_t)b * bb;
+        if (RM >= 2) {
+            prefetch_lines(pf, (int)((RM * bb + 63) / 64));
+            pf += RM * bb;
+        }
+        __m256i vs[8], vm[8];
+        UNROLL
+        for (int a = 0; a < RM; a++) {
+            struct kblock kb;
+            kb_decode(type, wr[a] + wo, &kb);
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                kpair(type, &kb, xt[j] + b * 256, st[j] + b * 16, &vs[a * TN + j], &vm[a * TN + j]);
+        }
+        float dxs[8];
+        UNROLL
+        for (int l = 0; l < 8; l++)
+            dxs[l] = dt[l % TN][b];
+        __m256 dxv = _mm256_loadu_ps(dxs);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(lane_f16(RM, TN, wr, wo, d_at), dxv),
+                              _mm256_cvtepi32_ps(reduce8(vs)), acc);
+        if (kq_has_mins(type)) { // - (dmin dx) summ
+            __m256 dm = _mm256_mul_ps(lane_f16(RM, TN, wr, wo, d_at + 2), dxv);
+            acc = _mm256_fmadd_ps(_mm256_xor_ps(dm, _mm256_set1_ps(-0.0f)), _mm256_cvtepi32_ps(reduce8(vm)),
+                                  acc);
+        }
+    }
+    if (!ta->last) {
+        _mm256_store_ps((float *)ta->acc, acc);
+        return;
+    }
+    float out[8];
+    _mm256_storeu_ps(out, acc);
+    UNROLL
+    for (int a = 0; a < RM && a < nr; a++)
+        UNROLL
+    for (int j = 0; j < TN && j < nt; j++)
+        m->y[(size_t)(t + j) * (size_t)m->n_out + (size_t)(r + a)] = out[a * TN + j];
+}
+
+#define KTILE(T, name, RM, TN)                                                                               \
+    static void name##_##RM##x##TN(const struct tile_args *ta) {                                             \
+        ktile(T, RM, TN, ta);                                                                                \
+    }
+#define KTILES(T, name)                                                                                      \
+    KTILE(T, name, 8, 1)                                                                                     \
+    KTILE(T, name, 4, 2)                                                                                     \
+    KTILE(T, name, 2, 4)                                                                                     \
+    KTILE(T, name, 1, 8)                                                                                     \
+    static const tile_fn name##_tiles[9] = {NULL, name##_8x1, name##_4x2, NULL,      name##_2x4,             \
+                                            NULL, NULL,       NULL,       name##_1x8};                       \
+    static void mm_##name(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {                   \
+        panel(m, r0, r1, t0, t1, name##_tiles, qtile_rows, 8, m->n_in / 256, false);                         \
+    }
+
+KTILES(CI_TYPE_Q2_K, q2_k)
+KTILES(CI_TYPE_Q3_K, q3_k)
+KTILES(CI_TYPE_Q4_K, q4_k)
+KTILES(CI_TYPE_Q5_K, q5_k)
+KTILES(CI_TYPE_Q6_K, q6_k)
+KTILES(CI_TYPE_IQ4_XS, iq4_xs)
 
 /* Bit-identical to ci_ref_quant_act: max and integer sums are exact in any order, the scale arithmetic is the
  * same scalar code, and cvtps2dq rounds to nearest even as nearbyintf does in the default rounding mode. */
@@ -535,6 +888,17 @@ static const struct ci_dot_table avx2_table = {
             [CI_TYPE_BF16] = mm_bf16,
             [CI_TYPE_Q8_0] = mm_q8_0,
             [CI_TYPE_Q4_0] = mm_q4_0,
+            [CI_TYPE_Q4_1] = mm_q4_1,
+            [CI_TYPE_Q5_0] = mm_q5_0,
+            [CI_TYPE_Q5_1] = mm_q5_1,
+            [CI_TYPE_IQ4_NL] = mm_iq4_nl,
+            [CI_TYPE_MXFP4] = mm_mxfp4,
+            [CI_TYPE_Q2_K] = mm_q2_k,
+            [CI_TYPE_Q3_K] = mm_q3_k,
+            [CI_TYPE_Q4_K] = mm_q4_k,
+            [CI_TYPE_Q5_K] = mm_q5_k,
+            [CI_TYPE_Q6_K] = mm_q6_k,
+            [CI_TYPE_IQ4_XS] = mm_iq4_xs,
         },
     .silu_mul = silu_mul,
 };

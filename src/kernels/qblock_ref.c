@@ -201,5 +201,6 @@ static float block256(uint32_t type, const uint8_t *w, const int8_t *x, float dx
 
 float ci_ref_qblock(uint32_t type, const uint8_t *w, const int8_t *xq, float dx, int32_t xsum,
                     const int16_t *bsum, float acc) {
-    return ci_type_uses_q8k(type) ? block256(type, w, xq, dx, bsum, acc) : block32(type, w, xq, dx, xsum, acc);
+    return ci_type_uses_q8k(type) ? block256(type, w, xq, dx, bsum, acc)
+                                  : block32(type, w, xq, dx, xsum, acc);
 }

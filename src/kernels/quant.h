@@ -69,6 +69,10 @@ const char *ci_type_name(uint32_t type);                    // "unknown" for unk
 /* True where kernels exist (dequantization, dot product, matmul): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
  * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4. */
 bool ci_type_supported(uint32_t type);
+/* A supported type other than F32/F16/BF16: its matmul runs on int8 activations (kernels/matmul.c). */
+static inline bool ci_type_quantized(uint32_t type) {
+    return type != CI_TYPE_F32 && type != CI_TYPE_F16 && type != CI_TYPE_BF16;
+}
 /* Bytes of a row of n elements; false if n is not a multiple of the block size or on overflow. */
 bool ci_row_bytes(uint32_t type, uint64_t n, uint64_t *out);
 

@@ -26,9 +26,42 @@
 
 static const uint32_t all_types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_BF16, CI_TYPE_Q8_0, CI_TYPE_Q4_0};
 #define N_TYPES ((int)(sizeof all_types / sizeof all_types[0]))
+/* Types tested on random blocks (every byte random, the scale fields set to finite values) rather than on
+ * quantized floats: blocks a quantizer would never write are legal in a file and must compute exactly too. */
+static const uint32_t block_types[] = {CI_TYPE_Q4_1,  CI_TYPE_Q5_0, CI_TYPE_Q5_1,  CI_TYPE_IQ4_NL,
+                                       CI_TYPE_MXFP4, CI_TYPE_Q2_K, CI_TYPE_Q3_K,  CI_TYPE_Q4_K,
+                                       CI_TYPE_Q5_K,  CI_TYPE_Q6_K, CI_TYPE_IQ4_XS};
+#define N_BLOCK_TYPES ((int)(sizeof block_types / sizeof block_types[0]))
 
 static bool is_quant(uint32_t type) {
-    return type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0;
+    return ci_type_quantized(type);
+}
+
+/* Byte offsets of a block's fp16 scale d and min (-1: none), as ggml lays them out (quant.c). */
+static void scale_fields(uint32_t type, int *d_at, int *min_at) {
+    *min_at = -1;
+    switch (type) {
+    case CI_TYPE_Q2_K:
+        *d_at = 80, *min_at = 82;
+        return;
+    case CI_TYPE_Q3_K:
+        *d_at = 108;
+        return;
+    case CI_TYPE_Q6_K:
+        *d_at = 208;
+        return;
+    case CI_TYPE_Q4_1:
+    case CI_TYPE_Q5_1:
+    case CI_TYPE_Q4_K:
+    case CI_TYPE_Q5_K:
+        *d_at = 0, *min_at = 2;
+        return;
+    case CI_TYPE_MXFP4:
+        *d_at = -1; // an E8M0 byte
+        return;
+    default:
+        *d_at = 0;
+    }
 }
 
 /* Every table this CPU runs, best first, the scalar ground truth last: each test runs on all of them. */
@@ -59,6 +92,63 @@ static void *make_row(uint32_t type, const float *src, int64_t n) {
     return row;
 }
 
+/* A row of n elements of random blocks: random bytes, then each block's scale (and min) a random fp16 of
+ * magnitude about `scale` (MXFP4: an E8M0 exponent within 2^+-4 of it).  NULL if the block does not divide
+ * n.  Caller frees. */
+static void *random_row(struct ci_rng *r, uint32_t type, int64_t n, double scale) {
+    const struct ci_type_traits *tt = ci_type_traits(type);
+    uint64_t nb = 0;
+    if (!ci_row_bytes(type, (uint64_t)n, &nb))
+        return NULL;
+    uint8_t *row = ci_malloc(nb ? (size_t)nb : 1);
+    if (!row)
+        return NULL;
+    for (uint64_t i = 0; i < nb; i++)
+        row[i] = (uint8_t)(ci_rng_u64(r) >> 24);
+    int d_at, min_at;
+    scale_fields(type, &d_at, &min_at);
+    for (uint64_t b = 0; b < nb / tt->type_size; b++) {
+        uint8_t *blk = row + b * tt->type_size;
+        if (type == CI_TYPE_MXFP4) {
+            blk[0] = (uint8_t)(128 + (int)round(log2(scale)) - 4 + (int)(ci_rng_u64(r) % 9));
+            continue;
+        }
+        uint16_t d = ci_fp32_to_fp16((float)(scale * (ci_rng_f64(r) - 0.5) * 2.0));
+        memcpy(blk + d_at, &d, 2);
+        if (min_at >= 0) {
+            uint16_t m = ci_fp32_to_fp16((float)(scale * (ci_rng_f64(r) - 0.5) * 2.0));
+            memcpy(blk + min_at, &m, 2);
+        }
+    }
+    return row;
+}
+
+/* A row's weights split as w = a + b: a with the blocks' mins zeroed, b with their scales zeroed (b = 0 for
+ * types without mins).  The canonical order adds the two parts in separate float steps, so its rounding
+ * error scales with |a x| + |b x|, which may far exceed |w x| when they cancel. */
+static void split_row(uint32_t type, const void *row, int64_t n, float *a, float *b) {
+    int d_at, min_at;
+    scale_fields(type, &d_at, &min_at);
+    ci_dequantize_row(type, row, a, n);
+    for (int64_t i = 0; i < n; i++)
+        b[i] = 0.0f;
+    if (min_at < 0)
+        return;
+    const struct ci_type_traits *tt = ci_type_traits(type);
+    uint64_t nb = 0;
+    ci_row_bytes(type, (uint64_t)n, &nb);
+    uint8_t *c = ci_malloc((size_t)nb);
+    memcpy(c, row, (size_t)nb);
+    for (uint64_t k = 0; k < nb / tt->type_size; k++)
+        memset(c + k * tt->type_size + min_at, 0, 2);
+    ci_dequantize_row(type, c, a, n);
+    memcpy(c, row, (size_t)nb);
+    for (uint64_t k = 0; k < nb / tt->type_size; k++)
+        memset(c + k * tt->type_size + d_at, 0, 2);
+    ci_dequantize_row(type, c, b, n);
+    ci_free(c);
+}
+
 /* dequantize (reference conversion) then dot in double; *abs_sum = sum |w_i * x_i| for tolerances. */
 static double ref_dot(uint32_t type, const void *row, const float *x, int64_t n, double *abs_sum) {
     float *w = ci_malloc((size_t)n * sizeof(float) + 1);
@@ -79,29 +169,35 @@ static double ref_dot(uint32_t type, const void *row, const float *x, int64_t n,
 
 /* The largest |ci_dot - exact dot of the stored weights with x| allowed; *want = that exact dot (double).
  * Float types: float summation error only, DOT_REL_TOL * sum |w x|.
- * Q8_0/Q4_0 also quantize x to Q8 blocks (scale d_b = max_b |x| / 127, values rounded to nearest): each x_j
- * moves by at most d_b / 2 = max_b |x| / 254 (x 1.0001 for the float rounding of d and 1/d), so the dot moves
- * by at most qerr = sum_b (max_b |x| / 254) * sum_{j in b} |w_j|.  The block dots are exact integers; the
- * float chain of n/32 fmas (each term's scale product rounded once) adds (n/32 + 2) * 2^-24 of the sum of the
- * terms' magnitudes, which is at most sum |w x| + qerr. */
+ * Quantized types also quantize x to int8 blocks (32 elements, or 256 for the Q8_K types; scale d_b =
+ * max_b |x| / 127, values rounded to nearest): each x_j moves by at most d_b / 2 = max_b |x| / 254 (x 1.0001
+ * for the float rounding of d and 1/d), so the dot moves by at most qerr = sum_b (max_b |x| / 254) *
+ * sum_{j in b} (|a_j| + |b_j|) (split_row: the scale and min parts the kernel sums separately).  The block
+ * dots are exact integers; the float chain (per weight block at most two fmas, each product and the integer's
+ * conversion rounded once) adds (4 * blocks + 2) * 2^-24 of the sum of the terms' magnitudes, which is at
+ * most sum (|a_j| + |b_j|) |x_j| + qerr. */
 static double dot_bound(uint32_t type, const void *row, const float *x, int64_t n, double *want) {
     double abs_sum;
     *want = ref_dot(type, row, x, n, &abs_sum);
     if (!is_quant(type))
         return DOT_REL_TOL * abs_sum;
-    float *w = ci_malloc((size_t)n * sizeof(float));
-    ci_dequantize_row(type, row, w, n);
-    double qerr = 0.0;
-    for (int64_t b = 0; b < n / 32; b++) {
+    float *a = ci_malloc((size_t)n * sizeof(float)), *b = ci_malloc((size_t)n * sizeof(float));
+    split_row(type, row, n, a, b);
+    int64_t ab = ci_type_uses_q8k(type) ? 256 : 32;
+    double qerr = 0.0, mag = 0.0;
+    for (int64_t k = 0; k < n / ab; k++) {
         double amax = 0.0, wabs = 0.0;
-        for (int j = 0; j < 32; j++) {
-            amax = fmax(amax, fabs((double)x[b * 32 + j]));
-            wabs += fabs((double)w[b * 32 + j]);
+        for (int64_t j = k * ab; j < (k + 1) * ab; j++) {
+            amax = fmax(amax, fabs((double)x[j]));
+            wabs += fabs((double)a[j]) + fabs((double)b[j]);
+            mag += (fabs((double)a[j]) + fabs((double)b[j])) * fabs((double)x[j]);
         }
         qerr += amax / 254.0 * wabs;
     }
-    ci_free(w);
-    return 1.0001 * qerr + ((double)(n / 32) + 2.0) * 0x1p-24 * (abs_sum + qerr);
+    ci_free(a);
+    ci_free(b);
+    double blocks = (double)(n / ci_type_traits(type)->block_size);
+    return 1.0001 * qerr + (4.0 * blocks + 2.0) * 0x1p-24 * (mag + qerr);
 }
 
 static bool same_bits(float a, float b) {
@@ -224,6 +320,49 @@ TEST(dot_matches_dequantized_double_reference) {
     for (int ti = 0; ti < N_TYPES; ti++)
         printf("note: %s worst |dot - exact| = %.3g of sum|w x|, %.3g of the stated bound\n",
                ci_type_name(all_types[ti]), worst_rel[ti], worst_frac[ti]);
+    ci_kernels_force_table(NULL);
+}
+
+/* The block types on random blocks (random_row): every table's ci_dot within dot_bound of the exact dot of
+ * the dequantized row, on normal, offset, outlier and large activations and large scales. */
+TEST(block_types_dot_matches_double_reference) {
+    const int64_t sizes32[] = {32, 96, 4128}, sizes256[] = {256, 768, 4096};
+    double worst_frac[N_BLOCK_TYPES] = {0};
+    for (int pass = 0; pass < n_tables; pass++) {
+        ci_kernels_force_table(tables[pass]);
+        struct ci_rng r;
+        ci_rng_seed(&r, 7);
+        for (int ti = 0; ti < N_BLOCK_TYPES; ti++) {
+            uint32_t type = block_types[ti];
+            for (int si = 0; si < 3; si++) {
+                int64_t n = ci_type_uses_q8k(type) ? sizes256[si] : sizes32[si];
+                for (int trial = 0; trial < 4; trial++) {
+                    float *x = ci_malloc((size_t)n * sizeof(float));
+                    ASSERT(x);
+                    fill_normal(&r, x, n, trial == 3 ? 1e3 : 1.0);
+                    for (int64_t i = 0; i < n && trial == 1; i++)
+                        x[i] += 3.0f; // offset: the mins' correction is large
+                    for (int64_t i = 5; i < n && trial == 2; i += 32)
+                        x[i] *= 40.0f; // an outlier per block: coarse int8 steps elsewhere
+                    void *row = random_row(&r, type, n, trial == 3 ? 1e3 : 0.05);
+                    ASSERT(row);
+                    double want, bound = dot_bound(type, row, x, n, &want);
+                    float got = ci_dot(type, row, x, n);
+                    double err = fabs(got - want);
+                    if (!(err <= bound))
+                        FAIL_FIRST("%s %s n=%lld trial %d: got %.9g want %.9g (bound %g)", ci_kernels_isa(),
+                                   ci_type_name(type), (long long)n, trial, got, want, bound);
+                    if (bound > 0)
+                        worst_frac[ti] = fmax(worst_frac[ti], err / bound);
+                    ci_free(row);
+                    ci_free(x);
+                }
+            }
+        }
+    }
+    for (int ti = 0; ti < N_BLOCK_TYPES; ti++)
+        printf("note: %s worst |dot - exact| = %.3g of the stated bound\n", ci_type_name(block_types[ti]),
+               worst_frac[ti]);
     ci_kernels_force_table(NULL);
 }
 
@@ -385,7 +524,17 @@ static struct ci_tensor make_weights(struct ci_rng *r, uint32_t type, int64_t n_
     t.nbytes = rb * (uint64_t)n_out;
     uint8_t *data = ci_malloc((size_t)t.nbytes);
     float *src = ci_malloc((size_t)n_in * sizeof(float));
-    for (int64_t o = 0; o < n_out; o++) {
+    bool quantizable = false;
+    for (int i = 0; i < N_TYPES; i++)
+        quantizable |= all_types[i] == type;
+    for (int64_t o = 0; o < n_out && !quantizable; o++) { // random blocks, some rows all zero bytes
+        void *row = random_row(r, type, n_in, 0.05);
+        memcpy(data + (size_t)o * rb, row, (size_t)rb);
+        if (o % 11 == 3)
+            memset(data + (size_t)o * rb, 0, (size_t)rb);
+        ci_free(row);
+    }
+    for (int64_t o = 0; o < n_out && quantizable; o++) {
         fill_normal(r, src, n_in, 0.5);
         ci_quantize_row(type, src, data + (size_t)o * rb, n_in);
         if (type == CI_TYPE_Q8_0 && o % 3 == 1) {
@@ -437,9 +586,9 @@ static void matmul_case(const struct mm_case *c, struct ci_threadpool **pools) {
           *scalar_y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
     struct ci_rng r;
     ci_rng_seed(&r, 42 + (uint64_t)n_in);
-    for (int ti = 0; ti < N_TYPES; ti++) {
-        uint32_t type = all_types[ti];
-        if (is_quant(type) && !c->quant)
+    for (int ti = 0; ti < N_TYPES + N_BLOCK_TYPES; ti++) {
+        uint32_t type = ti < N_TYPES ? all_types[ti] : block_types[ti - N_TYPES];
+        if ((is_quant(type) && !c->quant) || n_in % ci_type_traits(type)->block_size != 0)
             continue;
         struct ci_tensor w = make_weights(&r, type, n_in, n_out);
         ASSERT(w.data);
@@ -510,6 +659,9 @@ TEST(matmul_bit_identical_across_threads_tiles_and_batches) {
         {4160, 21, 9, true},  // long rows: several k slices per tile (parked accumulators)
         {64, 24, 50, true},   // few rows, long batch: tasks split by tokens
         {7, 9, 7, false},     // a row shorter than one SIMD step
+        {512, 37, 17, true},  // the 256-block types: two super-blocks, odd rows
+        {4352, 21, 9, true},  // 17 super-blocks: several k slices
+        {256, 24, 50, true},  // one super-block, long batch
     };
     struct ci_threadpool *pools[4] = {NULL, NULL, NULL, NULL}; // NULL, 1, 2, 3 threads
     for (int i = 1; i < 4; i++)
@@ -1164,6 +1316,7 @@ int main(int argc, char **argv) {
     RUN(dot_known_values);
     RUN(dot_simd_matches_scalar);
     RUN(dot_matches_dequantized_double_reference);
+    RUN(block_types_dot_matches_double_reference);
     RUN(dot_zero_rows_and_zero_activations);
     RUN(quant_act_rounds_to_nearest_even_within_half_a_step);
     RUN(matmul_work_bytes);
