@@ -27,12 +27,13 @@ For every file:
     1e-7 on most files, up to 0.016 where one activation rounds the other way);
   - negative control: the reference reading the file's main type with two sub-block scales swapped (SWAPS)
     must miss cinfer by more than CONTROL_MARGIN times both tolerances, so each would catch such a bug;
-  - llama.cpp (node-llama-cpp's prebuilt build, as llamacpp_check.py) decodes 32 greedy tokens from BOS; cinfer's
-    argmax over BOS + llama.cpp's ids (teacher forcing) must pick llama.cpp's token at every step where
-    llama.cpp's top-two log-probability gap exceeds TIE = 1.0 logit; at least MIN_DECISIVE steps of each file,
-    and more than half of all steps, must be decisive;
-  - `cinfer run -p "" -n 32 --temp 0 --ids --ignore-eos` runs, and its ids equal llama.cpp's until they fork, which they may
-    only at one of llama.cpp's near ties (gap <= TIE).
+  - llama.cpp's (node-llama-cpp's prebuilt build, as in llamacpp_check.py) next-token log-probabilities over the
+    same sequence equal cinfer's logits up to a constant per position, within TOL_LLAMACPP = 0.1 of the spread;
+  - llama.cpp decodes 32 greedy tokens from BOS; cinfer's argmax over BOS + llama.cpp's ids (teacher forcing)
+    must pick llama.cpp's token at every step where llama.cpp's top-two log-probability gap exceeds TIE = 1.0
+    logit; at least MIN_DECISIVE steps of each file, and more than half of all steps, must be decisive;
+  - `cinfer run -p "" -n 32 --temp 0 --ids --ignore-eos` runs, and its ids equal llama.cpp's until they fork,
+    which they may only at one of llama.cpp's near ties (gap <= TIE).
 
 Env: NLC_DIR (node-llama-cpp, from scripts/llamacpp-setup.sh; unset: the llama.cpp comparisons print a SKIP
 line), LLAMA_QUANTIZE, CINFER_BIN, CINFER_MODELS.  KQUANT_MEASURE=1 adds a NOTE with the measured numbers of
@@ -97,6 +98,11 @@ TOL = {k: 0.1 for k in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")}
 TOL.update({k: 0.15 for k in list(PRESETS) + ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"] if k not in TOL})
 # Tolerance against the reference that rounds the activations as cinfer does (ActRoundModel), for every preset.
 TOL_ACT_ROUND = 0.03
+# Tolerance of llama.cpp's log-probabilities against cinfer's logits, as a fraction of the spread.  Measured: below
+# 1e-5 on the files of Q4_K, Q5_K and IQ4_XS alone (Q8_K activations: the same rounding as cinfer, float32 d),
+# 0.002-0.027 on the other K-quant files, 0.028-0.058 where 32-block types take Q8_0/Q8_1 activations (llama.cpp
+# stores their d as fp16, cinfer as float32).
+TOL_LLAMACPP = 0.1
 # A negative control must miss by more than this many tolerances (measured: at least 2.1 plain tolerances, on
 # r160 Q4_K_M where one tensor holds the main type; over 10 tolerances against the rounding reference).
 CONTROL_MARGIN = 1.5
@@ -374,7 +380,35 @@ def check_file(rep, label, path, preset, main, tokens, measure):
         rep.note("measured %s: err %.5f  act-round err %.2e  control %s / %s  types %s" % (
             label, err[0], err_ar[0], "%.4f" % bug if bug else "-", "%.4f" % bug_ar if bug_ar else "-",
             dict(counts)))
-    return err
+    return got
+
+
+def logprob_err(probs, logits):
+    """llama.cpp's next-token probabilities against cinfer's logits, up to a constant per position: max over
+    positions of max |(log p_i - log p_top) - (l_i - l_top)| / (max l - min l) over the tokens whose probability
+    under cinfer's logits exceeds 1e-12 (top: cinfer's argmax), and the worst position."""
+    lg = np.asarray(logits, dtype=np.float64)
+    rows = np.arange(len(lg))
+    top = lg.argmax(axis=1)
+    rel = lg - lg[rows, top][:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lp = np.log(probs)
+        diff = np.where(rel > np.log(1e-12), np.abs(lp - lp[rows, top][:, None] - rel), 0.0)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    per = diff.max(axis=1) / (lg.max(axis=1) - lg.min(axis=1))
+    return float(per.max()), int(per.argmax())
+
+
+def check_llamacpp_probs(rep, label, probs, got, measure):
+    name = "kquant_llamacpp_logits_%s" % label
+    if probs.shape != got.shape:
+        return rep.fail(name, "llama.cpp gives %s probabilities, cinfer %s logits" % (probs.shape, got.shape))
+    err, pos = logprob_err(probs, got)
+    rep.check(err <= TOL_LLAMACPP, name, "llama.cpp's log-probabilities differ from cinfer's logits by %.4g of the "
+              "spread at position %d, tolerance %g" % (err, pos, TOL_LLAMACPP), "%.3g of the logit spread (tol %g)" % (
+                  err, TOL_LLAMACPP))
+    if measure:
+        rep.note("measured %s: llama.cpp logits err %.5f" % (label, err))
 
 
 def check_llamacpp(rep, label, path, theirs, tmp, measure):
@@ -475,28 +509,32 @@ def main():
         # A further source of files (e.g. `cinfer quantize`) appends its (label, path, preset, type) cases here.
 
         # llama.cpp decodes every file in one node process while the workers check the files against numpy.
+        seqs = []
+        for _, path, _, _ in cases:
+            g = G.GGUF(path)
+            n_vocab = g.tensors["token_embd.weight"].ne[1]
+            seqs.append(ciref.seeded_tokens(N_SEQ, n_vocab, int(g.get("tokenizer.ggml.bos_token_id", 1)), seed=8))
         jobs = None
         if os.environ.get("NLC_DIR"):
             jobs = llamacpp_check.Jobs(tmp)
-            planned = [jobs.greedy(path, N_GEN) for _, path, _, _ in cases]
+            planned = [(jobs.greedy(c[1], N_GEN), jobs.probs(c[1], seq)) for c, seq in zip(cases, seqs)]
             node = node_pool.submit(jobs.run)
         else:
             print("SKIP kquant_llamacpp: NLC_DIR is not set (node-llama-cpp missing)", flush=True)
 
-        def one_file(case):
-            label, path, preset, main = case
+        def one_file(k):
+            label, path, preset, main = cases[k]
             d = Deferred()
             try:
-                g = G.GGUF(path)
-                n_vocab = g.tensors["token_embd.weight"].ne[1]
-                bos = int(g.get("tokenizer.ggml.bos_token_id", 1))
-                check_file(d, label, path, preset, main, ciref.seeded_tokens(N_SEQ, n_vocab, bos, seed=8), measure)
+                return d, check_file(d, label, path, preset, main, seqs[k], measure)
             except (OSError, ValueError, KeyError) as e:
                 d.fail("kquant_vs_numpy_%s" % label, e)
-            return d
+            return d, None
 
-        for d in pool.map(one_file, cases):
+        logits = []
+        for d, got in pool.map(one_file, range(len(cases))):
             d.replay(rep)
+            logits.append(got)
         if jobs is None:
             rep.exit()
         try:
@@ -509,7 +547,12 @@ def main():
             label, path, _, _ = cases[k]
             d = Deferred()
             try:
-                theirs = jobs.get(planned[k])
+                if logits[k] is not None:
+                    check_llamacpp_probs(d, label, jobs.get(planned[k][1]), logits[k], measure)
+            except llamacpp_check.NodeError as e:
+                d.fail("kquant_llamacpp_logits_%s" % label, e)
+            try:
+                theirs = jobs.get(planned[k][0])
             except llamacpp_check.NodeError as e:
                 d.fail("kquant_llamacpp_forced_%s" % label, e)
                 return d, None
