@@ -32,8 +32,8 @@ For every file:
   - llama.cpp decodes 32 greedy tokens from BOS; cinfer's argmax over BOS + llama.cpp's ids (teacher forcing)
     must pick llama.cpp's token at every step where llama.cpp's top-two log-probability gap exceeds TIE = 1.0
     logit; at least MIN_DECISIVE steps of each file, and more than half of all steps, must be decisive;
-  - `cinfer run -p "" -n 32 --temp 0 --ids --ignore-eos` runs, and its ids equal llama.cpp's until they fork,
-    which they may only at one of llama.cpp's near ties (gap <= TIE).
+  - `cinfer run -p "" -n 32 --temp 0 --ids --ignore-eos` prints 32 ids, which equal llama.cpp's until they
+    fork, and they may fork only at one of llama.cpp's near ties (gap <= TIE).
 
 Env: NLC_DIR (node-llama-cpp, from scripts/llamacpp-setup.sh; unset: the llama.cpp comparisons print a SKIP
 line), LLAMA_QUANTIZE, CINFER_BIN, CINFER_MODELS.  KQUANT_MEASURE=1 adds a NOTE with the measured numbers of
@@ -336,6 +336,8 @@ def check_file(rep, label, path, preset, main, tokens, measure):
     except CinferError as e:
         rep.fail(name, e)
 
+    run = run_greedy(rep, label, path)
+
     name = "kquant_vs_numpy_%s" % label
     try:
         m = ActRoundModel.load(path)
@@ -345,7 +347,7 @@ def check_file(rep, label, path, preset, main, tokens, measure):
         err = rel_err(got, m.forward(tokens))
     except (CinferError, OSError, ValueError) as e:
         rep.fail(name, e)
-        return None
+        return None, run
     tol, tol_ar = TOL[preset], TOL_ACT_ROUND
     rep.check(err[0] <= tol, name, "max|cinfer - numpy| = %.4g of the spread at position %d, tolerance %g" % (
         err[0], err[1], tol), "%.4g of the logit spread (tol %g)" % (err[0], tol))
@@ -380,7 +382,7 @@ def check_file(rep, label, path, preset, main, tokens, measure):
         rep.note("measured %s: err %.5f  act-round err %.2e  control %s / %s  types %s" % (
             label, err[0], err_ar[0], "%.4f" % bug if bug else "-", "%.4f" % bug_ar if bug_ar else "-",
             dict(counts)))
-    return got
+    return got, run
 
 
 def logprob_err(probs, logits):
@@ -411,7 +413,20 @@ def check_llamacpp_probs(rep, label, probs, got, measure):
         rep.note("measured %s: llama.cpp logits err %.5f" % (label, err))
 
 
-def check_llamacpp(rep, label, path, theirs, tmp, measure):
+def run_greedy(rep, label, path):
+    """`cinfer run`'s greedy ids from BOS (None if it failed)."""
+    name = "kquant_run_greedy_%s" % label
+    try:
+        out, _ = ciref.cinfer(["run", "-m", path, "-p", "", "-n", N_GEN, "--temp", "0", "--ids", "--ignore-eos"])
+        run = [int(x) for x in out.split()]
+    except (CinferError, ValueError) as e:
+        rep.fail(name, e)
+        return None
+    rep.check(len(run) == N_GEN, name, "cinfer run printed %d ids, not %d" % (len(run), N_GEN), "%d ids" % len(run))
+    return run
+
+
+def check_llamacpp(rep, label, path, theirs, run, measure):
     ids, margins = theirs["ids"], theirs["margins"]
     bos = int(G.GGUF(path).get("tokenizer.ggml.bos_token_id", 1))
     name = "kquant_llamacpp_forced_%s" % label
@@ -434,16 +449,10 @@ def check_llamacpp(rep, label, path, theirs, tmp, measure):
             len(decisive), len(ids), TIE), "same top token at all %d decisive steps of %d (gap > %g)" % (
             len(decisive), len(ids), TIE))
 
-    # cinfer's own greedy decoding (the engine path): the same ids as llama.cpp's until they fork, which they may
-    # only at one of llama.cpp's near ties.
-    name = "kquant_run_greedy_%s" % label
-    try:
-        out, _ = ciref.cinfer(["run", "-m", path, "-p", "", "-n", N_GEN, "--temp", "0", "--ids", "--ignore-eos"])
-        run = [int(x) for x in out.split()]
-        if not run:
-            raise CinferError("cinfer run printed no ids")
-    except (CinferError, ValueError) as e:
-        rep.fail(name, e)
+    # cinfer's own greedy decoding (the engine path, run_greedy): the same ids as llama.cpp's until they fork,
+    # which they may only at one of llama.cpp's near ties.
+    name = "kquant_run_vs_llamacpp_%s" % label
+    if run is None:
         return len(decisive)
     fork = llamacpp_check.first_diff(run, ids)
     if fork is not None and fork < len(ids) and gaps[fork] <= TIE:
@@ -529,12 +538,13 @@ def main():
                 return d, check_file(d, label, path, preset, main, seqs[k], measure)
             except (OSError, ValueError, KeyError) as e:
                 d.fail("kquant_vs_numpy_%s" % label, e)
-            return d, None
+            return d, (None, None)
 
-        logits = []
-        for d, got in pool.map(one_file, range(len(cases))):
+        logits, runs = [], []
+        for d, (got, run) in pool.map(one_file, range(len(cases))):
             d.replay(rep)
             logits.append(got)
+            runs.append(run)
         if jobs is None:
             rep.exit()
         try:
@@ -556,7 +566,7 @@ def main():
             except llamacpp_check.NodeError as e:
                 d.fail("kquant_llamacpp_forced_%s" % label, e)
                 return d, None
-            return d, check_llamacpp(d, label, path, theirs, tmp, measure)
+            return d, check_llamacpp(d, label, path, theirs, runs[k], measure)
 
         total = decisive = 0
         for d, n in pool.map(one_llamacpp, range(len(cases))):
