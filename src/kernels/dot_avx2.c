@@ -536,150 +536,21 @@ MM_Q32(mxfp4)
 
 /* ---- 256-element super-block types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) against Q8_K activations ------ */
 
-/* One weight super-block decoded for the integer dots: codes u in element order, per 32-element chunk c the
- * scale vector (lanes 0-7: group 2c's scale, 8-15: group 2c + 1's, matching maddubs' pair sums), and the 16
- * group scales and mins as vectors for the bsum terms.  Then, exactly as qblock_ref.c:
- *   sumi = sum_c madd(maddubs(u_c, x_c), scale_c) - off * madd(scales, bsum),  summ = madd(mins, bsum). */
-struct kblock {
-    __m256i u[8];
-    __m256i scale[8];
-    __m256i scales, mins;
+/* A weight super-block's scales decoded once per row for its tokens: the scales of its sub-blocks (8 of 32
+ * elements, or 16 of 16) and the 16 group scales and mins as vectors for the bsum terms.  The codes are
+ * decoded from the block's bytes inside each (row, token) dot (kcode; a few shifts and masks, the bytes in
+ * L1).  Then, exactly as qblock_ref.c:
+ *   sumi = sum_c madd(maddubs(u_c, x_c), scale of chunk c) - off * madd(scales, bsum),
+ *   summ = madd(mins, bsum). */
+struct kscales {
+    __m256i scales, mins;        // per 16-element group (int16)
+    _Alignas(32) int16_t sc[16]; // per sub-block: 8 (32-element sub-blocks) or 16
 };
 
-/* Group k of 16 elements: 16 int8 scales -> int16 lanes, and the chunk vectors. */
-AI void kb_scales16(struct kblock *kb, __m128i sc8, bool is_signed) {
-    kb->scales = is_signed ? _mm256_cvtepi8_epi16(sc8) : _mm256_cvtepu8_epi16(sc8);
-    UNROLL
-    for (int c = 0; c < 8; c++) {
-        __m256i lo =
-            _mm256_shuffle_epi8(kb->scales, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c % 8))));
-        __m256i hi =
-            _mm256_shuffle_epi8(kb->scales, _mm256_set1_epi16((short)(0x0100 + 0x0202 * ((2 * c + 1) % 8))));
-        // groups 0-7 live in the low 128 bits of kb->scales, 8-15 in the high ones
-        __m128i l = c < 4 ? _mm256_castsi256_si128(lo) : _mm256_extracti128_si256(lo, 1);
-        __m128i h = c < 4 ? _mm256_castsi256_si128(hi) : _mm256_extracti128_si256(hi, 1);
-        kb->scale[c] = _mm256_set_m128i(h, l);
-    }
+AI bool kq_sub32(uint32_t type) { // sub-blocks of 32 elements (else 16)
+    return type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_IQ4_XS;
 }
-
-/* 8 scales of 32-element sub-blocks (as bytes) duplicated to 16 groups. */
-AI __m128i dup8(__m128i v8) {
-    return _mm_shuffle_epi8(v8, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
-}
-
-AI __m256i load32(const uint8_t *p) {
-    return _mm256_loadu_si256((const __m256i *)(const void *)p);
-}
-
-/* Decodes super-block w of a 256-block type (the layouts of quant.c / qblock_ref.c). */
-AI void kb_decode(uint32_t type, const uint8_t *w, struct kblock *kb) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    switch (type) {
-    case CI_TYPE_Q2_K: { // scales[16] @0 (low nibble scale, high nibble min), qs[64] @16
-        __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)w);
-        kb_scales16(kb, _mm_and_si128(sc, _mm_set1_epi8(0x0f)), false);
-        kb->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0f)));
-        UNROLL
-        for (int h = 0; h < 2; h++) {
-            __m256i q = load32(w + 16 + 32 * h);
-            UNROLL
-            for (int s = 0; s < 4; s++)
-                kb->u[4 * h + s] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m2);
-        }
-        return;
-    }
-    case CI_TYPE_Q3_K: { // hmask[32] @0, qs[64] @32, scales[12] @96: codes q + 4 (0..7), off 4
-        const uint8_t *sc = w + 96;
-        int8_t s16[16];
-        for (int k = 0; k < 16; k++) {
-            int lo = k < 8 ? sc[k] & 0x0f : sc[k - 8] >> 4;
-            int hi = sc[8 + k % 4] >> (2 * (k / 4)) & 3;
-            s16[k] = (int8_t)((lo | hi << 4) - 32);
-        }
-        kb_scales16(kb, _mm_loadu_si128((const __m128i *)(const void *)s16), true);
-        __m256i hm = load32(w);
-        UNROLL
-        for (int h = 0; h < 2; h++) {
-            __m256i q = load32(w + 32 + 32 * h);
-            UNROLL
-            for (int s = 0; s < 4; s++) {
-                __m256i bit = _mm256_set1_epi8((char)(1 << (4 * h + s)));
-                __m256i hb =
-                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
-                kb->u[4 * h + s] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m2), hb);
-            }
-        }
-        return;
-    }
-    case CI_TYPE_Q4_K:
-    case CI_TYPE_Q5_K: { // d, dmin, scales[12] @4, (Q5_K: qh[32] @16), qs[128]
-        uint32_t w0, w1, w2;
-        memcpy(&w0, w + 4, 4);
-        memcpy(&w1, w + 8, 4);
-        memcpy(&w2, w + 12, 4);
-        // The 6-bit fields of kq_scale_min, four at a time: scales 0-3 and mins 0-3 are the low 6 bits of
-        // bytes 0-3 and 4-7; scales 4-7 are the nibbles of bytes 8-11 under the top 2 bits of bytes 0-3,
-        // mins 4-7 the high nibbles under the top 2 bits of bytes 4-7.
-        uint32_t f[4] = {w0 & 0x3f3f3f3fu, (w2 & 0x0f0f0f0fu) | (w0 >> 6 & 0x03030303u) << 4,
-                         w1 & 0x3f3f3f3fu, (w2 >> 4 & 0x0f0f0f0fu) | (w1 >> 6 & 0x03030303u) << 4};
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)f); // scales 0-7, mins 0-7
-        kb_scales16(kb, dup8(v), false);
-        kb->mins = _mm256_cvtepu8_epi16(dup8(_mm_srli_si128(v, 8)));
-        bool q5 = type == CI_TYPE_Q5_K;
-        const uint8_t *qs = w + (q5 ? 48 : 16);
-        __m256i qh = q5 ? load32(w + 16) : _mm256_setzero_si256();
-        UNROLL
-        for (int c = 0; c < 4; c++) {
-            __m256i q = load32(qs + 32 * c);
-            kb->u[2 * c] = _mm256_and_si256(q, m4);
-            kb->u[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        }
-        if (q5) {
-            UNROLL
-            for (int j = 0; j < 8; j++) {
-                __m256i bit = _mm256_set1_epi8((char)(1 << j));
-                kb->u[j] = _mm256_or_si256(kb->u[j],
-                                           _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit),
-                                                            _mm256_set1_epi8(0x10)));
-            }
-        }
-        return;
-    }
-    case CI_TYPE_Q6_K: { // ql[128], qh[64] @128, scales[16] @192: codes 0..63, off 32
-        kb_scales16(kb, _mm_loadu_si128((const __m128i *)(const void *)(w + 192)), true);
-        UNROLL
-        for (int h = 0; h < 2; h++) {
-            __m256i l0 = load32(w + 64 * h), l1 = load32(w + 64 * h + 32), qh = load32(w + 128 + 32 * h);
-            UNROLL
-            for (int r = 0; r < 4; r++) {
-                __m256i lo = r % 2 ? l1 : l0;
-                lo = r / 2 ? _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4) : _mm256_and_si256(lo, m4);
-                __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), m2), 4);
-                kb->u[4 * h + r] = _mm256_or_si256(lo, hi);
-            }
-        }
-        return;
-    }
-    default: { // IQ4_XS: d, scales_h @2, scales_l[4] @4, qs[128] @8: signed table values
-        unsigned sh = (unsigned)(w[2] | w[3] << 8);
-        int8_t s8[16] = {0};
-        for (int j = 0; j < 8; j++)
-            s8[j] = (int8_t)(((w[4 + j / 2] >> (4 * (j % 2)) & 0x0f) | (int)(sh >> (2 * j) & 3) << 4) - 32);
-        kb_scales16(kb, dup8(_mm_loadu_si128((const __m128i *)(const void *)s8)), true);
-        const __m128i tab = _mm_loadu_si128((const __m128i *)(const void *)ci_iq4nl_values);
-        UNROLL
-        for (int j = 0; j < 8; j++) {
-            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(w + 8 + 16 * j));
-            __m128i lo = _mm_shuffle_epi8(tab, _mm_and_si128(b, _mm_set1_epi8(0x0f)));
-            __m128i hi = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f)));
-            kb->u[j] = _mm256_set_m128i(hi, lo);
-        }
-        return;
-    }
-    }
-}
-
-AI int kq_off(uint32_t type) {
+AI int kq_off(uint32_t type) { // the codes are the values plus this (sum q x = sum u x - off sum x)
     return type == CI_TYPE_Q6_K ? 32 : type == CI_TYPE_Q3_K ? 4 : 0;
 }
 AI bool kq_has_mins(uint32_t type) {
@@ -689,29 +560,154 @@ AI size_t kq_d_at(uint32_t type) { // byte offset of the fp16 super-block scale 
     return type == CI_TYPE_Q2_K ? 80 : type == CI_TYPE_Q3_K ? 108 : type == CI_TYPE_Q6_K ? 208 : 0;
 }
 
-/* One (row, token) pair's integer vectors: lanes of vs sum to sumi, lanes of vm to summ. */
-AI void kpair(uint32_t type, const struct kblock *kb, const int8_t *x, const int16_t *bsum, __m256i *vs,
-              __m256i *vm) {
+/* Sub-blocks of 16: int8 scales -> sc[16] and the group vector. */
+AI void ks_scales16(struct kscales *ks, __m128i sc8, bool is_signed) {
+    ks->scales = is_signed ? _mm256_cvtepi8_epi16(sc8) : _mm256_cvtepu8_epi16(sc8);
+    _mm256_store_si256((__m256i *)(void *)ks->sc, ks->scales);
+}
+
+/* 8 bytes (0-7 of v8) each duplicated: the 16 groups of 8 sub-blocks of 32. */
+AI __m128i dup8(__m128i v8) {
+    return _mm_shuffle_epi8(v8, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+}
+
+/* Sub-blocks of 32 (Q4_K, Q5_K: no offset, so no group scales needed): the 8 scales (bytes 0-7 of sc8) ->
+ * sc[8]. */
+AI void ks_scales8(struct kscales *ks, __m128i sc8) {
+    _mm256_store_si256((__m256i *)(void *)ks->sc, _mm256_cvtepu8_epi16(sc8));
+}
+
+AI __m256i load32(const uint8_t *p) {
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+/* The scales of super-block w (the layouts of quant.c / qblock_ref.c). */
+AI void ks_decode(uint32_t type, const uint8_t *w, struct kscales *ks) {
+    switch (type) {
+    case CI_TYPE_Q2_K: { // scales[16] @0: low nibble scale, high nibble min
+        __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)w);
+        ks_scales16(ks, _mm_and_si128(sc, _mm_set1_epi8(0x0f)), false);
+        ks->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0f)));
+        return;
+    }
+    case CI_TYPE_Q3_K: { // scales[12] @96: 16 6-bit scales biased by 32
+        const uint8_t *sc = w + 96;
+        int8_t s16[16];
+        for (int k = 0; k < 16; k++) {
+            int lo = k < 8 ? sc[k] & 0x0f : sc[k - 8] >> 4;
+            int hi = sc[8 + k % 4] >> (2 * (k / 4)) & 3;
+            s16[k] = (int8_t)((lo | hi << 4) - 32);
+        }
+        ks_scales16(ks, _mm_loadu_si128((const __m128i *)(const void *)s16), true);
+        return;
+    }
+    case CI_TYPE_Q4_K:
+    case CI_TYPE_Q5_K: { // scales[12] @4
+        uint32_t w0, w1, w2;
+        memcpy(&w0, w + 4, 4);
+        memcpy(&w1, w + 8, 4);
+        memcpy(&w2, w + 12, 4);
+        // The 6-bit fields of kq_scale_min, four at a time: scales 0-3 and mins 0-3 are the low 6 bits of
+        // bytes 0-3 and 4-7; scales 4-7 are the low nibbles of bytes 8-11 under the top 2 bits of bytes 0-3,
+        // mins 4-7 their high nibbles under the top 2 bits of bytes 4-7.
+        uint32_t f[4] = {w0 & 0x3f3f3f3fu, (w2 & 0x0f0f0f0fu) | (w0 >> 6 & 0x03030303u) << 4,
+                         w1 & 0x3f3f3f3fu, (w2 >> 4 & 0x0f0f0f0fu) | (w1 >> 6 & 0x03030303u) << 4};
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)f); // scales 0-7, mins 0-7
+        ks_scales8(ks, v);
+        ks->mins = _mm256_cvtepu8_epi16(dup8(_mm_srli_si128(v, 8)));
+        return;
+    }
+    case CI_TYPE_Q6_K: // scales[16] @192, int8
+        ks_scales16(ks, _mm_loadu_si128((const __m128i *)(const void *)(w + 192)), true);
+        return;
+    default: { // IQ4_XS: scales_h @2, scales_l[4] @4: 6 bits biased by 32 (no offset, no mins)
+        uint32_t l;
+        memcpy(&l, w + 4, 4);
+        __m256i lo = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32((int)l), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+            _mm256_set1_epi32(0x0f));
+        __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w[2] | w[3] << 8),
+                                                        _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                      _mm256_set1_epi32(3));
+        __m256i v = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        v = _mm256_permute4x64_epi64(_mm256_packs_epi32(v, v), 0x08); // int16 scales 0-7 in the low 128 bits
+        _mm_store_si128((__m128i *)(void *)ks->sc, _mm256_castsi256_si128(v));
+        return;
+    }
+    }
+}
+
+/* The 32 codes of chunk c (elements 32c..32c+31) of super-block w: unsigned values plus kq_off (0..63), or
+ * for IQ4_XS the signed table values.  c is a constant after unrolling, so loads shared by chunks merge. */
+AI __m256i kcode(uint32_t type, const uint8_t *w, const int c) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    switch (type) {
+    case CI_TYPE_Q2_K: // qs[64] @16: element 128h + 32s + l in bits 2s.. of qs[32h + l]
+        return _mm256_and_si256(_mm256_srli_epi16(load32(w + 16 + 32 * (c / 4)), 2 * (c % 4)), m2);
+    case CI_TYPE_Q3_K: { // hmask[32] @0, qs[64] @32: the 2 low bits as Q2_K, bit 4h + s of hmask[l] adds 4
+        __m256i q = _mm256_and_si256(_mm256_srli_epi16(load32(w + 32 + 32 * (c / 4)), 2 * (c % 4)), m2);
+        __m256i bit = _mm256_set1_epi8((char)(1 << c));
+        __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(load32(w), bit), bit);
+        return _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+    }
+    case CI_TYPE_Q4_K:
+    case CI_TYPE_Q5_K: { // qs[128] @16 (Q5_K: @48, qh[32] @16): nibble c % 2 of qs[32 (c / 2) + l]
+        bool q5 = type == CI_TYPE_Q5_K;
+        __m256i q = load32(w + (q5 ? 48 : 16) + 32 * (c / 2));
+        q = c % 2 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+        if (q5) { // bit c of qh[l] is the 5th bit
+            __m256i bit = _mm256_set1_epi8((char)(1 << c));
+            __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(load32(w + 16), bit), bit);
+            q = _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+        }
+        return q;
+    }
+    case CI_TYPE_Q6_K: { // ql[128], qh[64] @128: element 128h + 32r + l
+        const int h = c / 4, r = c % 4;
+        __m256i lo = load32(w + 64 * h + 32 * (r % 2));
+        lo = r / 2 ? _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4) : _mm256_and_si256(lo, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(load32(w + 128 + 32 * h), 2 * r), m2);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    default: // IQ4_XS: qs[128] @8, 16 bytes per 32-element sub-block laid out as IQ4_NL's block
+        return _mm256_shuffle_epi8(value_table(ci_iq4nl_values), q4_bytes(w + 8 + 16 * c));
+    }
+}
+
+/* One (row, token) pair's integer vectors for super-block w: lanes of vs sum to sumi, lanes of vm to summ.
+ * codes: w's codes decoded already (tiles of several tokens), or NULL to decode them here. */
+AI void kpair(uint32_t type, const struct kscales *ks, const uint8_t *w, const __m256i *codes,
+              const int8_t *x, const int16_t *bsum, __m256i *vs, __m256i *vm) {
     __m256i acc = _mm256_setzero_si256();
     UNROLL
     for (int c = 0; c < 8; c++) {
-        __m256i xv = load32((const uint8_t *)(x + 32 * c));
-        __m256i p = type == CI_TYPE_IQ4_XS ? _mm256_maddubs_epi16(_mm256_sign_epi8(kb->u[c], kb->u[c]),
-                                                                  _mm256_sign_epi8(xv, kb->u[c]))
-                                           : _mm256_maddubs_epi16(kb->u[c], xv);
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, kb->scale[c]));
+        __m256i u = codes ? codes[c] : kcode(type, w, c), xv = load32((const uint8_t *)(x + 32 * c));
+        __m256i p = type == CI_TYPE_IQ4_XS
+                        ? _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xv, u))
+                        : _mm256_maddubs_epi16(u, xv);
+        __m256i sv; // lanes 0-7 (elements 0-15 of the chunk): group 2c's scale, lanes 8-15: group 2c + 1's
+        if (kq_sub32(type)) {
+            sv = _mm256_set1_epi16(ks->sc[c]);
+        } else {
+            int32_t pair;
+            memcpy(&pair, ks->sc + 2 * c, 4);
+            sv = _mm256_shuffle_epi8(_mm256_set1_epi32(pair),
+                                     _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
+                                                      3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+        }
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv));
     }
     __m256i bs = load32((const uint8_t *)bsum);
     if (kq_off(type))
         acc = _mm256_sub_epi32(
-            acc, _mm256_slli_epi32(_mm256_madd_epi16(kb->scales, bs), type == CI_TYPE_Q6_K ? 5 : 2));
+            acc, _mm256_slli_epi32(_mm256_madd_epi16(ks->scales, bs), type == CI_TYPE_Q6_K ? 5 : 2));
     *vs = acc;
     if (kq_has_mins(type))
-        *vm = _mm256_madd_epi16(kb->mins, bs);
+        *vm = _mm256_madd_epi16(ks->mins, bs);
 }
 
-/* Rows x tokens with RM x TN = 8 (row, token) pairs, as qtile; each row's super-block is decoded once for
- * the TN tokens. */
+/* Rows x tokens with RM x TN = 8 (row, token) pairs, as qtile; each row's super-block scales (and for 4 or 8
+ * tokens its codes) are decoded once for the TN tokens. */
 AI void ktile(uint32_t type, const int RM, const int TN, const struct tile_args *ta) {
     const struct ci_mm *m = ta->m;
     const int64_t r = ta->r, t = ta->t;
@@ -745,11 +741,16 @@ AI void ktile(uint32_t type, const int RM, const int TN, const struct tile_args 
         __m256i vs[8], vm[8];
         UNROLL
         for (int a = 0; a < RM; a++) {
-            struct kblock kb;
-            kb_decode(type, wr[a] + wo, &kb);
+            struct kscales ks;
+            ks_decode(type, wr[a] + wo, &ks);
+            __m256i codes[8]; // decoded once for several tokens; a single token decodes in its dot
+            UNROLL
+            for (int c = 0; c < 8 && TN >= 4; c++)
+                codes[c] = kcode(type, wr[a] + wo, c);
             UNROLL
             for (int j = 0; j < TN; j++)
-                kpair(type, &kb, xt[j] + b * 256, st[j] + b * 16, &vs[a * TN + j], &vm[a * TN + j]);
+                kpair(type, &ks, wr[a] + wo, TN >= 4 ? codes : NULL, xt[j] + b * 256, st[j] + b * 16,
+                      &vs[a * TN + j], &vm[a * TN + j]);
         }
         float dxs[8];
         UNROLL
