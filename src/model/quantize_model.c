@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -46,6 +47,21 @@ static int arch_int(const struct gguf *g, const char *arch, const char *suffix, 
     return (int)v;
 }
 
+/* llama-quantize visits tensors by layer ("blk.N." prefix; others, as layer -1, first), then by name; the
+ * rules' layer counters advance in that order, so it is the order the types are chosen in here too. */
+struct visit {
+    const char *name;
+    int layer;
+    int64_t i;
+};
+
+static int visit_cmp(const void *pa, const void *pb) {
+    const struct visit *a = pa, *b = pb;
+    if (a->layer != b->layer)
+        return a->layer < b->layer ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
 /* The rows of one tensor, split into tasks of ROWS_PER_TASK rows for the pool. */
 struct job {
     const struct ci_tensor *src;
@@ -81,6 +97,7 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
     struct gguf_writer *w = NULL;
     struct ci_threadpool *tp = NULL;
     uint32_t *types = NULL;
+    struct visit *visits = NULL;
     uint8_t *buf = NULL;
     float *rows = NULL;
     FILE *f = NULL;
@@ -109,8 +126,9 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
     rules.pure = opt->pure;
 
     const int64_t n_tensors = gguf_n_tensors(g);
-    if (!(w = gguf_writer_create()) ||
-        !(types = ci_calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *types))) {
+    size_t n_alloc = n_tensors ? (size_t)n_tensors : 1;
+    if (!(w = gguf_writer_create()) || !(types = ci_calloc(n_alloc, sizeof *types)) ||
+        !(visits = ci_calloc(n_alloc, sizeof *visits))) {
         s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -123,15 +141,24 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
     // Choose every tensor's type (two passes, as llama.cpp: the counts first, then the choices in order).
     for (int64_t i = 0; i < n_tensors; i++)
         quant_rules_count(&rules, gguf_tensor(g, i)->name);
+    for (int64_t i = 0; i < n_tensors; i++) {
+        visits[i] = (struct visit){gguf_tensor(g, i)->name, -1, i};
+        if (sscanf(visits[i].name, "blk.%d.", &visits[i].layer) != 1)
+            visits[i].layer = -1;
+    }
+    qsort(visits, (size_t)n_tensors, sizeof *visits, visit_cmp);
+    for (int64_t k = 0; k < n_tensors; k++) {
+        const struct ci_tensor *t = gguf_tensor(g, visits[k].i);
+        int n_dims = GGUF_MAX_DIMS; // as ggml_n_dims: trailing dimensions of 1 do not count
+        while (n_dims > 1 && t->ne[n_dims - 1] == 1)
+            n_dims--;
+        types[visits[k].i] = quant_rules_type(&rules, t->name, n_dims, t->ne[0], t->type);
+    }
     uint64_t max_bytes = 0;
     int64_t max_row = 0;
     bool any_quant = false;
     for (int64_t i = 0; i < n_tensors; i++) {
         const struct ci_tensor *t = gguf_tensor(g, i);
-        int n_dims = GGUF_MAX_DIMS; // as ggml_n_dims: trailing dimensions of 1 do not count
-        while (n_dims > 1 && t->ne[n_dims - 1] == 1)
-            n_dims--;
-        types[i] = quant_rules_type(&rules, t->name, n_dims, t->ne[0], t->type);
         if (types[i] != t->type && !dequantizable(t->type)) {
             s = ci_err_set(err, CI_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, which cannot be converted to %s",
                            in, t->name, ci_type_name(t->type), ci_type_name(types[i]));
@@ -209,6 +236,7 @@ fail:
     ci_free(buf);
     ci_threadpool_free(tp);
     ci_free(types);
+    ci_free(visits);
     gguf_writer_free(w);
     gguf_free(g);
     return s;

@@ -1,7 +1,9 @@
-"""`cinfer quantize` against native llama.cpp's `llama-quantize` on the same F32 synth models (tiny, tiny-qwen2)
-for Q4_K_M, Q6_K and IQ4_XS: the per-tensor type choices must be identical, and cinfer's dequantized weights no
-further from the F32 weights than llama-quantize's (relative RMSE at most 2% above, per tensor).  Values are
-read by the numpy reader (tests/ref/gguf_np.py, IQ4_XS by tests/ref/test_quantize_np.py's dequantizer).
+"""`cinfer quantize` against native llama.cpp's `llama-quantize` on the same F32 models: every preset on the
+`tiny` synth model, three on `tiny-qwen2`, the mixtures on models shaped like TinyLlama 1.1B and Qwen2 0.5B (the
+layer rules and the fallbacks).  The per-tensor type choices and general.file_type must be identical, and
+cinfer's dequantized weights no further from the F32 weights than llama-quantize's (relative RMSE at most 2%
+above, per tensor); the detail line says how many tensors came out byte-identical.  Values are read by the numpy
+reader (tests/ref/gguf_np.py, IQ4 by tests/ref/test_quantize_np.py's dequantizer).
 
 llama-quantize is the native build of scripts/llamacpp-native.sh (in ${CINFER_LLAMACPP_DIR:-~/.cache/cinfer/
 llama.cpp}/build-cinfer/bin, or $CINFER_LLAMA_QUANTIZE); this test never builds it and prints SKIP without it."""
@@ -19,8 +21,13 @@ import ciref  # noqa: E402
 import gguf_np  # noqa: E402
 import test_quantize_np as tq  # noqa: E402
 
-PRESETS = ("Q4_K_M", "Q6_K", "IQ4_XS")
-MODELS = ("tiny", "tiny-qwen2")
+MIX = ("Q4_K_M", "Q5_K_M", "Q3_K_M", "Q4_K_S", "Q2_K", "IQ4_XS")
+# (model, how it is made, presets): every preset on `tiny`; the models shaped like TinyLlama 1.1B and Qwen2
+# 0.5B (2 rows per matrix) exercise the layer rules and the fallbacks.
+MODELS = (("tiny", "synth", tuple(tq.FTYPE)), ("tiny-qwen2", "synth", ("Q4_K_M", "Q6_K", "IQ4_XS")),
+          ("tinyllama-1.1b", "shaped", MIX), ("qwen2-0.5b", "shaped", MIX))
+SHAPES = {"tinyllama-1.1b": ("llama", 22, 2048, 32, 4, 5632, False, False),
+          "qwen2-0.5b": ("qwen2", 24, 896, 14, 2, 4864, True, True)}
 SLACK = 1.02
 
 
@@ -46,15 +53,18 @@ def main():
               "or set CINFER_LLAMA_QUANTIZE)")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        for model in MODELS:
+        for model, how, presets in MODELS:
             src = os.path.join(tmp, model + ".gguf")
             try:
-                ciref.cinfer(["synth", "--preset", model, "--type", "f32", "--seed", "11", "-o", src])
+                if how == "synth":
+                    ciref.cinfer(["synth", "--preset", model, "--type", "f32", "--seed", "11", "-o", src])
+                else:
+                    tq.shaped_model(src, *SHAPES[model])
             except ciref.CinferError as e:
                 rep.fail("quantize_llamacpp_%s" % model, e)
                 continue
             g0 = gguf_np.GGUF(src)
-            for preset in PRESETS:
+            for preset in presets:
                 name = "quantize_llamacpp_%s_%s" % (model, preset.lower())
                 ours, theirs = os.path.join(tmp, "c.gguf"), os.path.join(tmp, "l.gguf")
                 try:
@@ -72,20 +82,22 @@ def main():
                              for n, t in gc.tensors.items()
                              if n not in gl.tensors or gl.tensors[n].type != t.type]
                 type_diff += ["%s missing" % n for n in gl.tensors if n not in gc.tensors]
-                worse, same, sc, sl = [], 0, 0.0, 0.0
+                worse, same, n_q, sc, sl = [], 0, 0, 0.0, 0.0
                 for n, t in gc.tensors.items():
                     if n not in gl.tensors or t.type == gguf_np.F32:
                         continue
                     x = g0.tensor(n).reshape(-1)
                     ec, el = rel_err(x, tq.tensor_values(gc, n)), rel_err(x, tq.tensor_values(gl, n))
-                    sc, sl = sc + ec, sl + el
-                    same += gc.raw(n) == gl.raw(n) if t.type in gguf_np.TYPES else 0
+                    n_q, sc, sl = n_q + 1, sc + ec, sl + el
+                    same += tq.tensor_raw(gc, n) == tq.tensor_raw(gl, n)
                     if ec > SLACK * el:
                         worse.append("%s %s: %.5f vs %.5f" % (n, tq.NAMES.get(t.type), ec, el))
-                rep.check(not type_diff and not worse, name,
-                          "types differ: %s; worse than llama-quantize: %s" % (type_diff[:3], worse[:3]),
-                          "mean relative RMSE cinfer %.5f, llama-quantize %.5f; %d tensors byte-identical" % (
-                              sc / max(1, len(gc.tensors)), sl / max(1, len(gc.tensors)), same))
+                ft = (gc.kv.get("general.file_type"), gl.kv.get("general.file_type"))
+                rep.check(not type_diff and not worse and ft[0] == ft[1], name,
+                          "types differ: %s; worse than llama-quantize: %s; file_type %s" % (
+                              type_diff[:3], worse[:3], ft),
+                          "mean relative RMSE cinfer %.5f, llama-quantize %.5f; %d of %d tensors byte-identical"
+                          % (sc / max(1, n_q), sl / max(1, n_q), same, n_q))
     rep.exit()
 
 

@@ -57,12 +57,19 @@ def dequant_iq4(ttype, buf, n):
     return (dl[:, :, None] * kv[idx]).reshape(n)
 
 
+def tensor_raw(g, name):
+    t = g.tensors[name]
+    if t.type not in EXTRA:
+        return g.raw(name)
+    _, bs, ts = EXTRA[t.type]
+    start = g.data_offset + t.offset
+    return g.buf[start:start + t.n_elements // bs * ts]
+
+
 def tensor_values(g, name):
     t = g.tensors[name]
     if t.type in EXTRA:
-        _, bs, ts = EXTRA[t.type]
-        start = g.data_offset + t.offset
-        return dequant_iq4(t.type, g.buf[start:start + t.n_elements // bs * ts], t.n_elements)
+        return dequant_iq4(t.type, tensor_raw(g, name), t.n_elements)
     return g.tensor(name).reshape(-1)
 
 
@@ -164,7 +171,8 @@ def shaped_model(path, arch, n_layer, n_embd, n_head, n_kv, n_ff, tied, bias):
     kvs = [("general.architecture", gguf_np.T_STRING, arch), ("general.file_type", U32, 0),
            (arch + ".block_count", U32, n_layer), (arch + ".embedding_length", U32, n_embd),
            (arch + ".attention.head_count", U32, n_head), (arch + ".attention.head_count_kv", U32, n_kv),
-           (arch + ".feed_forward_length", U32, n_ff)]
+           (arch + ".feed_forward_length", U32, n_ff), (arch + ".context_length", U32, 2048),
+           (arch + ".attention.layer_norm_rms_epsilon", gguf_np.T_FLOAT32, 1e-6)]
     gguf_write_np.write_gguf(path, kvs, T)
     return [(n, 1 if a.ndim == 1 else 2, a.shape[-1], "F32") for n, a, _ in T]
 
