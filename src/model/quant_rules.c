@@ -2,10 +2,12 @@
 #include "model/quant_rules.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "core/check.h"
+#include "core/mem.h"
 #include "kernels/quant.h"
 
 // LLAMA_FTYPE_* numbers (llama.h).
@@ -321,4 +323,37 @@ uint32_t quant_rules_type(struct quant_rules *r, const char *name, int n_dims, i
     if (!r->pure)
         t = mixture_type(r, t, name, ne0);
     return fallback(r, t, ne0);
+}
+
+struct visit {
+    const char *name;
+    int layer;
+    int64_t i;
+};
+
+static int visit_cmp(const void *pa, const void *pb) {
+    const struct visit *a = pa, *b = pb;
+    if (a->layer != b->layer)
+        return a->layer < b->layer ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+enum ci_status quant_rules_choose(struct quant_rules *r, struct quant_tensor *t, int64_t n,
+                                  struct ci_err *err) {
+    struct visit *v = ci_calloc(n > 0 ? (size_t)n : 1, sizeof *v);
+    if (!v)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        quant_rules_count(r, t[i].name);
+        v[i] = (struct visit){t[i].name, -1, i};
+        if (sscanf(t[i].name, "blk.%d.", &v[i].layer) != 1)
+            v[i].layer = -1;
+    }
+    qsort(v, (size_t)n, sizeof *v, visit_cmp);
+    for (int64_t k = 0; k < n; k++) {
+        struct quant_tensor *x = &t[v[k].i];
+        x->type = quant_rules_type(r, x->name, x->n_dims, x->ne0, x->src_type);
+    }
+    ci_free(v);
+    return CI_OK;
 }

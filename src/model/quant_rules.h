@@ -10,13 +10,16 @@
  *     grouped-query attention (n_head / n_head_kv >= 4) in Q2_K and IQ4_*;
  *   - a type whose block does not divide the row length falls back (IQ4_XS -> IQ4_NL, Q2_K/Q3_K -> Q4_0,
  *     Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), and to F16 when even that block does not divide it.
- * Usage: quant_rules_init, quant_rules_count for every tensor name, then quant_rules_type for every tensor
- * in file order (the layer counters advance in that order, as in llama.cpp). */
+ * Usage: quant_rules_init, then quant_rules_choose over the file's tensors (or by hand: quant_rules_count for
+ * every tensor name, then quant_rules_type for every tensor in llama.cpp's visiting order, which the layer
+ * counters advance in). */
 #ifndef CINFER_MODEL_QUANT_RULES_H
 #define CINFER_MODEL_QUANT_RULES_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "core/status.h"
 
 struct quant_preset {
     const char *name; // "Q4_K_M", as llama-quantize names it
@@ -53,5 +56,21 @@ void quant_rules_count(struct quant_rules *r, const char *name);
  * be written in. */
 uint32_t quant_rules_type(struct quant_rules *r, const char *name, int n_dims, int64_t ne0,
                           uint32_t src_type);
+
+/* One tensor for quant_rules_choose: name, dimensions (trailing 1s not counted, as ggml_n_dims), row length
+ * and stored type in; the chosen type out. */
+struct quant_tensor {
+    const char *name;
+    int n_dims;
+    int64_t ne0;
+    uint32_t src_type;
+    uint32_t type; // out
+};
+
+/* Both passes over a whole file's tensors: the counts, then the choices in llama-quantize's visiting order
+ * (by layer "blk.N.", tensors outside the layers first, then by name), whatever order t[] is in.  r comes from
+ * quant_rules_init.  CI_ERR_NOMEM only. */
+enum ci_status quant_rules_choose(struct quant_rules *r, struct quant_tensor *t, int64_t n,
+                                  struct ci_err *err);
 
 #endif

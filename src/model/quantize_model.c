@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -47,21 +46,6 @@ static int arch_int(const struct gguf *g, const char *arch, const char *suffix, 
     return (int)v;
 }
 
-/* llama-quantize visits tensors by layer ("blk.N." prefix; others, as layer -1, first), then by name; the
- * rules' layer counters advance in that order, so it is the order the types are chosen in here too. */
-struct visit {
-    const char *name;
-    int layer;
-    int64_t i;
-};
-
-static int visit_cmp(const void *pa, const void *pb) {
-    const struct visit *a = pa, *b = pb;
-    if (a->layer != b->layer)
-        return a->layer < b->layer ? -1 : 1;
-    return strcmp(a->name, b->name);
-}
-
 /* The rows of one tensor, split into tasks of ROWS_PER_TASK rows for the pool. */
 struct job {
     const struct ci_tensor *src;
@@ -96,8 +80,7 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
     struct gguf *g = NULL;
     struct gguf_writer *w = NULL;
     struct ci_threadpool *tp = NULL;
-    uint32_t *types = NULL;
-    struct visit *visits = NULL;
+    struct quant_tensor *qt = NULL; // [n_tensors]: each tensor's chosen type
     uint8_t *buf = NULL;
     float *rows = NULL;
     FILE *f = NULL;
@@ -126,9 +109,7 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
     rules.pure = opt->pure;
 
     const int64_t n_tensors = gguf_n_tensors(g);
-    size_t n_alloc = n_tensors ? (size_t)n_tensors : 1;
-    if (!(w = gguf_writer_create()) || !(types = ci_calloc(n_alloc, sizeof *types)) ||
-        !(visits = ci_calloc(n_alloc, sizeof *visits))) {
+    if (!(w = gguf_writer_create()) || !(qt = ci_calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *qt))) {
         s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -138,44 +119,38 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
     gguf_writer_set_u32(w, "general.file_type", (uint32_t)p->ftype);
     rep->ftype = p->ftype;
 
-    // Choose every tensor's type (two passes, as llama.cpp: the counts first, then the choices in order).
-    for (int64_t i = 0; i < n_tensors; i++)
-        quant_rules_count(&rules, gguf_tensor(g, i)->name);
+    // Every tensor's type, chosen as llama-quantize does.
     for (int64_t i = 0; i < n_tensors; i++) {
-        visits[i] = (struct visit){gguf_tensor(g, i)->name, -1, i};
-        if (sscanf(visits[i].name, "blk.%d.", &visits[i].layer) != 1)
-            visits[i].layer = -1;
-    }
-    qsort(visits, (size_t)n_tensors, sizeof *visits, visit_cmp);
-    for (int64_t k = 0; k < n_tensors; k++) {
-        const struct ci_tensor *t = gguf_tensor(g, visits[k].i);
+        const struct ci_tensor *t = gguf_tensor(g, i);
         int n_dims = GGUF_MAX_DIMS; // as ggml_n_dims: trailing dimensions of 1 do not count
         while (n_dims > 1 && t->ne[n_dims - 1] == 1)
             n_dims--;
-        types[visits[k].i] = quant_rules_type(&rules, t->name, n_dims, t->ne[0], t->type);
+        qt[i] = (struct quant_tensor){t->name, n_dims, t->ne[0], t->type, t->type};
     }
+    if ((s = quant_rules_choose(&rules, qt, n_tensors, err)) != CI_OK)
+        goto fail;
     uint64_t max_bytes = 0;
     int64_t max_row = 0;
     bool any_quant = false;
     for (int64_t i = 0; i < n_tensors; i++) {
         const struct ci_tensor *t = gguf_tensor(g, i);
-        if (types[i] != t->type && !dequantizable(t->type)) {
+        if (qt[i].type != t->type && !dequantizable(t->type)) {
             s = ci_err_set(err, CI_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, which cannot be converted to %s",
-                           in, t->name, ci_type_name(t->type), ci_type_name(types[i]));
+                           in, t->name, ci_type_name(t->type), ci_type_name(qt[i].type));
             goto fail;
         }
-        gguf_writer_add_tensor(w, t->name, types[i], t->n_dims, t->ne, NULL);
+        gguf_writer_add_tensor(w, t->name, qt[i].type, t->n_dims, t->ne, NULL);
         if ((s = gguf_writer_status(w, err)) != CI_OK)
             goto fail;
         uint64_t nb = gguf_writer_tensor_nbytes(w, i);
-        if (types[i] != t->type) {
+        if (qt[i].type != t->type) {
             max_bytes = nb > max_bytes ? nb : max_bytes;
             max_row = t->ne[0] > max_row ? t->ne[0] : max_row;
         }
-        any_quant |= ci_type_traits(types[i])->block_size > 1;
-        rep->types[types[i]].count++;
-        rep->types[types[i]].n_elements += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
-        rep->types[types[i]].n_bytes += nb;
+        any_quant |= ci_type_traits(qt[i].type)->block_size > 1;
+        rep->types[qt[i].type].count++;
+        rep->types[qt[i].type].n_elements += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        rep->types[qt[i].type].n_bytes += nb;
     }
     if (any_quant)
         gguf_writer_set_u32(w, "general.quantization_version", 2);
@@ -204,9 +179,9 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
     for (int64_t i = 0; i < n_tensors; i++) {
         const struct ci_tensor *t = gguf_tensor(g, i);
         const void *data = t->data;
-        if (types[i] != t->type) {
-            struct job j = {t, types[i], 0, 0, buf, rows};
-            bool ok = ci_row_bytes(types[i], (uint64_t)t->ne[0], &j.out_row_bytes);
+        if (qt[i].type != t->type) {
+            struct job j = {t, qt[i].type, 0, 0, buf, rows};
+            bool ok = ci_row_bytes(qt[i].type, (uint64_t)t->ne[0], &j.out_row_bytes);
             CI_ASSERT(ok);
             j.n_rows = t->ne[1] * t->ne[2] * t->ne[3];
             int64_t n_tasks = (j.n_rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
@@ -235,8 +210,7 @@ fail:
     ci_free(rows);
     ci_free(buf);
     ci_threadpool_free(tp);
-    ci_free(types);
-    ci_free(visits);
+    ci_free(qt);
     gguf_writer_free(w);
     gguf_free(g);
     return s;

@@ -276,14 +276,21 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
 }
 
 /* A llama.cpp preset: the F32 plan's tensors re-typed by llama-quantize's per-tensor rules. */
-static void apply_preset(const struct synth_preset *ps, const struct quant_preset *qp, struct plan *plans,
-                         int n) {
+static enum ci_status apply_preset(const struct synth_preset *ps, const struct quant_preset *qp,
+                                   struct plan *plans, int n, struct ci_err *err) {
     struct quant_rules r;
+    struct quant_tensor *qt = ci_calloc((size_t)n, sizeof *qt);
+    if (!qt)
+        return ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
     quant_rules_init(&r, qp, ps->n_layer, ps->n_head, ps->n_kv_head, 0);
     for (int i = 0; i < n; i++)
-        quant_rules_count(&r, plans[i].name);
-    for (int i = 0; i < n; i++)
-        plans[i].type = quant_rules_type(&r, plans[i].name, plans[i].n_dims, plans[i].ne[0], CI_TYPE_F32);
+        qt[i] =
+            (struct quant_tensor){plans[i].name, plans[i].n_dims, plans[i].ne[0], CI_TYPE_F32, CI_TYPE_F32};
+    enum ci_status s = quant_rules_choose(&r, qt, n, err);
+    for (int i = 0; i < n && s == CI_OK; i++)
+        plans[i].type = qt[i].type;
+    ci_free(qt);
+    return s;
 }
 
 static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, int file_type, bool quantized) {
@@ -339,8 +346,8 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
     }
     int n_plans = build_plan(ps, qp ? CI_TYPE_F32 : type, plans);
     CI_ASSERT(n_plans <= max_tensors);
-    if (qp)
-        apply_preset(ps, qp, plans, n_plans);
+    if (qp && (s = apply_preset(ps, qp, plans, n_plans, err)) != CI_OK)
+        goto fail;
     bool quantized = false;
     for (int i = 0; i < n_plans; i++)
         quantized |= ci_type_traits(plans[i].type)->block_size > 1;
