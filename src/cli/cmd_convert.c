@@ -21,7 +21,8 @@ int cmd_convert(int argc, char **argv) {
     struct arg_spec specs[] = {
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  llama2.c tokenizer.bin (required)"},
         {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  GGUF file to write"},
-        {"--type", NULL, ARG_STR, &type_name, 0, 0, "T  f32|f16|q8_0 for the matrices (default f32)"},
+        {"--type", NULL, ARG_STR, &type_name, 0, 0,
+         "T  f32|f16|q8_0 for the matrices (default f32), or a `cinfer quantize` type (Q4_K_M, ...)"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 2)) {
@@ -36,7 +37,7 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "cinfer convert: usage: cinfer convert IN.bin --tokenizer TOK.bin -o OUT.gguf\n");
         return 2;
     }
-    if (!check_type("convert", type_name, "f32|f16|q8_0"))
+    if (!cinfer_quantize_type_known(type_name) && !check_type("convert", type_name, "f32|f16|q8_0"))
         return 2;
     struct cinfer_error err = {0};
     if (cinfer_convert_llama2c(pos[0], tok_path, type_name, out_path, &err) != CINFER_OK) {

@@ -351,10 +351,12 @@ enum cinfer_status cinfer_convert_llama2c(const char *in, const char *tokenizer_
                                           const char *out, struct cinfer_error *err) {
     struct ci_err e = {0};
     uint32_t t;
-    if (!synth_type_parse(type ? type : "f32", &t))
-        ci_err_set(&e, CI_ERR_INVALID, "unknown weight type '%s'", type);
-    else if (convert_llama2c(in, tokenizer_path, t, out, &e) == CI_OK)
+    if (synth_type_parse(type ? type : "f32", &t)) {
+        if (convert_llama2c(in, tokenizer_path, t, out, &e) == CI_OK)
+            return CINFER_OK;
+    } else if (convert_llama2c_preset(in, tokenizer_path, type, out, &e) == CI_OK) {
         return CINFER_OK;
+    }
     return api_fail(err, &e);
 }
 

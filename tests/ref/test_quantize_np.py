@@ -7,7 +7,8 @@
   and Qwen2 0.5B (every tensor's row length, layer count and head counts, but 2 rows each, so they take
   milliseconds), against the rules of llama.cpp's src/llama-quant.cpp written out again below, and against the
   tensor counts of the real files (TinyLlama Q4_K_M: 135 Q4_K + 21 Q6_K);
-- `cinfer synth --type Q4_K_M` gives the same tensors as `cinfer quantize` of the F32 synth file."""
+- `cinfer synth --type Q4_K_M` (and `cinfer convert --type Q4_K_M` of stories260K.bin) gives the same tensors
+  as `cinfer quantize` of the F32 file."""
 
 import os
 import tempfile
@@ -232,6 +233,26 @@ def main():
             rep.check(same, "quantize_np_synth_same_as_quantize", "synth --type Q4_K_M differs from quantize")
         except (ciref.CinferError, gguf_np.GGUFError) as e:
             rep.fail("quantize_np_synth_same_as_quantize", e)
+
+        # convert --type PRESET likewise, on the llama2.c checkpoint (rows of 64: every fallback).
+        ckpt, tok = ciref.model_path("stories260K.bin"), ciref.model_path("tok512.bin")
+        if os.path.exists(ckpt) and os.path.exists(tok):
+            try:
+                f32, a, b = (os.path.join(tmp, n) for n in ("c32.gguf", "ca.gguf", "cb.gguf"))
+                ciref.cinfer(["convert", ckpt, "--tokenizer", tok, "-o", f32])
+                ciref.cinfer(["convert", ckpt, "--tokenizer", tok, "--type", "Q4_K_M", "-o", a])
+                ciref.cinfer(["quantize", f32, b, "Q4_K_M"])
+                ga, gb = gguf_np.GGUF(a), gguf_np.GGUF(b)
+                same = ga.tensors.keys() == gb.tensors.keys() and all(
+                    ga.tensors[n].type == gb.tensors[n].type and tensor_raw(ga, n) == tensor_raw(gb, n)
+                    for n in ga.tensors) and ga.kv["general.file_type"] == 15
+                rep.check(same, "quantize_np_convert_same_as_quantize", "convert --type Q4_K_M differs from quantize",
+                          " ".join("%s:%d" % kv for kv in sorted(count({n: NAMES.get(t.type) for n, t in
+                                                                       ga.tensors.items()}).items())))
+            except (ciref.CinferError, gguf_np.GGUFError) as e:
+                rep.fail("quantize_np_convert_same_as_quantize", e)
+        else:
+            rep.note("no %s: convert --type not checked" % ckpt)
 
         # Type choices on the real shapes.
         shapes = {
