@@ -13,7 +13,7 @@
 #include "format/gguf_write.h"
 #include "model/quant_rules.h"
 
-#define ROWS_PER_TASK 16
+#define ROWS_PER_TASK 16 // at least; more when a tensor has over 2^31 tasks' worth of rows
 
 static bool dequantizable(uint32_t type) {
     switch (type) {
@@ -51,7 +51,7 @@ struct job {
     const struct ci_tensor *src;
     uint32_t type;
     uint64_t out_row_bytes;
-    int64_t n_rows;
+    int64_t n_rows, rows_per_task;
     uint8_t *out;
     float *rows; // [n_threads][ne0]: one row of floats per thread
 };
@@ -60,8 +60,8 @@ static void run_rows(void *ctx, int task, int thread) {
     const struct job *j = ctx;
     const int64_t ne0 = j->src->ne[0];
     float *row = j->rows + (size_t)thread * (size_t)ne0;
-    int64_t r1 = (int64_t)(task + 1) * ROWS_PER_TASK;
-    for (int64_t r = (int64_t)task * ROWS_PER_TASK; r < r1 && r < j->n_rows; r++) {
+    int64_t r1 = (int64_t)(task + 1) * j->rows_per_task;
+    for (int64_t r = (int64_t)task * j->rows_per_task; r < r1 && r < j->n_rows; r++) {
         const uint8_t *in = (const uint8_t *)j->src->data + (uint64_t)r * j->src->row_bytes;
         ci_dequantize_row(j->src->type, in, row, ne0);
         ci_quantize_row(j->type, row, j->out + (uint64_t)r * j->out_row_bytes, ne0);
@@ -180,12 +180,12 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
         const struct ci_tensor *t = gguf_tensor(g, i);
         const void *data = t->data;
         if (qt[i].type != t->type) {
-            struct job j = {t, qt[i].type, 0, 0, buf, rows};
+            struct job j = {t, qt[i].type, 0, t->ne[1] * t->ne[2] * t->ne[3], ROWS_PER_TASK, buf, rows};
             bool ok = ci_row_bytes(qt[i].type, (uint64_t)t->ne[0], &j.out_row_bytes);
-            CI_ASSERT(ok);
-            j.n_rows = t->ne[1] * t->ne[2] * t->ne[3];
-            int64_t n_tasks = (j.n_rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
-            CI_ASSERT(n_tasks <= INT32_MAX);
+            CI_ASSERT(ok); // the rules only choose types whose block divides the row
+            if (j.n_rows / j.rows_per_task >= INT32_MAX)
+                j.rows_per_task = j.n_rows / (INT32_MAX / 2);
+            int64_t n_tasks = (j.n_rows + j.rows_per_task - 1) / j.rows_per_task;
             ci_threadpool_run(tp, run_rows, &j, (int)n_tasks);
             data = buf;
         }
