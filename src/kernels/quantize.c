@@ -7,8 +7,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels/quant.h"
-
 #define QK       32  // legacy and IQ4_NL block, K-quant sub-block of Q4_K/Q5_K/IQ4_XS
 #define QK_K     256 // K-quant super-block
 #define MAX_IN   1e30f
@@ -33,17 +31,44 @@ static int clampi(int v, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* Stores f as fp16 at p, saturated at +-65504 so an oversized scale never becomes an infinity; returns the
- * value stored (what the dequantizer will use). */
+/* IEEE half from a finite float within +-65504, rounded to nearest even, and back: the same results as
+ * quant.c's ci_fp32_to_fp16 / ci_fp16_to_fp32, written again because quant.c dispatches into this file, which
+ * therefore cannot include quant.h (the modules must not form a cycle). */
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax < 0x38800000u) { // below 2^-14: a subnormal half (or zero), value / 2^-24 rounded to nearest even
+        float af;
+        memcpy(&af, &ax, 4);
+        return (uint16_t)(sign | (uint16_t)nearbyintf(af * 16777216.0f));
+    }
+    uint32_t h = ((ax >> 23) - 112) << 10 | (ax & 0x7fffffu) >> 13, rest = ax & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1)))
+        h++; // a carry into the exponent is still correct
+    return (uint16_t)(sign | h);
+}
+
+static float f16_to_f32(uint16_t h) {
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v = e == 0 ? (float)m * 0x1p-24f : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Stores f as fp16 at p, saturated at +-65504 so an oversized scale never becomes an infinity (and NaN, which
+ * cannot come from sanitized inputs, as 0); returns the value stored (what the dequantizer will use). */
 static float put_f16(uint8_t *p, float f) {
+    if (f != f)
+        f = 0.0f;
     if (f > 65504.0f)
         f = 65504.0f;
     if (f < -65504.0f)
         f = -65504.0f;
-    uint16_t h = ci_fp32_to_fp16(f);
+    uint16_t h = f32_to_f16(f);
     p[0] = (uint8_t)h;
     p[1] = (uint8_t)(h >> 8);
-    return ci_fp16_to_fp32(h);
+    return f16_to_f32(h);
 }
 
 /* Copies n inputs into buf with NaN and infinities read as 0 and magnitudes capped far beyond what any fp16
