@@ -229,3 +229,10 @@ if [ -e "$T/q8.gguf" ]; then
 else
     pass quantize_unsupported_source_no_output
 fi
+# --pure: every quantized tensor in the base type (no Q6_K head, no more-bits layers).
+if out=$("$BIN" quantize "$T/q-src.gguf" "$T/q-pure.gguf" Q4_K_M --pure 2>"$T/err") &&
+    grep -qE '^Q4_K +30 tensors' <<<"$out" && ! grep -q '^Q6_K' <<<"$out"; then
+    pass quantize_pure
+else
+    fail quantize_pure "$out $(cat "$T/err")"
+fi
