@@ -168,8 +168,9 @@ CINFER_API enum cinfer_status cinfer_convert_llama2c(const char *in, const char 
                                                      struct cinfer_error *err);
 CINFER_API enum cinfer_status cinfer_synth(const char *preset, const char *type, uint64_t seed,
                                            const char *out, struct cinfer_error *err);
-/* The matrix types a file can be written in: "f32", "f16", "bf16", "q8_0", "q4_0" (convert: f32, f16, q8_0).
- */
+/* The uniform matrix types a file can be written in: "f32", "f16", "bf16", "q8_0", "q4_0" (convert: f32, f16,
+ * q8_0).  cinfer_synth and cinfer_convert_llama2c also take any cinfer_quantize type ("Q4_K_M", ...): the
+ * tensors are then typed as llama-quantize would type the F32 file. */
 CINFER_API bool cinfer_weight_type_known(const char *type);
 /* Re-types a GGUF file per one of llama.cpp's quantization presets ("Q4_K_M", "Q6_K", "IQ4_XS", "F16", ...;
  * cinfer_quantize_types lists them), with llama-quantize's choice of each tensor's type (without an
