@@ -42,7 +42,6 @@ static const struct ci_type_traits traits[CI_TYPE_COUNT] = {
     [CI_TYPE_MXFP4] = {"MXFP4", 32, 17},
 };
 
-const int8_t ci_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 const int8_t ci_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 float ci_e8m0_half_to_fp32(uint8_t e) {
