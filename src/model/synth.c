@@ -23,6 +23,8 @@ static const struct synth_preset presets[] = {
     {"smollm2-135m", MODEL_ARCH_LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false},
     {"tinyllama-1.1b", MODEL_ARCH_LLAMA, 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false},
     {"qwen2-0.5b", MODEL_ARCH_QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true},
+    // Llama 3.2 3B's shapes (its llama3 RoPE frequency scaling is not modelled: synth's weights are random)
+    {"llama3.2-3b", MODEL_ARCH_LLAMA, 3072, 28, 24, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false},
 };
 
 #define N_PRESETS      ((int)(sizeof presets / sizeof *presets))
