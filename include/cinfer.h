@@ -168,9 +168,39 @@ CINFER_API enum cinfer_status cinfer_convert_llama2c(const char *in, const char 
                                                      struct cinfer_error *err);
 CINFER_API enum cinfer_status cinfer_synth(const char *preset, const char *type, uint64_t seed,
                                            const char *out, struct cinfer_error *err);
-/* The matrix types a file can be written in: "f32", "f16", "bf16", "q8_0", "q4_0" (convert: f32, f16, q8_0).
- */
+/* The uniform matrix types a file can be written in: "f32", "f16", "bf16", "q8_0", "q4_0" (convert: f32, f16,
+ * q8_0).  cinfer_synth and cinfer_convert_llama2c also take any cinfer_quantize type ("Q4_K_M", ...): the
+ * tensors are then typed as llama-quantize would type the F32 file. */
 CINFER_API bool cinfer_weight_type_known(const char *type);
+/* Re-types a GGUF file per one of llama.cpp's quantization presets ("Q4_K_M", "Q6_K", "IQ4_XS", "F16", ...;
+ * cinfer_quantize_types lists them), with llama-quantize's choice of each tensor's type (without an
+ * importance matrix).  Streams tensor by tensor; a partial output is removed on failure. */
+struct cinfer_quantize_params {
+    int n_threads; // rows are quantized in parallel (default 1)
+    bool pure;     // every quantized tensor in the preset's base type (llama-quantize --pure)
+};
+struct cinfer_quantize_result {
+    struct {
+        const char *type;       // "Q4_K", ... (static)
+        int count;              // tensors written in that type
+        uint64_t n_elements;    // their weights
+        uint64_t n_bytes;       // their data bytes
+        double bits_per_weight; // 8 · n_bytes / n_elements
+    } types[CINFER_MAX_TENSOR_TYPES];
+    int n_types;
+    int n_tensors;
+    int n_fallback; // tensors whose row length forced a fallback type (llama.cpp's warning)
+    int file_type;  // the general.file_type written (LLAMA_FTYPE_*)
+    uint64_t in_bytes, out_bytes;
+};
+CINFER_API void cinfer_quantize_params_default(struct cinfer_quantize_params *p);
+CINFER_API enum cinfer_status cinfer_quantize(const char *in, const char *out, const char *type,
+                                              const struct cinfer_quantize_params *p,
+                                              struct cinfer_quantize_result *result,
+                                              struct cinfer_error *err);
+/* "F32, F16, BF16, Q8_0, Q4_0, ..." (static); cinfer_quantize_type_known is case-insensitive. */
+CINFER_API const char *cinfer_quantize_types(void);
+CINFER_API bool cinfer_quantize_type_known(const char *type);
 struct cinfer_synth_preset {
     const char *name, *arch;
     int n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;

@@ -21,7 +21,8 @@ int cmd_convert(int argc, char **argv) {
     struct arg_spec specs[] = {
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  llama2.c tokenizer.bin (required)"},
         {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  GGUF file to write"},
-        {"--type", NULL, ARG_STR, &type_name, 0, 0, "T  f32|f16|q8_0 for the matrices (default f32)"},
+        {"--type", NULL, ARG_STR, &type_name, 0, 0,
+         "T  f32|f16|q8_0 for the matrices (default f32), or a `cinfer quantize` type (Q4_K_M, ...)"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 2)) {
@@ -36,7 +37,7 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "cinfer convert: usage: cinfer convert IN.bin --tokenizer TOK.bin -o OUT.gguf\n");
         return 2;
     }
-    if (!check_type("convert", type_name, "f32|f16|q8_0"))
+    if (!cinfer_quantize_type_known(type_name) && !check_type("convert", type_name, "f32|f16|q8_0"))
         return 2;
     struct cinfer_error err = {0};
     if (cinfer_convert_llama2c(pos[0], tok_path, type_name, out_path, &err) != CINFER_OK) {
@@ -52,7 +53,10 @@ int cmd_synth(int argc, char **argv) {
     uint64_t seed = 42;
     struct arg_spec specs[] = {
         {"--preset", NULL, ARG_STR, &preset, 0, 0, "NAME  model shape (see below)"},
-        {"--type", NULL, ARG_STR, &type_name, 0, 0, "T  f32|f16|bf16|q8_0|q4_0 (default f32)"},
+        {"--type", NULL, ARG_STR, &type_name, 0, 0,
+         "T  f32|f16|bf16|q8_0|q4_0 (every matrix in T; default f32) or a `cinfer quantize` type (Q4_K_M, "
+         "...: "
+         "llama.cpp's per-tensor mixture)"},
         {"--seed", NULL, ARG_U64, &seed, 0, 9007199254740991.0, "S  random seed (default 42)"},
         {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  GGUF file to write"},
     };
@@ -76,8 +80,12 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "cinfer synth: --preset NAME and -o OUT.gguf are required\n");
         return 2;
     }
-    if (!check_type("synth", type_name, "f32|f16|bf16|q8_0|q4_0"))
+    // Its own five types, or any of llama.cpp's presets (the per-tensor mixture of `cinfer quantize`).
+    if (!cinfer_weight_type_known(type_name) && !cinfer_quantize_type_known(type_name)) {
+        fprintf(stderr, "cinfer synth: --type: '%s' is not one of f32|f16|bf16|q8_0|q4_0 or %s\n", type_name,
+                cinfer_quantize_types());
         return 2;
+    }
     struct cinfer_error err = {0};
     if (cinfer_synth(preset, type_name, seed, out_path, &err) != CINFER_OK) {
         fprintf(stderr, "cinfer synth: %s\n", err.message);

@@ -26,6 +26,8 @@ static const struct {
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"info", cmd_info, "print a model's hyper-parameters, tensor types, sizes and KV bytes per token"},
     {"convert", cmd_convert, "convert a llama2.c checkpoint (+ tokenizer.bin) to GGUF"},
+    {"quantize", cmd_quantize,
+     "re-type a GGUF model per a llama.cpp quantization preset (Q4_K_M, Q6_K, ...)"},
     {"synth", cmd_synth, "write a random-weight GGUF model with a real model's shape"},
     {"calc", cmd_calc,
      "the seeds' arithmetic: KV bytes, FLOPs, intensity, roofline TTFT/TBT for a model and hardware"},

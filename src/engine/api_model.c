@@ -12,6 +12,8 @@
 #include "model/convert.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/quant_rules.h"
+#include "model/quantize_model.h"
 #include "model/synth.h"
 #include "tokenizer/tokenizer.h"
 
@@ -349,10 +351,12 @@ enum cinfer_status cinfer_convert_llama2c(const char *in, const char *tokenizer_
                                           const char *out, struct cinfer_error *err) {
     struct ci_err e = {0};
     uint32_t t;
-    if (!synth_type_parse(type ? type : "f32", &t))
-        ci_err_set(&e, CI_ERR_INVALID, "unknown weight type '%s'", type);
-    else if (convert_llama2c(in, tokenizer_path, t, out, &e) == CI_OK)
+    if (synth_type_parse(type ? type : "f32", &t)) {
+        if (convert_llama2c(in, tokenizer_path, t, out, &e) == CI_OK)
+            return CINFER_OK;
+    } else if (convert_llama2c_preset(in, tokenizer_path, type, out, &e) == CI_OK) {
         return CINFER_OK;
+    }
     return api_fail(err, &e);
 }
 
@@ -360,11 +364,66 @@ enum cinfer_status cinfer_synth(const char *preset, const char *type, uint64_t s
                                 struct cinfer_error *err) {
     struct ci_err e = {0};
     uint32_t t;
-    if (!synth_type_parse(type ? type : "f32", &t))
-        ci_err_set(&e, CI_ERR_INVALID, "unknown weight type '%s'", type);
-    else if (synth_write(preset, t, seed, out, &e) == CI_OK)
+    if (synth_type_parse(type ? type : "f32", &t)) {
+        if (synth_write(preset, t, seed, out, &e) == CI_OK)
+            return CINFER_OK;
+    } else if (synth_write_preset(preset, type, seed, out, &e) == CI_OK) {
         return CINFER_OK;
+    }
     return api_fail(err, &e);
+}
+
+void cinfer_quantize_params_default(struct cinfer_quantize_params *p) {
+    *p = (struct cinfer_quantize_params){.n_threads = 1, .pure = false};
+}
+
+enum cinfer_status cinfer_quantize(const char *in, const char *out, const char *type,
+                                   const struct cinfer_quantize_params *p,
+                                   struct cinfer_quantize_result *result, struct cinfer_error *err) {
+    struct ci_err e = {0};
+    struct cinfer_quantize_params def;
+    if (!p) {
+        cinfer_quantize_params_default(&def);
+        p = &def;
+    }
+    struct quantize_options o = {.n_threads = p->n_threads, .pure = p->pure};
+    struct quantize_report *rep = ci_calloc(1, sizeof *rep);
+    if (!rep) {
+        ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
+        return api_fail(err, &e);
+    }
+    enum ci_status s = quantize_model(in, out, type ? type : "", &o, rep, &e);
+    if (s == CI_OK && result) {
+        memset(result, 0, sizeof *result);
+        for (uint32_t t = 0; t < CI_TYPE_COUNT && result->n_types < CINFER_MAX_TENSOR_TYPES; t++) {
+            if (!rep->types[t].count)
+                continue;
+            int k = result->n_types++;
+            result->types[k].type = ci_type_name(t);
+            result->types[k].count = rep->types[t].count;
+            result->types[k].n_elements = rep->types[t].n_elements;
+            result->types[k].n_bytes = rep->types[t].n_bytes;
+            result->types[k].bits_per_weight =
+                rep->types[t].n_elements
+                    ? 8.0 * (double)rep->types[t].n_bytes / (double)rep->types[t].n_elements
+                    : 0.0;
+        }
+        result->n_tensors = rep->n_tensors;
+        result->n_fallback = rep->n_fallback;
+        result->file_type = rep->ftype;
+        result->in_bytes = rep->in_bytes;
+        result->out_bytes = rep->out_bytes;
+    }
+    ci_free(rep);
+    return s == CI_OK ? CINFER_OK : api_fail(err, &e);
+}
+
+const char *cinfer_quantize_types(void) {
+    return quant_preset_names();
+}
+
+bool cinfer_quantize_type_known(const char *type) {
+    return type && quant_preset_find(type) != NULL;
 }
 
 int cinfer_synth_n_presets(void) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "kernels/quantize.h"
 
 // Block layouts as ggml defines them; only the types with block_size != 0 are known.
 static const struct ci_type_traits traits[CI_TYPE_COUNT] = {
@@ -41,7 +42,6 @@ static const struct ci_type_traits traits[CI_TYPE_COUNT] = {
     [CI_TYPE_MXFP4] = {"MXFP4", 32, 17},
 };
 
-const int8_t ci_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 const int8_t ci_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 float ci_e8m0_half_to_fp32(uint8_t e) {
@@ -427,6 +427,36 @@ void ci_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
         }
         return;
     }
+    case CI_TYPE_Q4_1:
+        ci_quantize_row_q4_1(src, dst, n);
+        return;
+    case CI_TYPE_Q5_0:
+        ci_quantize_row_q5_0(src, dst, n);
+        return;
+    case CI_TYPE_Q5_1:
+        ci_quantize_row_q5_1(src, dst, n);
+        return;
+    case CI_TYPE_Q2_K:
+        ci_quantize_row_q2_k(src, dst, n);
+        return;
+    case CI_TYPE_Q3_K:
+        ci_quantize_row_q3_k(src, dst, n);
+        return;
+    case CI_TYPE_Q4_K:
+        ci_quantize_row_q4_k(src, dst, n);
+        return;
+    case CI_TYPE_Q5_K:
+        ci_quantize_row_q5_k(src, dst, n);
+        return;
+    case CI_TYPE_Q6_K:
+        ci_quantize_row_q6_k(src, dst, n);
+        return;
+    case CI_TYPE_IQ4_NL:
+        ci_quantize_row_iq4_nl(src, dst, n);
+        return;
+    case CI_TYPE_IQ4_XS:
+        ci_quantize_row_iq4_xs(src, dst, n);
+        return;
     default:
         CI_UNREACHABLE();
     }

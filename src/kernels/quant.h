@@ -81,8 +81,8 @@ uint16_t ci_fp32_to_fp16(float f); // round to nearest even, as F16C does
 float ci_bf16_to_fp32(uint16_t h);
 uint16_t ci_fp32_to_bf16(float f); // round to nearest even (NaN kept quiet)
 
-/* The 16 values of the non-linear 4-bit types (IQ4_NL, IQ4_XS) and MXFP4's E2M1 values doubled (its E8M0
- * scale is halved to match), as ggml defines them. */
+/* The 16 values of the non-linear 4-bit types (IQ4_NL, IQ4_XS; defined in quantize.c) and MXFP4's E2M1
+ * values doubled (its E8M0 scale is halved to match), as ggml defines them. */
 extern const int8_t ci_iq4nl_values[16];
 extern const int8_t ci_mxfp4_values[16];
 /* MXFP4's E8M0 block scale halved: 2^(e - 128), exactly (subnormal for e < 2). */
@@ -90,7 +90,7 @@ float ci_e8m0_half_to_fp32(uint8_t e);
 
 /* Reference conversions of one row of n elements (n a multiple of the block size for quantized types).
  * ci_dequantize_row takes every supported type (ggml's block formats; the K-quants and IQ4_XS in 256-element
- * super-blocks); ci_quantize_row F32, F16, BF16, Q8_0, Q4_0. */
+ * super-blocks); ci_quantize_row every supported type but MXFP4 (the searched quantizers of kernels/quantize.c). */
 void ci_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 void ci_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 

@@ -12,6 +12,7 @@
 #include "kernels/quant.h"
 #include "format/gguf_write.h"
 #include "format/llama2c.h"
+#include "model/quant_rules.h"
 #include "model/synth.h"
 
 struct vocab {
@@ -121,12 +122,12 @@ static enum ci_status load_tokenizer(const char *path, int n_vocab, struct vocab
     return s;
 }
 
-static void set_keys(struct gguf_writer *w, const struct model_config *c, uint32_t type, const char *name,
-                     const struct vocab *v) {
+static void set_keys(struct gguf_writer *w, const struct model_config *c, int file_type, bool quantized,
+                     const char *name, const struct vocab *v) {
     gguf_writer_set_str(w, "general.architecture", "llama");
     gguf_writer_set_str(w, "general.name", name);
-    gguf_writer_set_u32(w, "general.file_type", (uint32_t)synth_file_type(type));
-    if (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0)
+    gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type);
+    if (quantized)
         gguf_writer_set_u32(w, "general.quantization_version", 2);
     gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)c->n_vocab);
     gguf_writer_set_u32(w, "llama.context_length", (uint32_t)c->n_ctx_train);
@@ -165,15 +166,17 @@ static void base_name(const char *path, char *out, size_t n) {
         *dot = '\0';
 }
 
-enum ci_status convert_llama2c(const char *in, const char *tokenizer_path, uint32_t type, const char *out,
-                               struct ci_err *err) {
+/* qp: a llama.cpp preset's per-tensor mixture; NULL: every matrix in type. */
+static enum ci_status convert(const char *in, const char *tokenizer_path, const struct quant_preset *qp,
+                              uint32_t type, const char *out, struct ci_err *err) {
     enum ci_status s;
     struct llama2c *l = NULL;
     struct vocab v = {0};
     struct gguf_writer *w = NULL;
+    struct quant_tensor *qt = NULL;
     uint8_t *buf = NULL;
     FILE *f = NULL;
-    if (synth_file_type(type) < 0)
+    if (!qp && synth_file_type(type) < 0)
         return ci_err_set(err, CI_ERR_INVALID, "convert: type %s not supported (f32, f16, bf16, q8_0, q4_0)",
                           ci_type_name(type));
     if ((s = llama2c_open(in, &l, err)) != CI_OK)
@@ -186,18 +189,36 @@ enum ci_status convert_llama2c(const char *in, const char *tokenizer_path, uint3
         s = ci_err_set(err, CI_ERR_NOMEM, "convert: out of memory");
         goto fail;
     }
-    char name[128];
-    base_name(in, name, sizeof name);
-    set_keys(w, &c, type, name, &v);
-    uint64_t max_bytes = 0;
+    // Each tensor's type: the preset's rules, or type for the matrices it fits.
     int n_t = llama2c_n_tensors(l);
+    if (!(qt = ci_calloc((size_t)n_t, sizeof *qt))) {
+        s = ci_err_set(err, CI_ERR_NOMEM, "convert: out of memory");
+        goto fail;
+    }
     for (int i = 0; i < n_t; i++) {
         const struct ci_tensor *t = llama2c_tensor(l, i);
-        gguf_writer_add_tensor(w, t->name, out_type(t, type), t->n_dims, t->ne, NULL);
+        qt[i] = (struct quant_tensor){t->name, t->n_dims, t->ne[0], CI_TYPE_F32, out_type(t, type)};
+    }
+    struct quant_rules rules;
+    if (qp) {
+        quant_rules_init(&rules, qp, c.n_layer, c.n_head, c.n_kv_head, 0);
+        if ((s = quant_rules_choose(&rules, qt, n_t, err)) != CI_OK)
+            goto fail;
+    }
+    bool quantized = false;
+    for (int i = 0; i < n_t; i++)
+        quantized |= ci_type_traits(qt[i].type)->block_size > 1;
+    char name[128];
+    base_name(in, name, sizeof name);
+    set_keys(w, &c, qp ? qp->ftype : synth_file_type(type), quantized, name, &v);
+    uint64_t max_bytes = 0;
+    for (int i = 0; i < n_t; i++) {
+        const struct ci_tensor *t = llama2c_tensor(l, i);
+        gguf_writer_add_tensor(w, t->name, qt[i].type, t->n_dims, t->ne, NULL);
         if ((s = gguf_writer_status(w, err)) != CI_OK)
             goto fail;
         uint64_t nb = gguf_writer_tensor_nbytes(w, i);
-        max_bytes = out_type(t, type) != CI_TYPE_F32 && nb > max_bytes ? nb : max_bytes;
+        max_bytes = qt[i].type != CI_TYPE_F32 && nb > max_bytes ? nb : max_bytes;
     }
     if (max_bytes && (max_bytes > SIZE_MAX || !(buf = ci_malloc((size_t)max_bytes)))) {
         s = ci_err_set(err, CI_ERR_NOMEM, "convert: out of memory for a %llu-byte tensor",
@@ -212,7 +233,7 @@ enum ci_status convert_llama2c(const char *in, const char *tokenizer_path, uint3
         goto fail;
     for (int i = 0; i < n_t; i++) {
         const struct ci_tensor *t = llama2c_tensor(l, i);
-        uint32_t ty = out_type(t, type);
+        uint32_t ty = qt[i].type;
         const void *data = t->data;
         if (ty != CI_TYPE_F32) {
             uint64_t rb = 0;
@@ -235,8 +256,23 @@ fail:
     if (f && s != CI_OK)
         remove(out);
     ci_free(buf);
+    ci_free(qt);
     gguf_writer_free(w);
     vocab_free(&v);
     llama2c_free(l);
     return s;
+}
+
+enum ci_status convert_llama2c(const char *in, const char *tokenizer_path, uint32_t type, const char *out,
+                               struct ci_err *err) {
+    return convert(in, tokenizer_path, NULL, type, out, err);
+}
+
+enum ci_status convert_llama2c_preset(const char *in, const char *tokenizer_path, const char *quant,
+                                      const char *out, struct ci_err *err) {
+    const struct quant_preset *qp = quant_preset_find(quant);
+    if (!qp)
+        return ci_err_set(err, CI_ERR_INVALID, "convert: unknown type '%s' (accepted: %s)", quant,
+                          quant_preset_names());
+    return convert(in, tokenizer_path, qp, CI_TYPE_F32, out, err);
 }

@@ -20,4 +20,9 @@
 enum ci_status convert_llama2c(const char *in, const char *tokenizer_path, uint32_t type, const char *out,
                                struct ci_err *err);
 
+/* The same with the matrices typed as `llama-quantize OUT quant` would type them from the F32 file: quant names
+ * one of llama.cpp's presets (model/quant_rules.h). */
+enum ci_status convert_llama2c_preset(const char *in, const char *tokenizer_path, const char *quant,
+                                      const char *out, struct ci_err *err);
+
 #endif

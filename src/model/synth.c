@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "kernels/quant.h"
 #include "format/gguf_write.h"
+#include "model/quant_rules.h"
 
 static const struct synth_preset presets[] = {
     // name, arch, n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx, rope_base, rms_eps, tied, bias
@@ -22,6 +23,8 @@ static const struct synth_preset presets[] = {
     {"smollm2-135m", MODEL_ARCH_LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false},
     {"tinyllama-1.1b", MODEL_ARCH_LLAMA, 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false},
     {"qwen2-0.5b", MODEL_ARCH_QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true},
+    // Llama 3.2 3B's shapes (its llama3 RoPE frequency scaling is not modelled: synth's weights are random)
+    {"llama3.2-3b", MODEL_ARCH_LLAMA, 3072, 28, 24, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false},
 };
 
 #define N_PRESETS      ((int)(sizeof presets / sizeof *presets))
@@ -274,7 +277,25 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
     return n;
 }
 
-static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, uint32_t type) {
+/* A llama.cpp preset: the F32 plan's tensors re-typed by llama-quantize's per-tensor rules. */
+static enum ci_status apply_preset(const struct synth_preset *ps, const struct quant_preset *qp,
+                                   struct plan *plans, int n, struct ci_err *err) {
+    struct quant_rules r;
+    struct quant_tensor *qt = ci_calloc((size_t)n, sizeof *qt);
+    if (!qt)
+        return ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
+    quant_rules_init(&r, qp, ps->n_layer, ps->n_head, ps->n_kv_head, 0);
+    for (int i = 0; i < n; i++)
+        qt[i] =
+            (struct quant_tensor){plans[i].name, plans[i].n_dims, plans[i].ne[0], CI_TYPE_F32, CI_TYPE_F32};
+    enum ci_status s = quant_rules_choose(&r, qt, n, err);
+    for (int i = 0; i < n && s == CI_OK; i++)
+        plans[i].type = qt[i].type;
+    ci_free(qt);
+    return s;
+}
+
+static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, int file_type, bool quantized) {
     const char *arch = model_arch_name(ps->arch);
     char key[128];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
@@ -282,8 +303,8 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, ui
     char name[96];
     snprintf(name, sizeof name, "cinfer-synth-%s", ps->name);
     gguf_writer_set_str(w, "general.name", name);
-    gguf_writer_set_u32(w, "general.file_type", (uint32_t)synth_file_type(type));
-    if (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0)
+    gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type);
+    if (quantized)
         gguf_writer_set_u32(w, "general.quantization_version", 2);
     gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)ps->n_vocab);
     gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)ps->n_ctx);
@@ -298,8 +319,9 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, ui
 #undef KEY
 }
 
-enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, const char *path,
-                           struct ci_err *err) {
+/* qp: a llama.cpp preset's mixture; NULL: every matrix in type (synth_write). */
+static enum ci_status write_model(const char *preset, const struct quant_preset *qp, uint32_t type,
+                                  uint64_t seed, const char *path, struct ci_err *err) {
     enum ci_status s = CI_OK;
     struct gguf_writer *w = NULL;
     struct plan *plans = NULL;
@@ -314,7 +336,7 @@ enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, con
                      presets[i].name);
         return ci_err_set(err, CI_ERR_INVALID, "synth: unknown preset '%s' (known: %s)", preset, known);
     }
-    if (synth_file_type(type) < 0)
+    if (!qp && synth_file_type(type) < 0)
         return ci_err_set(err, CI_ERR_INVALID, "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0)",
                           ci_type_name(type));
 
@@ -324,9 +346,14 @@ enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, con
         s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
         goto fail;
     }
-    int n_plans = build_plan(ps, type, plans);
+    int n_plans = build_plan(ps, qp ? CI_TYPE_F32 : type, plans);
     CI_ASSERT(n_plans <= max_tensors);
-    set_hparams(w, ps, type);
+    if (qp && (s = apply_preset(ps, qp, plans, n_plans, err)) != CI_OK)
+        goto fail;
+    bool quantized = false;
+    for (int i = 0; i < n_plans; i++)
+        quantized |= ci_type_traits(plans[i].type)->block_size > 1;
+    set_hparams(w, ps, qp ? qp->ftype : synth_file_type(type), quantized);
     if ((s = set_vocab(w, ps->n_vocab, err)) != CI_OK)
         goto fail;
     uint64_t max_bytes = 0;
@@ -380,4 +407,18 @@ fail:
     ci_free(plans);
     gguf_writer_free(w);
     return s;
+}
+
+enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, const char *path,
+                           struct ci_err *err) {
+    return write_model(preset, NULL, type, seed, path, err);
+}
+
+enum ci_status synth_write_preset(const char *preset, const char *quant, uint64_t seed, const char *path,
+                                  struct ci_err *err) {
+    const struct quant_preset *qp = quant_preset_find(quant);
+    if (!qp)
+        return ci_err_set(err, CI_ERR_INVALID, "synth: unknown type '%s' (accepted: %s)", quant,
+                          quant_preset_names());
+    return write_model(preset, qp, CI_TYPE_F32, seed, path, err);
 }

@@ -53,6 +53,14 @@ int synth_file_type(uint32_t type);
 enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, const char *path,
                            struct ci_err *err);
 
+/* Writes the preset's model as `llama-quantize OUT TYPE` of its F32 file would: quant names one of llama.cpp's
+ * presets (quant_preset_find: "Q4_K_M", "Q6_K", "IQ4_XS", "F16", ...), each tensor typed by its rules
+ * (model/quant_rules.h).  synth_write's five types keep their uniform typing (every matrix in the type, F32
+ * where its block does not divide the rows), which cinfer's kernels all run; the presets may give types that
+ * only dequantize here. */
+enum ci_status synth_write_preset(const char *preset, const char *quant, uint64_t seed, const char *path,
+                                  struct ci_err *err);
+
 /* The synthetic vocabulary of n_vocab (>= 260) tokens: "<unk>", "<s>", "</s>", "<0x00>".."<0xFF>", then
  * "\u2581", the printable ASCII characters, and "\u2581"-prefixed and bare lowercase letter strings in order
  * of length (all unique).  Token i's text is written NUL-terminated into buf (at least 16 bytes); returns its

@@ -38,7 +38,7 @@ expect usage_bad_number 2 "--temp" "$BIN" run -m x --temp abc
 expect usage_negative_count 2 "--n-predict" "$BIN" run -m x -n -5
 expect usage_out_of_range 2 "--top-p" "$BIN" run -m x --top-p 1.5
 expect usage_missing_value 2 "needs a value" "$BIN" run -m
-expect usage_bad_type 2 "--type" "$BIN" synth --preset tiny --type q5_k -o "$T/x.gguf"
+expect usage_bad_type 2 "--type" "$BIN" synth --preset tiny --type q7_k -o "$T/x.gguf"
 
 # Bad model files: one clear line, exit 1.
 expect missing_file 1 "/nonexistent.gguf" "$BIN" run -m /nonexistent.gguf
@@ -183,4 +183,56 @@ PYEOF
     pass bench_kernels_roof_per_weight_type
 else
     fail bench_kernels_roof_per_weight_type "$(cat "$T/k40.json" "$T/k80.json" "$T/kf32.json" "$T/err")"
+fi
+
+# cinfer quantize: the error paths (usage errors exit 2, bad files 1, never a partial output), then one
+# conversion and its summary.
+"$BIN" synth --preset tiny --type f32 --seed 3 -o "$T/q-src.gguf" >/dev/null 2>&1
+expect quantize_usage 2 "usage: cinfer quantize" "$BIN" quantize "$T/q-src.gguf" "$T/q.gguf"
+expect quantize_unknown_type 2 "unknown type 'Q7_K' (accepted: F32, F16, BF16, Q8_0, Q4_0, Q4_1" \
+    "$BIN" quantize "$T/q-src.gguf" "$T/q.gguf" Q7_K
+expect quantize_bad_threads 2 "--threads" "$BIN" quantize "$T/q-src.gguf" "$T/q.gguf" Q4_K_M --threads 0
+expect quantize_missing_input 1 "/nonexistent.gguf" "$BIN" quantize /nonexistent.gguf "$T/q.gguf" Q4_K_M
+head -c 4096 /dev/urandom >"$T/q-garbage.gguf"
+expect quantize_not_gguf 1 "cinfer quantize:" "$BIN" quantize "$T/q-garbage.gguf" "$T/q.gguf" Q4_K_M
+expect quantize_truncated 1 "past end of file" "$BIN" quantize "$T/trunc.gguf" "$T/q.gguf" Q4_K_M
+expect quantize_llama2c_input 1 "cinfer quantize:" "$BIN" quantize "$M/stories260K.bin" "$T/q.gguf" Q4_K_M
+expect quantize_unwritable_output 1 "cannot create" "$BIN" quantize "$T/q-src.gguf" /nonexistent-dir/q.gguf Q4_K_M
+expect quantize_output_is_directory 1 "cannot create" "$BIN" quantize "$T/q-src.gguf" "$T" Q4_K_M
+cp "$T/q-src.gguf" "$T/q-same.gguf"
+expect quantize_output_is_input 1 "would overwrite the input" "$BIN" quantize "$T/q-same.gguf" "$T/q-same.gguf" Q6_K
+if [ -e "$T/q.gguf" ] || ! cmp -s "$T/q-src.gguf" "$T/q-same.gguf"; then
+    fail quantize_no_partial_output "a failed quantize left $T/q.gguf or changed its input"
+else
+    pass quantize_no_partial_output
+fi
+if out=$("$BIN" quantize "$T/q-src.gguf" "$T/q.gguf" q4_k_m --threads 2 2>"$T/err") &&
+    grep -qE '^Q4_K +25 tensors .* 4\.500 bits per weight' <<<"$out" &&
+    grep -qE '^Q6_K +5 tensors .* 6\.562 bits per weight' <<<"$out" &&
+    grep -qE '^F32 +9 tensors' <<<"$out" && grep -q "wrote $T/q.gguf: q4_k_m (file_type 15), 39 tensors" <<<"$out"; then
+    pass quantize_summary
+else
+    fail quantize_summary "$out $(cat "$T/err")"
+fi
+# Re-quantizing: K-quant sources dequantize (Q4_K_M -> Q8_0); IQ4 sources do not here, so a tensor that must
+# change type from IQ4_XS is an error naming it, while one that keeps its type is copied.
+if "$BIN" quantize "$T/q.gguf" "$T/q8.gguf" Q8_0 >"$T/out" 2>"$T/err" && grep -qE '^Q8_0 +30 tensors' "$T/out"; then
+    pass quantize_from_k_quants
+else
+    fail quantize_from_k_quants "$(cat "$T/out" "$T/err")"
+fi
+"$BIN" quantize "$T/q-src.gguf" "$T/q-iq4.gguf" IQ4_XS >/dev/null 2>&1
+rm -f "$T/q8.gguf"
+expect quantize_unsupported_source 1 "which cannot be converted to Q8_0" "$BIN" quantize "$T/q-iq4.gguf" "$T/q8.gguf" Q8_0
+if [ -e "$T/q8.gguf" ]; then
+    fail quantize_unsupported_source_no_output "left $T/q8.gguf"
+else
+    pass quantize_unsupported_source_no_output
+fi
+# --pure: every quantized tensor in the base type (no Q6_K head, no more-bits layers).
+if out=$("$BIN" quantize "$T/q-src.gguf" "$T/q-pure.gguf" Q4_K_M --pure 2>"$T/err") &&
+    grep -qE '^Q4_K +30 tensors' <<<"$out" && ! grep -q '^Q6_K' <<<"$out"; then
+    pass quantize_pure
+else
+    fail quantize_pure "$out $(cat "$T/err")"
 fi

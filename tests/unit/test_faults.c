@@ -1,7 +1,7 @@
 /* Fault injection, SQLite's discipline: the counted allocator (core/mem.h) fails the n-th allocation, for
  * n = 1, 2, 3, ... until the operation completes without reaching it, during model load (GGUF, and llama2.c
  * with tokenizer.bin), tokenizer build and encode (SentencePiece, byte-level BPE with PCRE2 pre-tokenizers),
- * engine creation, and whole requests through an in-process server (/v1/completions and
+ * engine creation, `cinfer quantize` (no partial output either), and whole requests through an in-process server (/v1/completions and
  * /v1/chat/completions, streaming and not, /tokenize).  Each failed run must return CI_ERR_NOMEM with a
  * message and leave ci_mem_in_use() where it was (LeakSanitizer checks the rest under make asan); a run that
  * absorbs a failure (a fallback) must still give the right result.  A request under a failure must get the
@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cinfer.h"
 #include "core/mem.h"
@@ -147,6 +148,58 @@ TEST(model_load_gguf) {
 
 TEST(model_load_llama2c_and_tokenizer_bin) {
     load_faults("stories260K.bin", "tok512.bin");
+}
+
+/* ---- quantize ------------------------------------------------------------------------------------------ */
+
+struct quant_ctx {
+    char in[512], out[512];
+    void *want; // the file an unarmed run writes
+    size_t want_n;
+};
+
+static enum ci_status quant_run(void *p, struct ci_err *err) {
+    struct quant_ctx *q = p;
+    struct cinfer_quantize_params prm;
+    cinfer_quantize_params_default(&prm);
+    prm.n_threads = 2;
+    struct cinfer_error e = {0};
+    enum cinfer_status s = cinfer_quantize(q->in, q->out, "Q4_K_M", &prm, NULL, &e);
+    if (s != CINFER_OK) {
+        if (access(q->out, F_OK) == 0)
+            TEST_FAILF("quantize failed (%s) but left %s", e.message, q->out);
+        ci_err_set(err, (enum ci_status)s, "%s", e.message);
+    }
+    return (enum ci_status)s;
+}
+
+static bool quant_check(void *p, bool absorbed) {
+    (void)absorbed;
+    struct quant_ctx *q = p;
+    size_t n = 0;
+    void *got = test_read_file(q->out, &n);
+    bool same = got && n == q->want_n && memcmp(got, q->want, n) == 0;
+    free(got);
+    return same;
+}
+
+static void quant_undo(void *p) {
+    remove(((struct quant_ctx *)p)->out);
+}
+
+TEST(quantize_model) {
+    struct quant_ctx q = {0};
+    test_model_path(q.in, sizeof q.in, "stories260K.gguf");
+    test_tmp_path(q.out, sizeof q.out, "faults-q4_k_m.gguf");
+    struct ci_err err = {0};
+    if (quant_run(&q, &err) != CI_OK || !(q.want = test_read_file(q.out, &q.want_n))) {
+        TEST_FAILF("quantize %s: %s", q.in, err.msg);
+        return;
+    }
+    quant_undo(&q);
+    struct fault_op op = {quant_run, quant_check, quant_undo, &q};
+    CHECK(fault_loop("quantize", &op) > 0);
+    free(q.want);
 }
 
 /* ---- tokenizer build and encode ------------------------------------------------------------------------ */
@@ -629,6 +682,7 @@ int main(int argc, char **argv) {
     RUN(tokenizer_spm);
     RUN(tokenizer_bpe_gpt2);
     RUN(tokenizer_bpe_deepseek_llm);
+    RUN(quantize_model);
     RUN(engine_create);
     RUN(server_requests);
     curl_global_cleanup();

@@ -60,8 +60,9 @@ TEST(presets) {
         {"smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, false},
         {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, false, false},
         {"qwen2-0.5b", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, true, true},
+        {"llama3.2-3b", 3072, 28, 24, 8, 8192, 128256, 131072, 500000.0f, true, false},
     };
-    ASSERT_EQ_I64(synth_n_presets(), 6);
+    ASSERT_EQ_I64(synth_n_presets(), 7);
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const struct synth_preset *p = synth_preset_find(want[i].name);
         ASSERT(p != NULL);
