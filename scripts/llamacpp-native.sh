@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds native llama.cpp tools (llama-bench, llama-batched-bench, llama-quantize) from the llama.cpp source that the
-# pinned npm package node-llama-cpp carries as llama/gitRelease.bundle, so bench/kernels.sh can run cinfer and
-# llama.cpp side by side on the same files and threads.  CPU only, Release, -march=native (GGML_NATIVE).
+# Builds native llama.cpp tools (llama-bench, llama-batched-bench, llama-quantize) from the llama.cpp source
+# that the pinned npm package node-llama-cpp carries as llama/gitRelease.bundle, so bench/kernels.sh can run
+# cinfer and llama.cpp side by side on the same files and threads, and tests/llamacpp can compare cinfer
+# quantize with llama-quantize.  CPU only, Release, -march=native (GGML_NATIVE).
 #   scripts/llamacpp-native.sh [--server] [DIR]
 # --server builds llama-server instead (for bench/serve.sh), in its own build directory (the server target needs
 # LLAMA_BUILD_SERVER, which the benchmark build leaves off).
