@@ -543,8 +543,10 @@ MM_Q32(mxfp4)
  *   sumi = sum_c madd(maddubs(u_c, x_c), scale of chunk c) - off * madd(scales, bsum),
  *   summ = madd(mins, bsum). */
 struct kscales {
-    __m256i scales, mins;        // per 16-element group (int16)
-    _Alignas(32) int16_t sc[16]; // per sub-block: 8 (32-element sub-blocks) or 16
+    __m256i scales, mins; // per 16-element group (int16)
+    // The sub-block scales as int16 in both 128-bit lanes, for one shuffle per chunk (kq_chunk_scale):
+    // 32-element sub-blocks: lo = scales 0-7 twice; 16-element ones: lo = groups 0-7 twice, hi = 8-15 twice.
+    __m256i lo, hi;
 };
 
 AI bool kq_sub32(uint32_t type) { // sub-blocks of 32 elements (else 16)
@@ -556,14 +558,31 @@ AI int kq_off(uint32_t type) { // the codes are the values plus this (sum q x = 
 AI bool kq_has_mins(uint32_t type) {
     return type == CI_TYPE_Q2_K || type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K;
 }
+AI size_t kq_block_bytes(uint32_t type) {
+    switch (type) {
+    case CI_TYPE_Q2_K:
+        return 84;
+    case CI_TYPE_Q3_K:
+        return 110;
+    case CI_TYPE_Q4_K:
+        return 144;
+    case CI_TYPE_Q5_K:
+        return 176;
+    case CI_TYPE_Q6_K:
+        return 210;
+    default: // IQ4_XS
+        return 136;
+    }
+}
 AI size_t kq_d_at(uint32_t type) { // byte offset of the fp16 super-block scale d (dmin follows it)
     return type == CI_TYPE_Q2_K ? 80 : type == CI_TYPE_Q3_K ? 108 : type == CI_TYPE_Q6_K ? 208 : 0;
 }
 
-/* Sub-blocks of 16: int8 scales -> sc[16] and the group vector. */
+/* Sub-blocks of 16: 16 int8 scales -> the group vector and lo / hi. */
 AI void ks_scales16(struct kscales *ks, __m128i sc8, bool is_signed) {
     ks->scales = is_signed ? _mm256_cvtepi8_epi16(sc8) : _mm256_cvtepu8_epi16(sc8);
-    _mm256_store_si256((__m256i *)(void *)ks->sc, ks->scales);
+    ks->lo = _mm256_permute4x64_epi64(ks->scales, 0x44);
+    ks->hi = _mm256_permute4x64_epi64(ks->scales, 0xee);
 }
 
 /* 8 bytes (0-7 of v8) each duplicated: the 16 groups of 8 sub-blocks of 32. */
@@ -574,7 +593,7 @@ AI __m128i dup8(__m128i v8) {
 /* Sub-blocks of 32 (Q4_K, Q5_K: no offset, so no group scales needed): the 8 scales (bytes 0-7 of sc8) ->
  * sc[8]. */
 AI void ks_scales8(struct kscales *ks, __m128i sc8) {
-    _mm256_store_si256((__m256i *)(void *)ks->sc, _mm256_cvtepu8_epi16(sc8));
+    ks->lo = _mm256_permute4x64_epi64(_mm256_cvtepu8_epi16(sc8), 0x44);
 }
 
 AI __m256i load32(const uint8_t *p) {
@@ -630,8 +649,7 @@ AI void ks_decode(uint32_t type, const uint8_t *w, struct kscales *ks) {
                                                         _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
                                       _mm256_set1_epi32(3));
         __m256i v = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-        v = _mm256_permute4x64_epi64(_mm256_packs_epi32(v, v), 0x08); // int16 scales 0-7 in the low 128 bits
-        _mm_store_si128((__m128i *)(void *)ks->sc, _mm256_castsi256_si128(v));
+        ks->lo = _mm256_permute4x64_epi64(_mm256_packs_epi32(v, v), 0x88); // int16 scales 0-7, twice
         return;
     }
     }
@@ -674,6 +692,16 @@ AI __m256i kcode(uint32_t type, const uint8_t *w, const int c) {
     }
 }
 
+/* Chunk c's scale vector for madd: lanes 0-7 (elements 0-15 of the chunk) group 2c's scale, lanes 8-15 group
+ * 2c + 1's (the same sub-block's for 32-element sub-blocks). */
+AI __m256i kq_chunk_scale(uint32_t type, const struct kscales *ks, const int c) {
+    const int g0 = kq_sub32(type) ? c : 2 * c % 8, g1 = kq_sub32(type) ? c : (2 * c + 1) % 8;
+    const char a0 = (char)(2 * g0), a1 = (char)(2 * g0 + 1), b0 = (char)(2 * g1), b1 = (char)(2 * g1 + 1);
+    const __m256i pick = _mm256_setr_epi8(a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, b0,
+                                          b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1, b0, b1);
+    return _mm256_shuffle_epi8(kq_sub32(type) || c < 4 ? ks->lo : ks->hi, pick);
+}
+
 /* One (row, token) pair's integer vectors for super-block w: lanes of vs sum to sumi, lanes of vm to summ.
  * codes: w's codes decoded already (tiles of several tokens), or NULL to decode them here. */
 AI void kpair(uint32_t type, const struct kscales *ks, const uint8_t *w, const __m256i *codes,
@@ -685,16 +713,7 @@ AI void kpair(uint32_t type, const struct kscales *ks, const uint8_t *w, const _
         __m256i p = type == CI_TYPE_IQ4_XS
                         ? _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xv, u))
                         : _mm256_maddubs_epi16(u, xv);
-        __m256i sv; // lanes 0-7 (elements 0-15 of the chunk): group 2c's scale, lanes 8-15: group 2c + 1's
-        if (kq_sub32(type)) {
-            sv = _mm256_set1_epi16(ks->sc[c]);
-        } else {
-            int32_t pair;
-            memcpy(&pair, ks->sc + 2 * c, 4);
-            sv = _mm256_shuffle_epi8(_mm256_set1_epi32(pair),
-                                     _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2,
-                                                      3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
-        }
+        __m256i sv = kq_chunk_scale(type, ks, c);
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv));
     }
     __m256i bs = load32((const uint8_t *)bsum);
@@ -713,7 +732,7 @@ AI void ktile(uint32_t type, const int RM, const int TN, const struct tile_args 
     const int64_t r = ta->r, t = ta->t;
     const int nr = ta->nr, nt = ta->nt;
     const struct ci_act_q8k *q = m->qk;
-    const size_t bb = ci_type_traits(type)->type_size;
+    const size_t bb = kq_block_bytes(type); // a constant: the prefetch loop unrolls
     const int64_t nsb = m->n_in / 256;
     const uint8_t *wr[8];
     const int8_t *xt[8];
