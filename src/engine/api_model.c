@@ -183,6 +183,10 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->rope_dim = c->rope_dim;
     out->rope_base = c->rope_base;
     out->rope_neox = c->rope_neox;
+    out->rope_scaling = rope_scaling_name(c->rope_scaling);
+    out->rope_linear_factor = 1.0f / c->rope_pos_scale;
+    out->rope_freqs = md->weights.rope_freqs.data != NULL;
+    out->qk_norm = c->qk_norm;
     out->rms_eps = c->rms_eps;
     out->tied_output = md->weights.output.data == md->weights.tok_embd.data;
     out->n_params = model_n_params(md);
