@@ -8,6 +8,7 @@ malformed ones.  Tokens: BOS then 99 seeded ids, so positions run to 99 (the lla
 of all but the fastest pairs, which changes the logits well within that range).
 
 Checks:
+  - --threads 1/2 and --block-size 1/16/512 give byte-identical logits, and a prefix's logits are the first rows;
   - cinfer's logits match the reference at every position (ciref.logit_tolerance per type; Q8_0 over the
     first 24 positions within 0.15, see Q8_TOL);
   - the llama3 file: cinfer's logits differ from the same file without rope_freqs.weight, and from the
@@ -123,6 +124,17 @@ def main():
             ref = ref_logits(path, tokens)
             n, tol = (N_TOKENS, ciref.logit_tolerance(t)) if t == "f32" else (Q8_POSITIONS, Q8_TOL)
             ciref.compare_logits(rep, "logits_%s_%s" % (preset, t), got[preset, t][:n], ref[:n], tol)
+
+        # Invariance: threads, KV block size and a prefix give byte-identical logits (as test_logits.py checks
+        # for the older presets).
+        for preset in ("tiny-llama3", "tiny-qwen3"):
+            path = paths[preset, "f32"]
+            base = ciref.cinfer_logits(path, tokens, out, threads=1, block_size=16)[1]
+            for th, bs in ((2, 16), (1, 1), (2, 512)):
+                raw = ciref.cinfer_logits(path, tokens, out, threads=th, block_size=bs)[1]
+                rep.check(raw == base, "invariance_%s_t%d_b%d" % (preset, th, bs), "logits differ")
+            pre = ciref.cinfer_logits(path, tokens[:37], out)[1]
+            rep.check(pre == base[: len(pre)], "invariance_%s_prefix" % preset, "prefix logits differ")
 
         # The reference's qwen3 is really different from qwen2-style math (Q/K norms matter).
         m = model_np.Model.load(paths["tiny-qwen3", "f32"])
