@@ -303,7 +303,7 @@ def part_b(rep, tmp):
             continue
         # The llama3 / qwen3 presets in F32 over N_SEQ_LONG positions: the llama3 factors divide the angles of
         # the slow pairs, whose rotation only shows after a few dozen positions.  Their Q8_0 files over N_SEQ:
-        # the two engines' 8-bit activation rounding (and llama.cpp's F16 KV cache) drift apart along the
+        # the two engines' 8-bit activation rounding drifts apart along the
         # sequence (tiny-qwen3-q8_0 at 100 positions: 0.14 relative, above the 0.1 tolerance).
         n_seq = N_SEQ_LONG if preset in ("tiny-llama3", "tiny-qwen3") and t == "f32" else N_SEQ
         tokens = ciref.seeded_tokens(n_seq, n_vocab, bos, seed=8)
