@@ -2,7 +2,8 @@
 
 Part A, the reference against llama.cpp (needs no cinfer): on stories260K.gguf and on random models written by
 tests/ref/gguf_write_np.py (llama with GQA/MQA, tied and untied output; qwen2 with Q/K/V biases and NeoX RoPE;
-F16/BF16/Q8_0/Q4_0 weights), llama.cpp's next-token log-probabilities at every position of a 24-token sequence
+F16/BF16/Q8_0/Q4_0 weights; qwen3 with Q/K norms and head_dim 32 in a 64-wide model; llama with rope_freqs.weight
+and with linear RoPE scaling), llama.cpp's next-token log-probabilities at every position of a 24-token sequence
 equal the numpy reference's logits up to a constant per position:
     max |(logp_i - logp_top) - (ref_i - ref_top)| <= tol * max(1, max|ref|)   over tokens with ref prob > 1e-12
 tol = 1e-4 for F32 models; 0.05 for F16/BF16/Q8_0/Q4_0 models, because llama.cpp's CPU matmul rounds the
@@ -184,6 +185,11 @@ RANDOM_CASES = [
     ("llama-gqa-q8_0", dict(arch="llama", wtype=Q8_0), 0.05),
     ("llama-gqa-q4_0", dict(arch="llama", wtype=Q4_0), 0.05),
     ("qwen2-gqa-q8_0", dict(arch="qwen2", wtype=Q8_0), 0.05),
+    # qwen3: per-head Q/K norms, head_dim 32 with n_embd 64 and 4 heads (q_dim 128)
+    ("qwen3-hd32-f32", dict(arch="qwen3", n_head=4, n_kv_head=2, head_dim=32, rope_base=1e6, tied=True), 1e-4),
+    # llama3 frequency divisors (1 .. 8 across the 8 pairs), and linear scaling by 4
+    ("llama-rope-freqs-f32", dict(arch="llama", rope_freqs=[1, 1, 1.5, 2.5, 4, 8, 8, 8]), 1e-4),
+    ("llama-linear4-f32", dict(arch="llama", linear_factor=4.0), 1e-4),
 ]
 
 
