@@ -76,12 +76,11 @@ static enum ci_status read_rope_scaling(struct model_config *c, const struct ggu
                                         struct ci_err *err) {
     char key[128];
     struct gguf_str type = {0};
-    bool has_type = false;
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    bool has_type = gguf_find_key(g, key) >= 0;
     enum ci_status s = gguf_get_str_opt(g, key, &type, err);
     if (s != CI_OK)
         return s;
-    has_type = type.data != NULL;
     float factor = 0.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
     if ((s = gguf_get_f32_opt(g, key, &factor, err)))

@@ -130,6 +130,9 @@ void model_weights_deinit(struct model_weights *w) {
     w->layers = NULL;
 }
 
+_Static_assert(sizeof(struct layer_weights) % sizeof(struct ci_tensor) == 0,
+               "struct layer_weights must hold only struct ci_tensor members");
+
 static int cmp_name(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }

@@ -7,7 +7,8 @@
 #include "kernels/quant.h"
 #include "model/config.h"
 
-/* A tensor whose data is NULL is absent (only biases are optional). */
+/* A tensor whose data is NULL is absent (biases, Q/K norms where the architecture has none).  Holds only
+ * struct ci_tensor members: model_weights_check_all_used walks it as an array of them. */
 struct layer_weights {
     struct ci_tensor attn_norm;  // [n_embd] F32
     struct ci_tensor wq;         // [n_head*head_dim][n_embd]   (ne = {n_embd, n_head*head_dim})
