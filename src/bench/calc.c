@@ -222,7 +222,8 @@ enum ci_status calc_run(const struct calc_model *m, const struct calc_opts *o, s
     double layer_matmul = d * q_dim + 2 * d * kv_dim + q_dim * d + 3 * d * c->n_ff;
     double head = d * c->n_vocab;
     r->params_shapes = head /* embedding */ + L * layer_matmul + L * 2 * d + d /* norms */ +
-                       (m->qkv_bias ? L * (q_dim + 2 * kv_dim) : 0) + (m->tied ? 0 : head);
+                       (m->qkv_bias ? L * (q_dim + 2 * kv_dim) : 0) + (c->qk_norm ? L * 2 * hd : 0) +
+                       (m->tied ? 0 : head);
     r->layer_d2 = layer_matmul / (d * d);
     r->params_given = m->n_params > 0;
     if (r->params_given) {

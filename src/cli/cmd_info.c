@@ -62,7 +62,8 @@ int cmd_info(int argc, char **argv) {
     printf("%-28s %d\n", "vocabulary", c.n_vocab);
     printf("%-28s %d\n", "embedding length", c.n_embd);
     printf("%-28s %d\n", "layers", c.n_layer);
-    printf("%-28s %d (head dim %d)\n", "attention heads", c.n_head, c.head_dim);
+    printf("%-28s %d (head dim %d, q dim %d)\n", "attention heads", c.n_head, c.head_dim,
+           c.n_head * c.head_dim);
     printf("%-28s %d (%s, group of %d)\n", "KV heads", c.n_kv_head,
            c.n_kv_head == c.n_head ? "MHA"
            : c.n_kv_head == 1      ? "MQA"
@@ -72,6 +73,12 @@ int cmd_info(int argc, char **argv) {
     printf("%-28s %d\n", "context length", c.n_ctx_train);
     printf("%-28s base %g, %d dims, %s pairing\n", "rope", (double)c.rope_base, c.rope_dim,
            c.rope_neox ? "NeoX" : "adjacent");
+    printf("%-28s type %s", "rope scaling", c.rope_scaling);
+    if (c.rope_linear_factor != 1.0f)
+        printf(", positions / %g", (double)c.rope_linear_factor);
+    printf("%s\n", c.rope_freqs ? ", per-pair frequency divisors from rope_freqs.weight" : "");
+    if (c.qk_norm)
+        printf("%-28s per-head RMSNorm of Q and K before RoPE\n", "q/k norm");
     printf("%-28s %g\n", "rms epsilon", (double)c.rms_eps);
     printf("%-28s %s\n", "output head", c.tied_output ? "tied to token embeddings" : "separate");
     printf("%-28s", "tensor types");

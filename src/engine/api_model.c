@@ -135,13 +135,14 @@ static void tensor_types(const struct model *m, struct cinfer_model_info *out) {
     const struct model_weights *w = &m->weights;
     count_type(&w->tok_embd, per_type);
     count_type(&w->output_norm, per_type);
+    count_type(&w->rope_freqs, per_type);
     if (w->output.data != w->tok_embd.data)
         count_type(&w->output, per_type);
     for (int il = 0; il < m->config.n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
-        const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,   &l->wv,
-                                         &l->bq,        &l->bk,     &l->bv,   &l->wo,
-                                         &l->ffn_norm,  &l->w_gate, &l->w_up, &l->w_down};
+        const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,     &l->wv,     &l->bq,
+                                         &l->bk,        &l->bv,     &l->q_norm, &l->k_norm, &l->wo,
+                                         &l->ffn_norm,  &l->w_gate, &l->w_up,   &l->w_down};
         for (size_t i = 0; i < CI_ARRAY_LEN(all); i++)
             count_type(all[i], per_type);
     }
@@ -183,6 +184,10 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->rope_dim = c->rope_dim;
     out->rope_base = c->rope_base;
     out->rope_neox = c->rope_neox;
+    out->rope_scaling = rope_scaling_name(c->rope_scaling);
+    out->rope_linear_factor = 1.0f / c->rope_pos_scale;
+    out->rope_freqs = md->weights.rope_freqs.data != NULL;
+    out->qk_norm = c->qk_norm;
     out->rms_eps = c->rms_eps;
     out->tied_output = md->weights.output.data == md->weights.tok_embd.data;
     out->n_params = model_n_params(md);

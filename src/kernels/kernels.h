@@ -40,6 +40,12 @@ void ci_rmsnorm(float *out, const float *x, const float *weight, int n, float ep
  * of each head.  Normal (llama/GPT-J) pairing rotates (x[2i], x[2i+1]); NeoX pairing (qwen2) rotates
  * (x[i], x[i + rope_dim/2]).  theta_i = pos * base^(-2i/rope_dim). */
 void ci_rope(float *x, int n_head, int head_dim, int rope_dim, int pos, float base, bool neox);
+/* ci_rope with scaled frequencies, as ggml_rope_ext's freq_factors and freq_scale:
+ * theta_i = pos * pos_scale * base^(-2i/rope_dim) / freq_factors[i].  freq_factors: [rope_dim/2] (llama3
+ * scaling's per-pair divisors) or NULL for all 1; pos_scale: 1 / linear scaling factor, or 1.  With NULL and
+ * 1 the result is ci_rope's, bit for bit. */
+void ci_rope_ext(float *x, int n_head, int head_dim, int rope_dim, int pos, float base, bool neox,
+                 const float *freq_factors, float pos_scale);
 
 /* gate[i] = silu(gate[i]) * up[i]  (SwiGLU). */
 void ci_silu_mul(float *gate, const float *up, int n);

@@ -8,10 +8,20 @@
 #include "core/check.h"
 
 void ci_rope(float *x, int n_head, int head_dim, int rope_dim, int pos, float base, bool neox) {
+    ci_rope_ext(x, n_head, head_dim, rope_dim, pos, base, neox, NULL, 1.0f);
+}
+
+void ci_rope_ext(float *x, int n_head, int head_dim, int rope_dim, int pos, float base, bool neox,
+                 const float *freq_factors, float pos_scale) {
     CI_ASSERT(n_head > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim && base > 0.0f);
+    CI_ASSERT(pos_scale > 0.0f);
     int half = rope_dim / 2;
+    // Multiplying by 1.0 and dividing by 1.0 are exact: unscaled rope keeps ci_rope's bits.
+    double p = (double)pos * (double)pos_scale;
     for (int i = 0; i < half; i++) {
-        double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)rope_dim);
+        double theta = p * pow((double)base, -2.0 * (double)i / (double)rope_dim);
+        if (freq_factors)
+            theta /= (double)freq_factors[i];
         double c = cos(theta), s = sin(theta);
         // normal pairing: (2i, 2i+1); NeoX: (i, i + rope_dim/2)
         int i0 = neox ? i : 2 * i;

@@ -4,11 +4,45 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/check.h"
 #include "format/gguf.h"
 #include "format/llama2c.h"
 
+/* One row per architecture: adding one that differs from these only in features named here is a row. */
+static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
+    // name, rope_neox, qkv_bias, qk_norm, rope_freqs, tied_allowed
+    [MODEL_ARCH_LLAMA] = {"llama", false, false, false, true, true},
+    [MODEL_ARCH_QWEN2] = {"qwen2", true, true, false, false, true},
+    [MODEL_ARCH_QWEN3] = {"qwen3", true, false, true, false, true},
+};
+
+const struct model_arch_info *model_arch_info(enum model_arch a) {
+    CI_ASSERT((unsigned)a < MODEL_ARCH_COUNT);
+    return &arch_table[a];
+}
+
 const char *model_arch_name(enum model_arch a) {
-    return a == MODEL_ARCH_QWEN2 ? "qwen2" : "llama";
+    return model_arch_info(a)->name;
+}
+
+void model_config_set_arch(struct model_config *c, enum model_arch a) {
+    const struct model_arch_info *ai = model_arch_info(a);
+    c->arch = a;
+    c->rope_neox = ai->rope_neox;
+    c->qkv_bias = ai->qkv_bias;
+    c->qk_norm = ai->qk_norm;
+}
+
+const char *rope_scaling_name(enum rope_scaling s) {
+    switch (s) {
+    case ROPE_SCALING_NONE:
+        return "none";
+    case ROPE_SCALING_LINEAR:
+        return "linear";
+    case ROPE_SCALING_LLAMA3:
+        return "llama3";
+    }
+    CI_UNREACHABLE();
 }
 
 // Upper bounds far beyond any real model: they only stop absurd values from driving huge allocations.
@@ -35,6 +69,89 @@ static enum ci_status get_dim(const struct gguf *g, const char *arch, const char
     return CI_OK;
 }
 
+/* <arch>.rope.scaling.type and .factor.  As in llama.cpp, an absent type with a factor means linear
+ * scaling.  "llama3" (cinfer's name; llama.cpp's converter writes only the tensor) requires
+ * rope_freqs.weight, which model/weights.c binds and checks. */
+static enum ci_status read_rope_scaling(struct model_config *c, const struct gguf *g, const char *arch,
+                                        struct ci_err *err) {
+    char key[128];
+    struct gguf_str type = {0};
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    bool has_type = gguf_find_key(g, key) >= 0;
+    enum ci_status s = gguf_get_str_opt(g, key, &type, err);
+    if (s != CI_OK)
+        return s;
+    float factor = 0.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    if ((s = gguf_get_f32_opt(g, key, &factor, err)))
+        return s;
+    if (factor == 0.0f) { // llama.cpp's older key
+        snprintf(key, sizeof key, "%s.rope.scale_linear", arch);
+        if ((s = gguf_get_f32_opt(g, key, &factor, err)))
+            return s;
+    }
+    if (factor != 0.0f && (!(factor > 0.0f) || !isfinite(factor)))
+        return ci_err_set(err, CI_ERR_FORMAT, "key '%s.rope.scaling.factor': %g must be positive", arch,
+                          (double)factor);
+    c->rope_scaling = ROPE_SCALING_NONE;
+    c->rope_pos_scale = 1.0f;
+    if (has_type) {
+        static const char *const known[] = {"none", "linear", "llama3"};
+        size_t k = 0;
+        while (k < 3 && !(type.len == strlen(known[k]) && memcmp(type.data, known[k], type.len) == 0))
+            k++;
+        if (k == 3)
+            return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                              "key '%s.rope.scaling.type': '%.*s' is not supported (supported: none, linear, "
+                              "llama3)",
+                              arch, (int)(type.len > 32 ? 32 : type.len), type.data);
+        c->rope_scaling = (enum rope_scaling)k;
+    } else if (factor != 0.0f && factor != 1.0f) {
+        c->rope_scaling = ROPE_SCALING_LINEAR;
+    }
+    if (c->rope_scaling == ROPE_SCALING_LINEAR && factor != 0.0f)
+        c->rope_pos_scale = 1.0f / factor;
+    else if (c->rope_scaling == ROPE_SCALING_NONE && factor != 0.0f && factor != 1.0f)
+        return ci_err_set(err, CI_ERR_FORMAT,
+                          "key '%s.rope.scaling.factor' is %g but '%s.rope.scaling.type' is none", arch,
+                          (double)factor, arch);
+    float attn_factor = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", arch);
+    if ((s = gguf_get_f32_opt(g, key, &attn_factor, err)))
+        return s;
+    if (attn_factor != 1.0f)
+        return ci_err_set(err, CI_ERR_UNSUPPORTED, "key '%s': %g is not supported (only 1)", key,
+                          (double)attn_factor);
+    return CI_OK;
+}
+
+/* Keys that change the computation in ways this engine does not implement: loading such a file would
+ * silently compute another model. */
+static enum ci_status refuse_unimplemented(const struct gguf *g, const char *arch, struct ci_err *err) {
+    static const char *const keys[] = {
+        "attention.sliding_window", "attn_logit_softcapping",
+        "final_logit_softcapping",  "expert_count",
+        "expert_used_count",        "attention.sliding_window_pattern",
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.%s", arch, keys[i]);
+        int64_t ki = gguf_find_key(g, key);
+        if (ki < 0)
+            continue;
+        // A zero (an integer 0, a float 0.0) means the feature is off.
+        uint64_t n = 0;
+        const uint8_t *raw = gguf_kv_raw(g, ki, &n);
+        bool zero = raw && n > 0 && n <= 8 && gguf_kv_type(g, ki) != GGUF_TYPE_ARRAY;
+        for (uint64_t b = 0; zero && b < n; b++)
+            zero = raw[b] == 0;
+        if (!zero)
+            return ci_err_set(err, CI_ERR_UNSUPPORTED, "key '%s': %s is not implemented; refusing the model",
+                              key, keys[i]);
+    }
+    return CI_OK;
+}
+
 enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf *g, struct ci_err *err) {
     memset(c, 0, sizeof *c);
     struct gguf_str arch;
@@ -46,13 +163,13 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
         return ci_err_set(err, CI_ERR_UNSUPPORTED, "unknown architecture (name too long)");
     memcpy(name, arch.data, arch.len);
     name[arch.len] = '\0';
-    if (!strcmp(name, "llama"))
-        c->arch = MODEL_ARCH_LLAMA;
-    else if (!strcmp(name, "qwen2"))
-        c->arch = MODEL_ARCH_QWEN2;
-    else
-        return ci_err_set(err, CI_ERR_UNSUPPORTED, "unknown architecture '%s' (supported: llama, qwen2)",
-                          name);
+    int a = 0;
+    while (a < MODEL_ARCH_COUNT && strcmp(name, arch_table[a].name) != 0)
+        a++;
+    if (a == MODEL_ARCH_COUNT)
+        return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                          "unknown architecture '%s' (supported: llama, qwen2, qwen3)", name);
+    model_config_set_arch(c, (enum model_arch)a);
 
     if ((s = get_dim(g, name, "embedding_length", MAX_DIM, &c->n_embd, false, err)) ||
         (s = get_dim(g, name, "block_count", MAX_LAYERS, &c->n_layer, false, err)) ||
@@ -63,7 +180,25 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
     c->n_kv_head = c->n_head;
     if ((s = get_dim(g, name, "attention.head_count_kv", MAX_HEADS, &c->n_kv_head, true, err)))
         return s;
-    c->head_dim = c->n_embd / c->n_head;
+    // Head size: key_length / value_length when the file gives them (Qwen3, Gemma: n_head * head_dim need
+    // not be n_embd), else n_embd / n_head.
+    int k_len = -1, v_len = -1;
+    if ((s = get_dim(g, name, "attention.key_length", MAX_DIM, &k_len, true, err)) ||
+        (s = get_dim(g, name, "attention.value_length", MAX_DIM, &v_len, true, err)))
+        return s;
+    if (k_len > 0 && v_len > 0 && k_len != v_len)
+        return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                          "key '%s.attention.key_length' (%d) differs from '%s.attention.value_length' (%d): "
+                          "separate K and V head sizes are not supported",
+                          name, k_len, name, v_len);
+    if (k_len > 0 || v_len > 0) {
+        c->head_dim = k_len > 0 ? k_len : v_len;
+    } else {
+        if (c->n_embd % c->n_head != 0)
+            return ci_err_set(err, CI_ERR_FORMAT, "embedding length %d is not a multiple of head count %d",
+                              c->n_embd, c->n_head);
+        c->head_dim = c->n_embd / c->n_head;
+    }
     c->rope_dim = c->head_dim;
     if ((s = get_dim(g, name, "rope.dimension_count", MAX_DIM, &c->rope_dim, true, err)))
         return s;
@@ -77,7 +212,12 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", name);
     if ((s = gguf_get_f32_opt(g, key, &c->rms_eps, err)))
         return s;
-    c->rope_neox = c->arch == MODEL_ARCH_QWEN2;
+    if ((s = read_rope_scaling(c, g, name, err)) || (s = refuse_unimplemented(g, name, err)))
+        return s;
+    // llama.cpp's converter marks llama3 scaling only by the tensor (its loader knows no "llama3" type).
+    if (c->rope_scaling == ROPE_SCALING_NONE && model_arch_info(c->arch)->rope_freqs &&
+        gguf_find_tensor(g, "rope_freqs.weight") >= 0)
+        c->rope_scaling = ROPE_SCALING_LLAMA3;
 
     int64_t i = gguf_find_tensor(g, "token_embd.weight");
     if (i < 0)
@@ -93,9 +233,8 @@ enum ci_status model_config_validate(const struct model_config *c, struct ci_err
     if (c->n_vocab <= 0 || c->n_embd <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_kv_head <= 0 ||
         c->n_ff <= 0 || c->n_ctx_train <= 0)
         return ci_err_set(err, CI_ERR_FORMAT, "model hyper-parameters must be positive");
-    if (c->n_embd % c->n_head != 0)
-        return ci_err_set(err, CI_ERR_FORMAT, "embedding length %d is not a multiple of head count %d",
-                          c->n_embd, c->n_head);
+    if (c->head_dim <= 0)
+        return ci_err_set(err, CI_ERR_FORMAT, "head dimension %d must be positive", c->head_dim);
     if (c->n_head % c->n_kv_head != 0)
         return ci_err_set(err, CI_ERR_FORMAT, "head count %d is not a multiple of KV head count %d",
                           c->n_head, c->n_kv_head);
@@ -106,6 +245,9 @@ enum ci_status model_config_validate(const struct model_config *c, struct ci_err
                           c->rope_dim, c->head_dim);
     if (!(c->rope_base > 0.0f) || !isfinite(c->rope_base))
         return ci_err_set(err, CI_ERR_FORMAT, "rope base %g must be positive", (double)c->rope_base);
+    if (!(c->rope_pos_scale > 0.0f) || !isfinite(c->rope_pos_scale))
+        return ci_err_set(err, CI_ERR_FORMAT, "rope position scale %g must be positive",
+                          (double)c->rope_pos_scale);
     if (!(c->rms_eps >= 0.0f) || !(c->rms_eps < 1.0f))
         return ci_err_set(err, CI_ERR_FORMAT, "rms epsilon %g out of range [0, 1)", (double)c->rms_eps);
     return CI_OK;
@@ -114,7 +256,7 @@ enum ci_status model_config_validate(const struct model_config *c, struct ci_err
 void model_config_from_llama2c(struct model_config *c, const struct llama2c *l) {
     const struct llama2c_hparams *hp = llama2c_hparams(l);
     memset(c, 0, sizeof *c);
-    c->arch = MODEL_ARCH_LLAMA;
+    model_config_set_arch(c, MODEL_ARCH_LLAMA);
     c->n_vocab = hp->vocab;
     c->n_embd = hp->dim;
     c->n_layer = hp->n_layers;
@@ -126,5 +268,5 @@ void model_config_from_llama2c(struct model_config *c, const struct llama2c *l) 
     c->rope_dim = c->head_dim;
     c->rope_base = 10000.0f;
     c->rms_eps = 1e-5f;
-    c->rope_neox = false;
+    c->rope_pos_scale = 1.0f;
 }

@@ -173,11 +173,20 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     add_bias(f->q, &l->bq, n, q_dim);
     add_bias(f->k, &l->bk, n, kv_dim);
     add_bias(f->v, &l->bv, n, kv_dim);
+    if (l->q_norm.data) { // qwen3: RMSNorm of each head of Q and K, before RoPE
+        for (size_t h = 0; h < (size_t)n * c->n_head; h++)
+            ci_rmsnorm(f->q + h * c->head_dim, f->q + h * c->head_dim, l->q_norm.data, c->head_dim,
+                       c->rms_eps);
+        for (size_t h = 0; h < (size_t)n * c->n_kv_head; h++)
+            ci_rmsnorm(f->k + h * c->head_dim, f->k + h * c->head_dim, l->k_norm.data, c->head_dim,
+                       c->rms_eps);
+    }
+    const float *ff = f->m->weights.rope_freqs.data; // [rope_dim/2] or NULL
     for (int t = 0; t < n; t++) {
-        ci_rope(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, c->rope_dim, b->pos[t], c->rope_base,
-                c->rope_neox);
-        ci_rope(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, c->rope_dim, b->pos[t], c->rope_base,
-                c->rope_neox);
+        ci_rope_ext(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, c->rope_dim, b->pos[t], c->rope_base,
+                    c->rope_neox, ff, c->rope_pos_scale);
+        ci_rope_ext(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, c->rope_dim, b->pos[t],
+                    c->rope_base, c->rope_neox, ff, c->rope_pos_scale);
     }
     write_kv(b, &kv[il], f->k, f->v);
     struct ci_attn_args args = {

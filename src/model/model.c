@@ -14,6 +14,10 @@ static const struct ci_tensor *gguf_lookup(const void *src, const char *name) {
     return i < 0 ? NULL : gguf_tensor(g, i);
 }
 
+static const struct ci_tensor *gguf_tensor_at(const void *src, int64_t i) {
+    return gguf_tensor(src, i);
+}
+
 static enum ci_status sniff_gguf(const char *path, bool *is_gguf, uint64_t *size, struct ci_err *err) {
     struct ci_mapfile mf;
     enum ci_status s = ci_mapfile_open(&mf, path, err);
@@ -44,7 +48,10 @@ enum ci_status model_load(const char *path, struct model **out, struct ci_err *e
         }
         if ((s = model_config_from_gguf(&m->config, m->gguf, err)) != CI_OK)
             goto fail;
-        s = model_weights_bind(&m->weights, &m->config, gguf_lookup, m->gguf, err);
+        if ((s = model_weights_bind(&m->weights, &m->config, gguf_lookup, m->gguf, err)) != CI_OK)
+            goto fail;
+        s = model_weights_check_all_used(&m->weights, &m->config, gguf_tensor_at, m->gguf,
+                                         gguf_n_tensors(m->gguf), err);
     } else {
         m->format = MODEL_FORMAT_LLAMA2C;
         if ((s = llama2c_open(path, &m->llama2c, err)) != CI_OK)
@@ -87,13 +94,14 @@ static void totals(const struct model *m, uint64_t *bytes, uint64_t *params) {
     *bytes = *params = 0;
     add_tensor(&w->tok_embd, bytes, params);
     add_tensor(&w->output_norm, bytes, params);
+    add_tensor(&w->rope_freqs, bytes, params);
     if (w->output.data != w->tok_embd.data)
         add_tensor(&w->output, bytes, params);
     for (int il = 0; il < m->config.n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
-        const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,   &l->wv,
-                                         &l->bq,        &l->bk,     &l->bv,   &l->wo,
-                                         &l->ffn_norm,  &l->w_gate, &l->w_up, &l->w_down};
+        const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,     &l->wv,     &l->bq,
+                                         &l->bk,        &l->bv,     &l->q_norm, &l->k_norm, &l->wo,
+                                         &l->ffn_norm,  &l->w_gate, &l->w_up,   &l->w_down};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             add_tensor(all[i], bytes, params);
     }

@@ -17,14 +17,33 @@
 
 static const struct synth_preset presets[] = {
     // name, arch, n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx, rope_base, rms_eps, tied, bias
-    {"tiny", MODEL_ARCH_LLAMA, 256, 4, 8, 2, 768, 1024, 512, 10000.0f, 1e-5f, false, false},
-    {"tiny-qwen2", MODEL_ARCH_QWEN2, 256, 4, 8, 2, 768, 1024, 512, 1000000.0f, 1e-6f, true, true},
-    {"stories15m", MODEL_ARCH_LLAMA, 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f, true, false},
-    {"smollm2-135m", MODEL_ARCH_LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false},
-    {"tinyllama-1.1b", MODEL_ARCH_LLAMA, 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false},
-    {"qwen2-0.5b", MODEL_ARCH_QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true},
+    // [, head_dim, llama3 factor, low, high, original context]
+    {"tiny", MODEL_ARCH_LLAMA, 256, 4, 8, 2, 768, 1024, 512, 10000.0f, 1e-5f, false, false, 0, 0.0f, 0.0f,
+     0.0f, 0},
+    {"tiny-qwen2", MODEL_ARCH_QWEN2, 256, 4, 8, 2, 768, 1024, 512, 1000000.0f, 1e-6f, true, true, 0, 0.0f,
+     0.0f, 0.0f, 0},
+    {"stories15m", MODEL_ARCH_LLAMA, 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f, true, false, 0, 0.0f,
+     0.0f, 0.0f, 0},
+    {"smollm2-135m", MODEL_ARCH_LLAMA, 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, 0,
+     0.0f, 0.0f, 0.0f, 0},
+    {"tinyllama-1.1b", MODEL_ARCH_LLAMA, 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false, 0,
+     0.0f, 0.0f, 0.0f, 0},
+    {"qwen2-0.5b", MODEL_ARCH_QWEN2, 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true, 0,
+     0.0f, 0.0f, 0.0f, 0},
     // Llama 3.2 3B's shapes (its llama3 RoPE frequency scaling is not modelled: synth's weights are random)
-    {"llama3.2-3b", MODEL_ARCH_LLAMA, 3072, 28, 24, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false},
+    {"llama3.2-3b", MODEL_ARCH_LLAMA, 3072, 28, 24, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0,
+     0.0f, 0.0f, 0.0f, 0},
+    // The tiny shape with llama3 RoPE scaling whose factors matter within 100 positions: 1 for the three
+    // fastest pairs, 8 from the sixth on, smooth between (original context 256).
+    {"tiny-llama3", MODEL_ARCH_LLAMA, 256, 4, 8, 2, 768, 1024, 512, 500000.0f, 1e-5f, false, false, 0, 8.0f,
+     1.0f, 4.0f, 256},
+    // head_dim 64 with 8 heads: q_dim 512 != n_embd 256.
+    {"tiny-qwen3", MODEL_ARCH_QWEN3, 256, 4, 8, 2, 768, 1024, 512, 1000000.0f, 1e-6f, true, false, 64, 0.0f,
+     0.0f, 0.0f, 0},
+    {"llama3.2-1b", MODEL_ARCH_LLAMA, 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, 0,
+     32.0f, 1.0f, 4.0f, 8192},
+    {"qwen3-0.6b", MODEL_ARCH_QWEN3, 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, false,
+     128, 0.0f, 0.0f, 0.0f, 0},
 };
 
 #define N_PRESETS      ((int)(sizeof presets / sizeof *presets))
@@ -32,6 +51,8 @@ static const struct synth_preset presets[] = {
 #define Q_SCALE        4.0f
 #define NORM_JITTER    0.1f
 #define BIAS_STD       0.1f
+#define QK_NORM_SCALE  2.0f
+#define QK_NORM_JITTER 0.5f
 
 int synth_n_presets(void) {
     return N_PRESETS;
@@ -49,21 +70,49 @@ const struct synth_preset *synth_preset_find(const char *name) {
     return NULL;
 }
 
+static int preset_head_dim(const struct synth_preset *p) {
+    return p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+}
+
 void synth_preset_config(const struct synth_preset *p, struct model_config *c) {
     memset(c, 0, sizeof *c);
-    c->arch = p->arch;
+    model_config_set_arch(c, p->arch);
     c->n_vocab = p->n_vocab;
     c->n_embd = p->n_embd;
     c->n_layer = p->n_layer;
     c->n_head = p->n_head;
     c->n_kv_head = p->n_kv_head;
-    c->head_dim = p->n_embd / p->n_head;
+    c->head_dim = preset_head_dim(p);
     c->n_ff = p->n_ff;
     c->n_ctx_train = p->n_ctx;
     c->rope_dim = c->head_dim;
     c->rope_base = p->rope_base;
     c->rms_eps = p->rms_eps;
-    c->rope_neox = p->arch == MODEL_ARCH_QWEN2;
+    // The file carries rope_freqs.weight but no rope.scaling.type key (as llama.cpp's converter writes it;
+    // llama.cpp refuses a "llama3" type), which the loader reads as llama3.
+    c->rope_scaling = p->llama3_factor > 0.0f ? ROPE_SCALING_LLAMA3 : ROPE_SCALING_NONE;
+    c->rope_pos_scale = 1.0f;
+}
+
+void synth_llama3_rope_freqs(const struct synth_preset *p, float *out) {
+    // Meta's apply_scaling (Llama 3.1): wavelengths shorter than original_ctx / high_freq_factor keep their
+    // frequency, longer than original_ctx / low_freq_factor are divided by factor, a smooth mix between.
+    int d = preset_head_dim(p);
+    double lo_wavelen = p->llama3_orig_ctx / (double)p->llama3_low,
+           hi_wavelen = p->llama3_orig_ctx / (double)p->llama3_high;
+    for (int i = 0; i < d / 2; i++) {
+        double freq = 1.0 / pow((double)p->rope_base, 2.0 * i / d), wavelen = 2.0 * M_PI / freq;
+        double f;
+        if (wavelen < hi_wavelen)
+            f = 1.0;
+        else if (wavelen > lo_wavelen)
+            f = p->llama3_factor;
+        else {
+            double smooth = (p->llama3_orig_ctx / wavelen - p->llama3_low) / (p->llama3_high - p->llama3_low);
+            f = 1.0 / ((1.0 - smooth) / p->llama3_factor + smooth);
+        }
+        out[i] = (float)f;
+    }
 }
 
 bool synth_type_parse(const char *name, uint32_t *type) {
@@ -181,7 +230,7 @@ fail:
 
 /* ---- weights ---- */
 
-enum init_kind { INIT_NORMAL, INIT_NORM, INIT_BIAS };
+enum init_kind { INIT_NORMAL, INIT_NORM, INIT_BIAS, INIT_QK_NORM, INIT_ROPE_FREQS };
 
 struct plan {
     char name[64];
@@ -211,9 +260,16 @@ static uint64_t tensor_seed(uint64_t seed, const char *name) {
     return h ^ (h >> 31);
 }
 
-static void gen_row(struct ci_rng *r, const struct plan *p, float *row) {
+static void gen_row(struct ci_rng *r, const struct synth_preset *ps, const struct plan *p, float *row) {
     int64_t n = p->ne[0];
     switch (p->kind) {
+    case INIT_ROPE_FREQS:
+        synth_llama3_rope_freqs(ps, row);
+        return;
+    case INIT_QK_NORM:
+        for (int64_t i = 0; i < n; i++)
+            row[i] = p->scale * (1.0f + QK_NORM_JITTER * fast_normal(r));
+        return;
     case INIT_NORMAL:
     case INIT_BIAS:
         for (int64_t i = 0; i < n; i++)
@@ -243,10 +299,14 @@ static void add_plan(struct plan *plans, int *n, const char *name, uint32_t type
 
 static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan *plans) {
     int n = 0;
-    const int64_t d = ps->n_embd, hd = ps->n_embd / ps->n_head, kv = hd * ps->n_kv_head, ff = ps->n_ff;
-    const float sd = 1.0f / sqrtf((float)d), sff = 1.0f / sqrtf((float)ff);
+    const int64_t d = ps->n_embd, hd = preset_head_dim(ps), q = hd * ps->n_head, kv = hd * ps->n_kv_head,
+                  ff = ps->n_ff;
+    const float sd = 1.0f / sqrtf((float)d), sff = 1.0f / sqrtf((float)ff), sq = 1.0f / sqrtf((float)q);
+    const bool qk_norm = model_arch_info(ps->arch)->qk_norm;
     char name[64];
     add_plan(plans, &n, "token_embd.weight", type, d, ps->n_vocab, INIT_NORMAL, sd);
+    if (ps->llama3_factor > 0.0f)
+        add_plan(plans, &n, "rope_freqs.weight", type, hd / 2, 1, INIT_ROPE_FREQS, 1.0f);
     for (int il = 0; il < ps->n_layer; il++) {
 #define LAYER(suffix, ne0, ne1, kind, scale)                                                                 \
     do {                                                                                                     \
@@ -254,16 +314,20 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
         add_plan(plans, &n, name, type, ne0, ne1, kind, scale);                                              \
     } while (0)
         LAYER("attn_norm.weight", d, 1, INIT_NORM, 1.0f);
-        LAYER("attn_q.weight", d, d, INIT_NORMAL, Q_SCALE * sd);
+        LAYER("attn_q.weight", d, q, INIT_NORMAL, Q_SCALE * sd);
         if (ps->qkv_bias)
-            LAYER("attn_q.bias", d, 1, INIT_BIAS, BIAS_STD);
+            LAYER("attn_q.bias", q, 1, INIT_BIAS, BIAS_STD);
         LAYER("attn_k.weight", d, kv, INIT_NORMAL, sd);
         if (ps->qkv_bias)
             LAYER("attn_k.bias", kv, 1, INIT_BIAS, BIAS_STD);
         LAYER("attn_v.weight", d, kv, INIT_NORMAL, sd);
         if (ps->qkv_bias)
             LAYER("attn_v.bias", kv, 1, INIT_BIAS, BIAS_STD);
-        LAYER("attn_output.weight", d, d, INIT_NORMAL, sd);
+        if (qk_norm) {
+            LAYER("attn_q_norm.weight", hd, 1, INIT_QK_NORM, QK_NORM_SCALE);
+            LAYER("attn_k_norm.weight", hd, 1, INIT_QK_NORM, QK_NORM_SCALE);
+        }
+        LAYER("attn_output.weight", q, d, INIT_NORMAL, sq);
         LAYER("ffn_norm.weight", d, 1, INIT_NORM, 1.0f);
         LAYER("ffn_gate.weight", d, ff, INIT_NORMAL, sd);
         LAYER("ffn_up.weight", d, ff, INIT_NORMAL, sd);
@@ -315,7 +379,11 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, in
     gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)ps->n_kv_head);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), ps->rms_eps);
     gguf_writer_set_f32(w, KEY("rope.freq_base"), ps->rope_base);
-    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(ps->n_embd / ps->n_head));
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)preset_head_dim(ps));
+    if (ps->head_dim) {
+        gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)ps->head_dim);
+        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)ps->head_dim);
+    }
 #undef KEY
 }
 
@@ -340,7 +408,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         return ci_err_set(err, CI_ERR_INVALID, "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0)",
                           ci_type_name(type));
 
-    int max_tensors = 4 + 12 * ps->n_layer;
+    int max_tensors = 5 + 14 * ps->n_layer;
     plans = ci_calloc((size_t)max_tensors, sizeof *plans);
     if (!plans || !(w = gguf_writer_create())) {
         s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
@@ -387,7 +455,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         struct ci_rng rng;
         ci_rng_seed(&rng, tensor_seed(seed, p->name));
         for (int64_t r = 0; r < p->ne[1]; r++) {
-            gen_row(&rng, p, row);
+            gen_row(&rng, ps, p, row);
             ci_quantize_row(p->type, row, data + (uint64_t)r * rb, p->ne[0]);
         }
         if ((s = gguf_writer_write_tensor_data(w, f, i, data, err)) != CI_OK)

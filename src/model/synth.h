@@ -10,6 +10,8 @@
  *   output          ~ N(0, SYNTH_LOGIT_STD/sqrt(n_embd)) when untied
  *   norm weights    ~ 1 + 0.1 N(0, 1); output_norm additionally x SYNTH_LOGIT_STD when the head is tied
  *   q/k/v biases    ~ N(0, 0.1)  (qwen2 presets)
+ *   q/k norms       ~ 2 (1 + 0.5 N(0, 1))  (qwen3: after the per-head norm, this keeps attention sharp)
+ *   rope_freqs      Meta's llama3 frequency divisors (llama3 presets), not random
  * so the logits have a standard deviation of about SYNTH_LOGIT_STD.  Normals are Irwin-Hall sums of four
  * 16-bit uniforms from xoshiro256** (fast, bounded at +-3.46 sigma); each tensor's stream is seeded from
  * (seed, tensor name), independent of the order tensors are generated in.
@@ -34,6 +36,11 @@ struct synth_preset {
     float rope_base, rms_eps;
     bool tied;     // no output.weight: the head is token_embd
     bool qkv_bias; // attn_{q,k,v}.bias tensors (qwen2)
+    int head_dim;  // 0: n_embd / n_head; else written as attention.key_length / value_length
+    // Llama 3 RoPE scaling: rope_freqs.weight computed as Meta's llama3 scaling (and llama.cpp's converter)
+    // does from factor, low/high frequency factors and the original context; factor 0: none.
+    float llama3_factor, llama3_low, llama3_high;
+    int llama3_orig_ctx;
 };
 
 int synth_n_presets(void);
@@ -41,6 +48,8 @@ const struct synth_preset *synth_preset(int i);
 const struct synth_preset *synth_preset_find(const char *name); // NULL if unknown
 /* The hyper-parameters a loader should read back from a preset's file. */
 void synth_preset_config(const struct synth_preset *p, struct model_config *out);
+/* A llama3 preset's rope_freqs.weight: [head_dim/2] frequency divisors. */
+void synth_llama3_rope_freqs(const struct synth_preset *p, float *out);
 
 /* "f32", "f16", "bf16", "q8_0", "q4_0" (case-insensitive) -> enum ci_type; false for anything else. */
 bool synth_type_parse(const char *name, uint32_t *type);

@@ -1,6 +1,8 @@
 #include "model/weights.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/mem.h"
@@ -47,7 +49,8 @@ static enum ci_status bind(struct binder *b, const char *name, int64_t ne0, int6
 static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights *l) {
     const struct model_config *c = b->c;
     int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
-    bool biases = c->arch == MODEL_ARCH_QWEN2;
+    // llama.cpp's llama graph takes Q/K/V biases when present; qwen2 requires them.
+    bool biases = c->qkv_bias;
     struct {
         const char *suffix;
         int64_t ne0, ne1;
@@ -61,6 +64,8 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
         {"attn_q.bias", q_dim, 1, !biases, &l->bq},
         {"attn_k.bias", kv_dim, 1, !biases, &l->bk},
         {"attn_v.bias", kv_dim, 1, !biases, &l->bv},
+        {"attn_q_norm.weight", c->head_dim, 1, !c->qk_norm, &l->q_norm},
+        {"attn_k_norm.weight", c->head_dim, 1, !c->qk_norm, &l->k_norm},
         {"attn_output.weight", q_dim, c->n_embd, false, &l->wo},
         {"ffn_norm.weight", c->n_embd, 1, false, &l->ffn_norm},
         {"ffn_gate.weight", c->n_embd, c->n_ff, false, &l->w_gate},
@@ -70,7 +75,10 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, want[i].suffix);
-        enum ci_status s = bind(b, name, want[i].ne0, want[i].ne1, want[i].optional, want[i].out);
+        // Q/K norms exist only where the arch has them: elsewhere one is an unknown tensor.
+        bool skip = (want[i].out == &l->q_norm || want[i].out == &l->k_norm) && !c->qk_norm;
+        enum ci_status s =
+            skip ? CI_OK : bind(b, name, want[i].ne0, want[i].ne1, want[i].optional, want[i].out);
         if (s != CI_OK)
             return s;
     }
@@ -86,8 +94,25 @@ enum ci_status model_weights_bind(struct model_weights *w, const struct model_co
         (s = bind(&b, "output_norm.weight", c->n_embd, 1, false, &w->output_norm)) ||
         (s = bind(&b, "output.weight", c->n_embd, c->n_vocab, true, &w->output)))
         return s;
-    if (!w->output.data)
+    if (!w->output.data) {
+        if (!model_arch_info(c->arch)->tied_allowed)
+            return ci_err_set(err, CI_ERR_FORMAT, "tensor 'output.weight' missing");
         w->output = w->tok_embd; // tied head
+    }
+    // llama3 RoPE scaling: per-pair frequency divisors.  Applied whenever present, as llama.cpp does.
+    if (model_arch_info(c->arch)->rope_freqs &&
+        (s = bind(&b, "rope_freqs.weight", c->rope_dim / 2, 1, true, &w->rope_freqs)))
+        return s;
+    if (c->rope_scaling == ROPE_SCALING_LLAMA3 && !w->rope_freqs.data)
+        return ci_err_set(err, CI_ERR_FORMAT, "rope scaling type llama3 needs tensor 'rope_freqs.weight'");
+    if (w->rope_freqs.data) {
+        const float *ff = w->rope_freqs.data;
+        for (int i = 0; i < c->rope_dim / 2; i++)
+            if (!(ff[i] > 0.0f) || !isfinite(ff[i]))
+                return ci_err_set(err, CI_ERR_FORMAT,
+                                  "tensor 'rope_freqs.weight': factor %d is %g, not positive", i,
+                                  (double)ff[i]);
+    }
     w->layers = ci_calloc((size_t)c->n_layer, sizeof *w->layers);
     if (!w->layers)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory binding %d layers", c->n_layer);
@@ -103,4 +128,55 @@ enum ci_status model_weights_bind(struct model_weights *w, const struct model_co
 void model_weights_deinit(struct model_weights *w) {
     ci_free(w->layers);
     w->layers = NULL;
+}
+
+_Static_assert(sizeof(struct layer_weights) % sizeof(struct ci_tensor) == 0,
+               "struct layer_weights must hold only struct ci_tensor members");
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Tensors that may be present and are deliberately not read.  None yet: llama.cpp's loader also refuses a
+ * file with a tensor it does not create ("wrong number of tensors"). */
+static const char *const known_unused[] = {NULL};
+
+enum ci_status model_weights_check_all_used(const struct model_weights *w, const struct model_config *c,
+                                            weights_tensor_at_fn tensor_at, const void *src, int64_t n,
+                                            struct ci_err *err) {
+    size_t per_layer = sizeof(struct layer_weights) / sizeof(struct ci_tensor);
+    size_t cap = 4 + per_layer * (size_t)c->n_layer, n_bound = 0;
+    const char **bound = ci_calloc(cap, sizeof *bound);
+    if (!bound)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory checking %lld tensors", (long long)n);
+    const struct ci_tensor *globals[] = {&w->tok_embd, &w->output_norm, &w->output, &w->rope_freqs};
+    for (size_t i = 0; i < sizeof globals / sizeof *globals; i++)
+        if (globals[i]->data && globals[i]->name)
+            bound[n_bound++] = globals[i]->name;
+    for (int il = 0; il < c->n_layer; il++) {
+        const struct ci_tensor *t = (const struct ci_tensor *)&w->layers[il];
+        for (size_t i = 0; i < per_layer; i++)
+            if (t[i].data && t[i].name)
+                bound[n_bound++] = t[i].name;
+    }
+    qsort(bound, n_bound, sizeof *bound, cmp_name);
+    enum ci_status s = CI_OK;
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = tensor_at(src, i)->name;
+        if (bsearch(&name, bound, n_bound, sizeof *bound, cmp_name))
+            continue;
+        bool unused = false;
+        for (const char *const *k = known_unused; *k && !unused; k++)
+            unused = strcmp(*k, name) == 0;
+        if (!unused) {
+            s = ci_err_set(
+                err, CI_ERR_UNSUPPORTED,
+                "tensor '%s' is not used by architecture %s: refusing a model cinfer would compute "
+                "without it",
+                name, model_arch_name(c->arch));
+            break;
+        }
+    }
+    ci_free(bound);
+    return s;
 }

@@ -7,13 +7,16 @@
 #include "kernels/quant.h"
 #include "model/config.h"
 
-/* A tensor whose data is NULL is absent (only biases are optional). */
+/* A tensor whose data is NULL is absent (biases, Q/K norms where the architecture has none).  Holds only
+ * struct ci_tensor members: model_weights_check_all_used walks it as an array of them. */
 struct layer_weights {
     struct ci_tensor attn_norm;  // [n_embd] F32
     struct ci_tensor wq;         // [n_head*head_dim][n_embd]   (ne = {n_embd, n_head*head_dim})
     struct ci_tensor wk;         // [n_kv_head*head_dim][n_embd]
     struct ci_tensor wv;         // [n_kv_head*head_dim][n_embd]
     struct ci_tensor bq, bk, bv; // qwen2 biases, F32
+    struct ci_tensor q_norm;     // [head_dim] F32: qwen3's per-head RMSNorm of Q before RoPE
+    struct ci_tensor k_norm;     // [head_dim] F32: the same for K
     struct ci_tensor wo;         // [n_embd][n_head*head_dim]
     struct ci_tensor ffn_norm;   // [n_embd] F32
     struct ci_tensor w_gate;     // [n_ff][n_embd]
@@ -25,6 +28,7 @@ struct model_weights {
     struct ci_tensor tok_embd;    // [n_vocab][n_embd]
     struct ci_tensor output_norm; // [n_embd] F32
     struct ci_tensor output;      // [n_vocab][n_embd]; equals tok_embd when the head is tied
+    struct ci_tensor rope_freqs;  // [rope_dim/2] F32 RoPE frequency divisors (llama3 scaling), or absent
     struct layer_weights *layers; // [n_layer], owned
 };
 
@@ -34,5 +38,15 @@ typedef const struct ci_tensor *(*weights_lookup_fn)(const void *src, const char
 enum ci_status model_weights_bind(struct model_weights *w, const struct model_config *c,
                                   weights_lookup_fn lookup, const void *src, struct ci_err *err);
 void model_weights_deinit(struct model_weights *w);
+
+/* Tensor i of a file's n tensors, for model_weights_check_all_used. */
+typedef const struct ci_tensor *(*weights_tensor_at_fn)(const void *src, int64_t i);
+
+/* Every tensor of the file must have been bound by model_weights_bind: a tensor the architecture does not
+ * consume would otherwise be silently ignored (a different model computed).  CI_ERR_UNSUPPORTED naming the
+ * first such tensor. */
+enum ci_status model_weights_check_all_used(const struct model_weights *w, const struct model_config *c,
+                                            weights_tensor_at_fn tensor_at, const void *src, int64_t n,
+                                            struct ci_err *err);
 
 #endif

@@ -157,6 +157,17 @@ if grep -Eq "^tensor types +F32×[0-9]+ \(32 bpw\) Q8_0×[0-9]+ \(8\.5 bpw\)$" <
 else
     fail info_bits_per_weight "avg '$avg': $(grep -E 'tensor types|bits per' <<<"$out" | tr '\n' '|')"
 fi
+# info: the head size and Q width from attention.key_length (tiny-qwen3: 8 heads of 64 in a 256-wide model), the
+# Q/K norms, and llama3 RoPE scaling from rope_freqs.weight (tiny-llama3).
+"$BIN" synth --preset tiny-qwen3 --type f32 --seed 1 -o "$T/tiny-qwen3.gguf" >/dev/null 2>&1
+"$BIN" synth --preset tiny-llama3 --type f32 --seed 1 -o "$T/tiny-llama3.gguf" >/dev/null 2>&1
+out=$("$BIN" info -m "$T/tiny-qwen3.gguf" 2>&1)
+grep -Eq "^attention heads +8 \(head dim 64, q dim 512\)$" <<<"$out" && grep -Eq "^q/k norm +per-head" <<<"$out" &&
+    grep -Eq "^architecture +qwen3$" <<<"$out" && pass info_qwen3_head_dim ||
+    fail info_qwen3_head_dim "$(tr '\n' '|' <<<"$out")"
+out=$("$BIN" info -m "$T/tiny-llama3.gguf" 2>&1)
+grep -Eq "^rope scaling +type llama3, per-pair frequency divisors from rope_freqs.weight$" <<<"$out" &&
+    pass info_llama3_rope_scaling || fail info_llama3_rope_scaling "$(tr '\n' '|' <<<"$out")"
 roofs() { # MODEL INT8_PEAK_GOPS -> JSON lines
     "$BIN" bench kernels -m "$1" -t 1 -p 64 -n 0 --batch 0 -r 1 --no-warmup --bandwidth-gbs 1000000 \
         --peak-gflops 10 --int8-peak-gops "$2" --json 2>"$T/err"

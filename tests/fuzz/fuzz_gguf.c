@@ -181,6 +181,10 @@ static const struct ci_tensor *lookup(const void *src, const char *name) {
     return i < 0 ? NULL : gguf_tensor(src, i);
 }
 
+static const struct ci_tensor *tensor_at(const void *src, int64_t i) {
+    return gguf_tensor(src, i);
+}
+
 /* What model_load does after opening the file. */
 static void check_model(const struct gguf *g) {
     struct model_config cfg;
@@ -190,11 +194,13 @@ static void check_model(const struct gguf *g) {
         return;
     }
     FUZZ_CHECK(model_config_validate(&cfg, &err) == CI_OK, "accepted config fails validation: %s", err.msg);
-    FUZZ_CHECK(cfg.head_dim * cfg.n_head == cfg.n_embd && cfg.n_head % cfg.n_kv_head == 0, "config shape");
+    FUZZ_CHECK(cfg.head_dim > 0 && cfg.n_head % cfg.n_kv_head == 0, "config shape");
     struct model_weights w;
     memset(&w, 0, sizeof w);
     if (model_weights_bind(&w, &cfg, lookup, g, &err) == CI_OK) {
         FUZZ_CHECK(w.tok_embd.data && w.output.data && w.output_norm.data, "bound weights missing");
+        if (model_weights_check_all_used(&w, &cfg, tensor_at, g, gguf_n_tensors(g), &err) != CI_OK)
+            FUZZ_CHECK(err.msg[0], "unused tensor refused without a message");
         model_weights_deinit(&w);
     } else {
         FUZZ_CHECK(err.msg[0], "weights rejected without a message");

@@ -2,7 +2,8 @@
 
 Part A, the reference against llama.cpp (needs no cinfer): on stories260K.gguf and on random models written by
 tests/ref/gguf_write_np.py (llama with GQA/MQA, tied and untied output; qwen2 with Q/K/V biases and NeoX RoPE;
-F16/BF16/Q8_0/Q4_0 weights), llama.cpp's next-token log-probabilities at every position of a 24-token sequence
+F16/BF16/Q8_0/Q4_0 weights; qwen3 with Q/K norms and head_dim 32 in a 64-wide model; llama with rope_freqs.weight
+and with linear RoPE scaling), llama.cpp's next-token log-probabilities at every position of a 24-token sequence
 equal the numpy reference's logits up to a constant per position:
     max |(logp_i - logp_top) - (ref_i - ref_top)| <= tol * max(1, max|ref|)   over tokens with ref prob > 1e-12
 tol = 1e-4 for F32 models; 0.05 for F16/BF16/Q8_0/Q4_0 models, because llama.cpp's CPU matmul rounds the
@@ -10,8 +11,9 @@ activations to the weight's companion type (F16, BF16, Q8_0) before the dot prod
 shows that 0.05 still catches a wrong Q4_0 nibble layout.  (llama.cpp rejects rope.dimension_count != head_dim
 for llama and qwen2, so partial RoPE cannot be checked here.)
 
-Part B, cinfer against llama.cpp: for `cinfer synth --preset tiny --seed 1` in F32 and Q8_0 (and the qwen2-style
-preset tiny-qwen2 if synth offers it) and for stories260K.bin converted by `cinfer convert`:
+Part B, cinfer against llama.cpp: for `cinfer synth --preset tiny --seed 1` in F32 and Q8_0, the qwen2-style
+preset tiny-qwen2, tiny-llama3 (llama3 rope_freqs.weight) and tiny-qwen3 (Q/K norms, head_dim 64 with n_embd
+256) in F32 and Q8_0 (these two in F32 over 100 positions), and for stories260K.bin converted by `cinfer convert`:
   - cinfer's logits vs llama.cpp's log-probabilities at every position (same measure and tolerances as part A);
   - 32 greedy ids from BOS: `cinfer run -p "" -n 32 --temp 0 --ids` == llama.cpp's argmax decoding;
   - 32 greedy ids after BOS + 3 prompt ids: cinfer's argmax of `cinfer logits` == llama.cpp's;
@@ -47,6 +49,7 @@ import ciref  # noqa: E402
 import gguf_np  # noqa: E402
 import gguf_write_np  # noqa: E402
 import model_np  # noqa: E402
+import test_arch  # noqa: E402
 from ciref import CinferError, model_path  # noqa: E402
 
 N_GEN = 32
@@ -55,6 +58,7 @@ N_GEN = 32
 # tiny-q8_0; 18 of 32 steps are compared).
 QUANT_TIE = 1.0
 N_SEQ = 24
+N_SEQ_LONG = 100
 NODE_TIMEOUT = 300
 F16, BF16, Q8_0, Q4_0 = gguf_np.F16, gguf_np.BF16, gguf_np.Q8_0, gguf_np.Q4_0
 
@@ -181,6 +185,11 @@ RANDOM_CASES = [
     ("llama-gqa-q8_0", dict(arch="llama", wtype=Q8_0), 0.05),
     ("llama-gqa-q4_0", dict(arch="llama", wtype=Q4_0), 0.05),
     ("qwen2-gqa-q8_0", dict(arch="qwen2", wtype=Q8_0), 0.05),
+    # qwen3: per-head Q/K norms, head_dim 32 with n_embd 64 and 4 heads (q_dim 128)
+    ("qwen3-hd32-f32", dict(arch="qwen3", n_head=4, n_kv_head=2, head_dim=32, rope_base=1e6, tied=True), 1e-4),
+    # llama3 frequency divisors (1 .. 8 across the 8 pairs), and linear scaling by 4
+    ("llama-rope-freqs-f32", dict(arch="llama", rope_freqs=[1, 1, 1.5, 2.5, 4, 8, 8, 8]), 1e-4),
+    ("llama-linear4-f32", dict(arch="llama", linear_factor=4.0), 1e-4),
 ]
 
 
@@ -279,7 +288,15 @@ def check_teacher_forced(rep, name, path, prefix, theirs, allow_tie, tmp):
 
 def part_b(rep, tmp):
     models = []  # (label, path, f32, tokens, prompt)
-    for preset, t in (("tiny", "f32"), ("tiny", "q8_0"), ("tiny-qwen2", "f32")):
+    for preset, t in (
+        ("tiny", "f32"),
+        ("tiny", "q8_0"),
+        ("tiny-qwen2", "f32"),
+        ("tiny-llama3", "f32"),
+        ("tiny-llama3", "q8_0"),
+        ("tiny-qwen3", "f32"),
+        ("tiny-qwen3", "q8_0"),
+    ):
         label = "%s-%s" % (preset, t)
         path = os.path.join(tmp, "synth-%s.gguf" % label)
         try:
@@ -290,7 +307,12 @@ def part_b(rep, tmp):
         except (CinferError, OSError, ValueError, KeyError) as e:
             rep.fail("llamacpp_synth_%s" % label, "cinfer synth --preset %s --type %s: %s" % (preset, t, e))
             continue
-        tokens = ciref.seeded_tokens(N_SEQ, n_vocab, bos, seed=8)
+        # The llama3 / qwen3 presets in F32 over N_SEQ_LONG positions: the llama3 factors divide the angles of
+        # the slow pairs, whose rotation only shows after a few dozen positions.  Their Q8_0 files over N_SEQ:
+        # the two engines' 8-bit activation rounding drifts apart along the
+        # sequence (tiny-qwen3-q8_0 at 100 positions: 0.14 relative, above the 0.1 tolerance).
+        n_seq = N_SEQ_LONG if preset in ("tiny-llama3", "tiny-qwen3") and t == "f32" else N_SEQ
+        tokens = ciref.seeded_tokens(n_seq, n_vocab, bos, seed=8)
         prompt = ciref.seeded_tokens(4, n_vocab, bos, seed=7)
         models.append((label, path, t == "f32", tokens, prompt))
     conv = os.path.join(tmp, "stories260K-converted.gguf")
@@ -325,6 +347,19 @@ def part_b(rep, tmp):
             probs = jobs.get(jp)
             got, _ = ciref.cinfer_logits(path, tokens, os.path.join(tmp, "cmp.f32"))
             compare_logprobs(rep, name, probs, got, 1e-4 if f32 else 0.1)
+            if label == "tiny-llama3-f32":
+                # Negative control: the same file without rope_freqs.weight (what a loader that ignored the
+                # factors computes) is far from llama.cpp, so the match above shows the factors applied.
+                nofreq = os.path.join(tmp, "nofreq.gguf")
+                test_arch.rewrite(path, nofreq, drop_tensors=["rope_freqs.weight"])
+                other, _ = ciref.cinfer_logits(nofreq, tokens, os.path.join(tmp, "cmp.f32"))
+                gap, scale, _ = logprob_gap(probs, other)
+                rep.check(
+                    gap > 100 * 1e-4 * scale,
+                    "llamacpp_llama3_without_factors_differs",
+                    "only %.3g from llama.cpp" % gap,
+                    "max|dlogit| %.3g without rope_freqs.weight" % gap,
+                )
         except (NodeError, CinferError) as e:
             rep.fail(name, e)
         # greedy from BOS with cinfer run

@@ -143,13 +143,19 @@ def random_model(
     tied=False,
     seed=0,
     scale=1.0,
+    head_dim=None,
+    rope_freqs=None,
+    linear_factor=None,
 ):
     """A random model with the 512-token stories vocabulary.  Weights ~ N(0, scale^2 / n_in) (norm weights near 1),
     large enough that the next-token distribution is not flat.  Matrices are stored as wtype, norms and biases
-    as F32.  Returns nothing; load it with model_np.Model.load(path)."""
+    as F32.  head_dim: written as attention.key_length/value_length (n_head * head_dim may differ from n_embd);
+    rope_freqs: a float32 array [rope_dim/2] written as rope_freqs.weight (llama3 scaling); linear_factor:
+    rope.scaling.type linear with that factor.  arch qwen3 adds per-head Q/K norms.  Returns nothing; load it
+    with model_np.Model.load(path)."""
     rng = np.random.default_rng(seed)
     n_vocab = 512
-    hd = n_embd // n_head
+    hd = n_embd // n_head if head_dim is None else head_dim
     rope_dim = hd if rope_dim is None else rope_dim
     U, F = gguf_np.T_UINT32, gguf_np.T_FLOAT32
     kvs = [
@@ -163,8 +169,15 @@ def random_model(
         ("%s.attention.head_count_kv" % arch, U, n_kv_head),
         ("%s.rope.dimension_count" % arch, U, rope_dim),
         ("%s.rope.freq_base" % arch, F, rope_base),
-        ("%s.attention.layer_norm_rms_epsilon" % arch, F, 1e-6 if arch == "qwen2" else 1e-5),
+        ("%s.attention.layer_norm_rms_epsilon" % arch, F, 1e-6 if arch != "llama" else 1e-5),
     ] + stories_vocab(models_dir)
+    if head_dim is not None:
+        kvs += [("%s.attention.key_length" % arch, U, hd), ("%s.attention.value_length" % arch, U, hd)]
+    if linear_factor is not None:
+        kvs += [
+            ("%s.rope.scaling.type" % arch, gguf_np.T_STRING, "linear"),
+            ("%s.rope.scaling.factor" % arch, F, linear_factor),
+        ]
 
     def mat(n_out, n_in):
         return (rng.standard_normal((n_out, n_in)) * scale / np.sqrt(n_in)).astype(np.float32)
@@ -174,6 +187,8 @@ def random_model(
 
     q_dim, kv_dim = n_head * hd, n_kv_head * hd
     t = [("token_embd.weight", rng.standard_normal((n_vocab, n_embd)).astype(np.float32), wtype)]
+    if rope_freqs is not None:
+        t.append(("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32), F32))
     for i in range(n_layer):
         b = "blk.%d." % i
         t += [
@@ -187,6 +202,11 @@ def random_model(
             (b + "ffn_up.weight", mat(n_ff, n_embd), wtype),
             (b + "ffn_down.weight", mat(n_embd, n_ff), wtype),
         ]
+        if arch == "qwen3":
+            t += [
+                (b + "attn_q_norm.weight", (2.0 * norm(hd)).astype(np.float32), F32),
+                (b + "attn_k_norm.weight", (2.0 * norm(hd)).astype(np.float32), F32),
+            ]
         if arch == "qwen2":
             t += [
                 (b + "attn_q.bias", (0.5 * rng.standard_normal(q_dim)).astype(np.float32), F32),

@@ -1,7 +1,9 @@
 """The test suite's reference transformer forward pass, in float64 numpy on dequantized weights.
 
 Written from the model math (Llama: RMSNorm, rotary embedding on adjacent pairs, grouped-query causal attention,
-SwiGLU FFN; Qwen2: the same plus Q/K/V biases and NeoX rotary pairing), not from cinfer's C code, so it can check
+SwiGLU FFN; Qwen2: the same plus Q/K/V biases and NeoX rotary pairing; Qwen3: NeoX pairing, no biases, an RMSNorm of
+each query and key head before the rotation, head_dim from attention.key_length; RoPE scaling: linear (positions
+divided by rope.scaling.factor) and Llama 3's per-pair frequency divisors rope_freqs.weight), not from cinfer's C code, so it can check
 cinfer's forward pass.  Plain attention over the whole sequence with an optional growing K/V cache; no paging,
 no threads, nothing clever.
 
@@ -23,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_np  # noqa: E402
 import llama2c_np  # noqa: E402
 
-ARCHS = ("llama", "qwen2")
+ARCHS = ("llama", "qwen2", "qwen3")
 
 
 class Model:
@@ -43,7 +45,9 @@ class Model:
         self.rope_base = float(hp["rope_base"])
         self.rms_eps = float(hp["rms_eps"])
         self.n_ctx = int(hp["n_ctx"])
-        self.neox = self.arch == "qwen2"
+        self.neox = self.arch in ("qwen2", "qwen3")
+        self.qk_norm = self.arch == "qwen3"
+        self.rope_pos_scale = float(hp.get("rope_pos_scale", 1.0))
         if self.n_head % self.n_kv_head or self.rope_dim % 2 or self.rope_dim > self.head_dim:
             raise ValueError("inconsistent hyper-parameters %s" % hp)
         self.w = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
@@ -52,6 +56,9 @@ class Model:
         # --kv-type f16 / q8_0, see ciref.kv_round); None keeps float64 K/V (an f32 cache up to arithmetic).
         self.kv_round = None
         self.n_vocab = self.w["token_embd.weight"].shape[0]
+        # Llama 3 scaling: theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i]; ignore_rope_freqs drops them
+        # (what a loader that skipped the tensor would compute).
+        self.rope_freqs = self.w.get("rope_freqs.weight")
         self._check_shapes()
 
     # ---- loading -------------------------------------------------------------------------------------------
@@ -85,6 +92,11 @@ class Model:
             "rms_eps": key("attention.layer_norm_rms_epsilon"),
             "n_ctx": key("context_length"),
         }
+        factor = g.get("%s.rope.scaling.factor" % arch, 0.0) or 1.0
+        stype = g.get("%s.rope.scaling.type" % arch, "linear" if factor != 1.0 else "none")
+        if stype not in ("none", "linear", "llama3"):
+            raise ValueError("unsupported rope scaling %r" % stype)
+        hp["rope_pos_scale"] = 1.0 / factor if stype == "linear" else 1.0
         m = cls(hp, {name: g.tensor(name) for name in g.tensors})
         m.gguf = g
         return m
@@ -123,6 +135,8 @@ class Model:
         want = {"token_embd.weight": (self.n_vocab, d), "output_norm.weight": (d,)}
         if not self.tied:
             want["output.weight"] = (self.n_vocab, d)
+        if self.rope_freqs is not None:
+            want["rope_freqs.weight"] = (self.rope_dim // 2,)
         for i in range(self.n_layer):
             b = "blk.%d." % i
             want.update(
@@ -138,6 +152,8 @@ class Model:
                     b + "ffn_down.weight": (d, ff),
                 }
             )
+            if self.qk_norm:
+                want.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
             if self.arch == "qwen2":
                 want.update({b + "attn_q.bias": (q_dim,), b + "attn_k.bias": (kv_dim,), b + "attn_v.bias": (kv_dim,)})
         for name, shape in want.items():
@@ -156,7 +172,10 @@ class Model:
         half = self.rope_dim // 2
         i = np.arange(half, dtype=np.float64)
         inv_freq = self.rope_base ** (-2.0 * i / self.rope_dim)  # [half]
-        theta = np.asarray(pos, dtype=np.float64)[:, None] * inv_freq[None, :]  # [n][half]
+        if self.rope_freqs is not None:
+            inv_freq = inv_freq / self.rope_freqs
+        p = np.asarray(pos, dtype=np.float64) * self.rope_pos_scale
+        theta = p[:, None] * inv_freq[None, :]  # [n][half]
         cos = np.cos(theta)[:, None, :]
         sin = np.sin(theta)[:, None, :]
         y = x.copy()
@@ -207,6 +226,9 @@ class Model:
             q = self._linear(h, b + "attn_q.weight", b + "attn_q.bias" if qwen else None).reshape(n, H, hd)
             k = self._linear(h, b + "attn_k.weight", b + "attn_k.bias" if qwen else None).reshape(n, G, hd)
             v = self._linear(h, b + "attn_v.weight", b + "attn_v.bias" if qwen else None).reshape(n, G, hd)
+            if self.qk_norm:  # per head, over head_dim
+                q = self._rmsnorm(q, self.w[b + "attn_q_norm.weight"])
+                k = self._rmsnorm(k, self.w[b + "attn_k_norm.weight"])
             q = self._rope(q, pos)
             k = self._rope(k, pos)
             if self.kv_round is not None:

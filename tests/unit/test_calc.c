@@ -179,6 +179,14 @@ TEST(synth_presets) {
     ASSERT(run("smollm2-135m", 0, 1, false, &r));
     ASSERT_NEAR(r.params, 134515008.0, 0); // SmolLM2-135M's published parameter count
     ASSERT_EQ_I64(r.context, 8192);
+    ASSERT(run("llama3.2-1b", 0, 1, false, &r));
+    ASSERT_NEAR(r.params, 1235814400.0,
+                0); // Llama 3.2 1B's count: 262668288 embedding + 16 x 60821504 + 2048
+    // Qwen3-0.6B by hand: 155582464 embedding + 28 x (Q 2097152 + K, V 2097152 + O 2097152 + FFN 9437184 +
+    // norms 2048 + Q/K norms 256) + 1024; head_dim 128 makes Q 2048 wide in a 1024-wide model.
+    ASSERT(run("qwen3-0.6b", 0, 1, false, &r));
+    ASSERT_NEAR(r.params, 596049920.0, 0);
+    ASSERT_NEAR(r.kv_token, 2.0 * 28 * 8 * 128 * 2, 0);
 
     ASSERT_EQ_I64(calc_n_presets(), 4 + synth_n_presets());
     for (int i = 0; i < synth_n_presets(); i++) {

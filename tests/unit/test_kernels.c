@@ -743,6 +743,58 @@ TEST(rope_matches_double_formula) {
     CHECK1(b[0] == 0.0f);
 }
 
+/* Scaled RoPE (llama3 frequency divisors, linear position scaling): theta_i = pos * scale * base^(-2i/d) /
+ * ff[i], written out here independently; unscaled ci_rope_ext is ci_rope bit for bit. */
+TEST(rope_ext_scaled_matches_double_formula) {
+    enum { N_HEAD = 2, HD = 64 };
+    const int positions[] = {0, 3, 99, 8191, 100000};
+    const float scales[] = {1.0f, 0.25f};
+    struct ci_rng r;
+    ci_rng_seed(&r, 11);
+    float ff[HD / 2];
+    for (int i = 0; i < HD / 2; i++) // llama3-like: 1 at high frequencies, up to 32 at low ones
+        ff[i] = i < 8 ? 1.0f : i > 24 ? 32.0f : 1.0f + 31.0f * (float)(i - 8) / 16.0f;
+    float x[N_HEAD * HD], y[N_HEAD * HD], orig[N_HEAD * HD];
+    double ref[N_HEAD * HD];
+    for (int neox = 0; neox < 2; neox++)
+        for (int si = 0; si < 2; si++)
+            for (int use_ff = 0; use_ff < 2; use_ff++)
+                for (int pi = 0; pi < 5; pi++) {
+                    fill_normal(&r, orig, N_HEAD * HD, 1.0);
+                    memcpy(x, orig, sizeof x);
+                    ci_rope_ext(x, N_HEAD, HD, HD, positions[pi], 500000.0f, neox, use_ff ? ff : NULL,
+                                scales[si]);
+                    for (int h = 0; h < N_HEAD; h++)
+                        for (int i = 0; i < HD / 2; i++) {
+                            double theta = positions[pi] * (double)scales[si] * pow(500000.0, -2.0 * i / HD) /
+                                           (use_ff ? ff[i] : 1.0);
+                            int a = neox ? i : 2 * i, b = neox ? i + HD / 2 : 2 * i + 1;
+                            double x0 = orig[h * HD + a], x1 = orig[h * HD + b];
+                            ref[h * HD + a] = x0 * cos(theta) - x1 * sin(theta);
+                            ref[h * HD + b] = x0 * sin(theta) + x1 * cos(theta);
+                        }
+                    for (int i = 0; i < N_HEAD * HD; i++)
+                        if (!(fabs(x[i] - ref[i]) <= 1e-6 * (1.0 + fabs(ref[i])))) {
+                            FAIL_FIRST("neox=%d scale=%g ff=%d pos=%d i=%d: %.9g vs %.9g", neox,
+                                       (double)scales[si], use_ff, positions[pi], i, x[i], ref[i]);
+                            return;
+                        }
+                    memcpy(x, orig, sizeof x);
+                    memcpy(y, orig, sizeof y);
+                    ci_rope_ext(x, N_HEAD, HD, HD, positions[pi], 500000.0f, neox, NULL, 1.0f);
+                    ci_rope(y, N_HEAD, HD, HD, positions[pi], 500000.0f, neox);
+                    CHECK1(memcmp(x, y, sizeof x) == 0);
+                }
+    // The factors matter: the low-frequency pair of position 8191 rotates 32 times less.
+    float a[HD] = {0}, b[HD] = {0};
+    a[HD - 2] = b[HD - 2] = 1.0f;
+    ci_rope_ext(a, 1, HD, HD, 8191, 500000.0f, false, ff, 1.0f);
+    ci_rope_ext(b, 1, HD, HD, 8191, 500000.0f, false, NULL, 1.0f);
+    double t = 8191.0 * pow(500000.0, -2.0 * 31 / HD);
+    ASSERT_NEAR(a[HD - 2], cos(t / 32.0), 1e-6);
+    ASSERT_NEAR(b[HD - 2], cos(t), 1e-6);
+}
+
 TEST(rmsnorm_matches_double) {
     enum { N = 4096 };
     static float x[N], w[N], out[N];
@@ -1322,6 +1374,7 @@ int main(int argc, char **argv) {
     RUN(matmul_work_bytes);
     RUN(matmul_bit_identical_across_threads_tiles_and_batches);
     RUN(rope_matches_double_formula);
+    RUN(rope_ext_scaled_matches_double_formula);
     RUN(rmsnorm_matches_double);
     RUN(softmax_matches_double);
     RUN(silu_mul_matches_double);

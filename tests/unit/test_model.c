@@ -21,6 +21,16 @@ struct mutation {
     const char
         *retype;   // tensor written as Q8_1 (a known type without kernels) / F16 for vectors (must be F32)
     int n_kv_head; // 0: KV_HEADS
+    const char *extra;             // an extra F32 [DIM] tensor of this name
+    const char *str_key, *str_val; // an extra string key (without the "<arch>." prefix)
+    const char *u32_key;           // an extra u32 key (without the prefix) ...
+    uint32_t u32_val;              // ... of this value
+    const char *u32_key2;          // a second one
+    uint32_t u32_val2;             //
+    const char *f32_key;           // an extra f32 key (without the prefix)
+    float f32_val;                 //
+    int rope_freqs_len;            // > 0: rope_freqs.weight [rope_freqs_len] of rope_freqs_val
+    float rope_freqs_val;          //
 };
 
 static float zeros[FF * DIM * 2 + VOCAB * DIM]; // big enough for any tensor here
@@ -63,7 +73,32 @@ static const char *write_model(const struct mutation *mu, char *path, size_t n) 
     }
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     gguf_writer_set_f32(w, key, 1e-5f);
+    if (mu->str_key) {
+        snprintf(key, sizeof key, "%s.%s", arch, mu->str_key);
+        gguf_writer_set_str(w, key, mu->str_val);
+    }
+    if (mu->u32_key) {
+        snprintf(key, sizeof key, "%s.%s", arch, mu->u32_key);
+        gguf_writer_set_u32(w, key, mu->u32_val);
+    }
+    if (mu->u32_key2) {
+        snprintf(key, sizeof key, "%s.%s", arch, mu->u32_key2);
+        gguf_writer_set_u32(w, key, mu->u32_val2);
+    }
+    if (mu->f32_key) {
+        snprintf(key, sizeof key, "%s.%s", arch, mu->f32_key);
+        gguf_writer_set_f32(w, key, mu->f32_val);
+    }
     add(w, mu, "token_embd.weight", DIM, VOCAB);
+    if (mu->extra)
+        add(w, mu, mu->extra, DIM, 1);
+    static float freqs[64];
+    if (mu->rope_freqs_len > 0) {
+        for (int i = 0; i < mu->rope_freqs_len && i < 64; i++)
+            freqs[i] = mu->rope_freqs_val;
+        int64_t ne[1] = {mu->rope_freqs_len};
+        gguf_writer_add_tensor(w, "rope_freqs.weight", CI_TYPE_F32, 1, ne, freqs);
+    }
     add(w, mu, "output_norm.weight", DIM, 1);
     for (int il = 0; il < LAYERS; il++) {
         struct {
@@ -174,6 +209,80 @@ TEST(real_files) {
     CHECK(err.msg[0] != '\0');
 }
 
+/* No tensor is silently ignored: one the architecture does not consume fails the load, naming it. */
+TEST(unknown_tensor_refused) {
+    expect_error(&(struct mutation){.extra = "blk.1.attn_gate.weight"}, CI_ERR_UNSUPPORTED,
+                 "'blk.1.attn_gate.weight' is not used by architecture llama");
+    expect_error(&(struct mutation){.extra = "mystery.weight"}, CI_ERR_UNSUPPORTED, "mystery.weight");
+    // Q/K norms belong to qwen3, not llama.
+    expect_error(&(struct mutation){.extra = "blk.0.attn_q_norm.weight"}, CI_ERR_UNSUPPORTED,
+                 "blk.0.attn_q_norm.weight");
+}
+
+/* Keys that change the math and are not implemented, and malformed RoPE scaling. */
+TEST(unimplemented_keys_refused) {
+    expect_error(&(struct mutation){.u32_key = "attention.sliding_window", .u32_val = 4096},
+                 CI_ERR_UNSUPPORTED, "llama.attention.sliding_window");
+    expect_error(&(struct mutation){.f32_key = "final_logit_softcapping", .f32_val = 30.0f},
+                 CI_ERR_UNSUPPORTED, "final_logit_softcapping");
+    expect_error(&(struct mutation){.u32_key = "expert_count", .u32_val = 8}, CI_ERR_UNSUPPORTED,
+                 "expert_count");
+    expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "yarn"}, CI_ERR_UNSUPPORTED,
+                 "'yarn'");
+    expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "longrope"},
+                 CI_ERR_UNSUPPORTED, "'longrope'");
+    expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "llama3"}, CI_ERR_FORMAT,
+                 "rope_freqs.weight");
+    expect_error(&(struct mutation){.rope_freqs_len = HEAD_DIM}, CI_ERR_FORMAT, "rope_freqs.weight");
+    expect_error(&(struct mutation){.rope_freqs_len = HEAD_DIM / 2, .rope_freqs_val = -1.0f}, CI_ERR_FORMAT,
+                 "rope_freqs.weight");
+    expect_error(&(struct mutation){.u32_key = "attention.key_length",
+                                    .u32_val = 16,
+                                    .u32_key2 = "attention.value_length",
+                                    .u32_val2 = 8},
+                 CI_ERR_UNSUPPORTED, "value_length");
+}
+
+/* The supported RoPE scalings and head_dim from key_length reach the config. */
+TEST(rope_scaling_and_head_dim) {
+    struct mutation mus[] = {
+        {.rope_freqs_len = HEAD_DIM / 2, .rope_freqs_val = 4.0f},
+        {.str_key = "rope.scaling.type",
+         .str_val = "linear",
+         .f32_key = "rope.scaling.factor",
+         .f32_val = 4.0f},
+        {.f32_key = "rope.scaling.factor", .f32_val = 2.0f}, // no type: linear, as llama.cpp reads it
+        {.str_key = "rope.scaling.type", .str_val = "none"},
+    };
+    enum rope_scaling want[] = {ROPE_SCALING_LLAMA3, ROPE_SCALING_LINEAR, ROPE_SCALING_LINEAR,
+                                ROPE_SCALING_NONE};
+    float want_scale[] = {1.0f, 0.25f, 0.5f, 1.0f};
+    for (size_t i = 0; i < sizeof mus / sizeof *mus; i++) {
+        char path[128];
+        ASSERT(write_model(&mus[i], path, sizeof path));
+        struct model *m = NULL;
+        struct ci_err err = {0};
+        ASSERT_STATUS(model_load(path, &m, &err), CI_OK);
+        CHECK(m->config.rope_scaling == want[i] && m->config.rope_pos_scale == want_scale[i]);
+        CHECK((m->weights.rope_freqs.data != NULL) == (i == 0));
+        model_free(m);
+        unlink(path);
+    }
+    // key_length equal to the implied head size loads; n_embd / n_head need not divide when it is given.
+    struct mutation mu = {.u32_key = "attention.key_length",
+                          .u32_val = HEAD_DIM,
+                          .u32_key2 = "attention.value_length",
+                          .u32_val2 = HEAD_DIM};
+    char path[128];
+    ASSERT(write_model(&mu, path, sizeof path));
+    struct model *m = NULL;
+    struct ci_err err = {0};
+    ASSERT_STATUS(model_load(path, &m, &err), CI_OK);
+    CHECK(m->config.head_dim == HEAD_DIM);
+    model_free(m);
+    unlink(path);
+}
+
 int main(int argc, char **argv) {
     test_main(argc, argv);
     RUN(valid_model_loads);
@@ -183,6 +292,9 @@ int main(int argc, char **argv) {
     RUN(wrong_shape);
     RUN(unsupported_types);
     RUN(inconsistent_heads);
+    RUN(unknown_tensor_refused);
+    RUN(unimplemented_keys_refused);
+    RUN(rope_scaling_and_head_dim);
     RUN(real_files);
     return test_exit_code();
 }

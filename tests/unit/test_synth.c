@@ -50,19 +50,31 @@ TEST(presets) {
     // The shapes the issue asks for, written out independently of the preset table.
     static const struct {
         const char *name;
-        int dim, layers, heads, kv, ff, vocab, ctx;
-        float rope;
-        bool tied, qwen2;
+        int dim, layers, heads, kv, ff, vocab, ctx, head_dim;
+        float rope, eps;
+        bool tied;
+        enum model_arch arch;
+        bool llama3;
     } want[] = {
-        {"tiny", 256, 4, 8, 2, 768, 1024, 512, 10000.0f, false, false},
-        {"tiny-qwen2", 256, 4, 8, 2, 768, 1024, 512, 1000000.0f, true, true},
-        {"stories15m", 288, 6, 6, 6, 768, 32000, 256, 10000.0f, true, false},
-        {"smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true, false},
-        {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, false, false},
-        {"qwen2-0.5b", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, true, true},
-        {"llama3.2-3b", 3072, 28, 24, 8, 8192, 128256, 131072, 500000.0f, true, false},
+        {"tiny", 256, 4, 8, 2, 768, 1024, 512, 32, 10000.0f, 1e-5f, false, MODEL_ARCH_LLAMA, false},
+        {"tiny-qwen2", 256, 4, 8, 2, 768, 1024, 512, 32, 1000000.0f, 1e-6f, true, MODEL_ARCH_QWEN2, false},
+        {"stories15m", 288, 6, 6, 6, 768, 32000, 256, 48, 10000.0f, 1e-5f, true, MODEL_ARCH_LLAMA, false},
+        {"smollm2-135m", 576, 30, 9, 3, 1536, 49152, 8192, 64, 100000.0f, 1e-5f, true, MODEL_ARCH_LLAMA,
+         false},
+        {"tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 64, 10000.0f, 1e-5f, false, MODEL_ARCH_LLAMA,
+         false},
+        {"qwen2-0.5b", 896, 24, 14, 2, 4864, 151936, 32768, 64, 1000000.0f, 1e-6f, true, MODEL_ARCH_QWEN2,
+         false},
+        {"llama3.2-3b", 3072, 28, 24, 8, 8192, 128256, 131072, 128, 500000.0f, 1e-5f, true, MODEL_ARCH_LLAMA,
+         false},
+        {"tiny-llama3", 256, 4, 8, 2, 768, 1024, 512, 32, 500000.0f, 1e-5f, false, MODEL_ARCH_LLAMA, true},
+        {"tiny-qwen3", 256, 4, 8, 2, 768, 1024, 512, 64, 1000000.0f, 1e-6f, true, MODEL_ARCH_QWEN3, false},
+        {"llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 131072, 64, 500000.0f, 1e-5f, true, MODEL_ARCH_LLAMA,
+         true},
+        {"qwen3-0.6b", 1024, 28, 16, 8, 3072, 151936, 40960, 128, 1000000.0f, 1e-6f, true, MODEL_ARCH_QWEN3,
+         false},
     };
-    ASSERT_EQ_I64(synth_n_presets(), 7);
+    ASSERT_EQ_I64(synth_n_presets(), 11);
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const struct synth_preset *p = synth_preset_find(want[i].name);
         ASSERT(p != NULL);
@@ -70,12 +82,49 @@ TEST(presets) {
         synth_preset_config(p, &c);
         CHECK(c.n_embd == want[i].dim && c.n_layer == want[i].layers && c.n_head == want[i].heads);
         CHECK(c.n_kv_head == want[i].kv && c.n_ff == want[i].ff && c.n_vocab == want[i].vocab);
-        CHECK(c.n_ctx_train == want[i].ctx && c.rope_base == want[i].rope);
-        CHECK(c.head_dim * c.n_head == c.n_embd && c.rope_dim == c.head_dim);
-        CHECK(p->tied == want[i].tied && p->qkv_bias == want[i].qwen2);
-        CHECK((c.arch == MODEL_ARCH_QWEN2) == want[i].qwen2 && c.rope_neox == want[i].qwen2);
+        CHECK(c.n_ctx_train == want[i].ctx && c.rope_base == want[i].rope && c.rms_eps == want[i].eps);
+        CHECK(c.head_dim == want[i].head_dim && c.rope_dim == c.head_dim);
+        bool qwen = want[i].arch != MODEL_ARCH_LLAMA;
+        CHECK(p->tied == want[i].tied && p->qkv_bias == (want[i].arch == MODEL_ARCH_QWEN2));
+        CHECK(c.arch == want[i].arch && c.rope_neox == qwen &&
+              c.qk_norm == (want[i].arch == MODEL_ARCH_QWEN3));
+        CHECK((c.rope_scaling == ROPE_SCALING_LLAMA3) == want[i].llama3 && c.rope_pos_scale == 1.0f);
     }
     CHECK(synth_preset_find("nope") == NULL);
+}
+
+/* Meta's llama3 scaling (Llama 3.1's apply_scaling), written out here: 1 for wavelengths below
+ * orig_ctx / high, factor above orig_ctx / low, 1 / ((1 - s) / factor + s) between. */
+TEST(llama3_rope_freqs) {
+    static const struct {
+        const char *name;
+        double factor, low, high, orig;
+        int hd;
+        double base;
+    } cases[] = {{"llama3.2-1b", 32, 1, 4, 8192, 64, 500000}, {"tiny-llama3", 8, 1, 4, 256, 32, 500000}};
+    for (size_t k = 0; k < 2; k++) {
+        const struct synth_preset *p = synth_preset_find(cases[k].name);
+        ASSERT(p != NULL);
+        float got[64];
+        synth_llama3_rope_freqs(p, got);
+        int n_one = 0, n_factor = 0, n_mid = 0;
+        for (int i = 0; i < cases[k].hd / 2; i++) {
+            double freq = pow(cases[k].base, -2.0 * i / cases[k].hd), wl = 2 * 3.14159265358979323846 / freq;
+            double f = wl < cases[k].orig / cases[k].high  ? 1.0
+                       : wl > cases[k].orig / cases[k].low ? cases[k].factor
+                                                           : 0.0;
+            if (f == 0.0) {
+                double sm = (cases[k].orig / wl - cases[k].low) / (cases[k].high - cases[k].low);
+                f = 1.0 / ((1 - sm) / cases[k].factor + sm);
+                n_mid++;
+            } else {
+                n_one += f == 1.0;
+                n_factor += f == cases[k].factor;
+            }
+            CHECK(fabs(got[i] - f) <= 1e-6 * f);
+        }
+        CHECK(n_one > 0 && n_factor > 0 && n_mid > 0); // every regime is exercised
+    }
 }
 
 TEST(type_names) {
@@ -676,6 +725,7 @@ TEST(no_leaks) {
 int main(int argc, char **argv) {
     test_main(argc, argv);
     RUN(presets);
+    RUN(llama3_rope_freqs);
     RUN(type_names);
     RUN(vocab_unique);
     RUN(tiny_each_type);

@@ -1,0 +1,228 @@
+"""Architecture features against the independent numpy reference (tests/ref/model_np.py): Llama 3's RoPE
+frequency divisors (rope_freqs.weight), linear RoPE scaling, Qwen3 (per-head Q/K RMSNorm, head_dim from
+attention.key_length with n_head * head_dim != n_embd), and the load errors for what cinfer does not implement.
+
+Models: `cinfer synth` presets tiny-llama3 and tiny-qwen3 in F32 and Q8_0, and files derived from them here by
+rewriting the GGUF (gguf_write_np): rope_freqs.weight removed, a linear rope.scaling of the tiny preset, and the
+malformed ones.  Tokens: BOS then 99 seeded ids, so positions run to 99 (the llama3 factors divide the angles
+of all but the fastest pairs, which changes the logits well within that range).
+
+Checks:
+  - --threads 1/2 and --block-size 1/16/512 give byte-identical logits, and a prefix's logits are the first rows;
+  - cinfer's logits match the reference at every position (ciref.logit_tolerance per type; Q8_0 over the
+    first 24 positions within 0.15, see Q8_TOL);
+  - the llama3 file: cinfer's logits differ from the same file without rope_freqs.weight, and from the
+    reference with the factors ignored, by far more than the tolerance (the factors are really applied);
+    the file without the tensor matches the reference that ignores them;
+  - linear scaling: matches the reference with positions divided by the factor and differs from the unscaled;
+  - malformed files are refused with a message naming the problem: rope_freqs.weight of the wrong length,
+    key_length != value_length, unknown and unimplemented rope.scaling.type, an unknown tensor (and Q/K norms
+    in a llama file), sliding-window attention and logit soft-capping keys, and expert_count > 0.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ciref  # noqa: E402
+import gguf_np  # noqa: E402
+import gguf_write_np  # noqa: E402
+import model_np  # noqa: E402
+from ciref import CinferError  # noqa: E402
+
+N_TOKENS = 100
+SEED = 1
+TYPES = ["f32", "q8_0"]
+# The logits of the llama3 file with and without its factors must differ by at least this (relative, as
+# compare_logits measures), far above every tolerance.
+MIN_EFFECT = 0.5
+# Q8_0 files are compared over the first Q8_POSITIONS positions (as test_logits.py's 24) within Q8_TOL: cinfer
+# quantizes the activations of each matmul to Q8 blocks (as llama.cpp does) and the reference does not, and
+# these presets' sharp attention (and qwen3's scaled Q/K norms) amplify that.  Measured relative max|diff| over
+# 24 positions: tiny-llama3 0.095, tiny-qwen3 0.116, tiny-llama3 without rope_freqs 0.117; over 100 positions
+# 0.13 and 0.24.  The F32 files are the exact check; the Q8_0 ones are checked tightly against llama.cpp
+# (tests/llamacpp/llamacpp_check.py), which quantizes activations the same way.
+Q8_POSITIONS = 24
+Q8_TOL = 0.15
+
+
+def rewrite(src, dst, drop_tensors=(), add_tensors=(), set_kvs=(), drop_kvs=(), replace_tensors=None):
+    """Copies the GGUF src to dst with tensors dropped / added (name, float32 array) / replaced, and keys set
+    ((key, gguf type, value)) or dropped."""
+    g = gguf_np.GGUF(src)
+    kvs = []
+    overrides = {k: (t, v) for k, t, v in set_kvs}
+    for key, val in g.kv.items():
+        if key in drop_kvs or key in overrides:
+            continue
+        vt = g.kv_type[key]
+        if vt == gguf_np.T_ARRAY:
+            if isinstance(val, list):
+                val = (gguf_np.T_STRING, val)
+            else:
+                et = {np.dtype("<i4"): gguf_np.T_INT32, np.dtype("<f4"): gguf_np.T_FLOAT32}[val.dtype]
+                val = (et, val)
+        kvs.append((key, vt, val))
+    kvs += [(k, t, v) for k, (t, v) in overrides.items()]
+    tensors = []
+    for name, t in g.tensors.items():
+        if name in drop_tensors:
+            continue
+        if replace_tensors and name in replace_tensors:
+            tensors.append((name, replace_tensors[name], gguf_np.F32))
+        else:
+            tensors.append((name, (t.ne, g.raw(name)), t.type))
+    tensors += [(name, arr, gguf_np.F32) for name, arr in add_tensors]
+    gguf_write_np.write_gguf(dst, kvs, tensors)
+
+
+def ref_logits(path, tokens, ignore_rope_freqs=False):
+    m = model_np.Model.load(path)
+    if ignore_rope_freqs:
+        m.rope_freqs = None
+    return m.forward(tokens)
+
+
+def rel_diff(a, b):
+    return float(np.abs(a.astype(np.float64) - b).max() / max(1.0, float(np.abs(b).max())))
+
+
+def expect_refused(rep, name, path, words, tmp):
+    """cinfer logits on path must fail, its message containing every string of words."""
+    try:
+        ciref.cinfer_logits(path, [1, 2, 3], os.path.join(tmp, "bad.f32"))
+    except CinferError as e:
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        rep.check(not missing, name, "message lacks %s: %s" % (missing, msg[-300:]), msg.strip()[-160:])
+        return
+    rep.fail(name, "cinfer accepted the file")
+
+
+def main():
+    rep = ciref.Report()
+    tmp = tempfile.mkdtemp(prefix="cinfer-arch-")
+    try:
+        paths = {}
+        for preset in ("tiny-llama3", "tiny-qwen3", "tiny"):
+            for t in TYPES if preset != "tiny" else ["f32"]:
+                path = os.path.join(tmp, "%s-%s.gguf" % (preset, t))
+                ciref.cinfer(["synth", "--preset", preset, "--type", t, "--seed", SEED, "-o", path])
+                paths[preset, t] = path
+        tokens = ciref.seeded_tokens(N_TOKENS, 1024, 1)
+        out = os.path.join(tmp, "logits.f32")
+
+        # Logits against the reference.
+        got = {}
+        for (preset, t), path in paths.items():
+            got[preset, t] = ciref.cinfer_logits(path, tokens, out)[0]
+            ref = ref_logits(path, tokens)
+            n, tol = (N_TOKENS, ciref.logit_tolerance(t)) if t == "f32" else (Q8_POSITIONS, Q8_TOL)
+            ciref.compare_logits(rep, "logits_%s_%s" % (preset, t), got[preset, t][:n], ref[:n], tol)
+
+        # Invariance: threads, KV block size and a prefix give byte-identical logits (as test_logits.py checks
+        # for the older presets).
+        for preset in ("tiny-llama3", "tiny-qwen3"):
+            path = paths[preset, "f32"]
+            base = ciref.cinfer_logits(path, tokens, out, threads=1, block_size=16)[1]
+            for th, bs in ((2, 16), (1, 1), (2, 512)):
+                raw = ciref.cinfer_logits(path, tokens, out, threads=th, block_size=bs)[1]
+                rep.check(raw == base, "invariance_%s_t%d_b%d" % (preset, th, bs), "logits differ")
+            pre = ciref.cinfer_logits(path, tokens[:37], out)[1]
+            rep.check(pre == base[: len(pre)], "invariance_%s_prefix" % preset, "prefix logits differ")
+
+        # The reference's qwen3 is really different from qwen2-style math (Q/K norms matter).
+        m = model_np.Model.load(paths["tiny-qwen3", "f32"])
+        rep.check(m.head_dim * m.n_head != m.n_embd, "qwen3_head_dim", "head_dim %d" % m.head_dim)
+        full = m.forward(tokens[:20])
+        m.qk_norm = False
+        rep.check(
+            rel_diff(full, m.forward(tokens[:20])) > MIN_EFFECT,
+            "qwen3_qk_norm_matters",
+            "the reference without Q/K norms is as close as %g" % rel_diff(full, m.forward(tokens[:20])),
+        )
+
+        # llama3: the factors are applied, and a file without them is another model.
+        for t in TYPES:
+            src = paths["tiny-llama3", t]
+            ignored = ref_logits(src, tokens, ignore_rope_freqs=True)
+            d = rel_diff(got["tiny-llama3", t], ignored)
+            rep.check(d > MIN_EFFECT, "llama3_factors_applied_%s" % t, "only %.3g from ignoring them" % d, "%.3g" % d)
+            nofreq = os.path.join(tmp, "nofreq-%s.gguf" % t)
+            rewrite(src, nofreq, drop_tensors=["rope_freqs.weight"])
+            g2 = ciref.cinfer_logits(nofreq, tokens, out)[0]
+            d = rel_diff(g2, got["tiny-llama3", t].astype(np.float64))
+            rep.check(d > MIN_EFFECT, "llama3_without_tensor_differs_%s" % t, "only %.3g apart" % d, "%.3g" % d)
+            n, tol = (N_TOKENS, ciref.logit_tolerance(t)) if t == "f32" else (Q8_POSITIONS, Q8_TOL)
+            ciref.compare_logits(rep, "llama3_without_tensor_%s" % t, g2[:n], ignored[:n], tol)
+
+        # Linear scaling of the tiny llama file: positions / 4.
+        lin = os.path.join(tmp, "linear.gguf")
+        rewrite(
+            paths["tiny", "f32"],
+            lin,
+            set_kvs=[
+                ("llama.rope.scaling.type", gguf_np.T_STRING, "linear"),
+                ("llama.rope.scaling.factor", gguf_np.T_FLOAT32, 4.0),
+            ],
+        )
+        gl = ciref.cinfer_logits(lin, tokens, out)[0]
+        ciref.compare_logits(rep, "linear_scaling", gl, ref_logits(lin, tokens), 1e-4)
+        d = rel_diff(gl, got["tiny", "f32"].astype(np.float64))
+        rep.check(d > MIN_EFFECT, "linear_scaling_differs", "only %.3g from unscaled" % d, "%.3g" % d)
+
+        # Malformed and unimplemented.
+        l3, q3, ti = paths["tiny-llama3", "f32"], paths["tiny-qwen3", "f32"], paths["tiny", "f32"]
+        bad = os.path.join(tmp, "bad.gguf")
+        cases = [
+            ("bad_rope_freqs_length", l3, {"replace_tensors": {"rope_freqs.weight": np.ones(8, np.float32)}},
+             ["rope_freqs.weight", "shape"]),
+            ("bad_rope_freqs_value", l3, {"replace_tensors": {"rope_freqs.weight": np.zeros(16, np.float32)}},
+             ["rope_freqs.weight", "not positive"]),
+            ("key_length_ne_value_length", q3, {"set_kvs": [("qwen3.attention.value_length", gguf_np.T_UINT32, 32)]},
+             ["key_length", "value_length"]),
+            ("rope_scaling_unknown", ti, {"set_kvs": [("llama.rope.scaling.type", gguf_np.T_STRING, "wobble")]},
+             ["rope.scaling.type", "wobble"]),
+            ("rope_scaling_yarn", ti, {"set_kvs": [("llama.rope.scaling.type", gguf_np.T_STRING, "yarn")]},
+             ["rope.scaling.type", "yarn"]),
+            ("llama3_type_without_tensor", ti, {"set_kvs": [("llama.rope.scaling.type", gguf_np.T_STRING, "llama3")]},
+             ["rope_freqs.weight"]),
+            ("unknown_tensor", ti, {"add_tensors": [("blk.0.attn_mystery.weight", np.ones(256, np.float32))]},
+             ["blk.0.attn_mystery.weight"]),
+            ("qk_norm_in_llama", ti, {"add_tensors": [("blk.1.attn_q_norm.weight", np.ones(32, np.float32))]},
+             ["blk.1.attn_q_norm.weight"]),
+            ("rope_freqs_in_qwen3", q3, {"add_tensors": [("rope_freqs.weight", np.ones(32, np.float32))]},
+             ["rope_freqs.weight"]),
+            ("missing_q_norm", q3, {"drop_tensors": ["blk.2.attn_q_norm.weight"]}, ["blk.2.attn_q_norm.weight"]),
+            ("sliding_window", ti, {"set_kvs": [("llama.attention.sliding_window", gguf_np.T_UINT32, 64)]},
+             ["sliding_window"]),
+            ("attn_softcap", ti, {"set_kvs": [("llama.attn_logit_softcapping", gguf_np.T_FLOAT32, 50.0)]},
+             ["attn_logit_softcapping"]),
+            ("final_softcap", ti, {"set_kvs": [("llama.final_logit_softcapping", gguf_np.T_FLOAT32, 30.0)]},
+             ["final_logit_softcapping"]),
+            ("experts", ti, {"set_kvs": [("llama.expert_count", gguf_np.T_UINT32, 8)]}, ["expert_count"]),
+        ]
+        for name, src, kw, words in cases:
+            rewrite(src, bad, **kw)
+            expect_refused(rep, name, bad, words, tmp)
+        # Zero means off: expert_count 0 and sliding_window 0 load.
+        rewrite(ti, bad, set_kvs=[("llama.expert_count", gguf_np.T_UINT32, 0)])
+        try:
+            g0 = ciref.cinfer_logits(bad, tokens[:8], out)[0]
+            rep.check(np.array_equal(g0, got["tiny", "f32"][:8]), "expert_count_zero_loads", "other logits")
+        except CinferError as e:
+            rep.fail("expert_count_zero_loads", str(e)[-200:])
+    except CinferError as e:
+        rep.fail("cinfer", str(e)[-400:])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rep.exit()
+
+
+if __name__ == "__main__":
+    main()
