@@ -715,6 +715,7 @@ AI void kpair(uint32_t type, const struct kscales *ks, const uint8_t *w, const _
                         : _mm256_maddubs_epi16(u, xv);
         __m256i sv = kq_chunk_scale(type, ks, c);
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv));
+        KEEP_IN_REG(acc); // one running sum: left alone, GCC keeps the 8 products of every row on the stack
     }
     __m256i bs = load32((const uint8_t *)bsum);
     if (kq_off(type))
