@@ -856,6 +856,44 @@ static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_
     }
 }
 
+/* Bit-identical to ci_ref_quant_act_k (Q8_K activations), as quant_act is to ci_ref_quant_act: one scale per
+ * 256 values, then 32 values at a time rounded, packed and summed in 16s. */
+static void quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int16_t *bsum) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < n_in / 256; b++) {
+        const float *xb = x + b * 256;
+        __m256 mx = _mm256_setzero_ps();
+        for (int i = 0; i < 256; i += 8)
+            mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(xb + i), abs_mask));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float db = amax < ACT_MIN_AMAX ? 0.0f : amax / 127.0f;
+        float id = db != 0.0f ? 1.0f / db : 0.0f;
+        __m256 iv = _mm256_set1_ps(id);
+        for (int c = 0; c < 8; c++) {
+            const float *xc = xb + 32 * c;
+            __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xc), iv));
+            __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xc + 8), iv));
+            __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xc + 16), iv));
+            __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xc + 24), iv));
+            __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+            q8 = _mm256_permutevar8x32_epi32(q8, perm);
+            _mm256_storeu_si256((__m256i *)(void *)(qs + b * 256 + 32 * c), q8);
+            // sums of 4 bytes per int32 lane, then of 4 lanes: lane 0 = bytes 0-15, lane 4 = bytes 16-31
+            __m256i s =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q8), _mm256_set1_epi16(1));
+            s = _mm256_hadd_epi32(s, s);
+            s = _mm256_hadd_epi32(s, s);
+            bsum[b * 16 + 2 * c] = (int16_t)_mm256_extract_epi32(s, 0);
+            bsum[b * 16 + 2 * c + 1] = (int16_t)_mm256_extract_epi32(s, 4);
+        }
+        d[b] = db;
+    }
+}
+
 /* ---- SwiGLU: dot_ref.c's silu_mul, 8 lanes, the tail through a zero-padded copy ---------------------- */
 
 static inline __m256 silu8(__m256 g, __m256 u) {
@@ -902,6 +940,7 @@ static const struct ci_dot_table avx2_table = {
     .attn_grp_f16 = ci_avx2_attn_grp_f16,
     .attn_grp_q8_0 = ci_avx2_attn_grp_q8_0,
     .quant_act = quant_act,
+    .quant_act_k = quant_act_k,
     .mm =
         {
             [CI_TYPE_F32] = mm_f32,

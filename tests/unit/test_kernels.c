@@ -445,6 +445,45 @@ static void quant_all(const float *x, int64_t n, int8_t **qs, float **d, int32_t
         tables[i]->quant_act(x, n, qs[i], d[i], s[i], 1);
 }
 
+/* The Q8_K activation quantizer: every table's gives the scalar one's bits (ties, outliers, tiny and zero
+ * super-blocks included), and the scalar one is within half a step with exact group sums. */
+TEST(quant_act_k_matches_scalar) {
+    enum { N = 256 * 6 };
+    static float x[N];
+    static int8_t qs[2][N];
+    static float d[2][N / 256];
+    static int16_t bs[2][N / 16];
+    struct ci_rng r;
+    ci_rng_seed(&r, 5);
+    fill_normal(&r, x, N, 1.0);
+    for (int i = 256; i < 512; i++) // steps of exactly half a quantum: ties round to even
+        x[i] = (float)(i - 384) * 0.5f;
+    x[600] = 1e30f; // an outlier: everything else rounds to 0 or +-1
+    for (int i = 768; i < 1024; i++)
+        x[i] = 1e-35f; // below ACT_MIN_AMAX: d = 0, q = 0
+    for (int i = 1024; i < 1280; i++)
+        x[i] = 0.0f;
+    ci_ref_quant_act_k(x, N, qs[0], d[0], bs[0]);
+    for (int b = 0; b < N / 256; b++) {
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) {
+                int i = b * 256 + g * 16 + j;
+                sum += qs[0][i];
+                CHECK1(fabs((double)qs[0][i] * d[0][b] - x[i]) <= 0.5 * d[0][b] * 1.0001 || d[0][b] == 0.0f);
+            }
+            CHECK1(bs[0][b * 16 + g] == sum);
+        }
+    }
+    CHECK1(d[0][3] == 0.0f && d[0][4] == 0.0f);
+    for (int t = 0; t < n_tables; t++) {
+        ci_quant_act_k_select(tables[t])(x, N, qs[1], d[1], bs[1]);
+        if (memcmp(qs[0], qs[1], sizeof qs[0]) || memcmp(d[0], d[1], sizeof d[0]) ||
+            memcmp(bs[0], bs[1], sizeof bs[0]))
+            FAIL_FIRST("%s: Q8_K activations differ from the scalar ones", tables[t]->isa);
+    }
+}
+
 TEST(quant_act_rounds_to_nearest_even_within_half_a_step) {
     enum { N = 32 * 40 };
     static float x[N];
@@ -1371,6 +1410,7 @@ int main(int argc, char **argv) {
     RUN(block_types_dot_matches_double_reference);
     RUN(dot_zero_rows_and_zero_activations);
     RUN(quant_act_rounds_to_nearest_even_within_half_a_step);
+    RUN(quant_act_k_matches_scalar);
     RUN(matmul_work_bytes);
     RUN(matmul_bit_identical_across_threads_tiles_and_batches);
     RUN(rope_matches_double_formula);
