@@ -15,27 +15,6 @@
 
 #define ROWS_PER_TASK 16 // at least; more when a tensor has over 2^31 tasks' worth of rows
 
-static bool dequantizable(uint32_t type) {
-    switch (type) {
-    case CI_TYPE_F32:
-    case CI_TYPE_F16:
-    case CI_TYPE_BF16:
-    case CI_TYPE_Q8_0:
-    case CI_TYPE_Q4_0:
-    case CI_TYPE_Q4_1:
-    case CI_TYPE_Q5_0:
-    case CI_TYPE_Q5_1:
-    case CI_TYPE_Q2_K:
-    case CI_TYPE_Q3_K:
-    case CI_TYPE_Q4_K:
-    case CI_TYPE_Q5_K:
-    case CI_TYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
-}
-
 /* An integer hyper-parameter "<arch>.<suffix>", def when absent or not an integer. */
 static int arch_int(const struct gguf *g, const char *arch, const char *suffix, int def) {
     char key[160];
@@ -134,7 +113,7 @@ enum ci_status quantize_model(const char *in, const char *out, const char *prese
     bool any_quant = false;
     for (int64_t i = 0; i < n_tensors; i++) {
         const struct ci_tensor *t = gguf_tensor(g, i);
-        if (qt[i].type != t->type && !dequantizable(t->type)) {
+        if (qt[i].type != t->type && !ci_type_supported(t->type)) { // what dequantizes
             s = ci_err_set(err, CI_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, which cannot be converted to %s",
                            in, t->name, ci_type_name(t->type), ci_type_name(qt[i].type));
             goto fail;
