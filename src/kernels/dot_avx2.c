@@ -684,8 +684,13 @@ AI __m256i kcode(uint32_t type, const uint8_t *w, const int c) {
         const int h = c / 4, r = c % 4;
         __m256i lo = load32(w + 64 * h + 32 * (r % 2));
         lo = r / 2 ? _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4) : _mm256_and_si256(lo, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(load32(w + 128 + 32 * h), 2 * r), m2);
-        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+        // bits 2r, 2r + 1 of qh moved to bits 4-5 (16-bit shifts: what crosses a byte is masked off)
+        __m256i qh = load32(w + 128 + 32 * h);
+        qh = r == 0   ? _mm256_slli_epi16(qh, 4)
+             : r == 1 ? _mm256_slli_epi16(qh, 2)
+             : r == 3 ? _mm256_srli_epi16(qh, 2)
+                      : qh;
+        return _mm256_or_si256(lo, _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
     }
     default: // IQ4_XS: qs[128] @8, 16 bytes per 32-element sub-block laid out as IQ4_NL's block
         return _mm256_shuffle_epi8(value_table(ci_iq4nl_values), q4_bytes(w + 8 + 16 * c));
