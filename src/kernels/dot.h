@@ -192,6 +192,8 @@ void ci_kernels_force_table(const struct ci_dot_table *t);
 float ci_ref_qblock(uint32_t type, const uint8_t *w, const int8_t *xq, float dx, int32_t xsum,
                     const int16_t *bsum, float acc);
 void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride);
+/* The activation quantizers' rounding: nearest even, saturated to int8 (out of range or NaN: -128). */
+int8_t ci_ref_to_int8(float v);
 void ci_ref_quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int16_t *bsum);
 /* The scalar attention chunks (dot_ref.c) and the SIMD ones (attn_avx2.c, attn_avx512.c: defined only where
  * their tables are compiled in; call them only after the CPU probe said yes). */

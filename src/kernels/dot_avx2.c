@@ -425,6 +425,25 @@ AI __m256 lane_f16(const int RM, const int TN, const uint8_t *const *wr, size_t 
                                           (short)h[5], (short)h[6], (short)h[7]));
 }
 
+/* A quantized tile's end of slice: park the 8 accumulators, or after the last slice store the real
+ * (row, token) pairs of lane l = (l / TN, l % TN) into y. */
+AI void qtile_finish(const int RM, const int TN, const struct tile_args *ta, __m256 acc) {
+    if (!ta->last) {
+        _mm256_store_ps((float *)ta->acc, acc);
+        return;
+    }
+    const struct ci_mm *m = ta->m;
+    const int64_t r = ta->r, t = ta->t;
+    const int nr = ta->nr, nt = ta->nt;
+    float out[8];
+    _mm256_storeu_ps(out, acc);
+    UNROLL
+    for (int a = 0; a < RM && a < nr; a++)
+        UNROLL
+    for (int j = 0; j < TN && j < nt; j++)
+        m->y[(size_t)(t + j) * (size_t)m->n_out + (size_t)(r + a)] = out[a * TN + j];
+}
+
 /* Rows [r, r + nr) x tokens [t, t + nt) with RM x TN = 8 (row, token) pairs, lane l = (l / TN, l % TN). */
 AI void qtile(uint32_t type, const int RM, const int TN, const struct tile_args *ta) {
     const struct ci_mm *m = ta->m;
@@ -487,17 +506,7 @@ AI void qtile(uint32_t type, const int RM, const int TN, const struct tile_args 
             acc = _mm256_fmadd_ps(_mm256_mul_ps(lane_f16(RM, TN, wr, wo, 2), dxv),
                                   _mm256_cvtepi32_ps(pattern_epi32(TN, xs + b * stride)), acc);
     }
-    if (!ta->last) {
-        _mm256_store_ps((float *)ta->acc, acc);
-        return;
-    }
-    float out[8];
-    _mm256_storeu_ps(out, acc);
-    UNROLL
-    for (int a = 0; a < RM && a < nr; a++)
-        UNROLL
-    for (int j = 0; j < TN && j < nt; j++)
-        m->y[(size_t)(t + j) * (size_t)m->n_out + (size_t)(r + a)] = out[a * TN + j];
+    qtile_finish(RM, TN, ta, acc);
 }
 
 #define QTILE(T, name, RM, TN)                                                                               \
@@ -790,17 +799,7 @@ AI void ktile(uint32_t type, const int RM, const int TN, const struct tile_args 
                                   acc);
         }
     }
-    if (!ta->last) {
-        _mm256_store_ps((float *)ta->acc, acc);
-        return;
-    }
-    float out[8];
-    _mm256_storeu_ps(out, acc);
-    UNROLL
-    for (int a = 0; a < RM && a < nr; a++)
-        UNROLL
-    for (int j = 0; j < TN && j < nt; j++)
-        m->y[(size_t)(t + j) * (size_t)m->n_out + (size_t)(r + a)] = out[a * TN + j];
+    qtile_finish(RM, TN, ta, acc);
 }
 
 #define KTILE(T, name, RM, TN)                                                                               \

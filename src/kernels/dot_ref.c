@@ -34,8 +34,8 @@ static float dot_bf16(const void *row, const float *x, int64_t n) {
 }
 
 /* What cvtps2dq then two saturating packs do: round to nearest even, out of range or NaN -> INT32_MIN, then
- * saturate to int8.  Written out so the scalar quantizer has no undefined conversions and matches SIMD. */
-static int8_t to_int8(float v) {
+ * saturate to int8.  Written out so the scalar quantizers have no undefined conversions and match SIMD. */
+int8_t ci_ref_to_int8(float v) {
     int32_t i = v >= -2147483648.0f && v < 2147483648.0f ? (int32_t)nearbyintf(v) : INT32_MIN;
     return (int8_t)(i < -128 ? -128 : i > 127 ? 127 : i);
 }
@@ -50,7 +50,7 @@ void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_
         float id = db != 0.0f ? 1.0f / db : 0.0f;
         int32_t s = 0;
         for (int j = 0; j < 32; j++) {
-            int8_t q = to_int8(xb[j] * id);
+            int8_t q = ci_ref_to_int8(xb[j] * id);
             qs[b * 32 + j] = q;
             s += q;
         }

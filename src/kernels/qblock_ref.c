@@ -12,12 +12,6 @@ static float f16_at(const uint8_t *p) {
     return ci_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
 }
 
-/* The same rounding as ci_ref_quant_act (dot_ref.c): nearest even, out of range -> INT32_MIN, saturated. */
-static int8_t to_int8(float v) {
-    int32_t i = v >= -2147483648.0f && v < 2147483648.0f ? (int32_t)nearbyintf(v) : INT32_MIN;
-    return (int8_t)(i < -128 ? -128 : i > 127 ? 127 : i);
-}
-
 void ci_ref_quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int16_t *bsum) {
     for (int64_t b = 0; b < n_in / 256; b++) {
         const float *xb = x + b * 256;
@@ -29,7 +23,7 @@ void ci_ref_quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int1
         for (int g = 0; g < 16; g++) {
             int s = 0;
             for (int j = 0; j < 16; j++) {
-                int8_t q = to_int8(xb[16 * g + j] * id);
+                int8_t q = ci_ref_to_int8(xb[16 * g + j] * id);
                 qs[b * 256 + 16 * g + j] = q;
                 s += q;
             }
