@@ -10,10 +10,9 @@
 
 /* One row per architecture: adding one that differs from these only in features named here is a row. */
 static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
-    // name, rope_neox, qkv_bias, qk_norm, rope_freqs, tied_allowed
-    [MODEL_ARCH_LLAMA] = {"llama", false, false, false, true, true},
-    [MODEL_ARCH_QWEN2] = {"qwen2", true, true, false, false, true},
-    [MODEL_ARCH_QWEN3] = {"qwen3", true, false, true, false, true},
+    [MODEL_ARCH_LLAMA] = {.name = "llama", .rope_freqs = true, .tied_allowed = true},
+    [MODEL_ARCH_QWEN2] = {.name = "qwen2", .rope_neox = true, .qkv_bias = true, .tied_allowed = true},
+    [MODEL_ARCH_QWEN3] = {.name = "qwen3", .rope_neox = true, .qk_norm = true, .tied_allowed = true},
 };
 
 const struct model_arch_info *model_arch_info(enum model_arch a) {
@@ -166,9 +165,13 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
     int a = 0;
     while (a < MODEL_ARCH_COUNT && strcmp(name, arch_table[a].name) != 0)
         a++;
-    if (a == MODEL_ARCH_COUNT)
-        return ci_err_set(err, CI_ERR_UNSUPPORTED,
-                          "unknown architecture '%s' (supported: llama, qwen2, qwen3)", name);
+    if (a == MODEL_ARCH_COUNT) {
+        char known[256] = "";
+        for (int k = 0; k < MODEL_ARCH_COUNT; k++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "",
+                     arch_table[k].name);
+        return ci_err_set(err, CI_ERR_UNSUPPORTED, "unknown architecture '%s' (supported: %s)", name, known);
+    }
     model_config_set_arch(c, (enum model_arch)a);
 
     if ((s = get_dim(g, name, "embedding_length", MAX_DIM, &c->n_embd, false, err)) ||
