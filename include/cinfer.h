@@ -95,6 +95,12 @@ struct cinfer_model_info {
     cinfer_token bos, eos;      // -1 when absent
 };
 CINFER_API void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out);
+/* The pooling an embedding request uses by default: the file's <arch>.pooling_type ("mean", "cls", "last"),
+ * else "last" (a decoder's last token sees the whole input; vLLM's default for decoder embedding models).
+ * NULL with a message in *why when the file asks for one cinfer does not implement ("rank": a
+ * classification head). */
+CINFER_API const char *cinfer_model_embedding_pooling(const struct cinfer_model *m, const char **why);
+CINFER_API bool cinfer_pooling_known(const char *name); // "mean", "cls", "last"
 /* KV cache bytes one token costs with elements of kv_type ("f32", "f16", "q8_0"): 2 · layers · kv_heads ·
  * the bytes of head_dim elements; 0 for an unknown type or one the head size does not fit (q8_0 needs
  * head_dim % 32 == 0). */
@@ -277,6 +283,7 @@ struct cinfer_engine_options {
     int kv_blocks;        // KV pool size in blocks (overrides kv_mem_bytes)
     bool prefix_cache;    // share full prompt blocks across requests (default on)
     int n_ctx;            // context limit (0: the model's)
+    const char *pooling;  // embedding requests' default pooling (NULL: cinfer_model_embedding_pooling's)
 };
 CINFER_API void cinfer_engine_options_default(struct cinfer_engine_options *o);
 /* Whether name is a policy ("naive", "static", "continuous") or a KV element type ("f32", "f16", "q8_0")
@@ -321,6 +328,11 @@ struct cinfer_request_options {
     const struct cinfer_logit_bias *logit_bias; // added to the logits before sampling
     int n_logit_bias;
     int logprobs; // -1: none; 0..20: the sampled token's log-probability and this many top alternatives
+    // An embedding request: the prompt is computed (batched with everything else) and its final hidden
+    // states (after the output norm) pooled; nothing is sampled (max_tokens, n, sampling, stop and logprobs
+    // are ignored).  The stream ends with DONE; cinfer_stream_embedding then holds the vector.
+    bool embedding;
+    const char *pooling; // "mean", "cls" or "last"; NULL: cinfer_model_embedding_pooling's choice
 };
 CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
 
@@ -359,6 +371,9 @@ CINFER_API void cinfer_stream_cancel(struct cinfer_stream *s);
  * call into the stream; it should only wake the caller's loop, which then reads with a timeout of 0.
  * fn == NULL removes it; when that call returns, fn is not running and will not run again. */
 CINFER_API void cinfer_stream_set_notify(struct cinfer_stream *s, void (*fn)(void *ctx), void *ctx);
+/* An embedding request's pooled vector ([*n] = n_embd floats, not normalized), valid until the stream is
+ * released; CINFER_ERR_INVALID before its DONE event or for a request that is not an embedding. */
+CINFER_API enum cinfer_status cinfer_stream_embedding(const struct cinfer_stream *s, const float **v, int *n);
 /* Request metrics of a finished sample (the seeds' yardstick). */
 CINFER_API void cinfer_stream_stats(const struct cinfer_stream *s, int sample,
                                     struct cinfer_generate_stats *out);

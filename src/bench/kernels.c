@@ -171,7 +171,13 @@ static enum ci_status kb_forward(struct kb_run *r, int n, int n_seqs, struct ci_
     for (int t = 0; t < n; t++)
         if (r->want[t])
             r->row_seq[n_rows++] = r->seq[t];
-    struct fwd_batch b = {n, r->tok, r->pos, r->seq, r->want, n_seqs, r->aseqs};
+    struct fwd_batch b = {.n_tokens = n,
+                          .token = r->tok,
+                          .pos = r->pos,
+                          .seq = r->seq,
+                          .logits = r->want,
+                          .n_seqs = n_seqs,
+                          .seqs = r->aseqs};
     const float *logits;
     int rows;
     enum ci_status st = forward_batch(r->fwd, &b, r->layers, &logits, &rows, err);

@@ -37,6 +37,8 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
         {"--kv-blocks", NULL, ARG_INT, &p->kv_blocks, 1, 1 << 30, "N  KV pool size in blocks"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &a->no_prefix_cache, 0, 0, "    do not share prompt blocks"},
         {"--ctx", "-c", ARG_INT, &p->n_ctx, 0, 1 << 24, "N  context limit (default: the model's)"},
+        {"--pooling", NULL, ARG_STR, &p->pooling, 0, 0,
+         "P  embeddings: mean|cls|last (default: the file's pooling_type, else last)"},
     };
     _Static_assert(CI_ARRAY_LEN(specs) == ENGINE_ARGS_N_SPECS, "ENGINE_ARGS_N_SPECS counts the flags above");
     memcpy(out, specs, sizeof specs);
@@ -90,6 +92,10 @@ bool engine_args_finish(const char *cmd, struct engine_args *a) {
     }
     if (!cinfer_kv_type_known(a->o.kv_type)) {
         fprintf(stderr, "cinfer %s: --kv-type: '%s' is not one of f32, f16, q8_0\n", cmd, a->o.kv_type);
+        return false;
+    }
+    if (a->o.pooling && !cinfer_pooling_known(a->o.pooling)) {
+        fprintf(stderr, "cinfer %s: --pooling: '%s' is not one of mean, cls, last\n", cmd, a->o.pooling);
         return false;
     }
     a->o.chunked_prefill = !a->no_chunked_prefill;

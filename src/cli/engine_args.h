@@ -17,7 +17,7 @@ struct engine_args {
     bool no_prefix_cache;
 };
 
-#define ENGINE_ARGS_N_SPECS 12
+#define ENGINE_ARGS_N_SPECS 13
 
 void engine_args_init(struct engine_args *a);
 /* Writes ENGINE_ARGS_N_SPECS flag specs bound to a into out. */

@@ -130,6 +130,8 @@ enum cinfer_status cinfer_generate(const struct cinfer_model *m, const char *pro
 
 struct cinfer_engine {
     struct engine *e;
+    const char *pooling;     // embedding requests' default ("mean", "cls", "last"), or NULL: ...
+    const char *pooling_why; // ... why embeddings are refused
 };
 
 #define STREAM_TEXT_CAP 256 // bytes of one event's text cinfer_stream_next joins without allocating
@@ -188,11 +190,16 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     p.kv_blocks = o->kv_blocks;
     p.prefix_cache = o->prefix_cache;
     p.n_ctx = o->n_ctx;
+    if (o->pooling && !cinfer_pooling_known(o->pooling)) {
+        ci_err_set(&e, CI_ERR_INVALID, "unknown pooling '%s' (mean, cls, last)", o->pooling);
+        return api_fail(err, &e);
+    }
     struct cinfer_engine *ce = ci_calloc(1, sizeof *ce);
     if (!ce) {
         ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
         return api_fail(err, &e);
     }
+    ce->pooling = o->pooling ? o->pooling : cinfer_model_embedding_pooling(m, &ce->pooling_why);
     if (engine_create(m->model, m->tok, &p, &ce->e, &e) != CI_OK) {
         ci_free(ce);
         return api_fail(err, &e);
@@ -260,6 +267,24 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.logprobs = o->logprobs;
     rp.sampling.logit_bias = (const struct sampling_logit_bias *)o->logit_bias;
     rp.sampling.n_logit_bias = o->n_logit_bias;
+    if (o->embedding) {
+        const char *pool = o->pooling ? o->pooling : e->pooling;
+        if (!pool || !cinfer_pooling_known(pool)) {
+            ci_err_set(&ce, CI_ERR_INVALID, "%s",
+                       pool ? "unknown pooling (mean, cls, last)" : e->pooling_why);
+            return api_fail(err, &ce);
+        }
+        rp.pooling = strcmp(pool, "mean") == 0  ? ENGINE_POOLING_MEAN
+                     : strcmp(pool, "cls") == 0 ? ENGINE_POOLING_CLS
+                                                : ENGINE_POOLING_LAST;
+        rp.max_tokens = 0;
+        rp.n = 1;
+        rp.stop = NULL;
+        rp.n_stop = 0;
+        rp.logprobs = -1;
+        rp.sampling.logit_bias = NULL;
+        rp.sampling.n_logit_bias = 0;
+    }
     // The text buffer is allocated here, at admission: an event's text joins into it without allocating
     // unless it is longer than STREAM_TEXT_CAP (cinfer_stream_next's CINFER_ERR_NOMEM).
     struct cinfer_stream *s = ci_calloc(1, sizeof *s);
@@ -359,6 +384,11 @@ void cinfer_stream_cancel(struct cinfer_stream *s) {
 void cinfer_stream_set_notify(struct cinfer_stream *s, void (*fn)(void *ctx), void *ctx) {
     for (int i = 0; i < engine_request_n(s->r); i++)
         ci_channel_set_notify(engine_request_channel(s->r, i), fn, ctx);
+}
+
+enum cinfer_status cinfer_stream_embedding(const struct cinfer_stream *s, const float **v, int *n) {
+    *v = engine_request_embedding(s->r, n);
+    return *v ? CINFER_OK : CINFER_ERR_INVALID;
 }
 
 void cinfer_stream_stats(const struct cinfer_stream *s, int sample, struct cinfer_generate_stats *out) {

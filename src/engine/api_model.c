@@ -2,6 +2,7 @@
  * the logits of a token sequence, and writing model files (convert, synth).  See api_model.h. */
 #include "engine/api_model.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -154,6 +155,31 @@ static void tensor_types(const struct model *m, struct cinfer_model_info *out) {
             out->tensor_types[out->n_tensor_types].bits_per_weight = 8.0 * tt->type_size / tt->block_size;
             out->tensor_types[out->n_tensor_types++].count = per_type[t];
         }
+}
+
+bool cinfer_pooling_known(const char *name) {
+    return name && (strcmp(name, "mean") == 0 || strcmp(name, "cls") == 0 || strcmp(name, "last") == 0);
+}
+
+const char *cinfer_model_embedding_pooling(const struct cinfer_model *m, const char **why) {
+    static const char *const names[] = {"none", "mean", "cls", "last", "rank"}; // llama_pooling_type
+    *why = NULL;
+    const struct gguf *g = m->model ? m->model->gguf : NULL;
+    if (!g)
+        return "last";
+    char key[96];
+    snprintf(key, sizeof key, "%s.pooling_type", model_arch_name(m->model->config.arch));
+    int64_t v = -1;
+    struct ci_err e = {0};
+    if (gguf_get_int_opt(g, key, &v, &e) != CI_OK || v < -1 || v > 4) {
+        *why = "the model's pooling_type is not one of none, mean, cls, last, rank";
+        return NULL;
+    }
+    if (v == 4) {
+        *why = "the model's pooling_type is rank (a classification head), which cinfer does not implement";
+        return NULL;
+    }
+    return v <= 0 ? "last" : names[v];
 }
 
 void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out) {
@@ -326,7 +352,13 @@ enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_toke
             want[i] = 1;
         }
         struct ci_attn_seq aseq = {table.ids, table.n};
-        struct fwd_batch b = {n_ids, ids, pos, seq, want, 1, &aseq};
+        struct fwd_batch b = {.n_tokens = n_ids,
+                              .token = ids,
+                              .pos = pos,
+                              .seq = seq,
+                              .logits = want,
+                              .n_seqs = 1,
+                              .seqs = &aseq};
         const float *logits;
         int rows;
         if ((s = forward_batch(fwd, &b, layers, &logits, &rows, &e)) == CI_OK)

@@ -44,6 +44,9 @@ struct engine_request {
     bool want_text;
     int logprobs;
     struct sampling_logit_bias *bias; // [sampling.n_logit_bias], the copy sampling.logit_bias points at
+    enum engine_pooling pooling;      // NONE, or an embedding request
+    float *embedding;                 // [n_embd] the pooled hidden states (embedding requests)
+    bool embedding_done;              // written by the engine thread before the stream's DONE
     uint64_t order;
     struct ci_channel **ch;          // [n]
     struct request_metrics *metrics; // [n]
@@ -86,9 +89,13 @@ struct engine {
     int max_rows;
     int32_t *b_tok, *b_pos, *b_seq; // [max_pass_tokens]
     uint8_t *b_want;                // [max_pass_tokens]
-    struct ci_attn_seq *b_seqs;     // [max_rows + 1]
-    struct seq **b_owner;           // [max_rows + 1] sequence of each b_seqs entry (NULL: pad)
-    struct seq **b_row_seq;         // [max_rows] sequence of each logits row
+    uint8_t *b_hid;                 // [max_pass_tokens] keep the final hidden state (embedding requests)
+    struct seq **b_hid_seq;         // [max_pass_tokens] sequence of each kept hidden state
+    struct seq **b_embed_done;      // [max_pass_tokens] embedding sequences whose prompt this pass completes
+    int n_hid, n_embed_done;
+    struct ci_attn_seq *b_seqs; // [max_rows + 1]
+    struct seq **b_owner;       // [max_rows + 1] sequence of each b_seqs entry (NULL: pad)
+    struct seq **b_row_seq;     // [max_rows] sequence of each logits row
 
     const int32_t *eog; // [n_eog] the tokenizer's end-of-generation ids
     int n_eog;
@@ -122,6 +129,20 @@ struct engine_params engine_params_default(void) {
     return p;
 }
 
+const char *engine_pooling_str(enum engine_pooling p) {
+    switch (p) {
+    case ENGINE_POOLING_NONE:
+        return "none";
+    case ENGINE_POOLING_MEAN:
+        return "mean";
+    case ENGINE_POOLING_CLS:
+        return "cls";
+    case ENGINE_POOLING_LAST:
+        return "last";
+    }
+    return "unknown";
+}
+
 const char *engine_finish_str(enum engine_finish f) {
     switch (f) {
     case ENGINE_FINISH_NONE:
@@ -150,6 +171,7 @@ static void request_free(struct engine_request *r) {
         ci_free(r->metrics[i].top_logprob);
     }
     ci_free(r->bias);
+    ci_free(r->embedding);
     for (int i = 0; r->stop && i < r->n_stop; i++)
         ci_free(r->stop[i]);
     ci_free(r->stop);
@@ -176,6 +198,11 @@ const struct request_metrics *engine_request_metrics(const struct engine_request
 
 int engine_request_n(const struct engine_request *r) {
     return r->n;
+}
+
+const float *engine_request_embedding(const struct engine_request *r, int *n) {
+    *n = r->embedding_done ? r->e->m->config.n_embd : 0;
+    return r->embedding_done ? r->embedding : NULL;
 }
 
 void engine_request_cancel(struct engine_request *r) {
@@ -207,7 +234,14 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
         if (p->prompt[i] < 0 || p->prompt[i] >= c->n_vocab)
             return ci_err_set(err, CI_ERR_INVALID, "prompt token %d: id %d outside the vocabulary [0, %d)", i,
                               p->prompt[i], c->n_vocab);
-    if (p->max_tokens < 1)
+    bool embed = p->pooling != ENGINE_POOLING_NONE;
+    if (embed && (p->pooling < ENGINE_POOLING_MEAN || p->pooling > ENGINE_POOLING_LAST))
+        return ci_err_set(err, CI_ERR_INVALID, "unknown pooling %d", (int)p->pooling);
+    if (embed && (p->max_tokens != 0 || p->n != 1 || p->n_stop || p->logprobs >= 0))
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "an embedding request generates nothing: max_tokens 0, n 1, no stop strings or "
+                          "logprobs");
+    if (!embed && p->max_tokens < 1)
         return ci_err_set(err, CI_ERR_INVALID, "max_tokens must be at least 1");
     if (p->n < 1 || p->n > MAX_SAMPLES)
         return ci_err_set(err, CI_ERR_INVALID, "n must be in [1, %d]", MAX_SAMPLES);
@@ -247,7 +281,10 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     r->sampling.n_logit_bias = 0;
     r->ignore_eos = p->ignore_eos;
     r->logprobs = p->logprobs < 0 ? -1 : p->logprobs;
-    r->want_text = p->want_text;
+    r->want_text = p->want_text && !embed;
+    r->pooling = p->pooling;
+    if (embed && !(r->embedding = ci_calloc((size_t)c->n_embd, sizeof *r->embedding)))
+        goto nomem;
     r->prompt = ci_malloc((size_t)p->n_prompt * sizeof *r->prompt);
     r->ch = ci_calloc((size_t)p->n, sizeof *r->ch);
     r->metrics = ci_calloc((size_t)p->n, sizeof *r->metrics);
@@ -272,7 +309,7 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
         if ((s = ci_channel_create(2 * p->max_tokens + 16, &r->ch[i], err)) != CI_OK)
             goto fail;
         struct request_metrics *mt = &r->metrics[i];
-        mt->t_token_ns = ci_calloc((size_t)p->max_tokens, sizeof(int64_t));
+        mt->t_token_ns = ci_calloc((size_t)(p->max_tokens ? p->max_tokens : 1), sizeof(int64_t));
         if (!mt->t_token_ns)
             goto nomem;
         if (r->logprobs >= 0) {
@@ -330,6 +367,7 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
     s->state = SEQ_STATE_WAITING;
     s->n_prompt = s->n_tokens = r->n_prompt;
     s->cap = r->n_prompt + r->max_tokens;
+    s->no_prefix_match = r->pooling == ENGINE_POOLING_MEAN || r->pooling == ENGINE_POOLING_CLS;
     enum ci_status st = CI_OK;
     struct sampling_params sp = r->sampling;
     sp.seed = r->sampling.seed + (uint64_t)sample;
@@ -583,12 +621,46 @@ static int pass_seq_index(struct engine *e, struct pass *ps, struct seq *s) {
     return ps->n_seqs++;
 }
 
+/* Embedding requests: folds the pass's kept hidden states into their requests' vectors, then ends the
+ * requests whose prompt the pass completed (mean pooling divides the sum by the prompt length there). */
+static void pool_hidden(struct engine *e) {
+    int n_hid, E = e->m->config.n_embd;
+    const float *hid = forward_hidden(e->fwd, &n_hid);
+    CI_ASSERT(n_hid == e->n_hid);
+    for (int h = 0; h < n_hid; h++) {
+        struct engine_request *r = e->b_hid_seq[h]->req;
+        const float *row = hid + (size_t)h * E;
+        if (r->pooling == ENGINE_POOLING_MEAN)
+            for (int i = 0; i < E; i++)
+                r->embedding[i] += row[i];
+        else // CLS and LAST keep exactly one row
+            memcpy(r->embedding, row, (size_t)E * sizeof *row);
+    }
+    for (int i = 0; i < e->n_embed_done; i++) {
+        struct seq *q = e->b_embed_done[i];
+        struct engine_request *r = q->req;
+        if (r->pooling == ENGINE_POOLING_MEAN)
+            for (int k = 0; k < E; k++)
+                r->embedding[k] /= (float)q->n_tokens;
+        r->embedding_done = true;
+        seq_finish(e, (struct eseq *)q, ENGINE_FINISH_STOP, CI_OK, NULL);
+    }
+    e->n_hid = e->n_embed_done = 0;
+}
+
 /* Runs the pass built so far, then samples its rows.  Returns the number of sequences that finished. */
 static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_metrics *sm,
                                struct ci_err *err) {
     if (ps->n_tokens == 0)
         return CI_OK;
-    struct fwd_batch b = {ps->n_tokens, e->b_tok, e->b_pos, e->b_seq, e->b_want, ps->n_seqs, e->b_seqs};
+    struct fwd_batch b = {.n_tokens = ps->n_tokens,
+                          .token = e->b_tok,
+                          .pos = e->b_pos,
+                          .seq = e->b_seq,
+                          .logits = e->b_want,
+                          .hidden = e->b_hid,
+                          .n_seqs = ps->n_seqs,
+                          .seqs = e->b_seqs};
     const float *logits;
     int rows;
     enum ci_status s = forward_batch(e->fwd, &b, e->layers, &logits, &rows, err);
@@ -609,6 +681,7 @@ static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_me
         if (f != ENGINE_FINISH_NONE)
             seq_finish(e, (struct eseq *)q, f, f == ENGINE_FINISH_ERROR ? CI_ERR_INTERNAL : CI_OK, NULL);
     }
+    pool_hidden(e);
     ps->n_tokens = ps->n_rows = ps->n_seqs = 0;
     return CI_OK;
 }
@@ -642,18 +715,27 @@ static enum ci_status execute(struct engine *e, const struct sched_result *res, 
             }
             int room = e->max_pass_tokens - ps.n_tokens, take = left < room ? left : room;
             int si = pass_seq_index(e, &ps, q);
+            enum engine_pooling pool = q->req->pooling;
+            if (pool == ENGINE_POOLING_MEAN && from == 0) // a recompute after preemption starts the sum over
+                memset(q->req->embedding, 0, (size_t)e->m->config.n_embd * sizeof *q->req->embedding);
             for (int k = 0; k < take; k++) {
-                int t = ps.n_tokens++;
-                e->b_tok[t] = q->tokens[from + k];
-                e->b_pos[t] = from + k;
+                int t = ps.n_tokens++, pos = from + k;
+                e->b_tok[t] = q->tokens[pos];
+                e->b_pos[t] = pos;
                 e->b_seq[t] = si;
                 e->b_want[t] = 0;
-                estimate_cost(e, from + k, sm);
+                e->b_hid[t] = pool == ENGINE_POOLING_MEAN || (pool == ENGINE_POOLING_CLS && pos == 0) ||
+                              (pool == ENGINE_POOLING_LAST && pos == q->n_tokens - 1);
+                if (e->b_hid[t])
+                    e->b_hid_seq[e->n_hid++] = q;
+                estimate_cost(e, pos, sm);
             }
             from += take;
             left -= take;
             q->n_computed = from;
-            if (left == 0 && from == q->n_tokens) {
+            if (left == 0 && from == q->n_tokens && pool != ENGINE_POOLING_NONE) {
+                e->b_embed_done[e->n_embed_done++] = q; // nothing to sample: ends after the pass
+            } else if (left == 0 && from == q->n_tokens) {
                 e->b_want[ps.n_tokens - 1] = 1;
                 e->b_row_seq[ps.n_rows++] = q;
                 sm->flops += 2.0 * e->m->config.n_embd * e->m->config.n_vocab;
@@ -672,6 +754,7 @@ static enum ci_status execute(struct engine *e, const struct sched_result *res, 
         e->b_pos[t] = 0;
         e->b_seq[t] = pass_seq_index(e, &ps, NULL);
         e->b_want[t] = 0;
+        e->b_hid[t] = 0;
         estimate_cost(e, 0, sm);
     }
     if ((s = run_pass(e, &ps, sm, err)) != CI_OK)
@@ -944,8 +1027,12 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     e->b_seqs = ci_calloc(R + 1, sizeof *e->b_seqs);
     e->b_owner = ci_calloc(R + 1, sizeof *e->b_owner);
     e->b_row_seq = ci_calloc(R, sizeof *e->b_row_seq);
+    e->b_hid = ci_calloc(T, sizeof *e->b_hid);
+    e->b_hid_seq = ci_calloc(T, sizeof *e->b_hid_seq);
+    e->b_embed_done = ci_calloc(T, sizeof *e->b_embed_done);
     if (!e->layers || !e->st.running || !e->st.waiting || !e->items || !e->live_tables || !e->b_tok ||
-        !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->b_row_seq) {
+        !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->b_row_seq || !e->b_hid ||
+        !e->b_hid_seq || !e->b_embed_done) {
         s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -998,6 +1085,9 @@ void engine_free(struct engine *e) {
     ci_free(e->b_seqs);
     ci_free(e->b_owner);
     ci_free(e->b_row_seq);
+    ci_free(e->b_hid);
+    ci_free(e->b_hid_seq);
+    ci_free(e->b_embed_done);
     ci_free(e);
 }
 

@@ -52,6 +52,15 @@ enum engine_finish {
 };
 const char *engine_finish_str(enum engine_finish f);
 
+/* How an embedding request pools the prompt's final hidden states (llama.cpp's llama_pooling_type values). */
+enum engine_pooling {
+    ENGINE_POOLING_NONE = 0, // not an embedding request
+    ENGINE_POOLING_MEAN = 1, // the mean over every prompt token
+    ENGINE_POOLING_CLS = 2,  // the first token's
+    ENGINE_POOLING_LAST = 3, // the last token's
+};
+const char *engine_pooling_str(enum engine_pooling p);
+
 struct engine_request_params {
     const int32_t *prompt; // [n_prompt], copied
     int n_prompt;
@@ -65,6 +74,10 @@ struct engine_request_params {
     int64_t t_arrival_ns; // when the request arrived (ci_now_ns clock); 0: now.  Latencies count from here.
     int logprobs; // -1: none; 0..ENGINE_MAX_LOGPROBS: the sampled token's log-probability and this many
                   // most likely alternatives per token (log-softmax of the raw logits)
+    // Not NONE: an embedding request (max_tokens 0, n 1): the prompt is computed (a prefill, chunked and
+    // batched like any other) and its final hidden states pooled; nothing is sampled.  The sample's stream
+    // ends with DONE (finish "stop"), after which engine_request_embedding holds the vector.
+    enum engine_pooling pooling;
 };
 
 #define ENGINE_MAX_LOGPROBS 20
@@ -118,6 +131,9 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
 struct ci_channel *engine_request_channel(struct engine_request *r, int sample);
 const struct request_metrics *engine_request_metrics(const struct engine_request *r, int sample);
 int engine_request_n(const struct engine_request *r);
+/* An embedding request's pooled vector [n_embd] (not normalized), final once its stream delivered DONE;
+ * NULL before that and for other requests. */
+const float *engine_request_embedding(const struct engine_request *r, int *n);
 void engine_request_cancel(struct engine_request *r);
 void engine_request_release(struct engine_request *r);
 

@@ -125,7 +125,13 @@ enum ci_status generate(const struct model *m, const int32_t *prompt, int n_prom
         bool sample = from + count == n_hist;
         want[count - 1] = sample;
         struct ci_attn_seq aseq = {table.ids, table.n};
-        struct fwd_batch b = {count, history + from, pos, seqi, want, 1, &aseq};
+        struct fwd_batch b = {.n_tokens = count,
+                              .token = history + from,
+                              .pos = pos,
+                              .seq = seqi,
+                              .logits = want,
+                              .n_seqs = 1,
+                              .seqs = &aseq};
         const float *logits;
         int rows;
         if ((s = forward_batch(fwd, &b, layers, &logits, &rows, err)) != CI_OK)

@@ -170,7 +170,7 @@ static bool try_admit(const struct sched_params *p, struct sched_state *st, stru
     if (st->n_running + group > p->max_seqs)
         return false;
     int hit = 0;
-    if (st->prefix && s->n_computed == 0 && s->blocks.n == 0) {
+    if (st->prefix && s->n_computed == 0 && s->blocks.n == 0 && !s->no_prefix_match) {
         hit = prefix_cache_match(st->prefix, s->tokens, s->n_tokens, &s->blocks);
         s->n_computed = hit;
     }

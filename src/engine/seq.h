@@ -44,6 +44,9 @@ struct seq {
     int sched_from;
     int sched_count;
     int n_preempted;
+    // The prefix cache must not supply this sequence's prompt (an embedding that pools every token, or the
+    // first, needs their hidden states computed).
+    bool no_prefix_match;
 };
 
 static inline int seq_n_output(const struct seq *s) {

@@ -24,7 +24,9 @@ struct forward {
     float *out;    // [max_tokens][n_embd] sub-block output before the residual add
     float *rows;   // [max_rows][n_embd] final hidden states of the rows that want logits
     float *logits; // [max_rows][n_vocab]
-    void *work;    // matmul workspace
+    float *hid;    // [max_tokens][n_embd] final normed hidden states of the rows marked hidden
+    int n_hid;
+    void *work; // matmul workspace
 };
 
 static size_t matmul_work(const struct model *m, int n_tok) {
@@ -73,6 +75,7 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         {&f->out, T, (size_t)c->n_embd},
         {&f->rows, R, (size_t)c->n_embd},
         {&f->logits, R, (size_t)c->n_vocab},
+        {&f->hid, T, (size_t)c->n_embd},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         size_t n, bytes;
@@ -96,7 +99,8 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
 void forward_free(struct forward *f) {
     if (!f)
         return;
-    float *all[] = {f->x, f->xb, f->q, f->k, f->v, f->att, f->gate, f->up, f->out, f->rows, f->logits};
+    float *all[] = {f->x,    f->xb, f->q,   f->k,    f->v,      f->att,
+                    f->gate, f->up, f->out, f->rows, f->logits, f->hid};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ci_free_aligned(all[i]);
     ci_free_aligned(f->work);
@@ -105,6 +109,11 @@ void forward_free(struct forward *f) {
 
 int forward_max_tokens(const struct forward *f) {
     return f->max_tokens;
+}
+
+const float *forward_hidden(const struct forward *f, int *n) {
+    *n = f->n_hid;
+    return f->hid;
 }
 
 static enum ci_status check_batch(const struct forward *f, const struct fwd_batch *b, int block_size,
@@ -233,7 +242,11 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
         layer_forward(f, il, b, kv);
 
     int rows = 0;
+    f->n_hid = 0;
     for (int t = 0; t < n; t++) {
+        if (b->hidden && b->hidden[t])
+            ci_rmsnorm(f->hid + (size_t)f->n_hid++ * E, f->x + (size_t)t * E, w->output_norm.data, E,
+                       c->rms_eps);
         if (!b->logits[t])
             continue;
         ci_rmsnorm(f->rows + (size_t)rows * E, f->x + (size_t)t * E, w->output_norm.data, E, c->rms_eps);

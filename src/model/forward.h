@@ -26,6 +26,7 @@ struct fwd_batch {
     const uint8_t *logits; // [n_tokens] nonzero: compute this row's logits
     int n_seqs;
     const struct ci_attn_seq *seqs; // [n_seqs] block tables covering every position the batch touches
+    const uint8_t *hidden; // [n_tokens] nonzero: keep this row's final normed hidden state; NULL: none
 };
 
 enum ci_status forward_create(const struct model *m, int max_tokens, int max_logit_rows,
@@ -40,5 +41,9 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
                              const float **logits, int *n_rows, struct ci_err *err);
 
 int forward_max_tokens(const struct forward *f);
+
+/* The final hidden states (after the output norm, before the head: what embeddings pool) of the tokens the
+ * last forward_batch marked in b->hidden, [n][n_embd] in batch order; valid until the next call. */
+const float *forward_hidden(const struct forward *f, int *n);
 
 #endif

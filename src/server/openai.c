@@ -644,3 +644,63 @@ void openai_detokenize_deinit(struct openai_detokenize *d) {
     ci_free(d->ids);
     memset(d, 0, sizeof *d);
 }
+
+/* ---- /v1/embeddings ----------------------------------------------------------------------------------- */
+
+enum ci_status openai_parse_embeddings(const char *body, size_t len, const struct openai_limits *lim,
+                                       int n_embd, struct openai_embeddings *out, struct openai_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = NULL;
+    enum ci_status s = parse_root(body, len, &root, err);
+    if (s != CI_OK)
+        return s;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "input");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "encoding_format");
+    bool given = false;
+    if (!absent(model) && !cJSON_IsString(model))
+        s = bad(err, "model", "'model' must be a string");
+    else if (!absent(model))
+        s = dup_string(model->valuestring, &out->model, err);
+    if (s == CI_OK && absent(v))
+        s = bad(err, "input", "'input' is required");
+    bool list = cJSON_IsArray(v) && !token_prompt_shape(v);
+    int count = list ? cJSON_GetArraySize(v) : 1;
+    if (s == CI_OK && (count < 1 || count > OPENAI_MAX_INPUTS))
+        s = bad(err, "input", "'input' must hold 1 to %d inputs", OPENAI_MAX_INPUTS);
+    if (s == CI_OK && !(out->inputs = ci_calloc((size_t)count, sizeof *out->inputs)))
+        s = nomem(err);
+    if (s == CI_OK)
+        out->n_inputs = count;
+    const cJSON *item = list ? v->child : v;
+    for (int i = 0; s == CI_OK && i < count; i++, item = item->next) {
+        char param[32];
+        snprintf(param, sizeof param, list ? "input[%d]" : "input", i);
+        if ((s = one_prompt(item, param, lim->n_vocab, &out->inputs[i], err)) == CI_OK &&
+            out->inputs[i].text && !out->inputs[i].text[0])
+            s = bad(err, param, "'%s' is an empty string", param);
+    }
+    if (s == CI_OK && !absent(fmt)) {
+        if (!cJSON_IsString(fmt) ||
+            (strcmp(fmt->valuestring, "float") != 0 && strcmp(fmt->valuestring, "base64") != 0))
+            s = bad(err, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+        else
+            out->base64 = strcmp(fmt->valuestring, "base64") == 0;
+    }
+    if (s == CI_OK)
+        s = get_int(root, "dimensions", 1, n_embd, &out->dimensions, &given, err);
+    cJSON_Delete(root);
+    if (s != CI_OK)
+        openai_embeddings_deinit(out);
+    return s;
+}
+
+void openai_embeddings_deinit(struct openai_embeddings *e) {
+    for (int i = 0; e->inputs && i < e->n_inputs; i++) {
+        ci_free(e->inputs[i].text);
+        ci_free(e->inputs[i].ids);
+    }
+    ci_free(e->inputs);
+    ci_free(e->model);
+    memset(e, 0, sizeof *e);
+}

@@ -23,6 +23,7 @@
 #define OPENAI_MAX_LOGIT_BIAS 300  // logit_bias entries
 #define OPENAI_MAX_LOGPROBS   20   // logprobs (completions) / top_logprobs (chat)
 #define OPENAI_MAX_MESSAGES   1024 // chat messages
+#define OPENAI_MAX_INPUTS     256  // inputs in one /v1/embeddings request
 
 enum openai_endpoint { OPENAI_COMPLETIONS, OPENAI_CHAT };
 
@@ -70,6 +71,16 @@ struct openai_detokenize {
     int n_ids;
 };
 
+/* /v1/embeddings: {"input": a string, a list of strings, a list of token ids or a list of such lists,
+ * "model", "encoding_format": "float" | "base64", "dimensions"}. */
+struct openai_embeddings {
+    char *model;                  // NULL when absent
+    struct openai_prompt *inputs; // [n_inputs]
+    int n_inputs;
+    bool base64;    // encoding_format "base64": the little-endian float32 bytes, base64-encoded
+    int dimensions; // 0: the model's; else the first `dimensions` values, normalized again
+};
+
 /* An error for the client. */
 struct openai_error {
     int status;       // HTTP status
@@ -101,6 +112,10 @@ void openai_tokenize_deinit(struct openai_tokenize *t);
 enum ci_status openai_parse_detokenize(const char *body, size_t len, const struct openai_limits *lim,
                                        struct openai_detokenize *out, struct openai_error *err);
 void openai_detokenize_deinit(struct openai_detokenize *d);
+
+enum ci_status openai_parse_embeddings(const char *body, size_t len, const struct openai_limits *lim,
+                                       int n_embd, struct openai_embeddings *out, struct openai_error *err);
+void openai_embeddings_deinit(struct openai_embeddings *e);
 
 /* The status → HTTP table: INVALID/FORMAT/UNSUPPORTED/LIMIT → 400, BUSY → 429, CANCELLED → 503 (shutting
  * down), NOMEM/IO/INTERNAL → 500. */

@@ -11,11 +11,13 @@
 #include "server/routes.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/base64.h"
 #include "core/clock.h"
 #include "core/mem.h"
 #include "server/openai.h"
@@ -839,6 +841,212 @@ static void on_detokenize(void *app, const struct http_request *req, struct http
     openai_detokenize_deinit(&d);
 }
 
+/* ---- /v1/embeddings ----------------------------------------------------------------------------------- */
+
+/* One embedding request per input, all submitted at once (the engine batches them with everything else);
+ * the answer is assembled when every one is done, as gen_poll does. */
+struct embed {
+    struct routes *r;
+    struct openai_embeddings q;
+    struct cinfer_stream **streams; // [q.n_inputs]
+    bool *done;                     // [q.n_inputs]
+    int n_done;
+    char error[256]; // the first failure
+    long long prompt_tokens;
+    bool counted;
+    struct http_waker *waker;
+};
+
+static void embed_free(void *ctx) {
+    struct embed *em = ctx;
+    if (!em)
+        return;
+    for (int i = 0; em->streams && i < em->q.n_inputs; i++)
+        cinfer_stream_release(em->streams[i]);
+    http_waker_release(em->waker);
+    ci_free(em->streams);
+    ci_free(em->done);
+    if (em->counted)
+        atomic_fetch_sub(&em->r->n_inflight, 1);
+    openai_embeddings_deinit(&em->q);
+    ci_free(em);
+}
+
+/* The first `dims` values scaled to unit length (OpenAI's embeddings are normalized; a shortened one is
+ * normalized again), as a JSON array of numbers or a base64 string of little-endian float32. */
+static cJSON *embedding_value(const float *v, int dims, bool base64) {
+    double ss = 0;
+    for (int i = 0; i < dims; i++)
+        ss += (double)v[i] * v[i];
+    float scale = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+    float *unit = ci_malloc((size_t)dims * sizeof *unit);
+    if (!unit)
+        return NULL;
+    for (int i = 0; i < dims; i++)
+        unit[i] = v[i] * scale;
+    cJSON *out = NULL;
+    if (base64) { // the wire format is little-endian float32, which is this machine's (x86-64) layout
+        char *text = ci_malloc(base64_encoded_len((size_t)dims * sizeof *unit) + 1);
+        if (text) {
+            base64_encode(unit, (size_t)dims * sizeof *unit, text);
+            out = cJSON_CreateString(text);
+        }
+        ci_free(text);
+    } else {
+        out = cJSON_CreateArray();
+        for (int i = 0; out && i < dims; i++) {
+            cJSON *x = cJSON_CreateNumber(unit[i]);
+            if (!x || !cJSON_AddItemToArray(out, x)) {
+                cJSON_Delete(x);
+                cJSON_Delete(out);
+                out = NULL;
+            }
+        }
+    }
+    ci_free(unit);
+    return out;
+}
+
+static cJSON *embed_response(const struct embed *em) {
+    cJSON *o = cJSON_CreateObject(), *data = o ? cJSON_AddArrayToObject(o, "data") : NULL;
+    for (int i = 0; data && i < em->q.n_inputs; i++) {
+        const float *v = NULL;
+        int n = 0;
+        cinfer_stream_embedding(em->streams[i], &v, &n);
+        cJSON *item = cJSON_CreateObject(),
+              *vec = v ? embedding_value(v, em->q.dimensions ? em->q.dimensions : n, em->q.base64) : NULL;
+        if (!item || !vec || !cJSON_AddStringToObject(item, "object", "embedding") ||
+            !cJSON_AddNumberToObject(item, "index", i) || !cJSON_AddItemToObject(item, "embedding", vec) ||
+            !cJSON_AddItemToArray(data, item)) {
+            if (item && !cJSON_GetObjectItemCaseSensitive(item, "embedding"))
+                cJSON_Delete(vec);
+            cJSON_Delete(item);
+            data = NULL;
+        }
+    }
+    cJSON *usage = data ? cJSON_CreateObject() : NULL;
+    if (!usage || !cJSON_AddStringToObject(o, "object", "list") ||
+        !sse_add_string(o, "model", em->r->name, strlen(em->r->name)) ||
+        !cJSON_AddNumberToObject(usage, "prompt_tokens", (double)em->prompt_tokens) ||
+        !cJSON_AddNumberToObject(usage, "total_tokens", (double)em->prompt_tokens) ||
+        !cJSON_AddItemToObject(o, "usage", usage)) {
+        if (o && usage && !cJSON_GetObjectItemCaseSensitive(o, "usage"))
+            cJSON_Delete(usage);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static bool embed_poll(void *ctx, struct http_conn *conn, struct http_response *res) {
+    struct embed *em = ctx;
+    bool gone = false;
+    for (int i = 0; i < em->q.n_inputs && !(gone = http_conn_gone(conn)); i++) {
+        struct cinfer_event ev;
+        while (!em->done[i]) {
+            enum cinfer_status s = cinfer_stream_next(em->streams[i], 0, &ev, 0);
+            if (s == CINFER_ERR_BUSY)
+                break;
+            if (s != CINFER_OK || ev.kind == CINFER_EVENT_ERROR || ev.kind == CINFER_EVENT_DONE) {
+                em->done[i] = true;
+                em->n_done++;
+                const float *v;
+                int n;
+                if (!em->error[0] && (s != CINFER_OK || ev.kind == CINFER_EVENT_ERROR ||
+                                      cinfer_stream_embedding(em->streams[i], &v, &n) != CINFER_OK))
+                    snprintf(em->error, sizeof em->error, "%.200s",
+                             s == CINFER_OK && ev.kind == CINFER_EVENT_ERROR ? ev.text
+                                                                             : "the request failed");
+            }
+        }
+    }
+    if (!gone && !em->error[0] && em->n_done < em->q.n_inputs)
+        return false; // the engine wakes the connection with the next event
+    if (gone || em->error[0]) {
+        for (int i = 0; i < em->q.n_inputs; i++)
+            cinfer_stream_cancel(em->streams[i]);
+        struct openai_error oe;
+        openai_error_set(&oe, 503, NULL, NULL, "%s", gone ? "the server is shutting down" : em->error);
+        respond_error(res, &oe);
+    } else {
+        respond_json(res, embed_response(em));
+    }
+    return true;
+}
+
+static void on_embeddings(void *app, const struct http_request *req, struct http_response *res) {
+    struct routes *r = app;
+    if (!check_ready(r, res))
+        return;
+    struct openai_error oe;
+    struct cinfer_model_info mi;
+    cinfer_model_info(r->m, &mi);
+    struct openai_limits lim = {r->n_vocab, r->n_ctx};
+    struct embed *em = ci_calloc(1, sizeof *em);
+    if (!em) {
+        openai_error_set(&oe, 500, NULL, NULL, "out of memory");
+        respond_error(res, &oe);
+        return;
+    }
+    em->r = r;
+    cinfer_token *ids = NULL;
+    if (openai_parse_embeddings(req->body, req->body_len, &lim, mi.n_embd, &em->q, &oe) != CI_OK)
+        goto fail;
+    if (em->q.model && strcmp(em->q.model, r->name) != 0) {
+        openai_error_set(&oe, 404, "model", "model_not_found",
+                         "The model '%.200s' does not exist (this server has '%.64s').", em->q.model,
+                         r->name);
+        goto fail;
+    }
+    if (atomic_fetch_add(&r->n_inflight, 1) >= r->max_requests) {
+        atomic_fetch_sub(&r->n_inflight, 1);
+        openai_error_set(&oe, 429, NULL, "rate_limit_exceeded",
+                         "too many requests in flight (%d, --max-requests): retry later", r->max_requests);
+        goto fail;
+    }
+    em->counted = true;
+    em->streams = ci_calloc((size_t)em->q.n_inputs, sizeof *em->streams);
+    em->done = ci_calloc((size_t)em->q.n_inputs, sizeof *em->done);
+    if (!em->streams || !em->done) {
+        openai_error_set(&oe, 500, NULL, NULL, "out of memory");
+        goto fail;
+    }
+    struct cinfer_request_options ro;
+    cinfer_request_options_default(&ro);
+    ro.embedding = true;
+    for (int i = 0; i < em->q.n_inputs; i++) {
+        const struct openai_prompt *in = &em->q.inputs[i];
+        struct cinfer_error ce = {0};
+        int n_ids = in->n_ids;
+        enum cinfer_status s = in->text ? tokenize(r, in->text, true, &ids, &n_ids, &ce) : CINFER_OK;
+        if (s == CINFER_OK && n_ids == 0) {
+            openai_error_set(&oe, 400, "input", NULL,
+                             "input %d is empty (and the vocabulary adds no BOS token)", i);
+            goto fail;
+        }
+        if (s == CINFER_OK)
+            s = cinfer_engine_submit(r->e, in->text ? ids : in->ids, n_ids, &ro, &em->streams[i], &ce);
+        if (s != CINFER_OK) {
+            openai_error_from_status(&oe, s, ce.message);
+            goto fail;
+        }
+        em->prompt_tokens += n_ids;
+        cinfer_free(ids);
+        ids = NULL;
+    }
+    em->waker = http_conn_waker(req->conn);
+    for (int i = 0; i < em->q.n_inputs; i++)
+        cinfer_stream_set_notify(em->streams[i], http_waker_wake, em->waker);
+    res->poll = embed_poll;
+    res->poll_ctx = em;
+    res->poll_free = embed_free;
+    return;
+fail:
+    cinfer_free(ids);
+    embed_free(em);
+    respond_error(res, &oe);
+}
+
 static const struct http_route table[] = {
     {"/", "GET", false, on_index},
     {"/health", "GET", false, on_health},
@@ -847,6 +1055,7 @@ static const struct http_route table[] = {
     {"/v1/models/", "GET", true, on_model},
     {"/v1/completions", "POST", true, on_completions},
     {"/v1/chat/completions", "POST", true, on_chat},
+    {"/v1/embeddings", "POST", true, on_embeddings},
     {"/tokenize", "POST", true, on_tokenize},
     {"/detokenize", "POST", true, on_detokenize},
 };

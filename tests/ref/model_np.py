@@ -256,6 +256,7 @@ class Model:
         cache["n"] = p0 + n
 
         x = self._rmsnorm(x, self.w["output_norm.weight"])
+        self.last_hidden = x  # the final normed hidden states: what embeddings pool
         return self._linear(x, "token_embd.weight" if self.tied else "output.weight")
 
     def greedy(self, prompt, n_steps):

@@ -127,6 +127,21 @@ await step("sdk_stop", async () => {
     r.choices[0].finish_reason === "stop", JSON.stringify(r.choices[0]));
 });
 
+await step("sdk_embeddings", async () => {
+  // The SDK asks for base64 by default and decodes it to floats; the same request as floats must agree.
+  const r = await client.embeddings.create({ model, input: ["Once upon a time", "the end"] });
+  const f = await client.embeddings.create({ model, input: ["Once upon a time", "the end"], encoding_format: "float" });
+  const v = r.data[0].embedding, w = f.data[0].embedding;
+  const norm = Math.sqrt(v.reduce((a, x) => a + x * x, 0));
+  check("sdk_embeddings_shape", r.data.length === 2 && r.data[1].index === 1 && v.length > 0 && r.model === model &&
+    r.usage.prompt_tokens > 0 && r.usage.total_tokens === r.usage.prompt_tokens, JSON.stringify(r.usage));
+  check("sdk_embeddings_unit_length", Math.abs(norm - 1) < 1e-5, String(norm));
+  check("sdk_embeddings_base64_equals_float", v.length === w.length && v.every((x, i) => Math.abs(x - w[i]) < 1e-6),
+    `${v.slice(0, 3)} vs ${w.slice(0, 3)}`);
+  const d = await client.embeddings.create({ model, input: "the end", dimensions: 8 });
+  check("sdk_embeddings_dimensions", d.data[0].embedding.length === 8, String(d.data[0].embedding.length));
+});
+
 await step("sdk_errors", async () => {
   const bad = new OpenAI({ baseURL: baseURL + "/v1", apiKey: apiKey + "x", maxRetries: 0 });
   await expectError("sdk_error_401", () => bad.models.list(), OpenAI.AuthenticationError, 401);

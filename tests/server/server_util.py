@@ -149,6 +149,12 @@ class Server:
             self.proc.kill()
             self.proc.wait()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
 
 def parse_sse(text):
     """data: events of an SSE body: (list of parsed JSON objects, whether [DONE] ended it)."""

@@ -283,6 +283,115 @@ TEST(rejects_what_never_fits) {
     engine_free(e);
 }
 
+/* Runs one request of each pooling for prompt 2 (58 tokens), after the 9 generation requests when crowd is
+ * set, and copies the vectors out; returns how many times the embedding requests were preempted. */
+static int embed_run(struct engine_params p, bool crowd, float (*out)[512]) {
+    p.check_invariants = true;
+    struct engine *e = NULL;
+    struct ci_err err = {0};
+    if (engine_create(model, tok, &p, &e, &err) != CI_OK) {
+        TEST_FAILF("engine_create: %s", err.msg);
+        return -1;
+    }
+    struct engine_request *h[N_REQ + 3] = {0};
+    int n_h = 0;
+    for (int r = 0; crowd && r < N_REQ; r++) {
+        struct engine_request_params rp = {0};
+        rp.prompt = reqs[r].prompt;
+        rp.n_prompt = reqs[r].n_prompt;
+        rp.max_tokens = reqs[r].max_tokens;
+        rp.n = 1;
+        rp.logprobs = -1;
+        rp.sampling = sampling_params_default();
+        CHECK(engine_submit(e, &rp, &h[n_h++], &err) == CI_OK);
+    }
+    int first_embed = n_h;
+    for (int k = 0; k < 3; k++) {
+        struct engine_request_params rp = {0};
+        rp.prompt = reqs[2].prompt;
+        rp.n_prompt = reqs[2].n_prompt;
+        rp.n = 1;
+        rp.logprobs = -1;
+        rp.sampling = sampling_params_default();
+        rp.pooling = (enum engine_pooling)(ENGINE_POOLING_MEAN + k);
+        CHECK(engine_submit(e, &rp, &h[n_h++], &err) == CI_OK);
+    }
+    int32_t toks[MAX_OUT + 8];
+    bool done[N_REQ + 3] = {0};
+    for (int left = n_h, guard = 0; left > 0 && guard < 100000; guard++) {
+        engine_step(e);
+        for (int i = 0; i < n_h; i++) {
+            int n = 0, finish = 0;
+            if (!done[i] && drain(engine_request_channel(h[i], 0), toks, &n, &finish)) {
+                done[i] = true;
+                left--;
+                CHECK(i < first_embed || (finish == ENGINE_FINISH_STOP && n == 0));
+            }
+        }
+    }
+    int preempted = 0;
+    for (int k = 0; k < 3; k++) {
+        int n = 0;
+        const float *v = engine_request_embedding(h[first_embed + k], &n);
+        CHECK(v != NULL && n == model->config.n_embd && n <= 512);
+        if (v && n <= 512)
+            memcpy(out[k], v, (size_t)n * sizeof *v);
+        preempted += engine_request_metrics(h[first_embed + k], 0)->n_preempted;
+    }
+    for (int i = 0; i < n_h; i++)
+        engine_request_release(h[i]);
+    engine_free(e);
+    return preempted;
+}
+
+/* Embedding requests: the same vector alone, in a crowd of generation requests in a pool too small for all
+ * (preempted and recomputed: the mean's sum starts over), with a 7-token step budget, and with the prefix
+ * cache warm.  The vector is the pooled final hidden states: checked against the numpy reference in
+ * tests/ref/test_embeddings.py; here the engine's bookkeeping. */
+static void embed_compare(const char *label, float (*alone)[512], float (*other)[512]) {
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < model->config.n_embd; i++)
+            if (!(fabsf(alone[k][i] - other[k][i]) <= 1e-5f * (1 + fabsf(alone[k][i]))))
+                FAIL_FIRST("%s: pooling %d, value %d: %g vs %g alone", label, k, i, (double)other[k][i],
+                           (double)alone[k][i]);
+}
+
+TEST(embeddings_independent_of_batch_and_preemption) {
+    static float alone[3][512], other[3][512];
+    struct engine_params p = base();
+    ASSERT(embed_run(p, false, alone) == 0);
+    for (int k = 0; k < 3; k++) // the three poolings give three different vectors
+        CHECK(memcmp(alone[k], alone[(k + 1) % 3], (size_t)model->config.n_embd * sizeof(float)) != 0);
+    embed_run(p, true, other); // the same step budget: the same passes for the embeddings' tokens
+    CHECK(memcmp(alone, other, sizeof alone) == 0);
+    p.sched.max_batch_tokens = 7; // chunked: 9 steps for the 58 tokens, other pass shapes
+    embed_run(p, true, other);
+    embed_compare("chunked", alone, other);
+    p.block_size = 4;
+    p.kv_blocks = 40; // the decodes outgrow the pool and preempt the newest: the embeddings, mid-prompt
+    CHECK(embed_run(p, true, other) > 0);
+    embed_compare("preempted", alone, other);
+    struct engine_request *h = NULL;
+    struct engine *e = NULL;
+    struct ci_err err = {0};
+    ASSERT_STATUS(engine_create(model, tok, &p, &e, &err), CI_OK);
+    struct engine_request_params rp = {0};
+    rp.prompt = reqs[0].prompt;
+    rp.n_prompt = reqs[0].n_prompt;
+    rp.n = 1;
+    rp.logprobs = -1;
+    rp.pooling = ENGINE_POOLING_LAST;
+    rp.max_tokens = 1; // an embedding generates nothing
+    CHECK(engine_submit(e, &rp, &h, &err) == CI_ERR_INVALID && h == NULL);
+    rp.max_tokens = 0;
+    rp.n = 2;
+    CHECK(engine_submit(e, &rp, &h, &err) == CI_ERR_INVALID && h == NULL);
+    rp.n = 1;
+    rp.pooling = (enum engine_pooling)7;
+    CHECK(engine_submit(e, &rp, &h, &err) == CI_ERR_INVALID && h == NULL);
+    engine_free(e);
+}
+
 /* A model file claims a context of 16,777,216 tokens (a 1 MB file could make the engine allocate 20 GiB):
  * the pool stays within its configured budget and the served context is clamped to what the pool holds. */
 TEST(file_context_never_sizes_the_pool) {
@@ -594,6 +703,7 @@ int main(int argc, char **argv) {
     RUN(file_context_never_sizes_the_pool);
     RUN(step_bytes_count_the_kv_type);
     RUN(samples_share_the_prompt);
+    RUN(embeddings_independent_of_batch_and_preemption);
     RUN(cancellation_frees_blocks);
     RUN(stop_strings_and_text);
     RUN(engine_thread_serves_concurrent_clients);

@@ -112,7 +112,13 @@ static int run(const struct run_cfg *cfg, float *out0) {
             aseq[s].block_table = tables[s].ids;
             aseq[s].n_blocks = tables[s].n;
         }
-        struct fwd_batch b = {n, tok, pos, seq, want, cfg->n_seq, aseq};
+        struct fwd_batch b = {.n_tokens = n,
+                              .token = tok,
+                              .pos = pos,
+                              .seq = seq,
+                              .logits = want,
+                              .n_seqs = cfg->n_seq,
+                              .seqs = aseq};
         const float *logits;
         int rows;
         if (forward_batch(fwd, &b, layers, &logits, &rows, &err) != CI_OK) {
@@ -276,16 +282,21 @@ TEST(bad_batches_rejected) {
     uint8_t want[5] = {1, 1, 1, 0, 0};
     const float *logits;
     int rows;
-    struct fwd_batch too_many = {5, tok, pos, seq, want, 1, &s};
+    struct fwd_batch too_many = {
+        .n_tokens = 5, .token = tok, .pos = pos, .seq = seq, .logits = want, .n_seqs = 1, .seqs = &s};
     CHECK(forward_batch(fwd, &too_many, layers, &logits, &rows, &err) == CI_ERR_INVALID);
-    struct fwd_batch too_many_rows = {3, tok, pos, seq, want, 1, &s};
+    struct fwd_batch too_many_rows = {
+        .n_tokens = 3, .token = tok, .pos = pos, .seq = seq, .logits = want, .n_seqs = 1, .seqs = &s};
     CHECK(forward_batch(fwd, &too_many_rows, layers, &logits, &rows, &err) == CI_ERR_INVALID);
     int32_t bad_tok[1] = {c->n_vocab}, far_pos[1] = {4};
-    struct fwd_batch bad_token = {1, bad_tok, pos, seq, want, 1, &s};
+    struct fwd_batch bad_token = {
+        .n_tokens = 1, .token = bad_tok, .pos = pos, .seq = seq, .logits = want, .n_seqs = 1, .seqs = &s};
     CHECK(forward_batch(fwd, &bad_token, layers, &logits, &rows, &err) == CI_ERR_INVALID);
-    struct fwd_batch beyond_table = {1, tok, far_pos, seq, want, 1, &s};
+    struct fwd_batch beyond_table = {
+        .n_tokens = 1, .token = tok, .pos = far_pos, .seq = seq, .logits = want, .n_seqs = 1, .seqs = &s};
     CHECK(forward_batch(fwd, &beyond_table, layers, &logits, &rows, &err) == CI_ERR_INVALID);
-    struct fwd_batch ok = {1, tok, pos, seq, want, 1, &s};
+    struct fwd_batch ok = {
+        .n_tokens = 1, .token = tok, .pos = pos, .seq = seq, .logits = want, .n_seqs = 1, .seqs = &s};
     CHECK(forward_batch(fwd, &ok, layers, &logits, &rows, &err) == CI_OK && rows == 1);
     forward_free(fwd);
     kv_pool_free(pool);
