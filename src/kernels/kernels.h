@@ -49,6 +49,9 @@ void ci_rope_ext(float *x, int n_head, int head_dim, int rope_dim, int pos, floa
 
 /* gate[i] = silu(gate[i]) * up[i]  (SwiGLU). */
 void ci_silu_mul(float *gate, const float *up, int n);
+/* gate[i] = gelu(gate[i]) * up[i] with GeLU's tanh form (ggml_gelu, Gemma's GeGLU):
+ * gelu(x) = x / 2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  Scalar, the same bits in every table. */
+void ci_gelu_mul(float *gate, const float *up, int n);
 
 /* In-place softmax over n values. */
 void ci_softmax(float *x, int n);

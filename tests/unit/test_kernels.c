@@ -943,6 +943,29 @@ TEST(silu_mul_matches_double) {
     ci_kernels_force_table(NULL);
 }
 
+/* GeGLU's tanh-form GeLU against the formula in double (and a few known values). */
+TEST(gelu_mul_matches_double) {
+    enum { N = 512 };
+    static float g[N], u[N], g0[N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 23);
+    fill_normal(&r, g, N, 3.0);
+    fill_normal(&r, u, N, 2.0);
+    g[0] = 0.0f, g[1] = 30.0f, g[2] = -30.0f, g[3] = 1.0f;
+    memcpy(g0, g, sizeof g);
+    ci_gelu_mul(g, u, N);
+    for (int i = 0; i < N; i++) {
+        double x = g0[i];
+        double want = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+        if (!(fabs(g[i] - want) <= 1e-5 * fabs(want) + 1e-6)) {
+            FAIL_FIRST("i=%d x=%g: %.9g vs %.9g", i, x, g[i], want);
+            break;
+        }
+    }
+    CHECK1(g[0] == 0.0f && g[1] == 30.0f * u[1] && fabs(g[2]) < 1e-20);
+    CHECK1(fabs(g[3] / u[3] - 0.8411920) < 1e-6); // gelu_tanh(1)
+}
+
 TEST(argmax_first_of_ties) {
     float a[] = {-5.0f, -1.0f, -3.0f, -1.0f};
     ASSERT_EQ_I64(ci_argmax(a, 4), 1);
@@ -1517,6 +1540,7 @@ int main(int argc, char **argv) {
     RUN(attention_paged_f16_kv);
     RUN(attention_paged_q8_0_kv);
     RUN(kv_row_bytes);
+    RUN(gelu_mul_matches_double);
     RUN(attention_paged_window_softcap_sinks);
     RUN(attention_features_change_output);
     RUN(attn_chunk_kernels_match_scalar);
