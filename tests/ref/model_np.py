@@ -63,6 +63,8 @@ class Model:
         # Sabotage switches for the tests: compute as if the feature were absent.
         self.ignore_window = False
         self.ignore_softcap = False
+        # Tests may replace the GeLU (e.g. to model llama.cpp's half-precision GeLU table); None: exact tanh GeLU.
+        self.gelu_fn = None
         if self.n_head % self.n_kv_head or self.rope_dim % 2 or self.rope_dim > self.head_dim:
             raise ValueError("inconsistent hyper-parameters %s" % hp)
         self.w = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
@@ -314,7 +316,10 @@ class Model:
             gate = self._linear(h, b + "ffn_gate.weight")
             up = self._linear(h, b + "ffn_up.weight")
             if self.gemma:  # GeGLU with the tanh approximation of GeLU (gelu_pytorch_tanh)
-                act = 0.5 * gate * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate**3)))
+                if self.gelu_fn is not None:
+                    act = self.gelu_fn(gate)
+                else:
+                    act = 0.5 * gate * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate**3)))
             else:
                 act = gate / (1.0 + np.exp(-gate))
             o = self._linear(act * up, b + "ffn_down.weight")
