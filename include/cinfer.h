@@ -64,7 +64,7 @@ CINFER_API enum cinfer_status cinfer_model_load_with(const char *path, const str
 
 #define CINFER_MAX_TENSOR_TYPES 32
 struct cinfer_model_info {
-    const char *arch;   // "llama", "qwen2" or "qwen3"
+    const char *arch;   // "llama", "qwen2", "qwen3", "gemma2" or "gemma3"
     const char *format; // "GGUF" or "llama2.c"
     bool has_weights;   // false for a model loaded vocab_only (the sizes below are then 0)
     int n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_ctx_train;
@@ -93,6 +93,15 @@ struct cinfer_model_info {
     const char *tokenizer_type; // "SPM" or "BPE"; NULL when the model has no tokenizer
     const char *tokenizer_pre;  // BPE: the pre-tokenizer ("llama-bpe", "qwen2", ...); SPM: "default"
     cinfer_token bos, eos;      // -1 when absent
+    // Sliding-window attention and soft-capping (0: none).
+    int sliding_window;  // local layers attend to the last sliding_window positions
+    int n_swa_layers;    // how many layers are local (the rest attend to the whole context)
+    float rope_base_swa; // RoPE base of the local layers
+    float attn_softcap;  // attention scores capped as cap · tanh(s / cap)
+    float final_softcap; // logits capped the same way
+    bool post_norms;     // gemma: RMSNorm of each sub-block's output before the residual add
+    bool gelu_ffn;       // gemma: GeGLU (tanh GeLU) feed-forward instead of SwiGLU
+    float embd_scale;    // token embeddings multiplied by this (gemma: sqrt(n_embd); else 1)
 };
 CINFER_API void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out);
 /* The pooling an embedding request uses by default: the file's <arch>.pooling_type ("mean", "cls", "last"),

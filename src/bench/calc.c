@@ -223,7 +223,7 @@ enum ci_status calc_run(const struct calc_model *m, const struct calc_opts *o, s
     double head = d * c->n_vocab;
     r->params_shapes = head /* embedding */ + L * layer_matmul + L * 2 * d + d /* norms */ +
                        (m->qkv_bias ? L * (q_dim + 2 * kv_dim) : 0) + (c->qk_norm ? L * 2 * hd : 0) +
-                       (m->tied ? 0 : head);
+                       (c->post_norms ? L * 2 * d : 0) + (m->tied ? 0 : head);
     r->layer_d2 = layer_matmul / (d * d);
     r->params_given = m->n_params > 0;
     if (r->params_given) {

@@ -79,6 +79,16 @@ int cmd_info(int argc, char **argv) {
     printf("%s\n", c.rope_freqs ? ", per-pair frequency divisors from rope_freqs.weight" : "");
     if (c.qk_norm)
         printf("%-28s per-head RMSNorm of Q and K before RoPE\n", "q/k norm");
+    if (c.sliding_window > 0)
+        printf("%-28s %d positions on %d of %d layers (local RoPE base %g)\n", "sliding window",
+               c.sliding_window, c.n_swa_layers, c.n_layer, (double)c.rope_base_swa);
+    if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f)
+        printf("%-28s attention %g, final logits %g (0: none)\n", "logit soft-capping",
+               (double)c.attn_softcap, (double)c.final_softcap);
+    if (c.post_norms || c.gelu_ffn || c.embd_scale != 1.0f)
+        printf("%-28s embeddings x %g%s%s\n", "gemma block", (double)c.embd_scale,
+               c.post_norms ? ", post-attention and post-FFN norms" : "",
+               c.gelu_ffn ? ", GeGLU (tanh GeLU) feed-forward" : "");
     printf("%-28s %g\n", "rms epsilon", (double)c.rms_eps);
     printf("%-28s %s\n", "output head", c.tied_output ? "tied to token embeddings" : "separate");
     printf("%-28s", "tensor types");

@@ -2,6 +2,7 @@
  * the logits of a token sequence, and writing model files (convert, synth).  See api_model.h. */
 #include "engine/api_model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -214,6 +215,15 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->rope_linear_factor = 1.0f / c->rope_pos_scale;
     out->rope_freqs = md->weights.rope_freqs.data != NULL;
     out->qk_norm = c->qk_norm;
+    out->sliding_window = c->sliding_window;
+    for (int il = 0; il < c->n_layer; il++)
+        out->n_swa_layers += model_layer_swa(c, il);
+    out->rope_base_swa = c->rope_base_swa > 0.0f ? c->rope_base_swa : c->rope_base;
+    out->attn_softcap = c->attn_softcap;
+    out->final_softcap = c->final_softcap;
+    out->post_norms = c->post_norms;
+    out->gelu_ffn = c->gelu_ffn;
+    out->embd_scale = c->embd_scale ? sqrtf((float)c->n_embd) : 1.0f;
     out->rms_eps = c->rms_eps;
     out->tied_output = md->weights.output.data == md->weights.tok_embd.data;
     out->n_params = model_n_params(md);

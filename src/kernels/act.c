@@ -13,6 +13,14 @@ void ci_silu_mul(float *gate, const float *up, int n) {
     ci_kernels_table()->silu_mul(gate, up, n);
 }
 
+void ci_gelu_mul(float *gate, const float *up, int n) {
+    CI_ASSERT(n >= 0);
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * up[i];
+    }
+}
+
 /* Max-subtracted, so no exp overflows; the normalizer is summed in double because n can be a vocabulary.
  * Entries at -inf (masked) get probability 0; at least one entry must be finite. */
 void ci_softmax(float *x, int n) {

@@ -15,7 +15,12 @@
  * of a run that reaches the chunk: the K/V rows are loaded (and widened) once for all of them.  A grouped
  * row gives exactly the bits of the per-token chunk on the positions that token sees (same chunk edges, its
  * own n for the last chunks), so the grouping changes no result: a token computes the same alone, in a
- * decode batch or in any prompt chunk. */
+ * decode batch or in any prompt chunk.
+ *
+ * Optional features (struct ci_attn_args): a sliding window starts each token's walk at its first visible
+ * position (the first chunk cut short, the later edges unchanged); logit soft-capping runs one scalar chunk
+ * (chunk_capped) shared by every table; both take the per-token walk (no grouped prefill).  Attention sinks
+ * only change the final normalization (finish_row), grouped or not. */
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -41,6 +46,71 @@ struct attn_job {
     int n_slots; // ceil(n_tokens / slot)
 };
 
+/* First key position a query at pos sees: pos - window + 1 under a sliding window, else 0. */
+static int window_start(const struct ci_attn_args *a, int pos) {
+    return a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+}
+
+/* out = acc / l, or with an attention sink x for this head: the softmax denominator gains e^x, i.e.
+ * out = acc e^(m - m') / (l e^(m - m') + e^(x - m')) with m' = max(m, x) (no overflow either way). */
+static void finish_row(const struct ci_attn_args *a, int h, float m, float l, const float *acc, float *o,
+                       int hd) {
+    if (!a->sinks) {
+        for (int d = 0; d < hd; d++)
+            o[d] = acc[d] / l;
+        return;
+    }
+    float x = a->sinks[h], mx = x > m ? x : m;
+    float c = expf(m - mx), den = l * c + expf(x - mx);
+    for (int d = 0; d < hd; d++)
+        o[d] = acc[d] * c / den;
+}
+
+/* The online-softmax chunk of dot.h with logit soft-capping: s_i = cap * tanh(scale * q . k_i / cap).  One
+ * scalar routine (front-to-back dots, expf, tanhf) that every table shares, so the tables agree bit for bit;
+ * f16 / q8_0 rows are widened to float first (ci_dequantize_row). */
+static void chunk_capped(uint32_t type, const void *const *k, const void *const *v, int n,
+                         const float *const *q, int ng, int hd, float scale, float cap, float *m, float *l,
+                         float *acc) {
+    float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM], vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const float *kr[CI_ATTN_CHUNK], *vr[CI_ATTN_CHUNK];
+    for (int i = 0; i < n; i++) {
+        if (type == CI_TYPE_F32) {
+            kr[i] = k[i];
+            vr[i] = v[i];
+        } else {
+            ci_dequantize_row(type, k[i], kf + (size_t)i * (size_t)hd, hd);
+            ci_dequantize_row(type, v[i], vf + (size_t)i * (size_t)hd, hd);
+            kr[i] = kf + (size_t)i * (size_t)hd;
+            vr[i] = vf + (size_t)i * (size_t)hd;
+        }
+    }
+    for (int g = 0; g < ng; g++) {
+        float s[CI_ATTN_CHUNK], mx = m[g];
+        for (int i = 0; i < n; i++) {
+            float dot = 0.0f;
+            for (int d = 0; d < hd; d++)
+                dot += q[g][d] * kr[i][d];
+            s[i] = cap * tanhf(dot * scale / cap);
+            mx = s[i] > mx ? s[i] : mx;
+        }
+        float c = m[g] == -INFINITY ? 0.0f : expf(m[g] - mx), sum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            s[i] = expf(s[i] - mx);
+            sum += s[i];
+        }
+        l[g] = l[g] * c + sum;
+        float *acc_g = acc + (size_t)g * (size_t)hd;
+        for (int d = 0; d < hd; d++) {
+            float t = acc_g[d] * c;
+            for (int i = 0; i < n; i++)
+                t += s[i] * vr[i][d];
+            acc_g[d] = t;
+        }
+        m[g] = mx;
+    }
+}
+
 /* Query heads [h0, h0 + ng) of token t, all reading KV head kvh. */
 static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng) {
     const struct ci_attn_args *a = j->a;
@@ -64,23 +134,29 @@ static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng)
 
     const unsigned char *kb = kv->k, *vb = kv->v;
     const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
-    for (int p0 = 0; p0 <= pos; p0 += CI_ATTN_CHUNK) {
-        int n = pos + 1 - p0 < CI_ATTN_CHUNK ? pos + 1 - p0 : CI_ATTN_CHUNK;
+    // A window starts the walk at the first position it sees; the chunk edges stay at the fixed multiples of
+    // CI_ATTN_CHUNK (the first chunk is cut short), so the order still depends only on the position.
+    const int lo = window_start(a, pos);
+    for (int p0 = lo - lo % CI_ATTN_CHUNK; p0 <= pos; p0 += CI_ATTN_CHUNK) {
+        int p1 = p0 + CI_ATTN_CHUNK < pos + 1 ? p0 + CI_ATTN_CHUNK : pos + 1, ps = p0 > lo ? p0 : lo;
+        int n = p1 - ps;
         for (int i = 0; i < n; i++) {
-            int p = p0 + i;
+            int p = ps + i;
             int32_t blk = s->block_table[p / bs];
             CI_DASSERT(blk >= 0);
             size_t off = ci_kv_offset(kv, blk, kvh, p % bs); // this KV head's slots are contiguous in a block
             kp[i] = kb + off;
             vp[i] = vb + off;
         }
-        j->chunk(kp, vp, n, q, ng, hd, a->scale, m, l, acc);
+        if (a->softcap > 0.0f)
+            chunk_capped(kv->type, kp, vp, n, q, ng, hd, a->scale, a->softcap, m, l, acc);
+        else
+            j->chunk(kp, vp, n, q, ng, hd, a->scale, m, l, acc);
     }
 
     for (int g = 0; g < ng; g++) {
         float *o = a->out + ((size_t)t * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
-        for (int d = 0; d < hd; d++)
-            o[d] = acc[g * hd + d] / l[g];
+        finish_row(a, h0 + g, m[g], l[g], acc + (size_t)g * (size_t)hd, o, hd);
     }
 }
 
@@ -140,8 +216,7 @@ static void attn_run(const struct attn_job *j, int t0, int nt, int kvh, int h0, 
     for (int r = 0; r < nr; r++) {
         int i = r / ng, g = r % ng;
         float *o = a->out + ((size_t)(t0 + i) * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
-        for (int d = 0; d < hd; d++)
-            o[d] = acc[r * hd + d] / l[r];
+        finish_row(a, h0 + g, m[r], l[r], acc + (size_t)r * (size_t)hd, o, hd);
     }
 }
 
@@ -209,6 +284,7 @@ void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) 
     CI_ASSERT(kv->head_dim > 0 && kv->head_dim <= CI_ATTN_MAX_HEAD_DIM && kv->block_size > 0);
     CI_ASSERT((int64_t)a->n_tokens * kv->n_kv_head <= INT32_MAX);
     CI_ASSERT(ci_kv_row_bytes(kv->type, kv->head_dim) == kv->row_bytes);
+    CI_ASSERT(a->window >= 0 && a->softcap >= 0.0f);
     const struct ci_dot_table *tab = ci_kernels_table();
     ci_attn_chunk_fn chunk = kv->type == CI_TYPE_F16    ? tab->attn_f16
                              : kv->type == CI_TYPE_Q8_0 ? tab->attn_q8_0
@@ -217,8 +293,10 @@ void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) 
                            : kv->type == CI_TYPE_Q8_0 ? tab->attn_grp_q8_0
                                                       : tab->attn_grp_f32;
     struct attn_job j = {.a = a, .chunk = chunk, .grp = grp, .group = a->n_head / kv->n_kv_head, .slot = 1};
-    bool runs = false; // any two tokens to group (prefill)?
-    for (int t = 1; t < a->n_tokens && !runs; t++)
+    // Any two tokens to group (prefill)?  Windowed and soft-capped layers take the per-token walk (the
+    // grouped chunk kernels know neither a per-row start nor the cap).
+    bool runs = false;
+    for (int t = 1; t < a->n_tokens && !runs && a->window <= 0 && !(a->softcap > 0.0f); t++)
         runs = continues_run(a, t);
     if (runs) {
         // Slots as large as ATTN_TOKEN_GROUP while that leaves ATTN_TASKS_PER_THREAD tasks per thread.

@@ -49,6 +49,9 @@ void ci_rope_ext(float *x, int n_head, int head_dim, int rope_dim, int pos, floa
 
 /* gate[i] = silu(gate[i]) * up[i]  (SwiGLU). */
 void ci_silu_mul(float *gate, const float *up, int n);
+/* gate[i] = gelu(gate[i]) * up[i] with GeLU's tanh form (ggml_gelu, Gemma's GeGLU):
+ * gelu(x) = x / 2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  Scalar, the same bits in every table. */
+void ci_gelu_mul(float *gate, const float *up, int n);
 
 /* In-place softmax over n values. */
 void ci_softmax(float *x, int n);
@@ -89,8 +92,8 @@ struct ci_attn_seq {
     int n_blocks;
 };
 
-/* Causal attention for every token of a batch over its own sequence's KV (positions 0..pos inclusive, whose
- * K/V must already be written).  GQA: query head h reads KV head h / (n_head / n_kv_head).  Online softmax,
+/* Causal attention for every token of a batch over its own sequence's KV (positions 0..pos inclusive, or the
+ * last `window` of them, whose K/V must already be written).  GQA: query head h reads KV head h / (n_head / n_kv_head).  Online softmax,
  * one pass over the blocks. */
 struct ci_attn_args {
     int n_tokens;
@@ -102,6 +105,12 @@ struct ci_attn_args {
     int n_head;
     float scale; // usually 1/sqrt(head_dim)
     float *out;  // [n_tokens][n_head][head_dim]
+    // Optional features (zero / NULL: off).
+    int window;    // > 0: a query at position p sees only keys at positions in (p - window, p] (llama.cpp's
+                   // LLAMA_SWA_TYPE_STANDARD: masked when p - p_key >= window)
+    float softcap; // > 0: each score s = scale * q.k becomes softcap * tanh(s / softcap) (Gemma 2)
+    const float *sinks; // [n_head] or NULL: a per-head logit that joins the softmax denominator and
+                        // contributes no value (gpt-oss attention sinks)
 };
 void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a);
 

@@ -10,9 +10,36 @@
 
 /* One row per architecture: adding one that differs from these only in features named here is a row. */
 static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
-    [MODEL_ARCH_LLAMA] = {.name = "llama", .rope_freqs = true, .tied_allowed = true},
+    [MODEL_ARCH_LLAMA] = {.name = "llama", .rope_freqs = true, .tied_allowed = true, .swa = true},
     [MODEL_ARCH_QWEN2] = {.name = "qwen2", .rope_neox = true, .qkv_bias = true, .tied_allowed = true},
     [MODEL_ARCH_QWEN3] = {.name = "qwen3", .rope_neox = true, .qk_norm = true, .tied_allowed = true},
+    [MODEL_ARCH_GEMMA2] = {.name = "gemma2",
+                           .rope_neox = true,
+                           .tied_allowed = true,
+                           .tied_required = true,
+                           .embd_scale = true,
+                           .gelu_ffn = true,
+                           .post_norms = true,
+                           .swa = true,
+                           .swa_period = 2,
+                           .swa_default = 4096,
+                           .attn_softcap = true,
+                           .final_softcap = true,
+                           .final_softcap_default = 30.0f,
+                           .attn_scale_embd_layers = 46},
+    [MODEL_ARCH_GEMMA3] = {.name = "gemma3",
+                           .rope_neox = true,
+                           .qk_norm = true,
+                           .tied_allowed = true,
+                           .embd_scale = true,
+                           .gelu_ffn = true,
+                           .post_norms = true,
+                           .swa = true,
+                           .swa_period = 6,
+                           .rope_base_swa_default = 10000.0f,
+                           .swa_rope_unscaled = true,
+                           .final_softcap = true,
+                           .attn_scale_embd_layers = 62},
 };
 
 const struct model_arch_info *model_arch_info(enum model_arch a) {
@@ -30,6 +57,13 @@ void model_config_set_arch(struct model_config *c, enum model_arch a) {
     c->rope_neox = ai->rope_neox;
     c->qkv_bias = ai->qkv_bias;
     c->qk_norm = ai->qk_norm;
+    c->embd_scale = ai->embd_scale;
+    c->gelu_ffn = ai->gelu_ffn;
+    c->post_norms = ai->post_norms;
+    c->sliding_window = ai->swa_default;
+    c->swa_period = ai->swa_period;
+    c->attn_softcap = ai->attn_softcap ? 50.0f : 0.0f;
+    c->final_softcap = ai->final_softcap_default;
 }
 
 const char *rope_scaling_name(enum rope_scaling s) {
@@ -124,15 +158,90 @@ static enum ci_status read_rope_scaling(struct model_config *c, const struct ggu
     return CI_OK;
 }
 
+/* Sliding window (attention.sliding_window, .sliding_window_pattern, rope.freq_base_swa) and logit
+ * soft-capping (attn_logit_softcapping, final_logit_softcapping), as llama.cpp's loaders read them for the
+ * architectures whose table row has the feature.  A window of 0 is off (llama, gemma3) or refused where the
+ * architecture always has one (gemma2); a window above the training context is refused. */
+static enum ci_status read_window_softcap(struct model_config *c, const struct gguf *g, const char *arch,
+                                          struct ci_err *err) {
+    const struct model_arch_info *ai = model_arch_info(c->arch);
+    char key[128];
+    enum ci_status s;
+    if (ai->swa) {
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        int64_t w = -1;
+        if ((s = gguf_get_int_opt(g, key, &w, err)))
+            return s;
+        if (gguf_find_key(g, key) >= 0) {
+            if (w < 0 || w > c->n_ctx_train)
+                return ci_err_set(err, CI_ERR_FORMAT,
+                                  "key '%s': %lld is not a sliding window within the context length %d", key,
+                                  (long long)w, c->n_ctx_train);
+            if (w == 0 && ai->swa_default > 0)
+                return ci_err_set(err, CI_ERR_FORMAT,
+                                  "key '%s': 0 is not a window (%s always attends through a sliding window)",
+                                  key, arch);
+            c->sliding_window = (int)w;
+        }
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+        int64_t ki = gguf_find_key(g, key);
+        if (ki >= 0) {
+            if (gguf_kv_type(g, ki) == GGUF_TYPE_ARRAY)
+                return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                                  "key '%s': a per-layer array is not supported (only a period)", key);
+            int64_t period = 0;
+            if ((s = gguf_get_int(g, key, &period, err)))
+                return s;
+            if (period < 0 || period > MAX_LAYERS)
+                return ci_err_set(err, CI_ERR_FORMAT, "key '%s': period %lld out of range [0, %d]", key,
+                                  (long long)period, MAX_LAYERS);
+            c->swa_period = (int)period;
+        }
+        c->rope_base_swa = ai->rope_base_swa_default;
+        snprintf(key, sizeof key, "%s.rope.freq_base_swa", arch);
+        if ((s = gguf_get_f32_opt(g, key, &c->rope_base_swa, err)))
+            return s;
+        if (gguf_find_key(g, key) >= 0 && (!(c->rope_base_swa > 0.0f) || !isfinite(c->rope_base_swa)))
+            return ci_err_set(err, CI_ERR_FORMAT, "key '%s': %g must be positive", key,
+                              (double)c->rope_base_swa);
+        c->rope_pos_scale_swa = ai->swa_rope_unscaled ? 1.0f : 0.0f;
+    }
+    if (ai->attn_softcap) {
+        snprintf(key, sizeof key, "%s.attn_logit_softcapping", arch);
+        if ((s = gguf_get_f32_opt(g, key, &c->attn_softcap, err)))
+            return s;
+        if (!(c->attn_softcap > 0.0f) || !isfinite(c->attn_softcap))
+            return ci_err_set(err, CI_ERR_FORMAT, "key '%s': %g must be positive", key,
+                              (double)c->attn_softcap);
+    }
+    if (ai->final_softcap) {
+        snprintf(key, sizeof key, "%s.final_logit_softcapping", arch);
+        if ((s = gguf_get_f32_opt(g, key, &c->final_softcap, err)))
+            return s;
+        if (!(c->final_softcap >= 0.0f) || !isfinite(c->final_softcap))
+            return ci_err_set(err, CI_ERR_FORMAT, "key '%s': %g must be positive (or 0: off)", key,
+                              (double)c->final_softcap);
+    }
+    if (ai->attn_scale_embd_layers && c->n_layer == ai->attn_scale_embd_layers)
+        c->attn_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
+    return CI_OK;
+}
+
 /* Keys that change the computation in ways this engine does not implement: loading such a file would
- * silently compute another model. */
-static enum ci_status refuse_unimplemented(const struct gguf *g, const char *arch, struct ci_err *err) {
+ * silently compute another model.  Keys an architecture's row implements are read instead. */
+static enum ci_status refuse_unimplemented(const struct gguf *g, const char *arch,
+                                           const struct model_arch_info *ai, struct ci_err *err) {
     static const char *const keys[] = {
         "attention.sliding_window", "attn_logit_softcapping",
         "final_logit_softcapping",  "expert_count",
         "expert_used_count",        "attention.sliding_window_pattern",
+        "rope.freq_base_swa",
     };
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        bool implemented = (ai->swa && (i == 0 || i == 5 || i == 6)) || (ai->attn_softcap && i == 1) ||
+                           (ai->final_softcap && i == 2);
+        if (implemented)
+            continue;
         char key[128];
         snprintf(key, sizeof key, "%s.%s", arch, keys[i]);
         int64_t ki = gguf_find_key(g, key);
@@ -215,7 +324,9 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", name);
     if ((s = gguf_get_f32_opt(g, key, &c->rms_eps, err)))
         return s;
-    if ((s = read_rope_scaling(c, g, name, err)) || (s = refuse_unimplemented(g, name, err)))
+    if ((s = read_rope_scaling(c, g, name, err)) ||
+        (s = refuse_unimplemented(g, name, model_arch_info(c->arch), err)) ||
+        (s = read_window_softcap(c, g, name, err)))
         return s;
     // llama.cpp's converter marks llama3 scaling only by the tensor (its loader knows no "llama3" type).
     if (c->rope_scaling == ROPE_SCALING_NONE && model_arch_info(c->arch)->rope_freqs &&
@@ -251,6 +362,11 @@ enum ci_status model_config_validate(const struct model_config *c, struct ci_err
     if (!(c->rope_pos_scale > 0.0f) || !isfinite(c->rope_pos_scale))
         return ci_err_set(err, CI_ERR_FORMAT, "rope position scale %g must be positive",
                           (double)c->rope_pos_scale);
+    if (c->sliding_window < 0 || c->swa_period < 0)
+        return ci_err_set(err, CI_ERR_FORMAT, "sliding window %d / pattern %d must not be negative",
+                          c->sliding_window, c->swa_period);
+    if (!(c->attn_softcap >= 0.0f) || !(c->final_softcap >= 0.0f) || !(c->attn_scale >= 0.0f))
+        return ci_err_set(err, CI_ERR_FORMAT, "soft-caps and attention scale must not be negative");
     if (!(c->rms_eps >= 0.0f) || !(c->rms_eps < 1.0f))
         return ci_err_set(err, CI_ERR_FORMAT, "rms epsilon %g out of range [0, 1)", (double)c->rms_eps);
     return CI_OK;

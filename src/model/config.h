@@ -11,7 +11,14 @@
 struct gguf;
 struct llama2c;
 
-enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3, MODEL_ARCH_COUNT };
+enum model_arch {
+    MODEL_ARCH_LLAMA,
+    MODEL_ARCH_QWEN2,
+    MODEL_ARCH_QWEN3,
+    MODEL_ARCH_GEMMA2,
+    MODEL_ARCH_GEMMA3,
+    MODEL_ARCH_COUNT
+};
 
 /* What an architecture's layer computes beyond the Llama block (RMSNorm, RoPE, GQA attention, SwiGLU). */
 struct model_arch_info {
@@ -21,6 +28,22 @@ struct model_arch_info {
     bool qk_norm;      // blk.N.attn_{q,k}_norm.weight [head_dim]: per-head RMSNorm of Q and K before RoPE
     bool rope_freqs;   // rope_freqs.weight [rope_dim/2] (llama3 frequency divisors) may be present
     bool tied_allowed; // output.weight may be absent (the head is token_embd)
+    // Sliding-window attention and the Gemma block (llama.cpp's semantics, src/models/gemma2.cpp, gemma3.cpp).
+    bool tied_required;          // no output.weight at all (gemma2: the head is always token_embd)
+    bool embd_scale;             // token embeddings multiplied by sqrt(n_embd)
+    bool gelu_ffn;               // FFN gelu_tanh(gate) * up instead of SwiGLU
+    bool post_norms;             // blk.N.post_attention_norm / post_ffw_norm.weight [n_embd]: RMSNorm of each
+                                 // sub-block's output before its residual add
+    bool swa;                    // <arch>.attention.sliding_window is read (else refused)
+    int swa_period;              // default attention.sliding_window_pattern (0: every layer is local)
+    int swa_default;             // window when the key is absent (gemma2: 4096); 0: no window
+    float rope_base_swa_default; // local layers' RoPE base without rope.freq_base_swa; 0: the global base
+    bool swa_rope_unscaled;      // local layers ignore the linear rope scaling (gemma3)
+    bool attn_softcap;           // attention logits soft-capped (attn_logit_softcapping, default 50)
+    bool final_softcap;          // final_logit_softcapping is read (default final_softcap_default)
+    float final_softcap_default;
+    int attn_scale_embd_layers; // at this block_count the attention scale is 1/sqrt(n_embd / n_head), not
+                                // 1/sqrt(head_dim) (llama.cpp's Gemma 27B rule); 0: never
 };
 
 /* How positions are stretched before RoPE (<arch>.rope.scaling.type). */
@@ -48,7 +71,21 @@ struct model_config {
     bool qk_norm;                   // from the arch table
     enum rope_scaling rope_scaling; // the file's declared type; rope_freqs.weight is applied whenever present
     float rope_pos_scale;           // 1 / rope.scaling.factor for linear scaling, else 1
+    // Sliding window, soft-capping and the Gemma block (0 / false: off; see struct model_arch_info).
+    int sliding_window;       // > 0: local layers attend to the last sliding_window positions
+    int swa_period;           // local layers: il % swa_period < swa_period - 1; 0: every layer
+    float rope_base_swa;      // RoPE base of the local layers
+    float rope_pos_scale_swa; // RoPE position scale of the local layers
+    float attn_softcap;       // > 0: attention scores capped as cap * tanh(s / cap)
+    float final_softcap;      // > 0: logits capped the same way
+    float attn_scale;         // softmax scale of q.k (1/sqrt(head_dim) unless the arch says otherwise)
+    bool embd_scale, gelu_ffn, post_norms; // from the arch table
 };
+
+/* True when layer il uses the sliding window (llama.cpp's set_swa_pattern without dense_first). */
+static inline bool model_layer_swa(const struct model_config *c, int il) {
+    return c->sliding_window > 0 && (c->swa_period == 0 || il % c->swa_period < c->swa_period - 1);
+}
 
 const char *model_arch_name(enum model_arch a);
 const struct model_arch_info *model_arch_info(enum model_arch a);
@@ -60,7 +97,8 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
 /* A llama2.c checkpoint's hyper-parameters: arch llama, rope_base 10000, rms_eps 1e-5, rope_dim = head_dim,
  * adjacent-pair rope, n_ctx_train = seq_len (the header itself is validated by llama2c_open). */
 void model_config_from_llama2c(struct model_config *c, const struct llama2c *l);
-/* Fills the per-architecture fields (rope_neox, qkv_bias, qk_norm) from the arch table. */
+/* Fills the per-architecture fields (rope_neox, qkv_bias, qk_norm, embd_scale, gelu_ffn, post_norms) from
+ * the arch table; the values read from keys (window, soft-caps, scales) get the table's defaults. */
 void model_config_set_arch(struct model_config *c, enum model_arch a);
 /* Checks ranges and consistency (positive sizes, n_head % n_kv_head == 0, even rope_dim, ...). */
 enum ci_status model_config_validate(const struct model_config *c, struct ci_err *err);

@@ -191,11 +191,15 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
                        c->rms_eps);
     }
     const float *ff = f->m->weights.rope_freqs.data; // [rope_dim/2] or NULL
+    // Sliding-window (local) layers may have their own RoPE base and scale (gemma3: 10000, unscaled).
+    const bool local = model_layer_swa(c, il);
+    const float base = local && c->rope_base_swa > 0.0f ? c->rope_base_swa : c->rope_base;
+    const float pos_scale = local && c->rope_pos_scale_swa > 0.0f ? c->rope_pos_scale_swa : c->rope_pos_scale;
     for (int t = 0; t < n; t++) {
-        ci_rope_ext(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, c->rope_dim, b->pos[t], c->rope_base,
-                    c->rope_neox, ff, c->rope_pos_scale);
-        ci_rope_ext(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, c->rope_dim, b->pos[t],
-                    c->rope_base, c->rope_neox, ff, c->rope_pos_scale);
+        ci_rope_ext(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, c->rope_dim, b->pos[t], base,
+                    c->rope_neox, ff, pos_scale);
+        ci_rope_ext(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, c->rope_dim, b->pos[t], base,
+                    c->rope_neox, ff, pos_scale);
     }
     write_kv(b, &kv[il], f->k, f->v);
     struct ci_attn_args args = {
@@ -206,22 +210,31 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
         .seqs = b->seqs,
         .kv = &kv[il],
         .n_head = c->n_head,
-        .scale = 1.0f / sqrtf((float)c->head_dim),
+        .scale = c->attn_scale > 0.0f ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim),
         .out = f->att,
+        .window = local ? c->sliding_window : 0,
+        .softcap = c->attn_softcap,
     };
     ci_attention_paged(f->tp, &args);
     ci_matmul(f->tp, &l->wo, f->att, n, f->out, f->work);
+    if (l->post_attn_norm.data) // gemma: the sub-block's output normed before the residual add
+        for (int t = 0; t < n; t++)
+            ci_rmsnorm(f->out + (size_t)t * E, f->out + (size_t)t * E, l->post_attn_norm.data, E, c->rms_eps);
     for (size_t i = 0; i < (size_t)n * E; i++)
         f->x[i] += f->out[i];
 
-    // Feed-forward sub-block (SwiGLU).
+    // Feed-forward sub-block (SwiGLU, or GeGLU with the tanh GeLU).
     for (int t = 0; t < n; t++)
         ci_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, l->ffn_norm.data, E, c->rms_eps);
     ci_matmul(f->tp, &l->w_gate, f->xb, n, f->gate, f->work);
     ci_matmul(f->tp, &l->w_up, f->xb, n, f->up, f->work);
     for (int t = 0; t < n; t++)
-        ci_silu_mul(f->gate + (size_t)t * c->n_ff, f->up + (size_t)t * c->n_ff, c->n_ff);
+        (c->gelu_ffn ? ci_gelu_mul : ci_silu_mul)(f->gate + (size_t)t * c->n_ff, f->up + (size_t)t * c->n_ff,
+                                                  c->n_ff);
     ci_matmul(f->tp, &l->w_down, f->gate, n, f->out, f->work);
+    if (l->post_ffw_norm.data)
+        for (int t = 0; t < n; t++)
+            ci_rmsnorm(f->out + (size_t)t * E, f->out + (size_t)t * E, l->post_ffw_norm.data, E, c->rms_eps);
     for (size_t i = 0; i < (size_t)n * E; i++)
         f->x[i] += f->out[i];
 }
@@ -238,6 +251,11 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
         ci_dequantize_row(w->tok_embd.type,
                           (const uint8_t *)w->tok_embd.data + (size_t)b->token[t] * w->tok_embd.row_bytes,
                           f->x + (size_t)t * E, E);
+    if (c->embd_scale) { // gemma: embeddings times sqrt(n_embd)
+        const float sc = sqrtf((float)E);
+        for (size_t i = 0; i < (size_t)n * E; i++)
+            f->x[i] *= sc;
+    }
     for (int il = 0; il < c->n_layer; il++)
         layer_forward(f, il, b, kv);
 
@@ -254,6 +272,11 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
     }
     if (rows)
         ci_matmul(f->tp, &w->output, f->rows, rows, f->logits, f->work);
+    if (c->final_softcap > 0.0f) { // gemma2: logits capped as cap * tanh(logit / cap)
+        const float cap = c->final_softcap;
+        for (size_t i = 0; i < (size_t)rows * (size_t)c->n_vocab; i++)
+            f->logits[i] = cap * tanhf(f->logits[i] / cap);
+    }
     *logits = f->logits;
     *n_rows = rows;
     // A model file truncated while mapped reads as zeros (core/mapfile.c): these logits are not the model's.

@@ -161,6 +161,83 @@ static const struct synth_preset presets[] = {
      .rms_eps = 1e-6f,
      .tied = true,
      .head_dim = 128},
+    // Llama with Mistral's sliding window, small enough that a 100-token test crosses it.
+    {.name = "tiny-mistral",
+     .arch = MODEL_ARCH_LLAMA,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 8,
+     .n_kv_head = 2,
+     .n_ff = 768,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-5f,
+     .sliding_window = 32},
+    // Gemma 2 in small: alternating local (window 32) and global layers, soft-caps low enough to bend the
+    // synthetic weights' scores (+-12) and logits (+-18) well away from linear, q_dim 512 != n_embd.
+    {.name = "tiny-gemma2",
+     .arch = MODEL_ARCH_GEMMA2,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 8,
+     .n_kv_head = 4,
+     .n_ff = 768,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .head_dim = 64,
+     .sliding_window = 32,
+     .attn_softcap = 10.0f,
+     .final_softcap = 15.0f},
+    // Gemma 3 in small: six layers so the default pattern (5 local : 1 global) has its global layer; local
+    // layers RoPE at llama.cpp's default base 10000, global at 1e6.
+    {.name = "tiny-gemma3",
+     .arch = MODEL_ARCH_GEMMA3,
+     .n_embd = 256,
+     .n_layer = 6,
+     .n_head = 4,
+     .n_kv_head = 1,
+     .n_ff = 768,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .head_dim = 64,
+     .sliding_window = 32},
+    {.name = "gemma2-2b",
+     .arch = MODEL_ARCH_GEMMA2,
+     .n_embd = 2304,
+     .n_layer = 26,
+     .n_head = 8,
+     .n_kv_head = 4,
+     .n_ff = 9216,
+     .n_vocab = 256000,
+     .n_ctx = 8192,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .head_dim = 256,
+     .sliding_window = 4096,
+     .attn_softcap = 50.0f,
+     .final_softcap = 30.0f},
+    {.name = "gemma3-1b",
+     .arch = MODEL_ARCH_GEMMA3,
+     .n_embd = 1152,
+     .n_layer = 26,
+     .n_head = 4,
+     .n_kv_head = 1,
+     .n_ff = 6912,
+     .n_vocab = 262144,
+     .n_ctx = 32768,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .head_dim = 256,
+     .sliding_window = 512},
 };
 
 #define N_PRESETS      ((int)(sizeof presets / sizeof *presets))
@@ -209,6 +286,14 @@ void synth_preset_config(const struct synth_preset *p, struct model_config *c) {
     // llama.cpp refuses a "llama3" type), which the loader reads as llama3.
     c->rope_scaling = p->llama3_factor > 0.0f ? ROPE_SCALING_LLAMA3 : ROPE_SCALING_NONE;
     c->rope_pos_scale = 1.0f;
+    if (p->sliding_window)
+        c->sliding_window = p->sliding_window;
+    if (p->attn_softcap > 0.0f)
+        c->attn_softcap = p->attn_softcap;
+    if (p->final_softcap > 0.0f)
+        c->final_softcap = p->final_softcap;
+    c->rope_base_swa = model_arch_info(p->arch)->rope_base_swa_default;
+    c->rope_pos_scale_swa = model_arch_info(p->arch)->swa_rope_unscaled ? 1.0f : 0.0f;
 }
 
 void synth_llama3_rope_freqs(const struct synth_preset *p, float *out) {
@@ -419,7 +504,8 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
     const int64_t d = ps->n_embd, hd = preset_head_dim(ps), q = hd * ps->n_head, kv = hd * ps->n_kv_head,
                   ff = ps->n_ff;
     const float sd = 1.0f / sqrtf((float)d), sff = 1.0f / sqrtf((float)ff), sq = 1.0f / sqrtf((float)q);
-    const bool qk_norm = model_arch_info(ps->arch)->qk_norm;
+    const bool qk_norm = model_arch_info(ps->arch)->qk_norm,
+               post_norms = model_arch_info(ps->arch)->post_norms;
     char name[64];
     add_plan(plans, &n, "token_embd.weight", type, d, ps->n_vocab, INIT_NORMAL, sd);
     if (ps->llama3_factor > 0.0f)
@@ -445,10 +531,14 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
             LAYER("attn_k_norm.weight", hd, 1, INIT_QK_NORM, QK_NORM_SCALE);
         }
         LAYER("attn_output.weight", q, d, INIT_NORMAL, sq);
+        if (post_norms)
+            LAYER("post_attention_norm.weight", d, 1, INIT_NORM, 1.0f);
         LAYER("ffn_norm.weight", d, 1, INIT_NORM, 1.0f);
         LAYER("ffn_gate.weight", d, ff, INIT_NORMAL, sd);
         LAYER("ffn_up.weight", d, ff, INIT_NORMAL, sd);
         LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
+        if (post_norms)
+            LAYER("post_ffw_norm.weight", d, 1, INIT_NORM, 1.0f);
 #undef LAYER
     }
     // Tied: logits = token_embd . (g * norm(h)) with unit-norm rows, so g carries the logit scale.
@@ -501,6 +591,12 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, in
         gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)ps->head_dim);
         gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)ps->head_dim);
     }
+    if (ps->sliding_window)
+        gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)ps->sliding_window);
+    if (ps->attn_softcap > 0.0f)
+        gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), ps->attn_softcap);
+    if (ps->final_softcap > 0.0f)
+        gguf_writer_set_f32(w, KEY("final_logit_softcapping"), ps->final_softcap);
 #undef KEY
 }
 
@@ -525,7 +621,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         return ci_err_set(err, CI_ERR_INVALID, "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0)",
                           ci_type_name(type));
 
-    int max_tensors = 5 + 14 * ps->n_layer;
+    int max_tensors = 5 + 16 * ps->n_layer;
     plans = ci_calloc((size_t)max_tensors, sizeof *plans);
     if (!plans || !(w = gguf_writer_create())) {
         s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");

@@ -12,6 +12,7 @@
  *   q/k/v biases    ~ N(0, 0.1)  (qwen2 presets)
  *   q/k norms       ~ 2 (1 + 0.5 N(0, 1))  (qwen3: after the per-head norm, this keeps attention sharp)
  *   rope_freqs      Meta's llama3 frequency divisors (llama3 presets), not random
+ *   post norms      ~ 1 + 0.1 N(0, 1)  (gemma: post_attention_norm, post_ffw_norm)
  * so the logits have a standard deviation of about SYNTH_LOGIT_STD.  Normals are Irwin-Hall sums of four
  * 16-bit uniforms from xoshiro256** (fast, bounded at +-3.46 sigma); each tensor's stream is seeded from
  * (seed, tensor name), independent of the order tensors are generated in.
@@ -41,6 +42,10 @@ struct synth_preset {
     // does from factor, low/high frequency factors and the original context; factor 0: none.
     float llama3_factor, llama3_low, llama3_high;
     int llama3_orig_ctx;
+    // Written when nonzero: <arch>.attention.sliding_window, .attn_logit_softcapping, .final_logit_softcapping
+    // (the arch's defaults apply where absent: gemma2 4096 / 50 / 30).
+    int sliding_window;
+    float attn_softcap, final_softcap;
 };
 
 int synth_n_presets(void);

@@ -71,12 +71,16 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
         {"ffn_gate.weight", c->n_embd, c->n_ff, false, &l->w_gate},
         {"ffn_up.weight", c->n_embd, c->n_ff, false, &l->w_up},
         {"ffn_down.weight", c->n_ff, c->n_embd, false, &l->w_down},
+        {"post_attention_norm.weight", c->n_embd, 1, false, &l->post_attn_norm},
+        {"post_ffw_norm.weight", c->n_embd, 1, false, &l->post_ffw_norm},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, want[i].suffix);
         // Q/K norms exist only where the arch has them: elsewhere one is an unknown tensor.
-        bool skip = (want[i].out == &l->q_norm || want[i].out == &l->k_norm) && !c->qk_norm;
+        bool skip =
+            ((want[i].out == &l->q_norm || want[i].out == &l->k_norm) && !c->qk_norm) ||
+            ((want[i].out == &l->post_attn_norm || want[i].out == &l->post_ffw_norm) && !c->post_norms);
         enum ci_status s =
             skip ? CI_OK : bind(b, name, want[i].ne0, want[i].ne1, want[i].optional, want[i].out);
         if (s != CI_OK)
@@ -92,7 +96,8 @@ enum ci_status model_weights_bind(struct model_weights *w, const struct model_co
     enum ci_status s;
     if ((s = bind(&b, "token_embd.weight", c->n_embd, c->n_vocab, false, &w->tok_embd)) ||
         (s = bind(&b, "output_norm.weight", c->n_embd, 1, false, &w->output_norm)) ||
-        (s = bind(&b, "output.weight", c->n_embd, c->n_vocab, true, &w->output)))
+        (!model_arch_info(c->arch)->tied_required && // gemma2: an output.weight is an unknown tensor
+         (s = bind(&b, "output.weight", c->n_embd, c->n_vocab, true, &w->output))))
         return s;
     if (!w->output.data) {
         if (!model_arch_info(c->arch)->tied_allowed)

@@ -10,18 +10,20 @@
 /* A tensor whose data is NULL is absent (biases, Q/K norms where the architecture has none).  Holds only
  * struct ci_tensor members: model_weights_check_all_used walks it as an array of them. */
 struct layer_weights {
-    struct ci_tensor attn_norm;  // [n_embd] F32
-    struct ci_tensor wq;         // [n_head*head_dim][n_embd]   (ne = {n_embd, n_head*head_dim})
-    struct ci_tensor wk;         // [n_kv_head*head_dim][n_embd]
-    struct ci_tensor wv;         // [n_kv_head*head_dim][n_embd]
-    struct ci_tensor bq, bk, bv; // qwen2 biases, F32
-    struct ci_tensor q_norm;     // [head_dim] F32: qwen3's per-head RMSNorm of Q before RoPE
-    struct ci_tensor k_norm;     // [head_dim] F32: the same for K
-    struct ci_tensor wo;         // [n_embd][n_head*head_dim]
-    struct ci_tensor ffn_norm;   // [n_embd] F32
-    struct ci_tensor w_gate;     // [n_ff][n_embd]
-    struct ci_tensor w_up;       // [n_ff][n_embd]
-    struct ci_tensor w_down;     // [n_embd][n_ff]
+    struct ci_tensor attn_norm;      // [n_embd] F32
+    struct ci_tensor wq;             // [n_head*head_dim][n_embd]   (ne = {n_embd, n_head*head_dim})
+    struct ci_tensor wk;             // [n_kv_head*head_dim][n_embd]
+    struct ci_tensor wv;             // [n_kv_head*head_dim][n_embd]
+    struct ci_tensor bq, bk, bv;     // qwen2 biases, F32
+    struct ci_tensor q_norm;         // [head_dim] F32: qwen3's per-head RMSNorm of Q before RoPE
+    struct ci_tensor k_norm;         // [head_dim] F32: the same for K
+    struct ci_tensor wo;             // [n_embd][n_head*head_dim]
+    struct ci_tensor ffn_norm;       // [n_embd] F32
+    struct ci_tensor w_gate;         // [n_ff][n_embd]
+    struct ci_tensor w_up;           // [n_ff][n_embd]
+    struct ci_tensor w_down;         // [n_embd][n_ff]
+    struct ci_tensor post_attn_norm; // [n_embd] F32: Gemma's RMSNorm of the attention output (post_norms)
+    struct ci_tensor post_ffw_norm;  // [n_embd] F32: the same for the FFN output
 };
 
 struct model_weights {

@@ -3,7 +3,9 @@
 Written from the model math (Llama: RMSNorm, rotary embedding on adjacent pairs, grouped-query causal attention,
 SwiGLU FFN; Qwen2: the same plus Q/K/V biases and NeoX rotary pairing; Qwen3: NeoX pairing, no biases, an RMSNorm of
 each query and key head before the rotation, head_dim from attention.key_length; RoPE scaling: linear (positions
-divided by rope.scaling.factor) and Llama 3's per-pair frequency divisors rope_freqs.weight), not from cinfer's C code, so it can check
+divided by rope.scaling.factor) and Llama 3's per-pair frequency divisors rope_freqs.weight; Mistral's sliding
+window on llama; Gemma 2 and Gemma 3 as their papers and Hugging Face modeling code define them, see _gemma below),
+not from cinfer's C code, so it can check
 cinfer's forward pass.  Plain attention over the whole sequence with an optional growing K/V cache; no paging,
 no threads, nothing clever.
 
@@ -25,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_np  # noqa: E402
 import llama2c_np  # noqa: E402
 
-ARCHS = ("llama", "qwen2", "qwen3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
 
 
 class Model:
@@ -45,9 +47,24 @@ class Model:
         self.rope_base = float(hp["rope_base"])
         self.rms_eps = float(hp["rms_eps"])
         self.n_ctx = int(hp["n_ctx"])
-        self.neox = self.arch in ("qwen2", "qwen3")
-        self.qk_norm = self.arch == "qwen3"
+        self.neox = self.arch in ("qwen2", "qwen3", "gemma2", "gemma3")
+        self.qk_norm = self.arch in ("qwen3", "gemma3")
         self.rope_pos_scale = float(hp.get("rope_pos_scale", 1.0))
+        self.gemma = self.arch in ("gemma2", "gemma3")
+        # Sliding window: a query at position p sees keys at positions p - window < k <= p on the layers where
+        # local[layer]; 0: none.  Soft-caps (0: none), the attention scale and the local layers' RoPE base.
+        self.window = int(hp.get("sliding_window", 0))
+        self.local = list(hp.get("local_layers", [self.window > 0] * self.n_layer))
+        self.rope_base_local = float(hp.get("rope_base_local", self.rope_base))
+        self.rope_pos_scale_local = float(hp.get("rope_pos_scale_local", self.rope_pos_scale))
+        self.attn_softcap = float(hp.get("attn_softcap", 0.0))
+        self.final_softcap = float(hp.get("final_softcap", 0.0))
+        self.attn_scale = float(hp.get("attn_scale", 1.0 / math.sqrt(int(hp["head_dim"]))))
+        # Sabotage switches for the tests: compute as if the feature were absent.
+        self.ignore_window = False
+        self.ignore_softcap = False
+        # Tests may replace the GeLU (e.g. to model llama.cpp's half-precision GeLU table); None: exact tanh GeLU.
+        self.gelu_fn = None
         if self.n_head % self.n_kv_head or self.rope_dim % 2 or self.rope_dim > self.head_dim:
             raise ValueError("inconsistent hyper-parameters %s" % hp)
         self.w = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
@@ -97,9 +114,42 @@ class Model:
         if stype not in ("none", "linear", "llama3"):
             raise ValueError("unsupported rope scaling %r" % stype)
         hp["rope_pos_scale"] = 1.0 / factor if stype == "linear" else 1.0
+        hp.update(cls._window_softcap(g, arch, hp))
         m = cls(hp, {name: g.tensor(name) for name in g.tensors})
         m.gguf = g
         return m
+
+    @staticmethod
+    def _window_softcap(g, arch, hp):
+        """Sliding window and soft-capping hyper-parameters from the GGUF keys, by the models' definitions:
+        - Mistral (arch llama with attention.sliding_window): every layer attends to the last `window` positions.
+        - Gemma 2 (HF Gemma2DecoderLayer): even layers (layer_idx % 2 == 0) are sliding, window 4096 unless the
+          file says; attention scores soft-capped at attn_logit_softcapping (50), final logits at
+          final_logit_softcapping (30); queries scaled by query_pre_attn_scalar^-0.5, which GGUF files do not
+          carry: head_dim, except 27B (46 layers) whose scalar is n_embd / n_head.
+        - Gemma 3 (HF Gemma3DecoderLayer): layer i is sliding unless (i + 1) % 6 == 0; local layers rotate with
+          rope_local_base_freq 10000 and no rope scaling, global ones with rope.freq_base and its scaling;
+          final soft-cap only if the file gives one; the 27B (62 layers) query scalar as Gemma 2's."""
+        out = {}
+        n_layer = hp["n_layer"]
+        window = g.get("%s.attention.sliding_window" % arch, None)
+        if arch == "gemma2":
+            window = 4096 if window is None else window
+            out["local_layers"] = [i % 2 == 0 for i in range(n_layer)]
+            out["attn_softcap"] = g.get("gemma2.attn_logit_softcapping", 50.0)
+            out["final_softcap"] = g.get("gemma2.final_logit_softcapping", 30.0)
+        elif arch == "gemma3":
+            window = window or 0
+            out["local_layers"] = [window > 0 and (i + 1) % 6 != 0 for i in range(n_layer)]
+            out["rope_base_local"] = 10000.0
+            out["rope_pos_scale_local"] = 1.0
+            out["final_softcap"] = g.get("gemma3.final_logit_softcapping", 0.0)
+        else:
+            window = window or 0
+        out["sliding_window"] = window
+        if (arch, n_layer) in (("gemma2", 46), ("gemma3", 62)):
+            out["attn_scale"] = 1.0 / math.sqrt(hp["n_embd"] // hp["n_head"])
+        return out
 
     @classmethod
     def from_llama2c(cls, path):
@@ -156,6 +206,8 @@ class Model:
                 want.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
             if self.arch == "qwen2":
                 want.update({b + "attn_q.bias": (q_dim,), b + "attn_k.bias": (kv_dim,), b + "attn_v.bias": (kv_dim,)})
+            if self.gemma:
+                want.update({b + "post_attention_norm.weight": (d,), b + "post_ffw_norm.weight": (d,)})
         for name, shape in want.items():
             if name not in self.w:
                 raise ValueError("missing tensor %s" % name)
@@ -167,14 +219,15 @@ class Model:
     def _rmsnorm(self, x, weight):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.rms_eps) * weight
 
-    def _rope(self, x, pos):
-        """x: [n][heads][head_dim] rotated in a copy; pos: [n] positions."""
+    def _rope(self, x, pos, local=False):
+        """x: [n][heads][head_dim] rotated in a copy; pos: [n] positions; local: a sliding-window layer's base."""
         half = self.rope_dim // 2
         i = np.arange(half, dtype=np.float64)
-        inv_freq = self.rope_base ** (-2.0 * i / self.rope_dim)  # [half]
+        base = self.rope_base_local if local else self.rope_base
+        inv_freq = base ** (-2.0 * i / self.rope_dim)  # [half]
         if self.rope_freqs is not None:
             inv_freq = inv_freq / self.rope_freqs
-        p = np.asarray(pos, dtype=np.float64) * self.rope_pos_scale
+        p = np.asarray(pos, dtype=np.float64) * (self.rope_pos_scale_local if local else self.rope_pos_scale)
         theta = p[:, None] * inv_freq[None, :]  # [n][half]
         cos = np.cos(theta)[:, None, :]
         sin = np.sin(theta)[:, None, :]
@@ -214,13 +267,19 @@ class Model:
         pos = np.arange(p0, p0 + n)
         H, G, hd = self.n_head, self.n_kv_head, self.head_dim
         group = H // G
-        scale = 1.0 / math.sqrt(hd)
+        scale = self.attn_scale
         qwen = self.arch == "qwen2"
         # causal mask over all cached + new keys: query at pos[i] sees keys 0..pos[i]
-        mask = np.arange(p0 + n)[None, :] > pos[:, None]  # [n][p0+n]
+        kpos = np.arange(p0 + n)[None, :]
+        mask = kpos > pos[:, None]  # [n][p0+n]
+        # sliding-window layers also hide keys at pos[i] - window or earlier
+        mask_local = mask | (pos[:, None] - kpos >= self.window) if self.window > 0 and not self.ignore_window else mask
 
         x = self.w["token_embd.weight"][tokens]  # [n][d]
+        if self.gemma:  # Gemma scales the embeddings by sqrt(hidden size)
+            x = x * math.sqrt(self.n_embd)
         for layer in range(self.n_layer):
+            local = self.local[layer]
             b = "blk.%d." % layer
             h = self._rmsnorm(x, self.w[b + "attn_norm.weight"])
             q = self._linear(h, b + "attn_q.weight", b + "attn_q.bias" if qwen else None).reshape(n, H, hd)
@@ -229,8 +288,8 @@ class Model:
             if self.qk_norm:  # per head, over head_dim
                 q = self._rmsnorm(q, self.w[b + "attn_q_norm.weight"])
                 k = self._rmsnorm(k, self.w[b + "attn_k_norm.weight"])
-            q = self._rope(q, pos)
-            k = self._rope(k, pos)
+            q = self._rope(q, pos, local)
+            k = self._rope(k, pos, local)
             if self.kv_round is not None:
                 k, v = self.kv_round(k), self.kv_round(v)
             if cache["k"][layer] is not None:
@@ -241,23 +300,40 @@ class Model:
             kh = np.repeat(k, group, axis=1)  # [T][H][hd]
             vh = np.repeat(v, group, axis=1)
             s = np.einsum("nhd,thd->hnt", q, kh) * scale  # [H][n][T]
-            s = np.where(mask[None, :, :], -np.inf, s)
+            if self.attn_softcap > 0 and not self.ignore_softcap:
+                s = self.attn_softcap * np.tanh(s / self.attn_softcap)
+            s = np.where((mask_local if local else mask)[None, :, :], -np.inf, s)
             s = s - s.max(axis=-1, keepdims=True)
             p = np.exp(s)
             p /= p.sum(axis=-1, keepdims=True)
             att = np.einsum("hnt,thd->nhd", p, vh).reshape(n, H * hd)
-            x = x + self._linear(att, b + "attn_output.weight")
+            o = self._linear(att, b + "attn_output.weight")
+            if self.gemma:  # Gemma 2/3 norm each sub-block's output before adding it to the residual
+                o = self._rmsnorm(o, self.w[b + "post_attention_norm.weight"])
+            x = x + o
 
             h = self._rmsnorm(x, self.w[b + "ffn_norm.weight"])
             gate = self._linear(h, b + "ffn_gate.weight")
             up = self._linear(h, b + "ffn_up.weight")
-            silu = gate / (1.0 + np.exp(-gate))
-            x = x + self._linear(silu * up, b + "ffn_down.weight")
+            if self.gemma:  # GeGLU with the tanh approximation of GeLU (gelu_pytorch_tanh)
+                if self.gelu_fn is not None:
+                    act = self.gelu_fn(gate)
+                else:
+                    act = 0.5 * gate * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate**3)))
+            else:
+                act = gate / (1.0 + np.exp(-gate))
+            o = self._linear(act * up, b + "ffn_down.weight")
+            if self.gemma:
+                o = self._rmsnorm(o, self.w[b + "post_ffw_norm.weight"])
+            x = x + o
         cache["n"] = p0 + n
 
         x = self._rmsnorm(x, self.w["output_norm.weight"])
         self.last_hidden = x  # the final normed hidden states: what embeddings pool
-        return self._linear(x, "token_embd.weight" if self.tied else "output.weight")
+        logits = self._linear(x, "token_embd.weight" if self.tied else "output.weight")
+        if self.final_softcap > 0 and not self.ignore_softcap:
+            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
+        return logits
 
     def greedy(self, prompt, n_steps):
         """n_steps argmax tokens after prompt (incremental with a K/V cache; no stop tokens)."""

@@ -17,7 +17,8 @@ Checks:
   - linear scaling: matches the reference with positions divided by the factor and differs from the unscaled;
   - malformed files are refused with a message naming the problem: rope_freqs.weight of the wrong length,
     key_length != value_length, unknown and unimplemented rope.scaling.type, an unknown tensor (and Q/K norms
-    in a llama file), sliding-window attention and logit soft-capping keys, and expert_count > 0.
+    in a llama file), sliding-window attention (qwen3) and logit soft-capping keys (llama), and expert_count > 0
+    (llama's sliding window and the Gemma architectures: test_window.py).
 """
 
 import os
@@ -199,7 +200,7 @@ def main():
             ("rope_freqs_in_qwen3", q3, {"add_tensors": [("rope_freqs.weight", np.ones(32, np.float32))]},
              ["rope_freqs.weight"]),
             ("missing_q_norm", q3, {"drop_tensors": ["blk.2.attn_q_norm.weight"]}, ["blk.2.attn_q_norm.weight"]),
-            ("sliding_window", ti, {"set_kvs": [("llama.attention.sliding_window", gguf_np.T_UINT32, 64)]},
+            ("sliding_window", q3, {"set_kvs": [("qwen3.attention.sliding_window", gguf_np.T_UINT32, 64)]},
              ["sliding_window"]),
             ("attn_softcap", ti, {"set_kvs": [("llama.attn_logit_softcapping", gguf_np.T_FLOAT32, 50.0)]},
              ["attn_logit_softcapping"]),

@@ -943,6 +943,29 @@ TEST(silu_mul_matches_double) {
     ci_kernels_force_table(NULL);
 }
 
+/* GeGLU's tanh-form GeLU against the formula in double (and a few known values). */
+TEST(gelu_mul_matches_double) {
+    enum { N = 512 };
+    static float g[N], u[N], g0[N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 23);
+    fill_normal(&r, g, N, 3.0);
+    fill_normal(&r, u, N, 2.0);
+    g[0] = 0.0f, g[1] = 30.0f, g[2] = -30.0f, g[3] = 1.0f;
+    memcpy(g0, g, sizeof g);
+    ci_gelu_mul(g, u, N);
+    for (int i = 0; i < N; i++) {
+        double x = g0[i];
+        double want = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+        if (!(fabs(g[i] - want) <= 1e-5 * fabs(want) + 1e-6)) {
+            FAIL_FIRST("i=%d x=%g: %.9g vs %.9g", i, x, g[i], want);
+            break;
+        }
+    }
+    CHECK1(g[0] == 0.0f && g[1] == 30.0f * u[1] && fabs(g[2]) < 1e-20);
+    CHECK1(fabs(g[3] / u[3] - 0.8411920) < 1e-6); // gelu_tanh(1)
+}
+
 TEST(argmax_first_of_ties) {
     float a[] = {-5.0f, -1.0f, -3.0f, -1.0f};
     ASSERT_EQ_I64(ci_argmax(a, 4), 1);
@@ -972,6 +995,12 @@ struct att_case {
     int n_head, n_kv_head, head_dim, block_size;
 };
 static uint32_t att_type = CI_TYPE_F32; // KV element type of the cases run
+// Optional features of the cases run (0 / NULL: off): sliding window, logit soft-cap, per-head sinks.
+static int att_window = 0;
+static float att_softcap = 0.0f;
+static const float *att_sinks = NULL;
+static const float att_sink_values[16] = {0.5f,  -1.0f, 2.0f, 0.0f,  1.5f,  -3.0f, 3.0f,  0.25f,
+                                          -0.5f, 1.0f,  4.0f, -2.0f, 0.75f, 2.5f,  -1.5f, 0.1f};
 
 static void attn_reference(const struct att_case *c, const float *q, double **kc, double **vc, float scale,
                            double *out) {
@@ -982,21 +1011,28 @@ static void attn_reference(const struct att_case *c, const float *q, double **kc
         for (int h = 0; h < c->n_head; h++) {
             int kvh = h / group;
             const float *qh = q + ((size_t)t * c->n_head + h) * hd;
-            double max = -INFINITY, sum = 0;
-            for (int p = 0; p <= pos; p++) {
+            // Straight from the definitions: keys in (pos - window, pos]; s = cap tanh(scale q.k / cap); the
+            // sink's e^x joins the denominator only.
+            int lo = att_window > 0 && pos - att_window + 1 > 0 ? pos - att_window + 1 : 0;
+            double max = att_sinks ? att_sinks[h] : -INFINITY, sum = 0;
+            for (int p = lo; p <= pos; p++) {
                 const double *k = kc[s] + ((size_t)p * c->n_kv_head + kvh) * hd;
                 double d = 0;
                 for (int i = 0; i < hd; i++)
                     d += (double)qh[i] * k[i];
                 sc[p] = d * scale;
+                if (att_softcap > 0.0f)
+                    sc[p] = att_softcap * tanh(sc[p] / att_softcap);
                 max = sc[p] > max ? sc[p] : max;
             }
-            for (int p = 0; p <= pos; p++)
+            for (int p = lo; p <= pos; p++)
                 sum += sc[p] = exp(sc[p] - max);
+            if (att_sinks)
+                sum += exp(att_sinks[h] - max);
             double *o = out + ((size_t)t * c->n_head + h) * hd;
             for (int i = 0; i < hd; i++)
                 o[i] = 0;
-            for (int p = 0; p <= pos; p++) {
+            for (int p = lo; p <= pos; p++) {
                 const double *v = vc[s] + ((size_t)p * c->n_kv_head + kvh) * hd;
                 for (int i = 0; i < hd; i++)
                     o[i] += sc[p] / sum * v[i];
@@ -1098,7 +1134,10 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
                              .kv = &kv,
                              .n_head = c->n_head,
                              .scale = scale,
-                             .out = out};
+                             .out = out,
+                             .window = att_window,
+                             .softcap = att_softcap,
+                             .sinks = att_sinks};
     attn_reference(c, q, kc, vc, scale, ref);
     for (int pass = 0; pass < n_tables; pass++) {
         ci_kernels_force_table(tables[pass]);
@@ -1211,6 +1250,84 @@ TEST(attention_paged_f16_kv) {
 
 TEST(attention_paged_q8_0_kv) {
     attention_paged_cases(CI_TYPE_Q8_0);
+}
+
+/* Sliding window (5 positions: windows start inside chunks and cross their edges), logit soft-capping (a
+ * cap of 2 against scores of about +-1.5: tanh bends them well away from linear) and attention sinks, each
+ * alone and all together, for every KV type: the same double-reference, thread, alone-vs-batch and
+ * block-size checks as above (the reference applies each feature from its definition). */
+TEST(attention_paged_window_softcap_sinks) {
+    const struct {
+        int window;
+        float cap;
+        bool sinks;
+    } feats[] = {{5, 0.0f, false}, {1, 0.0f, false}, {16, 0.0f, false},
+                 {0, 2.0f, false}, {0, 0.0f, true},  {7, 2.0f, true}};
+    const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
+    for (size_t f = 0; f < sizeof feats / sizeof feats[0]; f++)
+        for (size_t ty = 0; ty < 3; ty++) {
+            att_window = feats[f].window;
+            att_softcap = feats[f].cap;
+            att_sinks = feats[f].sinks ? att_sink_values : NULL;
+            attention_paged_cases(types[ty]);
+        }
+    att_window = 0;
+    att_softcap = 0.0f;
+    att_sinks = NULL;
+}
+
+/* The features really change the result: a window of 5 against none, a cap of 2 against none, sinks
+ * against none, on the same data (a kernel ignoring a feature would pass the reference above only if the
+ * reference ignored it too). */
+TEST(attention_features_change_output) {
+    enum { H = 4, HD = 32, NP = 40 };
+    float *k = ci_malloc(NP * HD * sizeof(float)), *v = ci_malloc(NP * HD * sizeof(float));
+    float q[H * HD], base[H * HD], other[H * HD];
+    const float big_sinks[H] = {3.0f, 3.0f, 3.0f, 3.0f};
+    struct ci_rng r;
+    ci_rng_seed(&r, 4242);
+    fill_normal(&r, k, NP * HD, 1.0);
+    fill_normal(&r, v, NP * HD, 1.0);
+    fill_normal(&r, q, H * HD, 1.5);
+    int32_t table[NP], pos = NP - 1, seq = 0;
+    for (int i = 0; i < NP; i++)
+        table[i] = i;
+    struct ci_attn_seq sq = {.block_table = table, .n_blocks = NP};
+    struct ci_kv_layer kv = {.k = k,
+                             .v = v,
+                             .type = CI_TYPE_F32,
+                             .row_bytes = HD * sizeof(float),
+                             .block_size = 1,
+                             .n_kv_head = 1,
+                             .head_dim = HD};
+    struct ci_attn_args a = {.n_tokens = 1,
+                             .q = q,
+                             .pos = &pos,
+                             .seq = &seq,
+                             .seqs = &sq,
+                             .kv = &kv,
+                             .n_head = H,
+                             .scale = 1.0f / sqrtf((float)HD),
+                             .out = base};
+    ci_attention_paged(NULL, &a);
+    for (int f = 0; f < 3; f++) {
+        struct ci_attn_args b = a;
+        b.out = other;
+        if (f == 0)
+            b.window = 5;
+        else if (f == 1)
+            b.softcap = 2.0f;
+        else
+            b.sinks = big_sinks;
+        ci_attention_paged(NULL, &b);
+        double diff = 0;
+        for (int i = 0; i < H * HD; i++)
+            diff = fmax(diff, fabs(other[i] - base[i]));
+        if (!(diff > 0.05))
+            FAIL_FIRST("feature %d changes the output by only %g", f, diff);
+    }
+    ci_free(k);
+    ci_free(v);
 }
 
 TEST(kv_row_bytes) {
@@ -1423,6 +1540,9 @@ int main(int argc, char **argv) {
     RUN(attention_paged_f16_kv);
     RUN(attention_paged_q8_0_kv);
     RUN(kv_row_bytes);
+    RUN(gelu_mul_matches_double);
+    RUN(attention_paged_window_softcap_sinks);
+    RUN(attention_features_change_output);
     RUN(attn_chunk_kernels_match_scalar);
     RUN(attn_group_kernels_match_per_token);
     return test_exit_code();

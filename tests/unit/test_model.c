@@ -221,8 +221,11 @@ TEST(unknown_tensor_refused) {
 
 /* Keys that change the math and are not implemented, and malformed RoPE scaling. */
 TEST(unimplemented_keys_refused) {
-    expect_error(&(struct mutation){.u32_key = "attention.sliding_window", .u32_val = 4096},
-                 CI_ERR_UNSUPPORTED, "llama.attention.sliding_window");
+    // llama reads a sliding window (Mistral), but not one beyond its context (128 here).
+    expect_error(&(struct mutation){.u32_key = "attention.sliding_window", .u32_val = 4096}, CI_ERR_FORMAT,
+                 "context length 128");
+    expect_error(&(struct mutation){.f32_key = "attn_logit_softcapping", .f32_val = 50.0f},
+                 CI_ERR_UNSUPPORTED, "attn_logit_softcapping");
     expect_error(&(struct mutation){.f32_key = "final_logit_softcapping", .f32_val = 30.0f},
                  CI_ERR_UNSUPPORTED, "final_logit_softcapping");
     expect_error(&(struct mutation){.u32_key = "expert_count", .u32_val = 8}, CI_ERR_UNSUPPORTED,

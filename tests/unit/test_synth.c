@@ -73,8 +73,15 @@ TEST(presets) {
          true},
         {"qwen3-0.6b", 1024, 28, 16, 8, 3072, 151936, 40960, 128, 1000000.0f, 1e-6f, true, MODEL_ARCH_QWEN3,
          false},
+        {"tiny-mistral", 256, 4, 8, 2, 768, 1024, 512, 32, 10000.0f, 1e-5f, false, MODEL_ARCH_LLAMA, false},
+        {"tiny-gemma2", 256, 4, 8, 4, 768, 1024, 512, 64, 10000.0f, 1e-6f, true, MODEL_ARCH_GEMMA2, false},
+        {"tiny-gemma3", 256, 6, 4, 1, 768, 1024, 512, 64, 1000000.0f, 1e-6f, true, MODEL_ARCH_GEMMA3, false},
+        {"gemma2-2b", 2304, 26, 8, 4, 9216, 256000, 8192, 256, 10000.0f, 1e-6f, true, MODEL_ARCH_GEMMA2,
+         false},
+        {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, 32768, 256, 1000000.0f, 1e-6f, true, MODEL_ARCH_GEMMA3,
+         false},
     };
-    ASSERT_EQ_I64(synth_n_presets(), 11);
+    ASSERT_EQ_I64(synth_n_presets(), 16);
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const struct synth_preset *p = synth_preset_find(want[i].name);
         ASSERT(p != NULL);
@@ -86,8 +93,12 @@ TEST(presets) {
         CHECK(c.head_dim == want[i].head_dim && c.rope_dim == c.head_dim);
         bool qwen = want[i].arch != MODEL_ARCH_LLAMA;
         CHECK(p->tied == want[i].tied && p->qkv_bias == (want[i].arch == MODEL_ARCH_QWEN2));
+        bool gemma = want[i].arch == MODEL_ARCH_GEMMA2 || want[i].arch == MODEL_ARCH_GEMMA3;
         CHECK(c.arch == want[i].arch && c.rope_neox == qwen &&
-              c.qk_norm == (want[i].arch == MODEL_ARCH_QWEN3));
+              c.qk_norm == (want[i].arch == MODEL_ARCH_QWEN3 || want[i].arch == MODEL_ARCH_GEMMA3));
+        CHECK(c.post_norms == gemma && c.gelu_ffn == gemma && c.embd_scale == gemma);
+        CHECK((c.sliding_window > 0) == (gemma || strcmp(want[i].name, "tiny-mistral") == 0));
+
         CHECK((c.rope_scaling == ROPE_SCALING_LLAMA3) == want[i].llama3 && c.rope_pos_scale == 1.0f);
     }
     CHECK(synth_preset_find("nope") == NULL);
