@@ -188,6 +188,11 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->rope_linear_factor = 1.0f / c->rope_pos_scale;
     out->rope_freqs = md->weights.rope_freqs.data != NULL;
     out->qk_norm = c->qk_norm;
+    out->n_expert = c->n_expert;
+    out->n_expert_used = c->n_expert_used;
+    out->n_ff_exp = c->n_ff_exp;
+    out->n_ff_shexp = c->n_ff_shexp;
+    out->expert_weights_norm = c->n_expert > 0 && c->moe_norm_w;
     out->rms_eps = c->rms_eps;
     out->tied_output = md->weights.output.data == md->weights.tok_embd.data;
     out->n_params = model_n_params(md);

@@ -13,7 +13,10 @@ for llama and qwen2, so partial RoPE cannot be checked here.)
 
 Part B, cinfer against llama.cpp: for `cinfer synth --preset tiny --seed 1` in F32 and Q8_0, the qwen2-style
 preset tiny-qwen2, tiny-llama3 (llama3 rope_freqs.weight) and tiny-qwen3 (Q/K norms, head_dim 64 with n_embd
-256) in F32 and Q8_0 (these two in F32 over 100 positions), and for stories260K.bin converted by `cinfer convert`:
+256) in F32 and Q8_0 (these two in F32 over 100 positions), the mixture-of-experts presets tiny-mixtral (llama
+with 8 experts, top-2), tiny-qwen3moe (16 experts, top-4, renormalised) and tiny-qwen2moe (top-2 unnormalised plus
+a gated shared expert) in F32 and Q8_0 (Q8_0 logits within MOE_Q8_TOL, near ties up to MOE_QUANT_TIE), and for stories260K.bin converted by
+`cinfer convert`:
   - cinfer's logits vs llama.cpp's log-probabilities at every position (same measure and tolerances as part A);
   - 32 greedy ids from BOS: `cinfer run -p "" -n 32 --temp 0 --ids` == llama.cpp's argmax decoding;
   - 32 greedy ids after BOS + 3 prompt ids: cinfer's argmax of `cinfer logits` == llama.cpp's;
@@ -53,6 +56,17 @@ import test_arch  # noqa: E402
 from ciref import CinferError, model_path  # noqa: E402
 
 N_GEN = 32
+# The mixture-of-experts presets in Q8_0: the two engines round activations to 8 bits slightly differently, and
+# where a token's k-th and (k+1)-th router probabilities nearly tie that flips an expert, which the sharp attention
+# then carries along the sequence (measured over 24 positions: tiny-mixtral 0.101, tiny-qwen3moe 0.123,
+# tiny-qwen2moe 0.063 relative).  Their F32 files are the exact check (1e-4), and the teacher-forced greedy check
+# is as for the other quantized presets.
+MOE_Q8 = ("tiny-mixtral-q8_0", "tiny-qwen3moe-q8_0", "tiny-qwen2moe-q8_0")
+MOE_Q8_TOL = 0.15
+# ... and their teacher-forced greedy steps are compared where llama.cpp's top-two gap exceeds MOE_QUANT_TIE, above
+# the largest logit difference measured between the engines on these files (2.87): a gap of 1.34 (tiny-qwen3moe,
+# step 30 from BOS) and 1.39 (tiny-qwen2moe, step 3 after the prompt) were decided differently.
+MOE_QUANT_TIE = 3.0
 # Quantized synth models: llama.cpp's top-two log-probability gap below which a step is a near tie that its
 # 8-bit activation rounding may decide (measured: cinfer and llama.cpp agree at every step above 1.0 logit on
 # tiny-q8_0; 18 of 32 steps are compared).
@@ -296,6 +310,12 @@ def part_b(rep, tmp):
         ("tiny-llama3", "q8_0"),
         ("tiny-qwen3", "f32"),
         ("tiny-qwen3", "q8_0"),
+        ("tiny-mixtral", "f32"),
+        ("tiny-mixtral", "q8_0"),
+        ("tiny-qwen3moe", "f32"),
+        ("tiny-qwen3moe", "q8_0"),
+        ("tiny-qwen2moe", "f32"),
+        ("tiny-qwen2moe", "q8_0"),
     ):
         label = "%s-%s" % (preset, t)
         path = os.path.join(tmp, "synth-%s.gguf" % label)
@@ -342,11 +362,11 @@ def part_b(rep, tmp):
     for (label, path, f32, tokens, prompt), (jp, jg, jg2) in zip(models, planned):
         # distributions at every position
         name = "llamacpp_logits_%s" % label
-        allow_tie = 0.0 if f32 else QUANT_TIE
+        allow_tie = 0.0 if f32 else MOE_QUANT_TIE if label in MOE_Q8 else QUANT_TIE
         try:
             probs = jobs.get(jp)
             got, _ = ciref.cinfer_logits(path, tokens, os.path.join(tmp, "cmp.f32"))
-            compare_logprobs(rep, name, probs, got, 1e-4 if f32 else 0.1)
+            compare_logprobs(rep, name, probs, got, 1e-4 if f32 else MOE_Q8_TOL if label in MOE_Q8 else 0.1)
             if label == "tiny-llama3-f32":
                 # Negative control: the same file without rope_freqs.weight (what a loader that ignored the
                 # factors computes) is far from llama.cpp, so the match above shows the factors applied.

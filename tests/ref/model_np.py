@@ -59,6 +59,8 @@ class Model:
         self.n_ff_exp = int(hp.get("n_ff_exp", self.n_ff))
         self.n_ff_shexp = int(hp.get("n_ff_shexp", 0))
         self.moe_norm = self.arch in ("llama", "qwen3moe")
+        # Names of the weights whose matmuls round the activations to Q8_0-style blocks first (emulate_act_q8).
+        self.act_q8 = set()
         if self.arch in MOE_ARCHS and self.n_expert == 0:
             raise ValueError("%s needs expert_count" % self.arch)
         self.rope_pos_scale = float(hp.get("rope_pos_scale", 1.0))
@@ -239,23 +241,40 @@ class Model:
             y[:, :, 1 : self.rope_dim : 2] = a * sin + b * cos
         return y
 
+    def emulate_act_q8(self):
+        """Makes every matmul with a 32-block quantized weight (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) first round its
+        activations as ggml's Q8_0 activation blocks do (per 32 elements d = max|x| / 127, q = round(x / d) to
+        nearest even), as llama.cpp's CPU backend and cinfer both compute.  GGUF models only."""
+        q32 = (gguf_np.Q8_0, gguf_np.Q4_0, gguf_np.Q4_1, gguf_np.Q5_0, gguf_np.Q5_1, gguf_np.IQ4_NL)
+        self.act_q8 = {name for name, t in self.gguf.tensors.items() if t.type in q32}
+
+    def _act(self, x, name):
+        if name not in self.act_q8:
+            return x
+        b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+        d = np.abs(b).max(axis=-1, keepdims=True) / 127.0
+        q = np.rint(np.divide(b, d, out=np.zeros_like(b), where=d > 0))
+        return (q * d).reshape(x.shape)
+
     def _linear(self, x, name, bias=None):
-        y = x @ self.w[name].T
+        y = self._act(x, name) @ self.w[name].T
         if bias is not None:
             y = y + self.w[bias]
         return y
 
-    @staticmethod
-    def _swiglu(x, gate, up, down):
-        g = x @ gate.T
-        return (g / (1.0 + np.exp(-g)) * (x @ up.T)) @ down.T
+    def _swiglu(self, x, names, e=None):
+        """down(silu(gate x) * up x) with the weights of names (gate, up, down); e: that expert of 3-D tensors."""
+        gate, up, down = (self.w[n] if e is None else self.w[n][e] for n in names)
+        g = self._act(x, names[0]) @ gate.T
+        h = g / (1.0 + np.exp(-g)) * (self._act(x, names[1]) @ up.T)
+        return self._act(h, names[2]) @ down.T
 
     def _moe(self, h, b):
         """Mixture-of-experts FFN of the normed rows h [n][d]: router probabilities softmax(W_r h); the
         n_expert_used most probable experts (lower index first on ties), weighted by their probabilities
         (renormalised to sum 1 where the architecture does); each expert a SwiGLU FFN; qwen2moe adds
         sigmoid(w_g . h) * shared_ffn(h)."""
-        logits = h @ self.w[b + "ffn_gate_inp.weight"].T  # [n][E]
+        logits = self._linear(h, b + "ffn_gate_inp.weight")  # [n][E]
         p = np.exp(logits - logits.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
         k = self.n_expert_used
@@ -263,15 +282,14 @@ class Model:
         wts = np.take_along_axis(p, top, axis=1)
         if self.moe_norm:
             wts = wts / wts.sum(axis=1, keepdims=True)
-        gate, up, down = (self.w[b + "ffn_%s_exps.weight" % m] for m in ("gate", "up", "down"))
+        names = [b + "ffn_%s_exps.weight" % m for m in ("gate", "up", "down")]
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
             for j in range(k):
-                e = top[t, j]
-                out[t] += wts[t, j] * self._swiglu(h[t : t + 1], gate[e], up[e], down[e])[0]
+                out[t] += wts[t, j] * self._swiglu(h[t : t + 1], names, top[t, j])[0]
         if self.arch == "qwen2moe":
             g = h @ self.w[b + "ffn_gate_inp_shexp.weight"]  # [n]
-            shared = self._swiglu(h, *(self.w[b + "ffn_%s_shexp.weight" % m] for m in ("gate", "up", "down")))
+            shared = self._swiglu(h, [b + "ffn_%s_shexp.weight" % m for m in ("gate", "up", "down")])
             out += (1.0 / (1.0 + np.exp(-g)))[:, None] * shared
         return out
 
@@ -330,10 +348,7 @@ class Model:
             if self.n_expert:
                 x = x + self._moe(h, b)
             else:
-                gate = self._linear(h, b + "ffn_gate.weight")
-                up = self._linear(h, b + "ffn_up.weight")
-                silu = gate / (1.0 + np.exp(-gate))
-                x = x + self._linear(silu * up, b + "ffn_down.weight")
+                x = x + self._swiglu(h, [b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_down.weight"])
         cache["n"] = p0 + n
 
         x = self._rmsnorm(x, self.w["output_norm.weight"])
