@@ -64,19 +64,22 @@ CINFER_API enum cinfer_status cinfer_model_load_with(const char *path, const str
 
 #define CINFER_MAX_TENSOR_TYPES 32
 struct cinfer_model_info {
-    const char *arch;   // "llama", "qwen2", "qwen3", "gemma2" or "gemma3"
+    const char *arch;   // "llama", "qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe" or "qwen3moe"
     const char *format; // "GGUF" or "llama2.c"
     bool has_weights;   // false for a model loaded vocab_only (the sizes below are then 0)
     int n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_ctx_train;
-    int rope_dim;             // dimensions of each head that are rotated
-    float rope_base;          // RoPE frequency base
-    bool rope_neox;           // NeoX pairing (i, i + d/2) rather than adjacent pairs
-    const char *rope_scaling; // "none", "linear" or "llama3" (the file's rope.scaling.type)
-    float rope_linear_factor; // positions are divided by this (1 unless linear scaling)
-    bool rope_freqs;          // rope_freqs.weight's per-pair frequency divisors are applied
-    bool qk_norm;             // per-head RMSNorm of Q and K before RoPE (qwen3)
-    float rms_eps;            // RMSNorm epsilon
-    bool tied_output;         // the output head is the token embedding matrix
+    int rope_dim;                // dimensions of each head that are rotated
+    float rope_base;             // RoPE frequency base
+    bool rope_neox;              // NeoX pairing (i, i + d/2) rather than adjacent pairs
+    const char *rope_scaling;    // "none", "linear" or "llama3" (the file's rope.scaling.type)
+    float rope_linear_factor;    // positions are divided by this (1 unless linear scaling)
+    bool rope_freqs;             // rope_freqs.weight's per-pair frequency divisors are applied
+    bool qk_norm;                // per-head RMSNorm of Q and K before RoPE (qwen3)
+    int n_expert, n_expert_used; // mixture of experts: experts per layer and per token (0, 0: a dense FFN)
+    int n_ff_exp, n_ff_shexp;    // one expert's FFN length; the shared expert's (qwen2moe), else 0
+    bool expert_weights_norm;    // the top-k router weights are renormalised to sum 1
+    float rms_eps;               // RMSNorm epsilon
+    bool tied_output;            // the output head is the token embedding matrix
     uint64_t n_params;
     uint64_t weight_bytes; // as stored (quantized types included)
     uint64_t file_bytes;

@@ -70,6 +70,14 @@ int cmd_info(int argc, char **argv) {
                                    : "GQA",
            c.n_head / c.n_kv_head);
     printf("%-28s %d\n", "feed-forward length", c.n_ff);
+    if (c.n_expert > 0) {
+        printf("%-28s %d per layer, %d used per token (softmax router, top-%d weights %s), expert FFN "
+               "length %d\n",
+               "experts", c.n_expert, c.n_expert_used, c.n_expert_used,
+               c.expert_weights_norm ? "renormalised to sum 1" : "not renormalised", c.n_ff_exp);
+        if (c.n_ff_shexp > 0)
+            printf("%-28s FFN length %d, scaled by a sigmoid gate\n", "shared expert", c.n_ff_shexp);
+    }
     printf("%-28s %d\n", "context length", c.n_ctx_train);
     printf("%-28s base %g, %d dims, %s pairing\n", "rope", (double)c.rope_base, c.rope_dim,
            c.rope_neox ? "NeoX" : "adjacent");

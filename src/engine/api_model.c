@@ -224,6 +224,11 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->post_norms = c->post_norms;
     out->gelu_ffn = c->gelu_ffn;
     out->embd_scale = c->embd_scale ? sqrtf((float)c->n_embd) : 1.0f;
+    out->n_expert = c->n_expert;
+    out->n_expert_used = c->n_expert_used;
+    out->n_ff_exp = c->n_ff_exp;
+    out->n_ff_shexp = c->n_ff_shexp;
+    out->expert_weights_norm = c->n_expert > 0 && c->moe_norm_w;
     out->rms_eps = c->rms_eps;
     out->tied_output = md->weights.output.data == md->weights.tok_embd.data;
     out->n_params = model_n_params(md);

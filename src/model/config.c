@@ -10,7 +10,12 @@
 
 /* One row per architecture: adding one that differs from these only in features named here is a row. */
 static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
-    [MODEL_ARCH_LLAMA] = {.name = "llama", .rope_freqs = true, .tied_allowed = true, .swa = true},
+    [MODEL_ARCH_LLAMA] = {.name = "llama",
+                          .rope_freqs = true,
+                          .tied_allowed = true,
+                          .swa = true,
+                          .moe = MOE_OPTIONAL,
+                          .moe_norm_w = true},
     [MODEL_ARCH_QWEN2] = {.name = "qwen2", .rope_neox = true, .qkv_bias = true, .tied_allowed = true},
     [MODEL_ARCH_QWEN3] = {.name = "qwen3", .rope_neox = true, .qk_norm = true, .tied_allowed = true},
     [MODEL_ARCH_GEMMA2] = {.name = "gemma2",
@@ -40,6 +45,18 @@ static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
                            .swa_rope_unscaled = true,
                            .final_softcap = true,
                            .attn_scale_embd_layers = 62},
+    // llama.cpp's qwen2moe: top-k router weights not renormalised; a shared expert with a sigmoid gate.
+    [MODEL_ARCH_QWEN2MOE] = {.name = "qwen2moe",
+                             .rope_neox = true,
+                             .qkv_bias = true,
+                             .moe = MOE_REQUIRED,
+                             .moe_shared_exp = true},
+    [MODEL_ARCH_QWEN3MOE] = {.name = "qwen3moe",
+                             .rope_neox = true,
+                             .qk_norm = true,
+                             .tied_allowed = true,
+                             .moe = MOE_REQUIRED,
+                             .moe_norm_w = true},
 };
 
 const struct model_arch_info *model_arch_info(enum model_arch a) {
@@ -64,6 +81,8 @@ void model_config_set_arch(struct model_config *c, enum model_arch a) {
     c->swa_period = ai->swa_period;
     c->attn_softcap = ai->attn_softcap ? 50.0f : 0.0f;
     c->final_softcap = ai->final_softcap_default;
+    c->moe_norm_w = ai->moe_norm_w;
+    c->moe_shared_exp = ai->moe_shared_exp;
 }
 
 const char *rope_scaling_name(enum rope_scaling s) {
@@ -84,6 +103,7 @@ const char *rope_scaling_name(enum rope_scaling s) {
 #define MAX_HEADS  1024
 #define MAX_VOCAB  (1 << 22)
 #define MAX_CTX    (1 << 24)
+#define MAX_EXPERT 512 // llama.cpp's LLAMA_MAX_EXPERTS
 
 static enum ci_status get_dim(const struct gguf *g, const char *arch, const char *suffix, int64_t max,
                               int *out, bool optional, struct ci_err *err) {
@@ -229,19 +249,56 @@ static enum ci_status read_window_softcap(struct model_config *c, const struct g
 
 /* Keys that change the computation in ways this engine does not implement: loading such a file would
  * silently compute another model.  Keys an architecture's row implements are read instead. */
-static enum ci_status refuse_unimplemented(const struct gguf *g, const char *arch,
-                                           const struct model_arch_info *ai, struct ci_err *err) {
+/* The expert keys read_experts reads for this architecture (the others are refused when nonzero). */
+static bool expert_key_read(const struct model_arch_info *ai, const char *suffix) {
+    if (strcmp(suffix, "expert_count") == 0 || strcmp(suffix, "expert_used_count") == 0)
+        return ai->moe != MOE_NONE;
+    if (strcmp(suffix, "expert_feed_forward_length") == 0)
+        return ai->moe == MOE_REQUIRED;
+    if (strcmp(suffix, "expert_shared_feed_forward_length") == 0)
+        return ai->moe_shared_exp;
+    return false;
+}
+
+/* The window and soft-capping keys read_window_softcap reads for this architecture. */
+static bool window_key_read(const struct model_arch_info *ai, const char *suffix) {
+    if (strcmp(suffix, "attention.sliding_window") == 0 ||
+        strcmp(suffix, "attention.sliding_window_pattern") == 0 || strcmp(suffix, "rope.freq_base_swa") == 0)
+        return ai->swa;
+    if (strcmp(suffix, "attn_logit_softcapping") == 0)
+        return ai->attn_softcap;
+    if (strcmp(suffix, "final_logit_softcapping") == 0)
+        return ai->final_softcap;
+    return false;
+}
+
+static enum ci_status refuse_unimplemented(const struct gguf *g, const struct model_arch_info *ai,
+                                           struct ci_err *err) {
+    const char *arch = ai->name;
     static const char *const keys[] = {
-        "attention.sliding_window", "attn_logit_softcapping",
-        "final_logit_softcapping",  "expert_count",
-        "expert_used_count",        "attention.sliding_window_pattern",
+        "attention.sliding_window",
+        "attn_logit_softcapping",
+        "final_logit_softcapping",
+        "expert_count",
+        "expert_used_count",
+        "attention.sliding_window_pattern",
         "rope.freq_base_swa",
+        "expert_feed_forward_length",
+        "expert_shared_feed_forward_length",
+        "expert_group_count", // llama.cpp's grouped top-k selection (DeepSeek V3), applied to every arch
+        "expert_shared_count",
     };
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-        bool implemented = (ai->swa && (i == 0 || i == 5 || i == 6)) || (ai->attn_softcap && i == 1) ||
-                           (ai->final_softcap && i == 2);
-        if (implemented)
+        if (expert_key_read(ai, keys[i]) || window_key_read(ai, keys[i]))
             continue;
+        // A group count of 1 is llama.cpp's "no groups".
+        if (strcmp(keys[i], "expert_group_count") == 0) {
+            char gk[128];
+            snprintf(gk, sizeof gk, "%s.%s", arch, keys[i]);
+            int64_t v = 0;
+            if (gguf_find_key(g, gk) >= 0 && gguf_get_int(g, gk, &v, err) == CI_OK && v == 1)
+                continue;
+        }
         char key[128];
         snprintf(key, sizeof key, "%s.%s", arch, keys[i]);
         int64_t ki = gguf_find_key(g, key);
@@ -256,6 +313,61 @@ static enum ci_status refuse_unimplemented(const struct gguf *g, const char *arc
         if (!zero)
             return ci_err_set(err, CI_ERR_UNSUPPORTED, "key '%s': %s is not implemented; refusing the model",
                               key, keys[i]);
+    }
+    return CI_OK;
+}
+
+/* expert_count / expert_used_count / expert_(shared_)feed_forward_length of an architecture with experts.  An
+ * expert count of 0 (or none) is a dense FFN where the architecture allows one. */
+static enum ci_status read_experts(struct model_config *c, const struct gguf *g, const char *arch,
+                                   struct ci_err *err) {
+    const struct model_arch_info *ai = model_arch_info(c->arch);
+    c->n_ff_exp = c->n_ff_shexp = 0;
+    if (ai->moe == MOE_NONE)
+        return CI_OK;
+    char key[128];
+    int64_t n_expert = 0, n_used = 0;
+    enum ci_status s;
+    snprintf(key, sizeof key, "%s.expert_count", arch);
+    if ((s = gguf_get_int_opt(g, key, &n_expert, err)))
+        return s;
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    if ((s = gguf_get_int_opt(g, key, &n_used, err)))
+        return s;
+    if (n_expert == -1)
+        n_expert = 0;
+    if (n_used == -1)
+        n_used = 0;
+    if (n_expert < 0 || n_expert > MAX_EXPERT)
+        return ci_err_set(err, CI_ERR_FORMAT, "key '%s.expert_count': %lld out of range [0, %d]", arch,
+                          (long long)n_expert, MAX_EXPERT);
+    if (n_expert == 0) {
+        if (ai->moe == MOE_REQUIRED)
+            return ci_err_set(err, CI_ERR_FORMAT, "architecture %s needs key '%s.expert_count' above 0", arch,
+                              arch);
+        if (n_used != 0)
+            return ci_err_set(
+                err, CI_ERR_FORMAT,
+                "key '%s.expert_used_count' is %lld but the model has no experts (expert_count 0)", arch,
+                (long long)n_used);
+        return CI_OK;
+    }
+    if (n_used < 1 || n_used > n_expert)
+        return ci_err_set(err, CI_ERR_FORMAT,
+                          "key '%s.expert_used_count': %lld must be in [1, expert_count %lld]", arch,
+                          (long long)n_used, (long long)n_expert);
+    c->n_expert = (int)n_expert;
+    c->n_expert_used = (int)n_used;
+    // llama.cpp: llama's experts are n_ff long; qwen2moe/qwen3moe default to n_ff / n_expert_used.
+    c->n_ff_exp = ai->moe == MOE_OPTIONAL ? c->n_ff : c->n_ff / c->n_expert_used;
+    if (ai->moe != MOE_OPTIONAL &&
+        (s = get_dim(g, arch, "expert_feed_forward_length", MAX_DIM * 8, &c->n_ff_exp, true, err)))
+        return s;
+    if (ai->moe_shared_exp) {
+        c->n_ff_shexp = c->n_ff;
+        if ((s = get_dim(g, arch, "expert_shared_feed_forward_length", MAX_DIM * 8, &c->n_ff_shexp, true,
+                         err)))
+            return s;
     }
     return CI_OK;
 }
@@ -324,9 +436,9 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", name);
     if ((s = gguf_get_f32_opt(g, key, &c->rms_eps, err)))
         return s;
-    if ((s = read_rope_scaling(c, g, name, err)) ||
-        (s = refuse_unimplemented(g, name, model_arch_info(c->arch), err)) ||
-        (s = read_window_softcap(c, g, name, err)))
+    const struct model_arch_info *ai = model_arch_info(c->arch);
+    if ((s = read_rope_scaling(c, g, name, err)) || (s = refuse_unimplemented(g, ai, err)) ||
+        (s = read_window_softcap(c, g, name, err)) || (s = read_experts(c, g, name, err)))
         return s;
     // llama.cpp's converter marks llama3 scaling only by the tensor (its loader knows no "llama3" type).
     if (c->rope_scaling == ROPE_SCALING_NONE && model_arch_info(c->arch)->rope_freqs &&
@@ -367,6 +479,12 @@ enum ci_status model_config_validate(const struct model_config *c, struct ci_err
                           c->sliding_window, c->swa_period);
     if (!(c->attn_softcap >= 0.0f) || !(c->final_softcap >= 0.0f) || !(c->attn_scale >= 0.0f))
         return ci_err_set(err, CI_ERR_FORMAT, "soft-caps and attention scale must not be negative");
+    if (c->n_expert < 0 || c->n_expert > MAX_EXPERT ||
+        (c->n_expert > 0 && (c->n_expert_used < 1 || c->n_expert_used > c->n_expert || c->n_ff_exp <= 0 ||
+                             (c->moe_shared_exp && c->n_ff_shexp <= 0))) ||
+        (c->n_expert == 0 && c->n_expert_used != 0))
+        return ci_err_set(err, CI_ERR_FORMAT, "experts: %d used of %d (expert FFN length %d) is inconsistent",
+                          c->n_expert_used, c->n_expert, c->n_ff_exp);
     if (!(c->rms_eps >= 0.0f) || !(c->rms_eps < 1.0f))
         return ci_err_set(err, CI_ERR_FORMAT, "rms epsilon %g out of range [0, 1)", (double)c->rms_eps);
     return CI_OK;

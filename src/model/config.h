@@ -17,8 +17,13 @@ enum model_arch {
     MODEL_ARCH_QWEN3,
     MODEL_ARCH_GEMMA2,
     MODEL_ARCH_GEMMA3,
+    MODEL_ARCH_QWEN2MOE,
+    MODEL_ARCH_QWEN3MOE,
     MODEL_ARCH_COUNT
 };
+
+/* Whether an architecture's FFN may or must be a mixture of experts (<arch>.expert_count). */
+enum model_moe { MOE_NONE, MOE_OPTIONAL, MOE_REQUIRED };
 
 /* What an architecture's layer computes beyond the Llama block (RMSNorm, RoPE, GQA attention, SwiGLU). */
 struct model_arch_info {
@@ -44,6 +49,11 @@ struct model_arch_info {
     float final_softcap_default;
     int attn_scale_embd_layers; // at this block_count the attention scale is 1/sqrt(n_embd / n_head), not
                                 // 1/sqrt(head_dim) (llama.cpp's Gemma 27B rule); 0: never
+    // Mixture of experts: softmax router ffn_gate_inp, top-k experts ffn_{gate,up,down}_exps.
+    enum model_moe moe;
+    bool moe_norm_w; // the top-k router probabilities renormalised to sum 1 (llama, qwen3moe)
+    bool
+        moe_shared_exp; // plus a shared expert ffn_{gate,up,down}_shexp scaled by sigmoid(ffn_gate_inp_shexp . x)
 };
 
 /* How positions are stretched before RoPE (<arch>.rope.scaling.type). */
@@ -80,6 +90,14 @@ struct model_config {
     float final_softcap;      // > 0: logits capped the same way
     float attn_scale;         // softmax scale of q.k (1/sqrt(head_dim) unless the arch says otherwise)
     bool embd_scale, gelu_ffn, post_norms; // from the arch table
+    // Mixture of experts (n_expert 0: a dense FFN of n_ff).
+    int n_expert;      // <arch>.expert_count
+    int n_expert_used; // <arch>.expert_used_count: experts per token (top-k), 1..n_expert
+    int n_ff_exp;      // one expert's FFN length: expert_feed_forward_length, else n_ff (llama) or
+                       // n_ff / n_expert_used (qwen2moe, qwen3moe), as llama.cpp
+    int n_ff_shexp; // the shared expert's FFN length (qwen2moe): expert_shared_feed_forward_length, else n_ff
+    bool moe_norm_w;     // from the arch table
+    bool moe_shared_exp; // from the arch table
 };
 
 /* True when layer il uses the sliding window (llama.cpp's set_swa_pattern without dense_first). */
@@ -92,13 +110,14 @@ const struct model_arch_info *model_arch_info(enum model_arch a);
 const char *rope_scaling_name(enum rope_scaling s);
 /* Reads and validates the hyper-parameters of a GGUF model (n_vocab comes from the token_embd tensor).
  * Keys that change the computation in ways cinfer does not implement (sliding-window attention, logit
- * soft-capping, experts, YaRN/LongRoPE scaling) are refused with CI_ERR_UNSUPPORTED naming the key. */
+ * soft-capping, experts where the architecture has none, YaRN/LongRoPE scaling) are refused with CI_ERR_UNSUPPORTED naming the key. */
 enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf *g, struct ci_err *err);
 /* A llama2.c checkpoint's hyper-parameters: arch llama, rope_base 10000, rms_eps 1e-5, rope_dim = head_dim,
  * adjacent-pair rope, n_ctx_train = seq_len (the header itself is validated by llama2c_open). */
 void model_config_from_llama2c(struct model_config *c, const struct llama2c *l);
-/* Fills the per-architecture fields (rope_neox, qkv_bias, qk_norm, embd_scale, gelu_ffn, post_norms) from
- * the arch table; the values read from keys (window, soft-caps, scales) get the table's defaults. */
+/* Fills the per-architecture fields (rope_neox, qkv_bias, qk_norm, embd_scale, gelu_ffn, post_norms,
+ * moe_norm_w, moe_shared_exp) from the arch table; the values read from keys (window, soft-caps, scales) get
+ * the table's defaults. */
 void model_config_set_arch(struct model_config *c, enum model_arch a);
 /* Checks ranges and consistency (positive sizes, n_head % n_kv_head == 0, even rope_dim, ...). */
 enum ci_status model_config_validate(const struct model_config *c, struct ci_err *err);

@@ -27,6 +27,15 @@ struct forward {
     float *hid;    // [max_tokens][n_embd] final normed hidden states of the rows marked hidden
     int n_hid;
     void *work; // matmul workspace
+    // Mixture of experts (allocated only when the model has experts).
+    float *router;  // [max_tokens][n_expert] router logits, then probabilities
+    int32_t *sel;   // [max_tokens][n_expert_used] chosen experts of each token
+    float *sel_w;   // [max_tokens][n_expert_used] their weights
+    int32_t *e_tok; // [max_tokens * n_expert_used] tokens grouped by expert (ascending token order)
+    float *e_w;     // [max_tokens * n_expert_used] the matching weights
+    int32_t *e_off; // [n_expert + 1] start of each expert's group in e_tok
+    float *xg;      // [max_tokens][n_embd] one expert's gathered input rows
+    float *yg;      // [max_tokens][n_embd] one expert's output rows
 };
 
 static size_t matmul_work(const struct model *m, int n_tok) {
@@ -34,8 +43,23 @@ static size_t matmul_work(const struct model *m, int n_tok) {
     size_t best = ci_matmul_work_bytes(w->output.type, w->output.ne[0], n_tok);
     for (int il = 0; il < m->config.n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
-        const struct ci_tensor *all[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        const struct ci_tensor *all[] = {&l->wq,
+                                         &l->wk,
+                                         &l->wv,
+                                         &l->wo,
+                                         &l->w_gate,
+                                         &l->w_up,
+                                         &l->w_down,
+                                         &l->ffn_gate_inp,
+                                         &l->ffn_gate_exps,
+                                         &l->ffn_up_exps,
+                                         &l->ffn_down_exps,
+                                         &l->ffn_gate_shexp,
+                                         &l->ffn_up_shexp,
+                                         &l->ffn_down_shexp};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+            if (!all[i]->data)
+                continue;
             size_t n = ci_matmul_work_bytes(all[i]->type, all[i]->ne[0], n_tok);
             best = n > best ? n : best;
         }
@@ -60,6 +84,11 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
     size_t T = (size_t)max_tokens, R = (size_t)max_logit_rows;
     size_t q_dim = (size_t)c->n_head * (size_t)c->head_dim,
            kv_dim = (size_t)c->n_kv_head * (size_t)c->head_dim;
+    // The FFN scratch holds the widest of the dense FFN, one expert and the shared expert.
+    size_t ff = c->n_expert ? 0 : (size_t)c->n_ff;
+    ff = (size_t)c->n_ff_exp > ff ? (size_t)c->n_ff_exp : ff;
+    ff = (size_t)c->n_ff_shexp > ff ? (size_t)c->n_ff_shexp : ff;
+    size_t ne = (size_t)c->n_expert, nk = (size_t)c->n_expert_used, moe_rows = ne ? T : 0;
     struct {
         float **p;
         size_t rows, cols;
@@ -70,14 +99,26 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         {&f->k, T, kv_dim},
         {&f->v, T, kv_dim},
         {&f->att, T, q_dim},
-        {&f->gate, T, (size_t)c->n_ff},
-        {&f->up, T, (size_t)c->n_ff},
+        {&f->gate, T, ff},
+        {&f->up, T, ff},
         {&f->out, T, (size_t)c->n_embd},
         {&f->rows, R, (size_t)c->n_embd},
         {&f->logits, R, (size_t)c->n_vocab},
         {&f->hid, T, (size_t)c->n_embd},
+        // 32-bit integers share the float buffers' element size.
+        {&f->router, moe_rows, ne},
+        {(float **)&f->sel, moe_rows, nk},
+        {&f->sel_w, moe_rows, nk},
+        {(float **)&f->e_tok, moe_rows, nk},
+        {&f->e_w, moe_rows, nk},
+        {(float **)&f->e_off, ne ? 1 : 0, ne + 1},
+        {&f->xg, moe_rows, (size_t)c->n_embd},
+        {&f->yg, moe_rows, (size_t)c->n_embd},
     };
+    _Static_assert(sizeof(int32_t) == sizeof(float), "int32 scratch in float-sized buffers");
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (bufs[i].rows == 0)
+            continue;
         size_t n, bytes;
         if (!ci_mul_size(bufs[i].rows, bufs[i].cols, &n) || !ci_mul_size(n, sizeof(float), &bytes) ||
             !(*bufs[i].p = ci_malloc_aligned(bytes))) {
@@ -99,8 +140,9 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
 void forward_free(struct forward *f) {
     if (!f)
         return;
-    float *all[] = {f->x,    f->xb, f->q,   f->k,    f->v,      f->att,
-                    f->gate, f->up, f->out, f->rows, f->logits, f->hid};
+    void *all[] = {f->x,     f->xb,    f->q,    f->k,      f->v,   f->att,    f->gate,
+                   f->up,    f->out,   f->rows, f->logits, f->hid, f->router, f->sel,
+                   f->sel_w, f->e_tok, f->e_w,  f->e_off,  f->xg,  f->yg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ci_free_aligned(all[i]);
     ci_free_aligned(f->work);
@@ -167,6 +209,107 @@ static void write_kv(const struct fwd_batch *b, const struct ci_kv_layer *kv, co
     }
 }
 
+/* The router of one token: softmax over the n_expert logits, the n_used most probable experts (the lower
+ * index first among equals), their probabilities as weights, renormalised to sum 1 where the architecture
+ * does so (the sum clamped below at 2^-14 as llama.cpp does). */
+static void route_token(const struct model_config *c, float *probs, int32_t *sel, float *w) {
+    ci_softmax(probs, c->n_expert);
+    for (int j = 0; j < c->n_expert_used; j++) {
+        int best = -1;
+        for (int e = 0; e < c->n_expert; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++)
+                taken = sel[i] == e;
+            if (!taken && (best < 0 || probs[e] > probs[best]))
+                best = e;
+        }
+        sel[j] = best;
+        w[j] = probs[best];
+    }
+    if (c->moe_norm_w) {
+        float sum = 0.0f;
+        for (int j = 0; j < c->n_expert_used; j++)
+            sum += w[j];
+        sum = sum < 6.103515625e-5f ? 6.103515625e-5f : sum;
+        for (int j = 0; j < c->n_expert_used; j++)
+            w[j] /= sum;
+    }
+}
+
+/* out = SwiGLU FFN of the n rows of x: down(silu(gate x) * up x). */
+static void gated_ffn(struct forward *f, const struct ci_tensor *gate, const struct ci_tensor *up,
+                      const struct ci_tensor *down, const float *x, int n, float *out) {
+    int ff = (int)gate->ne[1];
+    ci_matmul(f->tp, gate, x, n, f->gate, f->work);
+    ci_matmul(f->tp, up, x, n, f->up, f->work);
+    for (int t = 0; t < n; t++) // SwiGLU, or GeGLU with the tanh GeLU (gemma)
+        (f->m->config.gelu_ffn ? ci_gelu_mul : ci_silu_mul)(f->gate + (size_t)t * ff, f->up + (size_t)t * ff,
+                                                            ff);
+    ci_matmul(f->tp, down, f->gate, n, out, f->work);
+}
+
+/* The mixture-of-experts FFN of the batch's normed rows f->xb into f->out.  The tokens are grouped by expert:
+ * each expert used by any token runs once over the rows routed to it (its weights are read once per step),
+ * and its outputs are added to those tokens' rows in ascending expert order, so a token's result does not
+ * depend on the other tokens of the batch. */
+static void moe_ffn(struct forward *f, const struct layer_weights *l, int n) {
+    const struct model_config *c = &f->m->config;
+    const int E = c->n_embd, K = c->n_expert_used, NE = c->n_expert;
+    ci_matmul(f->tp, &l->ffn_gate_inp, f->xb, n, f->router, f->work);
+    for (int t = 0; t < n; t++)
+        route_token(c, f->router + (size_t)t * NE, f->sel + (size_t)t * K, f->sel_w + (size_t)t * K);
+    // Counting sort of the (token, expert) pairs by expert, tokens ascending within an expert.
+    for (int e = 0; e <= NE; e++)
+        f->e_off[e] = 0;
+    for (int i = 0; i < n * K; i++)
+        f->e_off[f->sel[i] + 1]++;
+    for (int e = 0; e < NE; e++)
+        f->e_off[e + 1] += f->e_off[e];
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < K; j++) {
+            int e = f->sel[t * K + j];
+            // e_off[e] advances as the slots fill; restored below.
+            f->e_tok[f->e_off[e]] = t;
+            f->e_w[f->e_off[e]++] = f->sel_w[t * K + j];
+        }
+    for (int e = NE; e > 0; e--)
+        f->e_off[e] = f->e_off[e - 1];
+    f->e_off[0] = 0;
+
+    memset(f->out, 0, sizeof(float) * (size_t)n * E);
+    for (int e = 0; e < NE; e++) {
+        int lo = f->e_off[e], cnt = f->e_off[e + 1] - lo;
+        if (cnt == 0)
+            continue;
+        for (int i = 0; i < cnt; i++)
+            memcpy(f->xg + (size_t)i * E, f->xb + (size_t)f->e_tok[lo + i] * E, sizeof(float) * E);
+        struct ci_tensor gate = model_expert_view(&l->ffn_gate_exps, e),
+                         up = model_expert_view(&l->ffn_up_exps, e),
+                         down = model_expert_view(&l->ffn_down_exps, e);
+        gated_ffn(f, &gate, &up, &down, f->xg, cnt, f->yg);
+        for (int i = 0; i < cnt; i++) {
+            float *o = f->out + (size_t)f->e_tok[lo + i] * E, w = f->e_w[lo + i];
+            const float *y = f->yg + (size_t)i * E;
+            for (int d = 0; d < E; d++)
+                o[d] += w * y[d];
+        }
+    }
+    if (c->moe_shared_exp) { // qwen2moe: + sigmoid(gate_inp_shexp . x) * shared_ffn(x)
+        gated_ffn(f, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, f->xb, n, f->yg);
+        const float *gw = l->ffn_gate_inp_shexp.data;
+        for (int t = 0; t < n; t++) {
+            const float *x = f->xb + (size_t)t * E, *y = f->yg + (size_t)t * E;
+            float g = 0.0f;
+            for (int d = 0; d < E; d++)
+                g += gw[d] * x[d];
+            g = 1.0f / (1.0f + expf(-g));
+            float *o = f->out + (size_t)t * E;
+            for (int d = 0; d < E; d++)
+                o[d] += g * y[d];
+        }
+    }
+}
+
 static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
                           const struct ci_kv_layer *kv) {
     const struct model_config *c = &f->m->config;
@@ -223,15 +366,13 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     for (size_t i = 0; i < (size_t)n * E; i++)
         f->x[i] += f->out[i];
 
-    // Feed-forward sub-block (SwiGLU, or GeGLU with the tanh GeLU).
+    // Feed-forward sub-block (SwiGLU or GeGLU with the tanh GeLU, dense or a mixture of experts).
     for (int t = 0; t < n; t++)
         ci_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, l->ffn_norm.data, E, c->rms_eps);
-    ci_matmul(f->tp, &l->w_gate, f->xb, n, f->gate, f->work);
-    ci_matmul(f->tp, &l->w_up, f->xb, n, f->up, f->work);
-    for (int t = 0; t < n; t++)
-        (c->gelu_ffn ? ci_gelu_mul : ci_silu_mul)(f->gate + (size_t)t * c->n_ff, f->up + (size_t)t * c->n_ff,
-                                                  c->n_ff);
-    ci_matmul(f->tp, &l->w_down, f->gate, n, f->out, f->work);
+    if (c->n_expert > 0)
+        moe_ffn(f, l, n);
+    else
+        gated_ffn(f, &l->w_gate, &l->w_up, &l->w_down, f->xb, n, f->out);
     if (l->post_ffw_norm.data)
         for (int t = 0; t < n; t++)
             ci_rmsnorm(f->out + (size_t)t * E, f->out + (size_t)t * E, l->post_ffw_norm.data, E, c->rms_eps);

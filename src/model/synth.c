@@ -238,6 +238,73 @@ static const struct synth_preset presets[] = {
      .tied = true,
      .head_dim = 256,
      .sliding_window = 512},
+    // Mixtral's layout (llama with 8 experts, top-2, untied head) at the tiny shape.
+    {.name = "tiny-mixtral",
+     .arch = MODEL_ARCH_LLAMA,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 8,
+     .n_kv_head = 2,
+     .n_ff = 256,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-5f,
+     .n_expert = 8,
+     .n_expert_used = 2},
+    // Qwen3-MoE's layout: qwen3 attention (head_dim 64 != n_embd / n_head), 16 experts of 128, top-4.
+    {.name = "tiny-qwen3moe",
+     .arch = MODEL_ARCH_QWEN3MOE,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 8,
+     .n_kv_head = 2,
+     .n_ff = 768,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .head_dim = 64,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 128},
+    // Qwen1.5-MoE's layout: qwen2 attention with biases, 8 experts of 128 (top-2, weights not renormalised)
+    // and a shared expert of 512 behind its sigmoid gate.
+    {.name = "tiny-qwen2moe",
+     .arch = MODEL_ARCH_QWEN2MOE,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 8,
+     .n_kv_head = 2,
+     .n_ff = 768,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .qkv_bias = true,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 128,
+     .n_ff_shexp = 512},
+    // Qwen3-30B-A3B scaled down for benchmarks: its 128 experts with top-8, qwen3 attention (32/4 heads of
+    // 128 there, 16/4 here), the vocabulary; n_embd 2048 -> 1024, 48 -> 6 layers, expert FFN 768 -> 256
+    // (a multiple of 256 so Q4_K_M applies throughout).  About 0.95 G parameters: 3.8 GB in F32.
+    {.name = "qwen3-moe",
+     .arch = MODEL_ARCH_QWEN3MOE,
+     .n_embd = 1024,
+     .n_layer = 6,
+     .n_head = 16,
+     .n_kv_head = 4,
+     .n_ff = 3072,
+     .n_vocab = 151936,
+     .n_ctx = 40960,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .head_dim = 128,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 256},
 };
 
 #define N_PRESETS      ((int)(sizeof presets / sizeof *presets))
@@ -247,6 +314,7 @@ static const struct synth_preset presets[] = {
 #define BIAS_STD       0.1f
 #define QK_NORM_SCALE  2.0f
 #define QK_NORM_JITTER 0.5f
+#define EXPS_PER_LAYER 8 // router, 3 expert tensors, shared gate and 3 shared matrices
 
 int synth_n_presets(void) {
     return N_PRESETS;
@@ -294,6 +362,10 @@ void synth_preset_config(const struct synth_preset *p, struct model_config *c) {
         c->final_softcap = p->final_softcap;
     c->rope_base_swa = model_arch_info(p->arch)->rope_base_swa_default;
     c->rope_pos_scale_swa = model_arch_info(p->arch)->swa_rope_unscaled ? 1.0f : 0.0f;
+    c->n_expert = p->n_expert;
+    c->n_expert_used = p->n_expert_used;
+    c->n_ff_exp = p->n_expert ? (p->n_ff_exp ? p->n_ff_exp : p->n_ff) : 0;
+    c->n_ff_shexp = p->n_expert && c->moe_shared_exp ? (p->n_ff_shexp ? p->n_ff_shexp : p->n_ff) : 0;
 }
 
 void synth_llama3_rope_freqs(const struct synth_preset *p, float *out) {
@@ -438,7 +510,7 @@ struct plan {
     char name[64];
     uint32_t type;
     int n_dims;
-    int64_t ne[2];
+    int64_t ne[3]; // ne[2]: experts of a 3-D expert tensor, else 1
     enum init_kind kind;
     float scale; // std of the normal (INIT_NORMAL), overall factor (INIT_NORM)
 };
@@ -492,11 +564,22 @@ static void add_plan(struct plan *plans, int *n, const char *name, uint32_t type
     p->n_dims = ne1 > 1 ? 2 : 1;
     p->ne[0] = ne0;
     p->ne[1] = ne1;
+    p->ne[2] = 1;
     p->kind = kind;
     p->scale = scale;
-    // Matrices take the requested type when its block divides the row; vectors stay F32.
+    // Matrices take the requested type when its block divides the row; vectors and the router stay F32.
     const struct ci_type_traits *tt = ci_type_traits(type);
-    p->type = p->n_dims == 2 && tt && ne0 % tt->block_size == 0 ? type : CI_TYPE_F32;
+    bool router = strstr(name, "ffn_gate_inp") != NULL;
+    p->type = p->n_dims == 2 && !router && tt && ne0 % tt->block_size == 0 ? type : CI_TYPE_F32;
+}
+
+/* A 3-D expert tensor: n_expert matrices of ne1 rows of ne0. */
+static void add_plan_exps(struct plan *plans, int *n, const char *name, uint32_t type, int64_t ne0,
+                          int64_t ne1, int64_t n_expert, float scale) {
+    add_plan(plans, n, name, type, ne0, ne1, INIT_NORMAL, scale);
+    struct plan *p = &plans[*n - 1];
+    p->n_dims = 3;
+    p->ne[2] = n_expert;
 }
 
 static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan *plans) {
@@ -534,9 +617,31 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
         if (post_norms)
             LAYER("post_attention_norm.weight", d, 1, INIT_NORM, 1.0f);
         LAYER("ffn_norm.weight", d, 1, INIT_NORM, 1.0f);
-        LAYER("ffn_gate.weight", d, ff, INIT_NORMAL, sd);
-        LAYER("ffn_up.weight", d, ff, INIT_NORMAL, sd);
-        LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
+        if (ps->n_expert == 0) {
+            LAYER("ffn_gate.weight", d, ff, INIT_NORMAL, sd);
+            LAYER("ffn_up.weight", d, ff, INIT_NORMAL, sd);
+            LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
+        } else {
+            const int64_t fe = ps->n_ff_exp ? ps->n_ff_exp : ff, ne = ps->n_expert;
+            const float sfe = 1.0f / sqrtf((float)fe);
+            LAYER("ffn_gate_inp.weight", d, ne, INIT_NORMAL, SYNTH_ROUTER_STD * sd);
+#define EXPS(suffix, ne0, ne1, scale)                                                                        \
+    do {                                                                                                     \
+        snprintf(name, sizeof name, "blk.%d.%s", il, suffix);                                                \
+        add_plan_exps(plans, &n, name, type, ne0, ne1, ne, scale);                                           \
+    } while (0)
+            EXPS("ffn_gate_exps.weight", d, fe, sd);
+            EXPS("ffn_up_exps.weight", d, fe, sd);
+            EXPS("ffn_down_exps.weight", fe, d, sfe);
+#undef EXPS
+            if (ps->n_ff_shexp > 0) {
+                const int64_t fs = ps->n_ff_shexp;
+                LAYER("ffn_gate_inp_shexp.weight", d, 1, INIT_NORMAL, sd);
+                LAYER("ffn_gate_shexp.weight", d, fs, INIT_NORMAL, sd);
+                LAYER("ffn_up_shexp.weight", d, fs, INIT_NORMAL, sd);
+                LAYER("ffn_down_shexp.weight", fs, d, INIT_NORMAL, 1.0f / sqrtf((float)fs));
+            }
+        }
         if (post_norms)
             LAYER("post_ffw_norm.weight", d, 1, INIT_NORM, 1.0f);
 #undef LAYER
@@ -555,7 +660,7 @@ static enum ci_status apply_preset(const struct synth_preset *ps, const struct q
     struct quant_tensor *qt = ci_calloc((size_t)n, sizeof *qt);
     if (!qt)
         return ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
-    quant_rules_init(&r, qp, ps->n_layer, ps->n_head, ps->n_kv_head, 0);
+    quant_rules_init(&r, qp, ps->n_layer, ps->n_head, ps->n_kv_head, ps->n_expert);
     for (int i = 0; i < n; i++)
         qt[i] =
             (struct quant_tensor){plans[i].name, plans[i].n_dims, plans[i].ne[0], CI_TYPE_F32, CI_TYPE_F32};
@@ -597,6 +702,14 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, in
         gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), ps->attn_softcap);
     if (ps->final_softcap > 0.0f)
         gguf_writer_set_f32(w, KEY("final_logit_softcapping"), ps->final_softcap);
+    if (ps->n_expert) {
+        gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)ps->n_expert);
+        gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)ps->n_expert_used);
+        if (ps->n_ff_exp)
+            gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)ps->n_ff_exp);
+        if (ps->n_ff_shexp)
+            gguf_writer_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)ps->n_ff_shexp);
+    }
 #undef KEY
 }
 
@@ -621,7 +734,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         return ci_err_set(err, CI_ERR_INVALID, "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0)",
                           ci_type_name(type));
 
-    int max_tensors = 5 + 16 * ps->n_layer;
+    int max_tensors = 5 + (16 + EXPS_PER_LAYER) * ps->n_layer;
     plans = ci_calloc((size_t)max_tensors, sizeof *plans);
     if (!plans || !(w = gguf_writer_create())) {
         s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
@@ -647,7 +760,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         max_bytes = nb > max_bytes ? nb : max_bytes;
         max_row = plans[i].ne[0] > max_row ? plans[i].ne[0] : max_row;
     }
-    // One tensor's bytes at a time (the largest is token_embd or output).
+    // One tensor's bytes at a time (the largest is token_embd, output or an expert tensor).
     if (max_bytes > SIZE_MAX || !(data = ci_malloc((size_t)max_bytes)) ||
         !(row = ci_malloc((size_t)max_row * sizeof *row))) {
         s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory for a %llu-byte tensor",
@@ -667,7 +780,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         CI_ASSERT(row_ok);
         struct ci_rng rng;
         ci_rng_seed(&rng, tensor_seed(seed, p->name));
-        for (int64_t r = 0; r < p->ne[1]; r++) {
+        for (int64_t r = 0; r < p->ne[1] * p->ne[2]; r++) {
             gen_row(&rng, ps, p, row);
             ci_quantize_row(p->type, row, data + (uint64_t)r * rb, p->ne[0]);
         }

@@ -13,12 +13,16 @@
  *   q/k norms       ~ 2 (1 + 0.5 N(0, 1))  (qwen3: after the per-head norm, this keeps attention sharp)
  *   rope_freqs      Meta's llama3 frequency divisors (llama3 presets), not random
  *   post norms      ~ 1 + 0.1 N(0, 1)  (gemma: post_attention_norm, post_ffw_norm)
+ *   ffn_gate_inp    ~ N(0, SYNTH_ROUTER_STD/sqrt(n_embd))  (MoE router: logits of std ~4, decisive top-k)
+ *   ffn_*_exps      as the dense ffn_* matrices, each expert its own rows of the 3-D tensor
+ *   ffn_gate_inp_shexp ~ N(0, 1/sqrt(n_embd))  (qwen2moe's shared-expert gate, sigmoid of ~N(0, 1))
  * so the logits have a standard deviation of about SYNTH_LOGIT_STD.  Normals are Irwin-Hall sums of four
  * 16-bit uniforms from xoshiro256** (fast, bounded at +-3.46 sigma); each tensor's stream is seeded from
  * (seed, tensor name), independent of the order tensors are generated in.
  *
- * Matrices (token_embd included) are stored in the requested type; norm weights and biases stay F32, and so
- * does any matrix whose row length the type's block size does not divide. */
+ * Matrices (token_embd included) are stored in the requested type; norm weights, biases and the MoE router
+ * (as llama.cpp's converter and llama-quantize keep it) stay F32, and so does any matrix whose row length the
+ * type's block size does not divide. */
 #ifndef CINFER_MODEL_SYNTH_H
 #define CINFER_MODEL_SYNTH_H
 
@@ -28,7 +32,8 @@
 #include "core/status.h"
 #include "model/config.h"
 
-#define SYNTH_LOGIT_STD 6.0f
+#define SYNTH_LOGIT_STD  6.0f
+#define SYNTH_ROUTER_STD 4.0f
 
 struct synth_preset {
     const char *name;
@@ -46,6 +51,10 @@ struct synth_preset {
     // (the arch's defaults apply where absent: gemma2 4096 / 50 / 30).
     int sliding_window;
     float attn_softcap, final_softcap;
+    // Mixture of experts (n_expert 0: dense FFN): ffn_gate_inp router ~ N(0, SYNTH_ROUTER_STD/sqrt(n_embd))
+    // so routing is decisive, experts as the dense matrices.  n_ff_exp 0: n_ff (written as
+    // expert_feed_forward_length when set); n_ff_shexp > 0: qwen2moe's shared expert and its gate.
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 };
 
 int synth_n_presets(void);

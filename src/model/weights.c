@@ -46,6 +46,58 @@ static enum ci_status bind(struct binder *b, const char *name, int64_t ne0, int6
     return CI_OK;
 }
 
+/* A 3-D expert tensor {ne0, ne1, n_expert}: n_expert matrices of ne1 rows of ne0, any type with kernels. */
+static enum ci_status bind_experts(struct binder *b, const char *name, int64_t ne0, int64_t ne1,
+                                   struct ci_tensor *out) {
+    memset(out, 0, sizeof *out);
+    const struct ci_tensor *t = b->lookup(b->src, name);
+    int64_t n_expert = b->c->n_expert;
+    if (!t)
+        return ci_err_set(b->err, CI_ERR_FORMAT, "tensor '%s' missing (expert_count %lld)", name,
+                          (long long)n_expert);
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != n_expert)
+        return ci_err_set(b->err, CI_ERR_FORMAT,
+                          "tensor '%s': shape [%lld, %lld, %lld] (%d dims), expected [%lld, %lld, %lld] "
+                          "(expert_count %lld)",
+                          name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], t->n_dims,
+                          (long long)ne0, (long long)ne1, (long long)n_expert, (long long)n_expert);
+    if (!ci_type_supported(t->type))
+        return ci_err_set(b->err, CI_ERR_UNSUPPORTED, "tensor '%s': type %s not supported here", name,
+                          ci_type_name(t->type));
+    *out = *t;
+    return CI_OK;
+}
+
+struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e) {
+    struct ci_tensor v = *exps;
+    uint64_t bytes = (uint64_t)exps->ne[1] * exps->row_bytes;
+    v.n_dims = 2;
+    v.ne[2] = v.ne[3] = 1;
+    v.nbytes = bytes;
+    v.data = (const uint8_t *)exps->data + (uint64_t)e * bytes;
+    return v;
+}
+
+static enum ci_status bind_moe(struct binder *b, int il, struct layer_weights *l) {
+    const struct model_config *c = b->c;
+    char name[96];
+    enum ci_status s;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d.%s", il, suffix), name)
+    if ((s = bind(b, NAME("ffn_gate_inp.weight"), c->n_embd, c->n_expert, false, &l->ffn_gate_inp)) ||
+        (s = bind_experts(b, NAME("ffn_gate_exps.weight"), c->n_embd, c->n_ff_exp, &l->ffn_gate_exps)) ||
+        (s = bind_experts(b, NAME("ffn_up_exps.weight"), c->n_embd, c->n_ff_exp, &l->ffn_up_exps)) ||
+        (s = bind_experts(b, NAME("ffn_down_exps.weight"), c->n_ff_exp, c->n_embd, &l->ffn_down_exps)))
+        return s;
+    if (c->moe_shared_exp &&
+        ((s = bind(b, NAME("ffn_gate_inp_shexp.weight"), c->n_embd, 1, false, &l->ffn_gate_inp_shexp)) ||
+         (s = bind(b, NAME("ffn_gate_shexp.weight"), c->n_embd, c->n_ff_shexp, false, &l->ffn_gate_shexp)) ||
+         (s = bind(b, NAME("ffn_up_shexp.weight"), c->n_embd, c->n_ff_shexp, false, &l->ffn_up_shexp)) ||
+         (s = bind(b, NAME("ffn_down_shexp.weight"), c->n_ff_shexp, c->n_embd, false, &l->ffn_down_shexp))))
+        return s;
+#undef NAME
+    return CI_OK;
+}
+
 static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights *l) {
     const struct model_config *c = b->c;
     int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
@@ -77,16 +129,19 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, want[i].suffix);
-        // Q/K norms exist only where the arch has them: elsewhere one is an unknown tensor.
+        // Q/K norms and post norms exist only where the arch has them: elsewhere one is an unknown tensor.
+        // With experts the dense FFN is absent.
+        bool dense_ffn = want[i].out == &l->w_gate || want[i].out == &l->w_up || want[i].out == &l->w_down;
         bool skip =
             ((want[i].out == &l->q_norm || want[i].out == &l->k_norm) && !c->qk_norm) ||
-            ((want[i].out == &l->post_attn_norm || want[i].out == &l->post_ffw_norm) && !c->post_norms);
+            ((want[i].out == &l->post_attn_norm || want[i].out == &l->post_ffw_norm) && !c->post_norms) ||
+            (dense_ffn && c->n_expert > 0);
         enum ci_status s =
             skip ? CI_OK : bind(b, name, want[i].ne0, want[i].ne1, want[i].optional, want[i].out);
         if (s != CI_OK)
             return s;
     }
-    return CI_OK;
+    return c->n_expert > 0 ? bind_moe(b, il, l) : CI_OK;
 }
 
 enum ci_status model_weights_bind(struct model_weights *w, const struct model_config *c,

@@ -24,6 +24,17 @@ struct layer_weights {
     struct ci_tensor w_down;         // [n_embd][n_ff]
     struct ci_tensor post_attn_norm; // [n_embd] F32: Gemma's RMSNorm of the attention output (post_norms)
     struct ci_tensor post_ffw_norm;  // [n_embd] F32: the same for the FFN output
+    // Mixture of experts (config n_expert > 0; w_gate / w_up / w_down are then absent).  The 3-D expert
+    // tensors are n_expert matrices stored one after another: expert e's [rows][cols] starts at byte
+    // e * rows * row_bytes (model_expert_view).
+    struct ci_tensor ffn_gate_inp;       // router [n_expert][n_embd]
+    struct ci_tensor ffn_gate_exps;      // [n_expert][n_ff_exp][n_embd]  (ne = {n_embd, n_ff_exp, n_expert})
+    struct ci_tensor ffn_up_exps;        // [n_expert][n_ff_exp][n_embd]
+    struct ci_tensor ffn_down_exps;      // [n_expert][n_embd][n_ff_exp]
+    struct ci_tensor ffn_gate_inp_shexp; // [n_embd] F32: the shared expert's gate (qwen2moe)
+    struct ci_tensor ffn_gate_shexp;     // [n_ff_shexp][n_embd]
+    struct ci_tensor ffn_up_shexp;       // [n_ff_shexp][n_embd]
+    struct ci_tensor ffn_down_shexp;     // [n_embd][n_ff_shexp]
 };
 
 struct model_weights {
@@ -40,6 +51,9 @@ typedef const struct ci_tensor *(*weights_lookup_fn)(const void *src, const char
 enum ci_status model_weights_bind(struct model_weights *w, const struct model_config *c,
                                   weights_lookup_fn lookup, const void *src, struct ci_err *err);
 void model_weights_deinit(struct model_weights *w);
+
+/* Expert e of a bound 3-D expert tensor as a 2-D matrix (a view into the same data) that ci_matmul runs. */
+struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e);
 
 /* Tensor i of a file's n tensors, for model_weights_check_all_used. */
 typedef const struct ci_tensor *(*weights_tensor_at_fn)(const void *src, int64_t i);

@@ -1,6 +1,7 @@
 """`cinfer quantize` against native llama.cpp's `llama-quantize` on the same F32 models: every preset on the
 `tiny` synth model, three on `tiny-qwen2`, the mixtures on models shaped like TinyLlama 1.1B and Qwen2 0.5B (the
-layer rules and the fallbacks).  The per-tensor type choices and general.file_type must be identical, and
+layer rules and the fallbacks), and the mixture-of-experts presets tiny-mixtral (8 experts: llama.cpp's
+8-expert rules), tiny-qwen3moe and tiny-qwen2moe with their 3-D expert tensors.  The per-tensor type choices and general.file_type must be identical, and
 cinfer's dequantized weights no further from the F32 weights than llama-quantize's (relative RMSE at most 2%
 above, per tensor); the detail line says how many tensors came out byte-identical.  The quality that matters
 in use, per the issue: for Q4_K_M, Q6_K and IQ4_XS of `tiny`, the mean KL divergence of cinfer's next-token
@@ -28,7 +29,9 @@ MIX = ("Q4_K_M", "Q5_K_M", "Q3_K_M", "Q4_K_S", "Q2_K", "IQ4_XS")
 # (model, how it is made, presets): every preset on `tiny`; the models shaped like TinyLlama 1.1B and Qwen2
 # 0.5B (2 rows per matrix) exercise the layer rules and the fallbacks.
 MODELS = (("tiny", "synth", tuple(tq.FTYPE)), ("tiny-qwen2", "synth", ("Q4_K_M", "Q6_K", "IQ4_XS")),
-          ("tinyllama-1.1b", "shaped", MIX), ("qwen2-0.5b", "shaped", MIX))
+          ("tinyllama-1.1b", "shaped", MIX), ("qwen2-0.5b", "shaped", MIX),
+          ("tiny-mixtral", "synth", ("Q4_K_M", "IQ4_XS")), ("tiny-qwen3moe", "synth", ("Q4_K_M", "Q2_K")),
+          ("tiny-qwen2moe", "synth", ("Q4_K_M",)))
 SHAPES = {"tinyllama-1.1b": ("llama", 22, 2048, 32, 4, 5632, False, False),
           "qwen2-0.5b": ("qwen2", 24, 896, 14, 2, 4864, True, True)}
 SLACK = 1.02

@@ -4,13 +4,14 @@ Written from the model math (Llama: RMSNorm, rotary embedding on adjacent pairs,
 SwiGLU FFN; Qwen2: the same plus Q/K/V biases and NeoX rotary pairing; Qwen3: NeoX pairing, no biases, an RMSNorm of
 each query and key head before the rotation, head_dim from attention.key_length; RoPE scaling: linear (positions
 divided by rope.scaling.factor) and Llama 3's per-pair frequency divisors rope_freqs.weight; Mistral's sliding
-window on llama; Gemma 2 and Gemma 3 as their papers and Hugging Face modeling code define them, see _gemma below),
-not from cinfer's C code, so it can check
+window on llama; Gemma 2 and Gemma 3 as their papers and Hugging Face modeling code define them, see _gemma below;
+mixtures of experts: llama with expert_count (Mixtral), qwen3moe (qwen3 attention) and qwen2moe (qwen2 attention,
+plus a shared expert), see _moe), not from cinfer's C code, so it can check
 cinfer's forward pass.  Plain attention over the whole sequence with an optional growing K/V cache; no paging,
 no threads, nothing clever.
 
 Public API:
-    m = Model.load(path)              GGUF (llama / qwen2) or llama2.c legacy / version 1 checkpoint
+    m = Model.load(path)              GGUF (llama / qwen2 / qwen3 / qwen2moe / qwen3moe) or a llama2.c checkpoint
     m.forward(tokens) -> [n][vocab]   float64 logits for every position 0..n-1 of one sequence
     m.greedy(prompt, n_steps) -> ids  argmax decoding (first index on ties) of n_steps tokens after prompt
     m.n_vocab, m.n_ctx, m.arch, ...
@@ -27,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_np  # noqa: E402
 import llama2c_np  # noqa: E402
 
-ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe")
+MOE_ARCHS = ("qwen2moe", "qwen3moe")
 
 
 class Model:
@@ -47,8 +49,21 @@ class Model:
         self.rope_base = float(hp["rope_base"])
         self.rms_eps = float(hp["rms_eps"])
         self.n_ctx = int(hp["n_ctx"])
-        self.neox = self.arch in ("qwen2", "qwen3", "gemma2", "gemma3")
-        self.qk_norm = self.arch in ("qwen3", "gemma3")
+        self.neox = self.arch in ("qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe")
+        self.qk_norm = self.arch in ("qwen3", "gemma3", "qwen3moe")
+        self.qkv_bias = self.arch in ("qwen2", "qwen2moe")
+        # Mixture of experts: n_expert 0 is a dense FFN.  Mixtral and Qwen3-MoE (norm_topk_prob) renormalise the
+        # top-k router probabilities to sum 1; Qwen1.5/2-MoE does not, and adds a shared expert.  moe_norm and
+        # n_expert_used are plain attributes a test may change (what a wrong router would compute).
+        self.n_expert = int(hp.get("n_expert", 0))
+        self.n_expert_used = int(hp.get("n_expert_used", 0))
+        self.n_ff_exp = int(hp.get("n_ff_exp", self.n_ff))
+        self.n_ff_shexp = int(hp.get("n_ff_shexp", 0))
+        self.moe_norm = self.arch in ("llama", "qwen3moe")
+        # Names of the weights whose matmuls round the activations to Q8_0-style blocks first (emulate_act_q8).
+        self.act_q8 = set()
+        if self.arch in MOE_ARCHS and self.n_expert == 0:
+            raise ValueError("%s needs expert_count" % self.arch)
         self.rope_pos_scale = float(hp.get("rope_pos_scale", 1.0))
         self.gemma = self.arch in ("gemma2", "gemma3")
         # Sliding window: a query at position p sees keys at positions p - window < k <= p on the layers where
@@ -96,6 +111,20 @@ class Model:
         n_embd = key("embedding_length")
         n_head = key("attention.head_count")
         head_dim = key("attention.key_length", n_embd // n_head)
+        n_ff = key("feed_forward_length")
+        n_expert = key("expert_count", 0)
+        n_used = key("expert_used_count", 0)
+        moe = {}
+        if n_expert:
+            # Expert FFN length: expert_feed_forward_length, else (the HF configs' intermediate sizes) n_ff for
+            # Mixtral, n_ff / n_used for the Qwen MoEs; the shared expert's: expert_shared_feed_forward_length.
+            default_exp = n_ff if arch == "llama" else n_ff // n_used
+            moe = {
+                "n_expert": n_expert,
+                "n_expert_used": n_used,
+                "n_ff_exp": key("expert_feed_forward_length", default_exp),
+                "n_ff_shexp": key("expert_shared_feed_forward_length", n_ff) if arch == "qwen2moe" else 0,
+            }
         hp = {
             "arch": arch,
             "n_embd": n_embd,
@@ -103,12 +132,13 @@ class Model:
             "n_head": n_head,
             "n_kv_head": key("attention.head_count_kv", n_head),
             "head_dim": head_dim,
-            "n_ff": key("feed_forward_length"),
+            "n_ff": n_ff,
             "rope_dim": key("rope.dimension_count", head_dim),
             "rope_base": key("rope.freq_base", 10000.0),
             "rms_eps": key("attention.layer_norm_rms_epsilon"),
             "n_ctx": key("context_length"),
         }
+        hp.update(moe)
         factor = g.get("%s.rope.scaling.factor" % arch, 0.0) or 1.0
         stype = g.get("%s.rope.scaling.type" % arch, "linear" if factor != 1.0 else "none")
         if stype not in ("none", "linear", "llama3"):
@@ -197,14 +227,33 @@ class Model:
                     b + "attn_v.weight": (kv_dim, d),
                     b + "attn_output.weight": (d, q_dim),
                     b + "ffn_norm.weight": (d,),
-                    b + "ffn_gate.weight": (ff, d),
-                    b + "ffn_up.weight": (ff, d),
-                    b + "ffn_down.weight": (d, ff),
                 }
             )
+            if self.n_expert:
+                ne, fe = self.n_expert, self.n_ff_exp
+                want.update(
+                    {
+                        b + "ffn_gate_inp.weight": (ne, d),
+                        b + "ffn_gate_exps.weight": (ne, fe, d),
+                        b + "ffn_up_exps.weight": (ne, fe, d),
+                        b + "ffn_down_exps.weight": (ne, d, fe),
+                    }
+                )
+                if self.arch == "qwen2moe":
+                    fs = self.n_ff_shexp
+                    want.update(
+                        {
+                            b + "ffn_gate_inp_shexp.weight": (d,),
+                            b + "ffn_gate_shexp.weight": (fs, d),
+                            b + "ffn_up_shexp.weight": (fs, d),
+                            b + "ffn_down_shexp.weight": (d, fs),
+                        }
+                    )
+            else:
+                want.update({b + "ffn_gate.weight": (ff, d), b + "ffn_up.weight": (ff, d), b + "ffn_down.weight": (d, ff)})
             if self.qk_norm:
                 want.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
-            if self.arch == "qwen2":
+            if self.qkv_bias:
                 want.update({b + "attn_q.bias": (q_dim,), b + "attn_k.bias": (kv_dim,), b + "attn_v.bias": (kv_dim,)})
             if self.gemma:
                 want.update({b + "post_attention_norm.weight": (d,), b + "post_ffw_norm.weight": (d,)})
@@ -244,11 +293,57 @@ class Model:
             y[:, :, 1 : self.rope_dim : 2] = a * sin + b * cos
         return y
 
+    def emulate_act_q8(self):
+        """Makes every matmul with a 32-block quantized weight (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) first round its
+        activations as ggml's Q8_0 activation blocks do (per 32 elements d = max|x| / 127, q = round(x / d) to
+        nearest even), as llama.cpp's CPU backend and cinfer both compute.  GGUF models only."""
+        q32 = (gguf_np.Q8_0, gguf_np.Q4_0, gguf_np.Q4_1, gguf_np.Q5_0, gguf_np.Q5_1, gguf_np.IQ4_NL)
+        self.act_q8 = {name for name, t in self.gguf.tensors.items() if t.type in q32}
+
+    def _act(self, x, name):
+        if name not in self.act_q8:
+            return x
+        b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+        d = np.abs(b).max(axis=-1, keepdims=True) / 127.0
+        q = np.rint(np.divide(b, d, out=np.zeros_like(b), where=d > 0))
+        return (q * d).reshape(x.shape)
+
     def _linear(self, x, name, bias=None):
-        y = x @ self.w[name].T
+        y = self._act(x, name) @ self.w[name].T
         if bias is not None:
             y = y + self.w[bias]
         return y
+
+    def _swiglu(self, x, names, e=None):
+        """down(silu(gate x) * up x) with the weights of names (gate, up, down); e: that expert of 3-D tensors."""
+        gate, up, down = (self.w[n] if e is None else self.w[n][e] for n in names)
+        g = self._act(x, names[0]) @ gate.T
+        h = g / (1.0 + np.exp(-g)) * (self._act(x, names[1]) @ up.T)
+        return self._act(h, names[2]) @ down.T
+
+    def _moe(self, h, b):
+        """Mixture-of-experts FFN of the normed rows h [n][d]: router probabilities softmax(W_r h); the
+        n_expert_used most probable experts (lower index first on ties), weighted by their probabilities
+        (renormalised to sum 1 where the architecture does); each expert a SwiGLU FFN; qwen2moe adds
+        sigmoid(w_g . h) * shared_ffn(h)."""
+        logits = self._linear(h, b + "ffn_gate_inp.weight")  # [n][E]
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        k = self.n_expert_used
+        top = np.argsort(-p, axis=1, kind="stable")[:, :k]  # [n][k]
+        wts = np.take_along_axis(p, top, axis=1)
+        if self.moe_norm:
+            wts = wts / wts.sum(axis=1, keepdims=True)
+        names = [b + "ffn_%s_exps.weight" % m for m in ("gate", "up", "down")]
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            for j in range(k):
+                out[t] += wts[t, j] * self._swiglu(h[t : t + 1], names, top[t, j])[0]
+        if self.arch == "qwen2moe":
+            g = h @ self.w[b + "ffn_gate_inp_shexp.weight"]  # [n]
+            shared = self._swiglu(h, [b + "ffn_%s_shexp.weight" % m for m in ("gate", "up", "down")])
+            out += (1.0 / (1.0 + np.exp(-g)))[:, None] * shared
+        return out
 
     def new_cache(self):
         return {"n": 0, "k": [None] * self.n_layer, "v": [None] * self.n_layer}
@@ -268,7 +363,7 @@ class Model:
         H, G, hd = self.n_head, self.n_kv_head, self.head_dim
         group = H // G
         scale = self.attn_scale
-        qwen = self.arch == "qwen2"
+        qwen = self.qkv_bias
         # causal mask over all cached + new keys: query at pos[i] sees keys 0..pos[i]
         kpos = np.arange(p0 + n)[None, :]
         mask = kpos > pos[:, None]  # [n][p0+n]
@@ -313,19 +408,19 @@ class Model:
             x = x + o
 
             h = self._rmsnorm(x, self.w[b + "ffn_norm.weight"])
-            gate = self._linear(h, b + "ffn_gate.weight")
-            up = self._linear(h, b + "ffn_up.weight")
-            if self.gemma:  # GeGLU with the tanh approximation of GeLU (gelu_pytorch_tanh)
+            if self.n_expert:
+                x = x + self._moe(h, b)
+            elif self.gemma:  # GeGLU with the tanh approximation of GeLU (gelu_pytorch_tanh)
+                gate = self._linear(h, b + "ffn_gate.weight")
+                up = self._linear(h, b + "ffn_up.weight")
                 if self.gelu_fn is not None:
                     act = self.gelu_fn(gate)
                 else:
                     act = 0.5 * gate * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (gate + 0.044715 * gate**3)))
+                o = self._linear(act * up, b + "ffn_down.weight")
+                x = x + self._rmsnorm(o, self.w[b + "post_ffw_norm.weight"])
             else:
-                act = gate / (1.0 + np.exp(-gate))
-            o = self._linear(act * up, b + "ffn_down.weight")
-            if self.gemma:
-                o = self._rmsnorm(o, self.w[b + "post_ffw_norm.weight"])
-            x = x + o
+                x = x + self._swiglu(h, [b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_down.weight"])
         cache["n"] = p0 + n
 
         x = self._rmsnorm(x, self.w["output_norm.weight"])

@@ -228,8 +228,27 @@ TEST(unimplemented_keys_refused) {
                  CI_ERR_UNSUPPORTED, "attn_logit_softcapping");
     expect_error(&(struct mutation){.f32_key = "final_logit_softcapping", .f32_val = 30.0f},
                  CI_ERR_UNSUPPORTED, "final_logit_softcapping");
-    expect_error(&(struct mutation){.u32_key = "expert_count", .u32_val = 8}, CI_ERR_UNSUPPORTED,
-                 "expert_count");
+    // Experts: refused where the architecture has none; elsewhere the counts are validated and the expert
+    // tensors required.
+    expect_error(&(struct mutation){.arch = "qwen2", .u32_key = "expert_count", .u32_val = 8},
+                 CI_ERR_UNSUPPORTED, "qwen2.expert_count");
+    expect_error(&(struct mutation){.u32_key = "expert_count", .u32_val = 8}, CI_ERR_FORMAT,
+                 "'llama.expert_used_count': 0 must be in [1, expert_count 8]");
+    expect_error(
+        &(struct mutation){
+            .u32_key = "expert_count", .u32_val = 8, .u32_key2 = "expert_used_count", .u32_val2 = 9},
+        CI_ERR_FORMAT, "'llama.expert_used_count': 9 must be in [1, expert_count 8]");
+    expect_error(&(struct mutation){.u32_key = "expert_used_count", .u32_val = 2}, CI_ERR_FORMAT,
+                 "expert_used_count' is 2 but the model has no experts");
+    expect_error(
+        &(struct mutation){
+            .u32_key = "expert_count", .u32_val = 8, .u32_key2 = "expert_used_count", .u32_val2 = 2},
+        CI_ERR_FORMAT, "tensor 'blk.0.ffn_gate_inp.weight' missing");
+    expect_error(&(struct mutation){.arch = "qwen3moe"}, CI_ERR_FORMAT, "needs key 'qwen3moe.expert_count'");
+    expect_error(
+        &(struct mutation){
+            .u32_key = "expert_count", .u32_val = 8, .u32_key2 = "expert_group_count", .u32_val2 = 2},
+        CI_ERR_UNSUPPORTED, "expert_group_count");
     expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "yarn"}, CI_ERR_UNSUPPORTED,
                  "'yarn'");
     expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "longrope"},

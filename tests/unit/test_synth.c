@@ -81,7 +81,7 @@ TEST(presets) {
         {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, 32768, 256, 1000000.0f, 1e-6f, true, MODEL_ARCH_GEMMA3,
          false},
     };
-    ASSERT_EQ_I64(synth_n_presets(), 16);
+    ASSERT_EQ_I64(synth_n_presets(), 20);
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const struct synth_preset *p = synth_preset_find(want[i].name);
         ASSERT(p != NULL);
@@ -102,6 +102,28 @@ TEST(presets) {
         CHECK((c.rope_scaling == ROPE_SCALING_LLAMA3) == want[i].llama3 && c.rope_pos_scale == 1.0f);
     }
     CHECK(synth_preset_find("nope") == NULL);
+
+    // Mixture-of-experts presets: {name, arch, experts, used, expert FFN, shared FFN, dim, layers}.
+    static const struct {
+        const char *name;
+        enum model_arch arch;
+        int n_expert, n_used, ff_exp, ff_shexp, dim, layers;
+    } moe[] = {
+        {"tiny-mixtral", MODEL_ARCH_LLAMA, 8, 2, 256, 0, 256, 4},
+        {"tiny-qwen3moe", MODEL_ARCH_QWEN3MOE, 16, 4, 128, 0, 256, 4},
+        {"tiny-qwen2moe", MODEL_ARCH_QWEN2MOE, 8, 2, 128, 512, 256, 4},
+        {"qwen3-moe", MODEL_ARCH_QWEN3MOE, 128, 8, 256, 0, 1024, 6}, // Qwen3-30B-A3B's experts, scaled down
+    };
+    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
+        const struct synth_preset *p = synth_preset_find(moe[i].name);
+        ASSERT(p != NULL);
+        struct model_config c;
+        synth_preset_config(p, &c);
+        CHECK(c.arch == moe[i].arch && c.n_expert == moe[i].n_expert && c.n_expert_used == moe[i].n_used);
+        CHECK(c.n_ff_exp == moe[i].ff_exp && c.n_ff_shexp == moe[i].ff_shexp);
+        CHECK(c.n_embd == moe[i].dim && c.n_layer == moe[i].layers && c.n_embd % 256 == 0);
+        CHECK(model_config_validate(&c, &(struct ci_err){0}) == CI_OK);
+    }
 }
 
 /* Meta's llama3 scaling (Llama 3.1's apply_scaling), written out here: 1 for wavelengths below
