@@ -71,6 +71,7 @@ struct engine {
     int n_ctx;
     int block_size;
     int64_t kv_bytes_per_token; // K and V of one token in the pool's element type
+    int kv_window; // > 0: every layer attends through this sliding window, so blocks behind it are given back
     struct ci_threadpool *tp;
     struct kv_pool *pool;
     struct prefix_cache *pc;
@@ -763,12 +764,32 @@ static enum ci_status execute(struct engine *e, const struct sched_result *res, 
     return CI_OK;
 }
 
+/* Sliding window on every layer: a running sequence's next query is at n_computed or later and sees keys
+ * after n_computed - window, so a block whose last position is at most n_computed - window is read by no
+ * one any more.  It goes back to the pool (parked by the prefix cache if that wants it) and its table entry
+ * becomes a hole. */
+static void drop_out_of_window(struct engine *e) {
+    if (e->kv_window <= 0)
+        return;
+    for (int i = 0; i < e->st.n_running; i++) {
+        struct seq *s = e->st.running[i];
+        if (s->state != SEQ_STATE_RUNNING)
+            continue;
+        int64_t dead = ((int64_t)s->n_computed - e->kv_window + 1) / e->block_size;
+        if (dead > s->blocks.n)
+            dead = s->blocks.n;
+        if (dead > 0)
+            kv_seq_drop_front(e->pool, &s->blocks, (int)dead);
+    }
+}
+
 static void kv_usage(struct engine *e, struct step_metrics *sm) {
     sm->kv_blocks_used = kv_pool_n_blocks(e->pool) - kv_pool_n_available(e->pool) - e->pad.n;
     for (int i = 0; i < e->st.n_running; i++) {
         const struct seq *s = e->st.running[i];
-        sm->kv_slots_used += s->n_computed;
-        sm->kv_slots_allocated += (int64_t)s->blocks.n * e->block_size;
+        int64_t holes = s->blocks.n - kv_seq_n_live(&s->blocks);
+        sm->kv_slots_used += s->n_computed - holes * e->block_size;
+        sm->kv_slots_allocated += (int64_t)(s->blocks.n - holes) * e->block_size;
     }
 }
 
@@ -848,6 +869,7 @@ bool engine_step(struct engine *e) {
                     seq_finish(e, (struct eseq *)res.items[i], ENGINE_FINISH_ERROR, CI_ERR_INTERNAL, err.msg);
         }
     }
+    drop_out_of_window(e);
     sm.t_end_ns = ci_now_ns();
     sm.n_tokens = res.n_tokens;
     sm.n_prefill_tokens = res.n_prefill_tokens;
@@ -1005,6 +1027,12 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     }
     kp.n_blocks = (int)want_blocks;
     e->kv_bytes_per_token = kv_bytes_per_token(c->n_layer, c->n_kv_head, c->head_dim, p->kv_type);
+    // Early freeing (as vLLM's sliding-window manager): only when every layer is local (a global layer reads
+    // every position, and a block holds all layers), and not under naive, which recomputes from position 0.
+    bool all_local = c->sliding_window > 0;
+    for (int il = 0; il < c->n_layer && all_local; il++)
+        all_local = model_layer_swa(c, il);
+    e->kv_window = all_local && p->sched.policy != SCHED_POLICY_NAIVE ? c->sliding_window : 0;
     if ((s = ci_threadpool_create(p->n_threads, &e->tp, err)) || (s = kv_pool_create(&kp, &e->pool, err)))
         goto fail;
     if (padding && ((s = kv_seq_init(&e->pad, 1, err)) || (s = kv_seq_reserve(e->pool, &e->pad, 1))))

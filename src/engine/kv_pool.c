@@ -342,8 +342,31 @@ enum ci_status kv_seq_reserve(struct kv_pool *pool, struct kv_seq_blocks *seq, i
 
 void kv_seq_shrink(struct kv_pool *pool, struct kv_seq_blocks *seq, int64_t n_tokens_total) {
     int64_t keep = kv_pool_blocks_for(pool, n_tokens_total);
-    while (seq->n > keep)
-        kv_pool_unref(pool, seq->ids[--seq->n]);
+    while (seq->n > keep) {
+        int32_t blk = seq->ids[--seq->n];
+        if (blk >= 0)
+            kv_pool_unref(pool, blk);
+    }
+}
+
+int kv_seq_drop_front(struct kv_pool *pool, struct kv_seq_blocks *seq, int n_front) {
+    CI_ASSERT(n_front >= 0 && n_front <= seq->n);
+    int dropped = 0;
+    for (int i = 0; i < n_front; i++) {
+        if (seq->ids[i] < 0)
+            continue;
+        kv_pool_unref(pool, seq->ids[i]);
+        seq->ids[i] = -1;
+        dropped++;
+    }
+    return dropped;
+}
+
+int kv_seq_n_live(const struct kv_seq_blocks *seq) {
+    int n = 0;
+    for (int i = 0; i < seq->n; i++)
+        n += seq->ids[i] >= 0;
+    return n;
 }
 
 enum ci_status kv_seq_prepare_write(struct kv_pool *pool, struct kv_seq_blocks *seq, int64_t pos_from,
@@ -354,8 +377,10 @@ enum ci_status kv_seq_prepare_write(struct kv_pool *pool, struct kv_seq_blocks *
     int64_t b0 = pos_from / pool->p.block_size, b1 = (pos_to - 1) / pool->p.block_size;
     CI_ASSERT(b1 < seq->n); // reserve before writing
     int n_shared = 0;
-    for (int64_t b = b0; b <= b1; b++)
+    for (int64_t b = b0; b <= b1; b++) {
+        CI_ASSERT(seq->ids[b] >= 0); // never write into a block given back early
         n_shared += kv_pool_refcount(pool, seq->ids[b]) > 1;
+    }
     if (n_shared > kv_pool_n_available(pool))
         return CI_ERR_LIMIT;
     for (int64_t b = b0; b <= b1; b++) {
@@ -377,8 +402,11 @@ enum ci_status kv_seq_prepare_write(struct kv_pool *pool, struct kv_seq_blocks *
 }
 
 void kv_seq_release(struct kv_pool *pool, struct kv_seq_blocks *seq) {
-    while (seq->n > 0)
-        kv_pool_unref(pool, seq->ids[--seq->n]);
+    while (seq->n > 0) {
+        int32_t blk = seq->ids[--seq->n];
+        if (blk >= 0)
+            kv_pool_unref(pool, blk);
+    }
 }
 
 enum ci_status kv_seq_fork(struct kv_pool *pool, struct kv_seq_blocks *dst, const struct kv_seq_blocks *src) {
@@ -386,7 +414,8 @@ enum ci_status kv_seq_fork(struct kv_pool *pool, struct kv_seq_blocks *dst, cons
     if (src->n > dst->cap)
         return CI_ERR_LIMIT;
     for (int i = 0; i < src->n; i++) {
-        kv_pool_ref(pool, src->ids[i]);
+        if (src->ids[i] >= 0)
+            kv_pool_ref(pool, src->ids[i]);
         dst->ids[i] = src->ids[i];
     }
     dst->n = src->n;
@@ -404,8 +433,12 @@ enum ci_status kv_pool_verify(struct kv_pool *pool, const struct kv_seq_blocks *
         if (s->n < 0 || s->n > s->cap)
             return ci_err_set(err, CI_ERR_INTERNAL, "kv check: table %d has n %d outside [0, cap %d]", i,
                               s->n, s->cap);
+        bool live = false;
         for (int j = 0; j < s->n; j++) {
             int32_t blk = s->ids[j];
+            if (blk == -1 && !live)
+                continue; // a hole: given back early (kv_seq_drop_front), only before live entries
+            live = true;
             if (blk < 0 || blk >= nb)
                 return ci_err_set(err, CI_ERR_INTERNAL,
                                   "kv check: table %d entry %d: block id %" PRId32 " out of range [0, %d)", i,

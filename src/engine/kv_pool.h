@@ -132,7 +132,8 @@ void kv_pool_take_parked(struct kv_pool *pool, int32_t blk);
 void kv_pool_drop_parked(struct kv_pool *pool, int32_t blk);
 
 /* A sequence's block table: ids[i] holds positions [i*block_size, (i+1)*block_size).  Each entry is one
- * reference on its block.  The array is allocated once (kv_seq_init) for the most blocks the sequence may
+ * reference on its block, or -1: a hole, a block given back early because no future query can see its
+ * positions (kv_seq_drop_front: sliding-window models).  Holes only ever precede live entries.  The array is allocated once (kv_seq_init) for the most blocks the sequence may
  * ever need, so the per-step functions below never allocate. */
 struct kv_seq_blocks {
     int32_t *ids; // [cap]
@@ -158,9 +159,16 @@ void kv_seq_shrink(struct kv_pool *pool, struct kv_seq_blocks *seq, int64_t n_to
  * is told first (invalidate), since that only happens after a shrink into a block it may have cached. */
 enum ci_status kv_seq_prepare_write(struct kv_pool *pool, struct kv_seq_blocks *seq, int64_t pos_from,
                                     int64_t pos_to);
+/* Gives back the first n_front entries' blocks (unref, the entries become holes, -1): positions no query of
+ * the sequence will read again (all layers' sliding windows have passed them).  n stays; entries already
+ * holes are skipped.  Returns how many blocks were unref'ed. */
+int kv_seq_drop_front(struct kv_pool *pool, struct kv_seq_blocks *seq, int n_front);
+/* Entries of the table that hold a block (n minus the holes). */
+int kv_seq_n_live(const struct kv_seq_blocks *seq);
 /* Unrefs every block, last first; n becomes 0. */
 void kv_seq_release(struct kv_pool *pool, struct kv_seq_blocks *seq);
-/* dst (empty) shares all of src's blocks (ref each).  CI_ERR_LIMIT if dst's capacity is too small. */
+/* dst (empty) shares all of src's blocks (ref each; holes stay holes).  CI_ERR_LIMIT if dst's capacity is too
+ * small. */
 enum ci_status kv_seq_fork(struct kv_pool *pool, struct kv_seq_blocks *dst, const struct kv_seq_blocks *src);
 
 /* Invariant check: re-derives every block's refcount from the live block tables seqs[0..n_seqs) plus

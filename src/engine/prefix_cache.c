@@ -311,6 +311,13 @@ void prefix_cache_insert(struct prefix_cache *pc, const int32_t *tokens, int n_c
         int32_t blk = seq->ids[i];
         key = block_key(pc, key, toks);
         int32_t found = map_find(pc, key, toks, parent, parent_serial);
+        if (blk < 0) { // given back early (sliding window): the chain goes on through the cached copy, if any
+            if (found < 0)
+                break;
+            parent = found;
+            parent_serial = pc->e[found].serial;
+            continue;
+        }
         if (found != blk && pc->e[blk].serial != 0) {
             // blk's entry describes other content than the caller says blk holds (its chain was forgotten
             // and re-registered, or it was cached elsewhere): the caller's word wins.  blk is referenced by

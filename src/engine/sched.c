@@ -135,7 +135,7 @@ static int64_t blocks_needed(const struct sched_state *st, const struct seq *s, 
         need = 0;
     int bs = kv_pool_block_size(st->pool);
     for (int b = from / bs; b < s->blocks.n && b * bs < to; b++)
-        need += kv_pool_refcount(st->pool, s->blocks.ids[b]) > 1;
+        need += s->blocks.ids[b] >= 0 && kv_pool_refcount(st->pool, s->blocks.ids[b]) > 1;
     return need;
 }
 

@@ -102,7 +102,14 @@ static bool drain(struct ci_channel *ch, int32_t *out, int *n, int *finish) {
 
 struct run_stats {
     int64_t steps, preemptions, prefix_hits, pad;
+    int peak_blocks; // most KV blocks in use after any step
 };
+
+static int peak_blocks;
+static void track_peak(void *ctx, const struct step_metrics *m) {
+    (void)ctx;
+    peak_blocks = m->kv_blocks_used > peak_blocks ? m->kv_blocks_used : peak_blocks;
+}
 
 /* Runs requests [first, first + count) (all submitted at once, or request 0 first and the others after
  * `stagger` steps) and checks each against the reference.  Returns false on a mismatch (after reporting). */
@@ -115,6 +122,8 @@ static bool run_and_check(const char *label, struct engine_params p, int first, 
         TEST_FAILF("%s: engine_create: %s", label, err.msg);
         return false;
     }
+    peak_blocks = 0;
+    engine_set_step_hook(e, track_peak, NULL);
     struct engine_request *handles[N_REQ] = {0};
     int32_t got[N_REQ][MAX_OUT];
     int n_got[N_REQ] = {0}, finish[N_REQ] = {0};
@@ -166,6 +175,7 @@ static bool run_and_check(const char *label, struct engine_params p, int first, 
         stats->preemptions = t.n_preemptions;
         stats->prefix_hits = t.prefix_hit_tokens;
         stats->pad = t.n_pad_tokens;
+        stats->peak_blocks = peak_blocks;
     }
     CHECK(t.kv_blocks_used == 0); // every block back (cached ones parked, not used)
 done:
@@ -681,6 +691,66 @@ TEST(engine_thread_serves_concurrent_clients) {
     engine_free(e);
 }
 
+/* tiny-mistral (a 32-position window on every layer): blocks behind the window go back to the pool while a
+ * sequence runs (kv_seq_drop_front), and the greedy tokens stay those of the single-request generate() path
+ * (which keeps every block) under continuous batching, chunked prefill, block sizes 1/4/16, prefix-cache hits
+ * through dropped blocks, preemption in a tiny pool, static batching and naive (which keeps its blocks); the
+ * pool and prefix-cache invariants are checked after every step (holes included).  Runs last: it swaps the
+ * model and the reference. */
+TEST(sliding_window_frees_blocks_early) {
+    char path[512];
+    test_tmp_path(path, sizeof path, "mistral.gguf");
+    struct ci_err err = {0};
+    ASSERT_STATUS(synth_write("tiny-mistral", CI_TYPE_F32, 1, path, &err), CI_OK);
+    struct model *saved = model;
+    struct tokenizer *saved_tok = tok;
+    ASSERT_STATUS(model_load(path, &model, &err), CI_OK);
+    ASSERT_STATUS(tokenizer_from_gguf(model->gguf, &tok, &err), CI_OK);
+    CHECK(model->config.sliding_window == 32);
+    make_reference();
+
+    struct engine_params p = base();
+    struct run_stats st;
+    // One request of 58 + up to 24 positions in chunks of 7 with blocks of 4: without early freeing it holds
+    // ceil(positions / 4) blocks at the end; with it, at most the window's 8 blocks plus the ones the last
+    // chunk and the block being filled straddle.
+    p.block_size = 4;
+    p.sched.max_batch_tokens = 7;
+    p.prefix_cache = false;
+    ASSERT(run_and_check("window-one", p, 2, 1, 0, &st));
+    int full = (reqs[2].n_prompt + reqs[2].max_tokens + 3) / 4;
+    CHECK(st.peak_blocks <= 8 + 2 + 2 && st.peak_blocks < full);
+    // The same without a window would hold every block: the naive policy keeps them (it recomputes from 0).
+    p.sched.policy = SCHED_POLICY_NAIVE;
+    ASSERT(run_and_check("window-naive", p, 2, 1, 0, &st));
+    CHECK(st.peak_blocks >= full - 1);
+    const int sizes[] = {1, 4, 16};
+    for (int i = 0; i < 3; i++) {
+        struct engine_params q = base();
+        q.block_size = sizes[i];
+        char label[48];
+        snprintf(label, sizeof label, "window-crowd-b%d", sizes[i]);
+        run_and_check(label, q, 0, N_REQ, 2, NULL);
+    }
+    // Requests 0..2 share a 40-token prefix; by the time the later ones arrive the first has dropped its
+    // first blocks, which the prefix cache keeps parked and hands out again.
+    struct engine_params q = base();
+    ASSERT(run_and_check("window-prefix", q, 0, 3, 40, &st));
+    CHECK(st.prefix_hits >= 2 * 32);
+    q.block_size = 4;
+    q.kv_blocks = 40;
+    ASSERT(run_and_check("window-tiny-pool", q, 0, N_REQ, 0, &st));
+    q.sched.policy = SCHED_POLICY_STATIC;
+    ASSERT(run_and_check("window-static", q, 0, N_REQ, 0, &st));
+
+    tokenizer_free(tok);
+    model_free(model);
+    model = saved;
+    tok = saved_tok;
+    make_reference();
+    unlink(path);
+}
+
 int main(int argc, char **argv) {
     test_main(argc, argv);
     struct ci_err err = {0};
@@ -707,6 +777,7 @@ int main(int argc, char **argv) {
     RUN(cancellation_frees_blocks);
     RUN(stop_strings_and_text);
     RUN(engine_thread_serves_concurrent_clients);
+    RUN(sliding_window_frees_blocks_early);
     tokenizer_free(tok);
     model_free(model);
     return test_exit_code();

@@ -481,6 +481,59 @@ TEST(cow_all_or_nothing_and_fork_limit) {
     kv_pool_free(pool);
 }
 
+/* kv_seq_drop_front: the front blocks go back (shared ones only lose this table's reference), their entries
+ * become holes that fork copies, release and shrink skip, and the checker accepts before live entries only;
+ * reserve and copy-on-write keep working behind the holes. */
+TEST(drop_front_holes) {
+    struct kv_pool *pool = make_pool(CL, CH, CHD, 2, 8);
+    ASSERT(pool);
+    struct kv_seq_blocks a, b;
+    ASSERT_STATUS(kv_seq_init(&a, 6, NULL), CI_OK);
+    ASSERT_STATUS(kv_seq_init(&b, 6, NULL), CI_OK);
+    const struct kv_seq_blocks *all[] = {&a, &b};
+    ASSERT_STATUS(kv_seq_reserve(pool, &a, 8), CI_OK); // 4 blocks
+    int32_t first = a.ids[0], second = a.ids[1];
+    ASSERT_STATUS(kv_seq_fork(pool, &b, &a), CI_OK); // every block shared
+    ASSERT_EQ_I64(kv_seq_drop_front(pool, &a, 2), 2);
+    ASSERT(a.ids[0] == -1 && a.ids[1] == -1 && a.n == 4);
+    ASSERT_EQ_I64(kv_seq_n_live(&a), 2);
+    ASSERT_EQ_I64(kv_pool_refcount(pool, first), 1); // b still holds them
+    ASSERT_EQ_I64(kv_pool_n_free(pool), 4);
+    kv_pool_check(pool, all, 2, NULL);
+    ASSERT_EQ_I64(kv_seq_drop_front(pool, &a, 3), 1); // the holes are skipped
+    ASSERT_EQ_I64(kv_seq_drop_front(pool, &b, 2), 2); // now the first two blocks are free
+    ASSERT_EQ_I64(kv_pool_refcount(pool, first), 0);
+    ASSERT_EQ_I64(kv_pool_refcount(pool, second), 0);
+    ASSERT_EQ_I64(kv_pool_n_free(pool), 6);
+    kv_pool_check(pool, all, 2, NULL);
+    // Growing and writing behind the holes: a gets a new block, b's shared block 3 is copied on write.
+    ASSERT_STATUS(kv_seq_reserve(pool, &a, 10), CI_OK);
+    ASSERT_STATUS(kv_seq_prepare_write(pool, &a, 6, 10), CI_OK);
+    ASSERT(a.ids[3] != b.ids[3] && a.n == 5);
+    kv_pool_check(pool, all, 2, NULL);
+    // A fork copies the holes without references.
+    kv_seq_release(pool, &b);
+    ASSERT_STATUS(kv_seq_fork(pool, &b, &a), CI_OK);
+    ASSERT(b.ids[0] == -1 && b.ids[2] == -1 && b.ids[4] == a.ids[4]);
+    ASSERT_EQ_I64(kv_pool_refcount(pool, a.ids[4]), 2);
+    kv_pool_check(pool, all, 2, NULL);
+    // A hole after a live entry is corruption.
+    int32_t keep = a.ids[4];
+    a.ids[4] = -1;
+    struct ci_err err = {0};
+    ASSERT_STATUS(kv_pool_verify(pool, all, 2, NULL, &err), CI_ERR_INTERNAL);
+    a.ids[4] = keep;
+    kv_seq_shrink(pool, &a, 4); // down to the holes: nothing to unref there
+    ASSERT_EQ_I64(a.n, 2);
+    kv_seq_release(pool, &a);
+    kv_seq_release(pool, &b);
+    kv_pool_check(pool, all, 2, NULL);
+    ASSERT_EQ_I64(kv_pool_n_free(pool), 8);
+    kv_seq_deinit(&a);
+    kv_seq_deinit(&b);
+    kv_pool_free(pool);
+}
+
 TEST(copy_block_slots) {
     enum { BS = 4 };
     struct kv_pool *pool = make_pool(CL, CH, CHD, BS, 3);
@@ -839,6 +892,7 @@ int main(int argc, char **argv) {
     RUN(reserve_all_or_nothing);
     RUN(copy_on_write);
     RUN(cow_all_or_nothing_and_fork_limit);
+    RUN(drop_front_holes);
     RUN(copy_block_slots);
     RUN(verify_detects_corruption);
     RUN(seq_init_errors);
