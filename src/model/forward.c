@@ -13,18 +13,20 @@ struct forward {
     int max_tokens;
     int max_rows;
     // Scratch, sized once.
-    float *x;      // [max_tokens][n_embd] residual stream
-    float *xb;     // [max_tokens][n_embd] normed input of a sub-block
-    float *q;      // [max_tokens][n_head][head_dim]
-    float *k;      // [max_tokens][n_kv_head][head_dim]
-    float *v;      // [max_tokens][n_kv_head][head_dim]
-    float *att;    // [max_tokens][n_head][head_dim]
-    float *gate;   // [max_tokens][n_ff]
-    float *up;     // [max_tokens][n_ff]
-    float *out;    // [max_tokens][n_embd] sub-block output before the residual add
-    float *rows;   // [max_rows][n_embd] final hidden states of the rows that want logits
-    float *logits; // [max_rows][n_vocab]
-    void *work;    // matmul workspace
+    struct ci_rope_params rope; // the model's RoPE, with the frequency factors for the served context
+    float *x;                   // [max_tokens][n_embd] residual stream
+    float *xb;                  // [max_tokens][n_embd] normed input of a sub-block
+    float *q;                   // [max_tokens][n_head][head_dim]
+    float *k;                   // [max_tokens][n_kv_head][head_dim]
+    float *v;                   // [max_tokens][n_kv_head][head_dim]
+    float *att;                 // [max_tokens][n_head][head_dim]
+    float *gate;                // [max_tokens][n_ff]
+    float *up;                  // [max_tokens][n_ff]
+    float *out;                 // [max_tokens][n_embd] sub-block output before the residual add
+    float *rows;                // [max_rows][n_embd] final hidden states of the rows that want logits
+    float *logits;              // [max_rows][n_vocab]
+    float *qkv;                 // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
+    void *work;                 // matmul workspace
 };
 
 static size_t matmul_work(const struct model *m, int n_tok) {
@@ -32,8 +34,11 @@ static size_t matmul_work(const struct model *m, int n_tok) {
     size_t best = ci_matmul_work_bytes(w->output.type, w->output.ne[0], n_tok);
     for (int il = 0; il < m->config.n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
-        const struct ci_tensor *all[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        const struct ci_tensor *all[] = {&l->wq,     &l->wk,   &l->wv,     &l->wo,
+                                         &l->w_gate, &l->w_up, &l->w_down, &l->wqkv};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+            if (!all[i]->data)
+                continue;
             size_t n = ci_matmul_work_bytes(all[i]->type, all[i]->ne[0], n_tok);
             best = n > best ? n : best;
         }
@@ -68,11 +73,12 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         {&f->k, T, kv_dim},
         {&f->v, T, kv_dim},
         {&f->att, T, q_dim},
-        {&f->gate, T, (size_t)c->n_ff},
+        {&f->gate, T, (size_t)c->n_ff * (c->ffn_fused ? 2 : 1)}, // fused: the gate and up rows side by side
         {&f->up, T, (size_t)c->n_ff},
         {&f->out, T, (size_t)c->n_embd},
         {&f->rows, R, (size_t)c->n_embd},
         {&f->logits, R, (size_t)c->n_vocab},
+        {&f->qkv, c->qkv_fused ? T : 1, c->qkv_fused ? q_dim + 2 * kv_dim : 1},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         size_t n, bytes;
@@ -89,14 +95,25 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         return ci_err_set(err, CI_ERR_NOMEM, "forward: out of memory for %zu bytes of matmul workspace",
                           work);
     }
+    model_config_rope_params(c, &f->rope);
+    forward_set_n_ctx(f, c->n_ctx_train);
     *out = f;
     return CI_OK;
+}
+
+void forward_set_n_ctx(struct forward *f, int n_ctx) {
+    const struct model_weights *w = &f->m->weights;
+    if (w->rope_long.data) // LongRoPE: llama.cpp's choice by the context per sequence
+        f->rope.freq_factors = n_ctx > f->m->config.rope_orig_ctx ? w->rope_long.data : w->rope_short.data;
+    else
+        f->rope.freq_factors = w->rope_freqs.data; // [rope_dim/2] or NULL
 }
 
 void forward_free(struct forward *f) {
     if (!f)
         return;
-    float *all[] = {f->x, f->xb, f->q, f->k, f->v, f->att, f->gate, f->up, f->out, f->rows, f->logits};
+    float *all[] = {f->x,    f->xb, f->q,   f->k,    f->v,      f->att,
+                    f->gate, f->up, f->out, f->rows, f->logits, f->qkv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ci_free_aligned(all[i]);
     ci_free_aligned(f->work);
@@ -167,9 +184,20 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     // Attention sub-block.
     for (int t = 0; t < n; t++)
         ci_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, l->attn_norm.data, E, c->rms_eps);
-    ci_matmul(f->tp, &l->wq, f->xb, n, f->q, f->work);
-    ci_matmul(f->tp, &l->wk, f->xb, n, f->k, f->work);
-    ci_matmul(f->tp, &l->wv, f->xb, n, f->v, f->work);
+    if (l->wqkv.data) { // Phi-3: one matmul, its rows split into Q, K, V
+        int qkv_dim = q_dim + 2 * kv_dim;
+        ci_matmul(f->tp, &l->wqkv, f->xb, n, f->qkv, f->work);
+        for (int t = 0; t < n; t++) {
+            const float *r = f->qkv + (size_t)t * qkv_dim;
+            memcpy(f->q + (size_t)t * q_dim, r, (size_t)q_dim * sizeof *r);
+            memcpy(f->k + (size_t)t * kv_dim, r + q_dim, (size_t)kv_dim * sizeof *r);
+            memcpy(f->v + (size_t)t * kv_dim, r + q_dim + kv_dim, (size_t)kv_dim * sizeof *r);
+        }
+    } else {
+        ci_matmul(f->tp, &l->wq, f->xb, n, f->q, f->work);
+        ci_matmul(f->tp, &l->wk, f->xb, n, f->k, f->work);
+        ci_matmul(f->tp, &l->wv, f->xb, n, f->v, f->work);
+    }
     add_bias(f->q, &l->bq, n, q_dim);
     add_bias(f->k, &l->bk, n, kv_dim);
     add_bias(f->v, &l->bv, n, kv_dim);
@@ -181,12 +209,9 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
             ci_rmsnorm(f->k + h * c->head_dim, f->k + h * c->head_dim, l->k_norm.data, c->head_dim,
                        c->rms_eps);
     }
-    const float *ff = f->m->weights.rope_freqs.data; // [rope_dim/2] or NULL
     for (int t = 0; t < n; t++) {
-        ci_rope_ext(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, c->rope_dim, b->pos[t], c->rope_base,
-                    c->rope_neox, ff, c->rope_pos_scale);
-        ci_rope_ext(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, c->rope_dim, b->pos[t],
-                    c->rope_base, c->rope_neox, ff, c->rope_pos_scale);
+        ci_rope_apply(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, b->pos[t], &f->rope);
+        ci_rope_apply(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, b->pos[t], &f->rope);
     }
     write_kv(b, &kv[il], f->k, f->v);
     struct ci_attn_args args = {
@@ -208,10 +233,20 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     // Feed-forward sub-block (SwiGLU).
     for (int t = 0; t < n; t++)
         ci_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, l->ffn_norm.data, E, c->rms_eps);
-    ci_matmul(f->tp, &l->w_gate, f->xb, n, f->gate, f->work);
-    ci_matmul(f->tp, &l->w_up, f->xb, n, f->up, f->work);
-    for (int t = 0; t < n; t++)
-        ci_silu_mul(f->gate + (size_t)t * c->n_ff, f->up + (size_t)t * c->n_ff, c->n_ff);
+    if (c->ffn_fused) { // Phi-3: ffn_up's rows are the gate's then the up projection's
+        size_t F = (size_t)c->n_ff;
+        ci_matmul(f->tp, &l->w_up, f->xb, n, f->gate, f->work);
+        for (int t = 0; t < n; t++) {
+            float *g = f->gate + (size_t)t * 2 * F;
+            ci_silu_mul(g, g + F, c->n_ff);
+            memmove(f->gate + (size_t)t * F, g, F * sizeof *g); // compact to [n][n_ff] for ffn_down
+        }
+    } else {
+        ci_matmul(f->tp, &l->w_gate, f->xb, n, f->gate, f->work);
+        ci_matmul(f->tp, &l->w_up, f->xb, n, f->up, f->work);
+        for (int t = 0; t < n; t++)
+            ci_silu_mul(f->gate + (size_t)t * c->n_ff, f->up + (size_t)t * c->n_ff, c->n_ff);
+    }
     ci_matmul(f->tp, &l->w_down, f->gate, n, f->out, f->work);
     for (size_t i = 0; i < (size_t)n * E; i++)
         f->x[i] += f->out[i];

@@ -41,4 +41,9 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
 
 int forward_max_tokens(const struct forward *f);
 
+/* The context size per sequence the caller serves (default: the model's n_ctx_train).  Phi-3's LongRoPE
+ * rotates with the long factors when it exceeds rope.scaling.original_context_length, else the short ones,
+ * as llama.cpp chooses by its n_ctx_seq. */
+void forward_set_n_ctx(struct forward *f, int n_ctx);
+
 #endif

@@ -20,8 +20,9 @@ struct layer_weights {
     struct ci_tensor wo;         // [n_embd][n_head*head_dim]
     struct ci_tensor ffn_norm;   // [n_embd] F32
     struct ci_tensor w_gate;     // [n_ff][n_embd]
-    struct ci_tensor w_up;       // [n_ff][n_embd]
+    struct ci_tensor w_up;       // [n_ff][n_embd]; [2*n_ff][n_embd] when ffn_fused (gate rows, then up)
     struct ci_tensor w_down;     // [n_embd][n_ff]
+    struct ci_tensor wqkv;       // [q_dim + 2*kv_dim][n_embd]: Phi-3's fused Q, K, V rows (wq/wk/wv absent)
 };
 
 struct model_weights {
@@ -29,6 +30,8 @@ struct model_weights {
     struct ci_tensor output_norm; // [n_embd] F32
     struct ci_tensor output;      // [n_vocab][n_embd]; equals tok_embd when the head is tied
     struct ci_tensor rope_freqs;  // [rope_dim/2] F32 RoPE frequency divisors (llama3 scaling), or absent
+    struct ci_tensor rope_long;   // [rope_dim/2] F32 LongRoPE divisors for contexts above rope_orig_ctx
+    struct ci_tensor rope_short;  // [rope_dim/2] F32 LongRoPE divisors for contexts up to rope_orig_ctx
     struct layer_weights *layers; // [n_layer], owned
 };
 

@@ -12,8 +12,10 @@ shows that 0.05 still catches a wrong Q4_0 nibble layout.  (llama.cpp rejects ro
 for llama and qwen2, so partial RoPE cannot be checked here.)
 
 Part B, cinfer against llama.cpp: for `cinfer synth --preset tiny --seed 1` in F32 and Q8_0, the qwen2-style
-preset tiny-qwen2, tiny-llama3 (llama3 rope_freqs.weight) and tiny-qwen3 (Q/K norms, head_dim 64 with n_embd
-256) in F32 and Q8_0 (these two in F32 over 100 positions), and for stories260K.bin converted by `cinfer convert`:
+preset tiny-qwen2, tiny-llama3 (llama3 rope_freqs.weight), tiny-qwen3 (Q/K norms, head_dim 64 with n_embd
+256), tiny-phi3 (fused QKV and gate-up, LongRoPE long factors with the attention factor, partial NeoX rotary) and
+tiny-yarn (YaRN) in F32 and Q8_0 (these four in F32 over 100 positions, with negative controls: the LongRoPE
+file with short factors in place of the long ones and the YaRN file unscaled are far from llama.cpp), and for stories260K.bin converted by `cinfer convert`:
   - cinfer's logits vs llama.cpp's log-probabilities at every position (same measure and tolerances as part A);
   - 32 greedy ids from BOS: `cinfer run -p "" -n 32 --temp 0 --ids` == llama.cpp's argmax decoding;
   - 32 greedy ids after BOS + 3 prompt ids: cinfer's argmax of `cinfer logits` == llama.cpp's;
@@ -296,7 +298,13 @@ def part_b(rep, tmp):
         ("tiny-llama3", "q8_0"),
         ("tiny-qwen3", "f32"),
         ("tiny-qwen3", "q8_0"),
+        ("tiny-phi3", "f32"),
+        ("tiny-phi3", "q8_0"),
+        ("tiny-yarn", "f32"),
+        ("tiny-yarn", "q8_0"),
     ):
+        if os.environ.get("LLAMACPP_PRESETS") and preset not in os.environ["LLAMACPP_PRESETS"].split(","):
+            continue
         label = "%s-%s" % (preset, t)
         path = os.path.join(tmp, "synth-%s.gguf" % label)
         try:
@@ -311,7 +319,7 @@ def part_b(rep, tmp):
         # the slow pairs, whose rotation only shows after a few dozen positions.  Their Q8_0 files over N_SEQ:
         # the two engines' 8-bit activation rounding drifts apart along the
         # sequence (tiny-qwen3-q8_0 at 100 positions: 0.14 relative, above the 0.1 tolerance).
-        n_seq = N_SEQ_LONG if preset in ("tiny-llama3", "tiny-qwen3") and t == "f32" else N_SEQ
+        n_seq = N_SEQ_LONG if preset in ("tiny-llama3", "tiny-qwen3", "tiny-phi3", "tiny-yarn") and t == "f32" else N_SEQ
         tokens = ciref.seeded_tokens(n_seq, n_vocab, bos, seed=8)
         prompt = ciref.seeded_tokens(4, n_vocab, bos, seed=7)
         models.append((label, path, t == "f32", tokens, prompt))
@@ -360,6 +368,24 @@ def part_b(rep, tmp):
                     "only %.3g from llama.cpp" % gap,
                     "max|dlogit| %.3g without rope_freqs.weight" % gap,
                 )
+            # Negative controls of the RoPE scalings: the LongRoPE file with its long factors replaced by the
+            # short ones (what a loader choosing by another rule computes), the YaRN file as plain RoPE.
+            controls = {
+                "tiny-phi3-f32": ("llamacpp_longrope_short_factors_differ", lambda: {"replace_tensors": {
+                    "rope_factors_long.weight": gguf_np.GGUF(path).tensor("rope_factors_short.weight")
+                    .astype(np.float32)}}),
+                "tiny-yarn-f32": ("llamacpp_yarn_unscaled_differs", lambda: {"drop_kvs": [
+                    "llama.rope.scaling.type", "llama.rope.scaling.factor",
+                    "llama.rope.scaling.original_context_length"]}),
+            }
+            if label in controls:
+                cname, kw = controls[label][0], controls[label][1]()
+                other_path = os.path.join(tmp, "control.gguf")
+                test_arch.rewrite(path, other_path, **kw)
+                other, _ = ciref.cinfer_logits(other_path, tokens, os.path.join(tmp, "cmp.f32"))
+                gap, scale, _ = logprob_gap(probs, other)
+                rep.check(gap > 100 * 1e-4 * scale, cname, "only %.3g from llama.cpp" % gap,
+                          "max|dlogit| %.3g" % gap)
         except (NodeError, CinferError) as e:
             rep.fail(name, e)
         # greedy from BOS with cinfer run
