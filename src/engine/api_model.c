@@ -187,6 +187,15 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->rope_scaling = rope_scaling_name(c->rope_scaling);
     out->rope_linear_factor = 1.0f / c->rope_pos_scale;
     out->rope_freqs = md->weights.rope_freqs.data != NULL;
+    out->rope_orig_ctx = c->rope_orig_ctx;
+    struct ci_rope_params rp;
+    model_config_rope_params(c, &rp);
+    out->rope_mscale = rp.mscale;
+    out->yarn_beta_fast = c->yarn_beta_fast;
+    out->yarn_beta_slow = c->yarn_beta_slow;
+    out->rope_longrope = md->weights.rope_long.data != NULL;
+    out->qkv_fused = c->qkv_fused;
+    out->ffn_fused = c->ffn_fused;
     out->qk_norm = c->qk_norm;
     out->rms_eps = c->rms_eps;
     out->tied_output = md->weights.output.data == md->weights.tok_embd.data;
