@@ -175,6 +175,17 @@ def check_rope_scalings(rep, paths, got, tokens, out, tmp):
     ciref.compare_logits(rep, "longrope_short_factors", gs, ref_logits(short, tokens[:60]), tol)
     d = rel_diff(gs, cph[:60])
     rep.check(d > MIN_EFFECT, "longrope_short_differs_from_long", "only %.3g apart" % d, "%.3g" % d)
+    # The engine's served context picks the factors: `cinfer run --ctx 64` decodes with the short ones, the
+    # default (the training context 512) with the long ones, each equal to the reference's greedy ids.
+    ref_ids = {}
+    for ctx in (64, 512):
+        m = model_np.Model.load(ph)
+        m.serve_ctx = ctx
+        ref_ids[ctx] = m.greedy([1], 40)
+        args = ["run", "-m", ph, "-p", "", "-n", 40, "--temp", 0, "--ids"] + (["--ctx", ctx] if ctx == 64 else [])
+        ids = [int(x) for x in ciref.cinfer(args)[0].decode().split()]
+        rep.check(ids == ref_ids[ctx], "longrope_engine_ctx_%d" % ctx, "cinfer %s, reference %s" % (ids, ref_ids[ctx]))
+    rep.check(ref_ids[64] != ref_ids[512], "longrope_engine_ctx_matters", "the same ids with either factors")
     # Phi-3 with separate Q/K/V tensors (llama.cpp accepts either): the same model.
     g = gguf_np.GGUF(ph)
     q_dim, kv_dim = 256, 64
