@@ -136,13 +136,15 @@ static void tensor_types(const struct model *m, struct cinfer_model_info *out) {
     count_type(&w->tok_embd, per_type);
     count_type(&w->output_norm, per_type);
     count_type(&w->rope_freqs, per_type);
+    count_type(&w->rope_long, per_type);
+    count_type(&w->rope_short, per_type);
     if (w->output.data != w->tok_embd.data)
         count_type(&w->output, per_type);
     for (int il = 0; il < m->config.n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
         const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,     &l->wv,     &l->bq,
                                          &l->bk,        &l->bv,     &l->q_norm, &l->k_norm, &l->wo,
-                                         &l->ffn_norm,  &l->w_gate, &l->w_up,   &l->w_down};
+                                         &l->ffn_norm,  &l->w_gate, &l->w_up,   &l->w_down, &l->wqkv};
         for (size_t i = 0; i < CI_ARRAY_LEN(all); i++)
             count_type(all[i], per_type);
     }
