@@ -9,13 +9,15 @@ equal the numpy reference's logits up to a constant per position:
 tol = 1e-4 for F32 models; 0.05 for F16/BF16/Q8_0/Q4_0 models, because llama.cpp's CPU matmul rounds the
 activations to the weight's companion type (F16, BF16, Q8_0) before the dot product.  A negative control
 shows that 0.05 still catches a wrong Q4_0 nibble layout.  (llama.cpp rejects rope.dimension_count != head_dim
-for llama and qwen2, so partial RoPE cannot be checked here.)
+for llama, so partial RoPE is checked in part B on tiny-phi3, which rotates 24 of 32 dimensions NeoX-style.)
 
 Part B, cinfer against llama.cpp: for `cinfer synth --preset tiny --seed 1` in F32 and Q8_0, the qwen2-style
 preset tiny-qwen2, tiny-llama3 (llama3 rope_freqs.weight), tiny-qwen3 (Q/K norms, head_dim 64 with n_embd
 256), tiny-phi3 (fused QKV and gate-up, LongRoPE long factors with the attention factor, partial NeoX rotary) and
 tiny-yarn (YaRN) in F32 and Q8_0 (these four in F32 over 100 positions, with negative controls: the LongRoPE
-file with short factors in place of the long ones and the YaRN file unscaled are far from llama.cpp), and for stories260K.bin converted by `cinfer convert`:
+file with short factors in place of the long ones and the YaRN file unscaled are far from llama.cpp; and two F32
+variants: tiny-phi3 with an original context of 512, where both engines use the short factors, and tiny-yarn with
+rope.scaling.attn_factor 0.8), and for stories260K.bin converted by `cinfer convert`:
   - cinfer's logits vs llama.cpp's log-probabilities at every position (same measure and tolerances as part A);
   - 32 greedy ids from BOS: `cinfer run -p "" -n 32 --temp 0 --ids` == llama.cpp's argmax decoding;
   - 32 greedy ids after BOS + 3 prompt ids: cinfer's argmax of `cinfer logits` == llama.cpp's;
@@ -323,6 +325,18 @@ def part_b(rep, tmp):
         tokens = ciref.seeded_tokens(n_seq, n_vocab, bos, seed=8)
         prompt = ciref.seeded_tokens(4, n_vocab, bos, seed=7)
         models.append((label, path, t == "f32", tokens, prompt))
+        # Variants of the F32 RoPE-scaling presets, rewritten here: tiny-phi3 with an original context of 512, so
+        # both engines (llama.cpp's context of 256 and cinfer's 512 are not above it) rotate with the short
+        # factors; tiny-yarn with rope.scaling.attn_factor 0.8, which llama.cpp multiplies into YaRN's magnitude.
+        variants = {
+            "tiny-phi3-f32": ("tiny-phi3-short-f32", [("phi3.rope.scaling.original_context_length", gguf_np.T_UINT32, 512)]),
+            "tiny-yarn-f32": ("tiny-yarn-attn0.8-f32", [("llama.rope.scaling.attn_factor", gguf_np.T_FLOAT32, 0.8)]),
+        }
+        if label in variants:
+            vlabel, kvs = variants[label]
+            vpath = os.path.join(tmp, "synth-%s.gguf" % vlabel)
+            test_arch.rewrite(path, vpath, set_kvs=kvs)
+            models.append((vlabel, vpath, True, tokens, prompt))
     conv = os.path.join(tmp, "stories260K-converted.gguf")
     try:
         ciref.cinfer(["convert", model_path("stories260K.bin"), "--tokenizer", model_path("tok512.bin"), "-o", conv])
