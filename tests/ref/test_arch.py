@@ -198,6 +198,10 @@ def check_rope_scalings(rep, paths, got, tokens, out, tmp):
                  ("blk.%d.attn_v.weight" % i, qkv[q_dim + kv_dim :])]
     rewrite(ph, sep, drop_tensors=drops, add_tensors=adds)
     ciref.compare_logits(rep, "phi3_separate_qkv", ciref.cinfer_logits(sep, tokens, out)[0], cph, tol)
+    # A tied Phi-3 (no output.weight; llama.cpp falls back to token_embd): against the reference.
+    tied = os.path.join(tmp, "phi3-tied.gguf")
+    rewrite(ph, tied, drop_tensors=["output.weight"])
+    ciref.compare_logits(rep, "phi3_tied_output", ciref.cinfer_logits(tied, tokens, out)[0], ref_logits(tied, tokens), tol)
     # The fused gate-up order: swapping the halves (up first) is another model.
     sabotage("phi3_gate_up_order_matters", ph, lambda m: [m.w.update({
         "blk.%d.ffn_gate.weight" % i: m.w["blk.%d.ffn_up.weight" % i],
