@@ -68,13 +68,19 @@ struct cinfer_model_info {
     const char *format; // "GGUF" or "llama2.c"
     bool has_weights;   // false for a model loaded vocab_only (the sizes below are then 0)
     int n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_ctx_train;
-    int rope_dim;                // dimensions of each head that are rotated
-    float rope_base;             // RoPE frequency base
-    bool rope_neox;              // NeoX pairing (i, i + d/2) rather than adjacent pairs
-    const char *rope_scaling;    // "none", "linear" or "llama3" (the file's rope.scaling.type)
-    float rope_linear_factor;    // positions are divided by this (1 unless linear scaling)
-    bool rope_freqs;             // rope_freqs.weight's per-pair frequency divisors are applied
-    bool qk_norm;                // per-head RMSNorm of Q and K before RoPE (qwen3)
+    int rope_dim;             // dimensions of each head that are rotated
+    float rope_base;          // RoPE frequency base
+    bool rope_neox;           // NeoX pairing (i, i + d/2) rather than adjacent pairs
+    const char *rope_scaling; // "none", "linear", "llama3", "yarn" or "longrope"
+    float rope_linear_factor; // positions are divided by this (1 unless linear scaling; YaRN's factor)
+    bool rope_freqs;          // rope_freqs.weight's per-pair frequency divisors are applied
+    int rope_orig_ctx; // rope.scaling.original_context_length (YaRN, LongRoPE), else the context length
+    float rope_mscale; // RoPE's cos/sin multiplier: attn_factor (times 1 + 0.1 ln factor for YaRN)
+    float yarn_beta_fast, yarn_beta_slow; // YaRN's correction range
+    bool rope_longrope; // rope_factors_long/short.weight (Phi-3): long above rope_orig_ctx, else short
+    bool qkv_fused;     // attn_qkv.weight: one Q/K/V projection (phi3)
+    bool ffn_fused;     // ffn_up.weight holds the gate and up projections (phi3)
+    bool qk_norm;       // per-head RMSNorm of Q and K before RoPE (qwen3)
     int n_expert, n_expert_used; // mixture of experts: experts per layer and per token (0, 0: a dense FFN)
     int n_ff_exp, n_ff_shexp;    // one expert's FFN length; the shared expert's (qwen2moe), else 0
     bool expert_weights_norm;    // the top-k router weights are renormalised to sum 1

@@ -112,9 +112,12 @@ static void shape_init(struct kb_shape *s, const struct model *m, uint32_t kv_ty
     memset(s, 0, sizeof *s);
     for (int il = 0; il < c->n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
-        const struct ci_tensor *mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        const struct ci_tensor *mats[] = {&l->wq,     &l->wk,   &l->wv,     &l->wo,
+                                          &l->w_gate, &l->w_up, &l->w_down, &l->wqkv};
         const struct ci_tensor *rest[] = {&l->attn_norm, &l->ffn_norm, &l->bq, &l->bk, &l->bv};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            if (!mats[i]->data) // phi3: wqkv instead of wq/wk/wv, no w_gate; the others: no wqkv
+                continue;
             s->p_layers[bench_roof_of_type(mats[i]->type)] += tensor_params(mats[i]);
             s->w_layers_bytes += (double)mats[i]->nbytes;
         }

@@ -82,9 +82,22 @@ int cmd_info(int argc, char **argv) {
     printf("%-28s base %g, %d dims, %s pairing\n", "rope", (double)c.rope_base, c.rope_dim,
            c.rope_neox ? "NeoX" : "adjacent");
     printf("%-28s type %s", "rope scaling", c.rope_scaling);
+    bool yarn = strcmp(c.rope_scaling, "yarn") == 0;
     if (c.rope_linear_factor != 1.0f)
-        printf(", positions / %g", (double)c.rope_linear_factor);
-    printf("%s\n", c.rope_freqs ? ", per-pair frequency divisors from rope_freqs.weight" : "");
+        printf(yarn ? ", factor %g" : ", positions / %g", (double)c.rope_linear_factor);
+    printf("%s", c.rope_freqs ? ", per-pair frequency divisors from rope_freqs.weight" : "");
+    if (yarn)
+        printf(", original context %d, beta fast %g slow %g", c.rope_orig_ctx, (double)c.yarn_beta_fast,
+               (double)c.yarn_beta_slow);
+    if (c.rope_longrope)
+        printf(", rope_factors_long.weight above a context of %d, rope_factors_short.weight up to it",
+               c.rope_orig_ctx);
+    if (c.rope_mscale != 1.0f)
+        printf(", cos/sin scaled by %.6g", (double)c.rope_mscale);
+    printf("\n");
+    if (c.qkv_fused || c.ffn_fused)
+        printf("%-28s%s%s\n", "fused projections", c.qkv_fused ? " attn_qkv (Q, K, V rows)" : "",
+               c.ffn_fused ? " ffn_up (gate rows, then up rows)" : "");
     if (c.qk_norm)
         printf("%-28s per-head RMSNorm of Q and K before RoPE\n", "q/k norm");
     if (c.sliding_window > 0)

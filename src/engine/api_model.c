@@ -138,13 +138,15 @@ static void tensor_types(const struct model *m, struct cinfer_model_info *out) {
     count_type(&w->tok_embd, per_type);
     count_type(&w->output_norm, per_type);
     count_type(&w->rope_freqs, per_type);
+    count_type(&w->rope_long, per_type);
+    count_type(&w->rope_short, per_type);
     if (w->output.data != w->tok_embd.data)
         count_type(&w->output, per_type);
     for (int il = 0; il < m->config.n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
         const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,     &l->wv,     &l->bq,
                                          &l->bk,        &l->bv,     &l->q_norm, &l->k_norm, &l->wo,
-                                         &l->ffn_norm,  &l->w_gate, &l->w_up,   &l->w_down};
+                                         &l->ffn_norm,  &l->w_gate, &l->w_up,   &l->w_down, &l->wqkv};
         for (size_t i = 0; i < CI_ARRAY_LEN(all); i++)
             count_type(all[i], per_type);
     }
@@ -214,6 +216,15 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->rope_scaling = rope_scaling_name(c->rope_scaling);
     out->rope_linear_factor = 1.0f / c->rope_pos_scale;
     out->rope_freqs = md->weights.rope_freqs.data != NULL;
+    out->rope_orig_ctx = c->rope_orig_ctx;
+    struct ci_rope_params rp;
+    model_config_rope_params(c, &rp);
+    out->rope_mscale = rp.mscale;
+    out->yarn_beta_fast = c->yarn_beta_fast;
+    out->yarn_beta_slow = c->yarn_beta_slow;
+    out->rope_longrope = md->weights.rope_long.data != NULL;
+    out->qkv_fused = c->qkv_fused;
+    out->ffn_fused = c->ffn_fused;
     out->qk_norm = c->qk_norm;
     out->sliding_window = c->sliding_window;
     for (int il = 0; il < c->n_layer; il++)

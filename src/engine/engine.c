@@ -1045,6 +1045,7 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     if ((s = forward_create(m, e->max_pass_tokens, e->max_rows, e->tp, &e->fwd, err)) ||
         (s = ci_queue_create(queue_capacity, &e->queue, err)))
         goto fail;
+    forward_set_n_ctx(e->fwd, e->n_ctx); // Phi-3 LongRoPE: long or short factors by the served context
     e->cap = sp.max_seqs + queue_capacity * SEQS_PER_QUEUED_REQUEST + MAX_SAMPLES;
     size_t T = (size_t)e->max_pass_tokens, R = (size_t)e->max_rows;
     e->layers = ci_calloc((size_t)c->n_layer, sizeof *e->layers);

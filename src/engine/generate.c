@@ -89,6 +89,7 @@ enum ci_status generate(const struct model *m, const int32_t *prompt, int n_prom
         (s = sampler_create(&p->sampling, c->n_vocab, &smp, err)) ||
         (s = kv_seq_init(&table, max_blocks, err)))
         goto fail;
+    forward_set_n_ctx(fwd, n_ctx); // Phi-3 LongRoPE: long or short factors by the context
     mt->kv_bytes = kv_pool_bytes(pool);
     layers = ci_calloc((size_t)c->n_layer, sizeof *layers);
     history = ci_calloc((size_t)n_total, sizeof *history);

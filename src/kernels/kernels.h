@@ -46,6 +46,26 @@ void ci_rope(float *x, int n_head, int head_dim, int rope_dim, int pos, float ba
  * 1 the result is ci_rope's, bit for bit. */
 void ci_rope_ext(float *x, int n_head, int head_dim, int rope_dim, int pos, float base, bool neox,
                  const float *freq_factors, float pos_scale);
+/* The general rotary embedding, as ggml_rope_ext computes it (YaRN, frequency factors, magnitude scaling).
+ * Per pair i: theta_extrap = pos * base^(-2i/rope_dim) / freq_factors[i], theta_interp = freq_scale *
+ * theta_extrap; with ext_factor 0 the angle is theta_interp, else the YaRN mix
+ * theta = theta_interp * (1 - m) + theta_extrap * m, m = ext_factor * (1 - clamp((i - corr_low) /
+ * max(0.001, corr_high - corr_low), 0, 1)).  cos and sin are multiplied by mscale (the attention factor). */
+struct ci_rope_params {
+    int rope_dim; // dimensions rotated per head (even, <= head_dim)
+    float base;
+    bool neox;
+    const float *freq_factors; // [rope_dim/2] divisors (llama3 rope_freqs, Phi-3 LongRoPE), or NULL
+    float freq_scale;          // 1 / scaling factor (linear, YaRN); 1: none
+    float ext_factor;          // YaRN extrapolation mix: 1 for YaRN, 0 otherwise
+    float corr_low, corr_high; // YaRN ramp bounds in pair indices (ci_rope_yarn_corr_dims)
+    float mscale;              // multiplier of cos and sin; 1: none
+};
+void ci_rope_apply(float *x, int n_head, int head_dim, int pos, const struct ci_rope_params *p);
+/* YaRN's correction range as ggml computes it (in float): the pair indices whose wavelength is
+ * n_ctx_orig / beta_fast (low, floored, >= 0) and n_ctx_orig / beta_slow (high, ceiled, <= rope_dim - 1). */
+void ci_rope_yarn_corr_dims(int rope_dim, int n_ctx_orig, float base, float beta_fast, float beta_slow,
+                            float dims[2]);
 
 /* gate[i] = silu(gate[i]) * up[i]  (SwiGLU). */
 void ci_silu_mul(float *gate, const float *up, int n);

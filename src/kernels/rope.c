@@ -13,19 +13,54 @@ void ci_rope(float *x, int n_head, int head_dim, int rope_dim, int pos, float ba
 
 void ci_rope_ext(float *x, int n_head, int head_dim, int rope_dim, int pos, float base, bool neox,
                  const float *freq_factors, float pos_scale) {
-    CI_ASSERT(n_head > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim && base > 0.0f);
-    CI_ASSERT(pos_scale > 0.0f);
+    struct ci_rope_params p = {.rope_dim = rope_dim,
+                               .base = base,
+                               .neox = neox,
+                               .freq_factors = freq_factors,
+                               .freq_scale = pos_scale,
+                               .mscale = 1.0f};
+    ci_rope_apply(x, n_head, head_dim, pos, &p);
+}
+
+void ci_rope_yarn_corr_dims(int rope_dim, int n_ctx_orig, float base, float beta_fast, float beta_slow,
+                            float dims[2]) {
+    // The pair index whose wavelength 2 pi base^(2i/d) equals n_ctx_orig / beta, in float as ggml has it
+    // (the floor and ceil make the bounds integers, so float vs double rounding matters only at ties).
+    float lo = floorf((float)rope_dim * logf((float)n_ctx_orig / (beta_fast * 2.0f * (float)M_PI)) /
+                      (2.0f * logf(base)));
+    float hi = ceilf((float)rope_dim * logf((float)n_ctx_orig / (beta_slow * 2.0f * (float)M_PI)) /
+                     (2.0f * logf(base)));
+    dims[0] = lo > 0.0f ? lo : 0.0f;
+    dims[1] = hi < (float)(rope_dim - 1) ? hi : (float)(rope_dim - 1);
+}
+
+void ci_rope_apply(float *x, int n_head, int head_dim, int pos, const struct ci_rope_params *rp) {
+    int rope_dim = rp->rope_dim;
+    CI_ASSERT(n_head > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim && rp->base > 0.0f);
+    CI_ASSERT(rp->freq_scale > 0.0f);
     int half = rope_dim / 2;
+    double mscale = (double)rp->mscale;
     // Multiplying by 1.0 and dividing by 1.0 are exact: unscaled rope keeps ci_rope's bits.
-    double p = (double)pos * (double)pos_scale;
+    double p = (double)pos * (double)rp->freq_scale;
     for (int i = 0; i < half; i++) {
-        double theta = p * pow((double)base, -2.0 * (double)i / (double)rope_dim);
-        if (freq_factors)
-            theta /= (double)freq_factors[i];
-        double c = cos(theta), s = sin(theta);
+        double inv = pow((double)rp->base, -2.0 * (double)i / (double)rope_dim);
+        double theta = p * inv;
+        if (rp->freq_factors)
+            theta /= (double)rp->freq_factors[i];
+        if (rp->ext_factor != 0.0f) { // YaRN: mix the interpolated and the original (extrapolated) angle
+            double extrap = (double)pos * inv;
+            if (rp->freq_factors)
+                extrap /= (double)rp->freq_factors[i];
+            double width = (double)rp->corr_high - (double)rp->corr_low;
+            double y = ((double)i - (double)rp->corr_low) / (width > 0.001 ? width : 0.001);
+            double ramp = 1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y);
+            double mix = ramp * (double)rp->ext_factor;
+            theta = theta * (1.0 - mix) + extrap * mix;
+        }
+        double c = cos(theta) * mscale, s = sin(theta) * mscale;
         // normal pairing: (2i, 2i+1); NeoX: (i, i + rope_dim/2)
-        int i0 = neox ? i : 2 * i;
-        int i1 = neox ? i + half : 2 * i + 1;
+        int i0 = rp->neox ? i : 2 * i;
+        int i1 = rp->neox ? i + half : 2 * i + 1;
         for (int h = 0; h < n_head; h++) {
             float *xh = x + (size_t)h * (size_t)head_dim; // [head_dim]
             double x0 = xh[i0], x1 = xh[i1];

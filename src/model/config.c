@@ -57,6 +57,12 @@ static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
                              .tied_allowed = true,
                              .moe = MOE_REQUIRED,
                              .moe_norm_w = true},
+    [MODEL_ARCH_PHI3] = {.name = "phi3",
+                         .rope_neox = true,
+                         .tied_allowed = true,
+                         .qkv_fused = true,
+                         .ffn_fused = true,
+                         .longrope = true},
 };
 
 const struct model_arch_info *model_arch_info(enum model_arch a) {
@@ -83,6 +89,7 @@ void model_config_set_arch(struct model_config *c, enum model_arch a) {
     c->final_softcap = ai->final_softcap_default;
     c->moe_norm_w = ai->moe_norm_w;
     c->moe_shared_exp = ai->moe_shared_exp;
+    c->ffn_fused = ai->ffn_fused;
 }
 
 const char *rope_scaling_name(enum rope_scaling s) {
@@ -93,6 +100,10 @@ const char *rope_scaling_name(enum rope_scaling s) {
         return "linear";
     case ROPE_SCALING_LLAMA3:
         return "llama3";
+    case ROPE_SCALING_YARN:
+        return "yarn";
+    case ROPE_SCALING_LONGROPE:
+        return "longrope";
     }
     CI_UNREACHABLE();
 }
@@ -122,9 +133,21 @@ static enum ci_status get_dim(const struct gguf *g, const char *arch, const char
     return CI_OK;
 }
 
-/* <arch>.rope.scaling.type and .factor.  As in llama.cpp, an absent type with a factor means linear
- * scaling.  "llama3" (cinfer's name; llama.cpp's converter writes only the tensor) requires
- * rope_freqs.weight, which model/weights.c binds and checks. */
+static enum ci_status get_f32_key(const struct gguf *g, const char *arch, const char *suffix, float *v,
+                                  struct ci_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    enum ci_status s = gguf_get_f32_opt(g, key, v, err);
+    if (s == CI_OK && !isfinite(*v))
+        return ci_err_set(err, CI_ERR_FORMAT, "key '%s': %g is not finite", key, (double)*v);
+    return s;
+}
+
+/* <arch>.rope.scaling.*.  As in llama.cpp, an absent type with a factor means linear scaling.  "llama3"
+ * (cinfer's name; llama.cpp's converter writes only the tensor) requires rope_freqs.weight, "longrope" the
+ * rope_factors_{long,short}.weight tensors, which model/weights.c binds and checks.  attn_factor multiplies
+ * RoPE's cos and sin under every type (llama.cpp's rope_attn_factor); YaRN multiplies it by
+ * 1 + 0.1 ln(factor). */
 static enum ci_status read_rope_scaling(struct model_config *c, const struct gguf *g, const char *arch,
                                         struct ci_err *err) {
     char key[128];
@@ -135,46 +158,73 @@ static enum ci_status read_rope_scaling(struct model_config *c, const struct ggu
     if (s != CI_OK)
         return s;
     float factor = 0.0f;
-    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
-    if ((s = gguf_get_f32_opt(g, key, &factor, err)))
+    if ((s = get_f32_key(g, arch, "rope.scaling.factor", &factor, err)))
         return s;
-    if (factor == 0.0f) { // llama.cpp's older key
-        snprintf(key, sizeof key, "%s.rope.scale_linear", arch);
-        if ((s = gguf_get_f32_opt(g, key, &factor, err)))
-            return s;
-    }
-    if (factor != 0.0f && (!(factor > 0.0f) || !isfinite(factor)))
+    if (factor == 0.0f && (s = get_f32_key(g, arch, "rope.scale_linear", &factor, err))) // the older key
+        return s;
+    if (factor != 0.0f && !(factor > 0.0f))
         return ci_err_set(err, CI_ERR_FORMAT, "key '%s.rope.scaling.factor': %g must be positive", arch,
                           (double)factor);
     c->rope_scaling = ROPE_SCALING_NONE;
     c->rope_pos_scale = 1.0f;
     if (has_type) {
-        static const char *const known[] = {"none", "linear", "llama3"};
-        size_t k = 0;
-        while (k < 3 && !(type.len == strlen(known[k]) && memcmp(type.data, known[k], type.len) == 0))
+        static const char *const known[] = {"none", "linear", "llama3", "yarn", "longrope"};
+        size_t k = 0, n_known = sizeof known / sizeof *known;
+        while (k < n_known && !(type.len == strlen(known[k]) && memcmp(type.data, known[k], type.len) == 0))
             k++;
-        if (k == 3)
+        if (k == n_known)
             return ci_err_set(err, CI_ERR_UNSUPPORTED,
                               "key '%s.rope.scaling.type': '%.*s' is not supported (supported: none, linear, "
-                              "llama3)",
+                              "llama3, yarn, longrope)",
                               arch, (int)(type.len > 32 ? 32 : type.len), type.data);
         c->rope_scaling = (enum rope_scaling)k;
     } else if (factor != 0.0f && factor != 1.0f) {
         c->rope_scaling = ROPE_SCALING_LINEAR;
     }
-    if (c->rope_scaling == ROPE_SCALING_LINEAR && factor != 0.0f)
+    if ((c->rope_scaling == ROPE_SCALING_LINEAR || c->rope_scaling == ROPE_SCALING_YARN) && factor != 0.0f)
         c->rope_pos_scale = 1.0f / factor;
     else if (c->rope_scaling == ROPE_SCALING_NONE && factor != 0.0f && factor != 1.0f)
         return ci_err_set(err, CI_ERR_FORMAT,
                           "key '%s.rope.scaling.factor' is %g but '%s.rope.scaling.type' is none", arch,
                           (double)factor, arch);
-    float attn_factor = 1.0f;
-    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", arch);
-    if ((s = gguf_get_f32_opt(g, key, &attn_factor, err)))
+    if (c->rope_scaling == ROPE_SCALING_YARN && factor == 0.0f)
+        return ci_err_set(err, CI_ERR_FORMAT, "rope scaling type yarn needs key '%s.rope.scaling.factor'",
+                          arch);
+    c->rope_attn_factor = 1.0f;
+    c->yarn_beta_fast = 32.0f;
+    c->yarn_beta_slow = 1.0f;
+    if ((s = get_f32_key(g, arch, "rope.scaling.attn_factor", &c->rope_attn_factor, err)) ||
+        (s = get_f32_key(g, arch, "rope.scaling.yarn_beta_fast", &c->yarn_beta_fast, err)) ||
+        (s = get_f32_key(g, arch, "rope.scaling.yarn_beta_slow", &c->yarn_beta_slow, err)))
         return s;
-    if (attn_factor != 1.0f)
-        return ci_err_set(err, CI_ERR_UNSUPPORTED, "key '%s': %g is not supported (only 1)", key,
-                          (double)attn_factor);
+    if (!(c->rope_attn_factor > 0.0f))
+        return ci_err_set(err, CI_ERR_FORMAT, "key '%s.rope.scaling.attn_factor': %g must be positive", arch,
+                          (double)c->rope_attn_factor);
+    if (!(c->yarn_beta_fast > 0.0f) || !(c->yarn_beta_slow > 0.0f) || c->yarn_beta_slow > c->yarn_beta_fast)
+        return ci_err_set(err, CI_ERR_FORMAT,
+                          "keys '%s.rope.scaling.yarn_beta_fast' (%g) and 'yarn_beta_slow' (%g): need "
+                          "0 < beta_slow <= beta_fast",
+                          arch, (double)c->yarn_beta_fast, (double)c->yarn_beta_slow);
+    // YaRN variants llama.cpp applies only to other architectures (DeepSeek's log multiplier, Grok's
+    // explicit ext/attn factors): refused rather than ignored.
+    static const char *const yarn_other[] = {"rope.scaling.yarn_log_multiplier",
+                                             "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"};
+    for (size_t k = 0; k < sizeof yarn_other / sizeof *yarn_other; k++) {
+        snprintf(key, sizeof key, "%s.%s", arch, yarn_other[k]);
+        if (gguf_find_key(g, key) >= 0)
+            return ci_err_set(err, CI_ERR_UNSUPPORTED, "key '%s' is not supported; refusing the model", key);
+    }
+    c->rope_orig_ctx = 0; // n_ctx_train, once it is known
+    int64_t orig = -1;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+    if ((s = gguf_get_int_opt(g, key, &orig, err)))
+        return s;
+    if (orig != -1) {
+        if (orig <= 0 || orig > MAX_CTX)
+            return ci_err_set(err, CI_ERR_FORMAT, "key '%s': value %lld out of range [1, %d]", key,
+                              (long long)orig, MAX_CTX);
+        c->rope_orig_ctx = (int)orig;
+    }
     return CI_OK;
 }
 
@@ -245,6 +295,28 @@ static enum ci_status read_window_softcap(struct model_config *c, const struct g
     if (ai->attn_scale_embd_layers && c->n_layer == ai->attn_scale_embd_layers)
         c->attn_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
     return CI_OK;
+}
+
+void model_config_rope_params(const struct model_config *c, struct ci_rope_params *p) {
+    *p = (struct ci_rope_params){.rope_dim = c->rope_dim,
+                                 .base = c->rope_base,
+                                 .neox = c->rope_neox,
+                                 .freq_scale = c->rope_pos_scale,
+                                 .mscale = c->rope_attn_factor};
+    if (c->rope_scaling == ROPE_SCALING_YARN) {
+        // llama.cpp: ext_factor 1, and the magnitude scaling 1 + 0.1 ln(factor) for factors above 1
+        // (its context multiplies attn_factor by get_mscale / (1 + 0.1 ln factor) and ggml's rope_yarn by
+        // 1 + 0.1 ln(1 / freq_scale), which cancel below 1).
+        p->ext_factor = 1.0f;
+        float factor = 1.0f / c->rope_pos_scale;
+        if (factor > 1.0f)
+            p->mscale = c->rope_attn_factor * (1.0f + 0.1f * logf(factor));
+        float dims[2];
+        ci_rope_yarn_corr_dims(c->rope_dim, c->rope_orig_ctx, c->rope_base, c->yarn_beta_fast,
+                               c->yarn_beta_slow, dims);
+        p->corr_low = dims[0];
+        p->corr_high = dims[1];
+    }
 }
 
 /* Keys that change the computation in ways this engine does not implement: loading such a file would
@@ -444,6 +516,15 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
     if (c->rope_scaling == ROPE_SCALING_NONE && model_arch_info(c->arch)->rope_freqs &&
         gguf_find_tensor(g, "rope_freqs.weight") >= 0)
         c->rope_scaling = ROPE_SCALING_LLAMA3;
+    // LongRoPE (Phi-3): llama.cpp's converter writes only the factor tensors.
+    if (c->rope_scaling == ROPE_SCALING_NONE && model_arch_info(c->arch)->longrope &&
+        (gguf_find_tensor(g, "rope_factors_long.weight") >= 0 ||
+         gguf_find_tensor(g, "rope_factors_short.weight") >= 0))
+        c->rope_scaling = ROPE_SCALING_LONGROPE;
+    if (c->rope_orig_ctx == 0)
+        c->rope_orig_ctx = c->n_ctx_train;
+    // Phi-3: attn_qkv.weight of layer 0 decides for the file (model/weights.c checks every layer).
+    c->qkv_fused = model_arch_info(c->arch)->qkv_fused && gguf_find_tensor(g, "blk.0.attn_qkv.weight") >= 0;
 
     int64_t i = gguf_find_tensor(g, "token_embd.weight");
     if (i < 0)
@@ -485,6 +566,11 @@ enum ci_status model_config_validate(const struct model_config *c, struct ci_err
         (c->n_expert == 0 && c->n_expert_used != 0))
         return ci_err_set(err, CI_ERR_FORMAT, "experts: %d used of %d (expert FFN length %d) is inconsistent",
                           c->n_expert_used, c->n_expert, c->n_ff_exp);
+    if (c->rope_orig_ctx <= 0)
+        return ci_err_set(err, CI_ERR_FORMAT, "rope original context %d must be positive", c->rope_orig_ctx);
+    if (!(c->rope_attn_factor > 0.0f) || !isfinite(c->rope_attn_factor))
+        return ci_err_set(err, CI_ERR_FORMAT, "rope attention factor %g must be positive",
+                          (double)c->rope_attn_factor);
     if (!(c->rms_eps >= 0.0f) || !(c->rms_eps < 1.0f))
         return ci_err_set(err, CI_ERR_FORMAT, "rms epsilon %g out of range [0, 1)", (double)c->rms_eps);
     return CI_OK;
@@ -506,4 +592,8 @@ void model_config_from_llama2c(struct model_config *c, const struct llama2c *l) 
     c->rope_base = 10000.0f;
     c->rms_eps = 1e-5f;
     c->rope_pos_scale = 1.0f;
+    c->rope_orig_ctx = c->n_ctx_train;
+    c->rope_attn_factor = 1.0f;
+    c->yarn_beta_fast = 32.0f;
+    c->yarn_beta_slow = 1.0f;
 }

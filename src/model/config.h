@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "core/status.h"
+#include "kernels/kernels.h"
 
 struct gguf;
 struct llama2c;
@@ -19,6 +20,7 @@ enum model_arch {
     MODEL_ARCH_GEMMA3,
     MODEL_ARCH_QWEN2MOE,
     MODEL_ARCH_QWEN3MOE,
+    MODEL_ARCH_PHI3,
     MODEL_ARCH_COUNT
 };
 
@@ -54,13 +56,18 @@ struct model_arch_info {
     bool moe_norm_w; // the top-k router probabilities renormalised to sum 1 (llama, qwen3moe)
     bool
         moe_shared_exp; // plus a shared expert ffn_{gate,up,down}_shexp scaled by sigmoid(ffn_gate_inp_shexp . x)
+    bool qkv_fused;     // blk.N.attn_qkv.weight [n_embd, q_dim + 2*kv_dim] may replace attn_{q,k,v}.weight
+    bool ffn_fused;     // blk.N.ffn_up.weight is [n_embd, 2*n_ff]: gate rows then up rows; no ffn_gate
+    bool longrope;      // rope_factors_{long,short}.weight [rope_dim/2] (Phi-3 LongRoPE) may be present
 };
 
 /* How positions are stretched before RoPE (<arch>.rope.scaling.type). */
 enum rope_scaling {
-    ROPE_SCALING_NONE,   // absent or "none"
-    ROPE_SCALING_LINEAR, // "linear": positions divided by rope.scaling.factor
-    ROPE_SCALING_LLAMA3, // "llama3": per-pair frequency divisors in rope_freqs.weight (required)
+    ROPE_SCALING_NONE,     // absent or "none"
+    ROPE_SCALING_LINEAR,   // "linear": positions divided by rope.scaling.factor
+    ROPE_SCALING_LLAMA3,   // "llama3": per-pair frequency divisors in rope_freqs.weight (required)
+    ROPE_SCALING_YARN,     // "yarn": YaRN interpolation (rope.scaling.factor, original_context_length, betas)
+    ROPE_SCALING_LONGROPE, // Phi-3: rope_factors_{long,short}.weight divisors ("longrope", or implied by them)
 };
 
 struct model_config {
@@ -80,7 +87,13 @@ struct model_config {
     bool qkv_bias;                  // from the arch table
     bool qk_norm;                   // from the arch table
     enum rope_scaling rope_scaling; // the file's declared type; rope_freqs.weight is applied whenever present
-    float rope_pos_scale;           // 1 / rope.scaling.factor for linear scaling, else 1
+    float rope_pos_scale;           // 1 / rope.scaling.factor for linear and YaRN scaling, else 1
+    int rope_orig_ctx;      // rope.scaling.original_context_length (else n_ctx_train): YaRN's and LongRoPE's
+    float rope_attn_factor; // rope.scaling.attn_factor (1 when absent): multiplies RoPE's cos and sin
+    float yarn_beta_fast;   // rope.scaling.yarn_beta_fast (32)
+    float yarn_beta_slow;   // rope.scaling.yarn_beta_slow (1)
+    bool qkv_fused;         // this file's layers have blk.N.attn_qkv.weight
+    bool ffn_fused;         // from the arch table
     // Sliding window, soft-capping and the Gemma block (0 / false: off; see struct model_arch_info).
     int sliding_window;       // > 0: local layers attend to the last sliding_window positions
     int swa_period;           // local layers: il % swa_period < swa_period - 1; 0: every layer
@@ -104,6 +117,11 @@ struct model_config {
 static inline bool model_layer_swa(const struct model_config *c, int il) {
     return c->sliding_window > 0 && (c->swa_period == 0 || il % c->swa_period < c->swa_period - 1);
 }
+
+/* The kernel's RoPE parameters for this config: the scaling, YaRN's correction range and the magnitude
+ * scaling (rope_attn_factor, times 1 + 0.1 ln(factor) for YaRN, as llama.cpp applies them).  freq_factors is
+ * left NULL: those tensors live in model_weights and the forward pass picks them. */
+void model_config_rope_params(const struct model_config *c, struct ci_rope_params *p);
 
 const char *model_arch_name(enum model_arch a);
 const struct model_arch_info *model_arch_info(enum model_arch a);

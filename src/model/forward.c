@@ -13,19 +13,21 @@ struct forward {
     int max_tokens;
     int max_rows;
     // Scratch, sized once.
-    float *x;      // [max_tokens][n_embd] residual stream
-    float *xb;     // [max_tokens][n_embd] normed input of a sub-block
-    float *q;      // [max_tokens][n_head][head_dim]
-    float *k;      // [max_tokens][n_kv_head][head_dim]
-    float *v;      // [max_tokens][n_kv_head][head_dim]
-    float *att;    // [max_tokens][n_head][head_dim]
-    float *gate;   // [max_tokens][n_ff]
-    float *up;     // [max_tokens][n_ff]
-    float *out;    // [max_tokens][n_embd] sub-block output before the residual add
-    float *rows;   // [max_rows][n_embd] final hidden states of the rows that want logits
-    float *logits; // [max_rows][n_vocab]
-    float *hid;    // [max_tokens][n_embd] final normed hidden states of the rows marked hidden
+    struct ci_rope_params rope; // the model's RoPE, with the frequency factors for the served context
+    float *x;                   // [max_tokens][n_embd] residual stream
+    float *xb;                  // [max_tokens][n_embd] normed input of a sub-block
+    float *q;                   // [max_tokens][n_head][head_dim]
+    float *k;                   // [max_tokens][n_kv_head][head_dim]
+    float *v;                   // [max_tokens][n_kv_head][head_dim]
+    float *att;                 // [max_tokens][n_head][head_dim]
+    float *gate;                // [max_tokens][n_ff]
+    float *up;                  // [max_tokens][n_ff]
+    float *out;                 // [max_tokens][n_embd] sub-block output before the residual add
+    float *rows;                // [max_rows][n_embd] final hidden states of the rows that want logits
+    float *logits;              // [max_rows][n_vocab]
+    float *hid;                 // [max_tokens][n_embd] final normed hidden states of the rows marked hidden
     int n_hid;
+    float *qkv; // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
     void *work; // matmul workspace
     // Mixture of experts (allocated only when the model has experts).
     float *router;  // [max_tokens][n_expert] router logits, then probabilities
@@ -50,6 +52,7 @@ static size_t matmul_work(const struct model *m, int n_tok) {
                                          &l->w_gate,
                                          &l->w_up,
                                          &l->w_down,
+                                         &l->wqkv,
                                          &l->ffn_gate_inp,
                                          &l->ffn_gate_exps,
                                          &l->ffn_up_exps,
@@ -99,12 +102,13 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         {&f->k, T, kv_dim},
         {&f->v, T, kv_dim},
         {&f->att, T, q_dim},
-        {&f->gate, T, ff},
+        {&f->gate, T, ff * (c->ffn_fused ? 2 : 1)}, // fused: the gate and up rows side by side
         {&f->up, T, ff},
         {&f->out, T, (size_t)c->n_embd},
         {&f->rows, R, (size_t)c->n_embd},
         {&f->logits, R, (size_t)c->n_vocab},
         {&f->hid, T, (size_t)c->n_embd},
+        {&f->qkv, c->qkv_fused ? T : 1, c->qkv_fused ? q_dim + 2 * kv_dim : 1},
         // 32-bit integers share the float buffers' element size.
         {&f->router, moe_rows, ne},
         {(float **)&f->sel, moe_rows, nk},
@@ -133,8 +137,18 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         return ci_err_set(err, CI_ERR_NOMEM, "forward: out of memory for %zu bytes of matmul workspace",
                           work);
     }
+    model_config_rope_params(c, &f->rope);
+    forward_set_n_ctx(f, c->n_ctx_train);
     *out = f;
     return CI_OK;
+}
+
+void forward_set_n_ctx(struct forward *f, int n_ctx) {
+    const struct model_weights *w = &f->m->weights;
+    if (w->rope_long.data) // LongRoPE: llama.cpp's choice by the context per sequence
+        f->rope.freq_factors = n_ctx > f->m->config.rope_orig_ctx ? w->rope_long.data : w->rope_short.data;
+    else
+        f->rope.freq_factors = w->rope_freqs.data; // [rope_dim/2] or NULL
 }
 
 void forward_free(struct forward *f) {
@@ -142,7 +156,7 @@ void forward_free(struct forward *f) {
         return;
     void *all[] = {f->x,     f->xb,    f->q,    f->k,      f->v,   f->att,    f->gate,
                    f->up,    f->out,   f->rows, f->logits, f->hid, f->router, f->sel,
-                   f->sel_w, f->e_tok, f->e_w,  f->e_off,  f->xg,  f->yg};
+                   f->sel_w, f->e_tok, f->e_w,  f->e_off,  f->xg,  f->yg,     f->qkv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ci_free_aligned(all[i]);
     ci_free_aligned(f->work);
@@ -319,9 +333,20 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     // Attention sub-block.
     for (int t = 0; t < n; t++)
         ci_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, l->attn_norm.data, E, c->rms_eps);
-    ci_matmul(f->tp, &l->wq, f->xb, n, f->q, f->work);
-    ci_matmul(f->tp, &l->wk, f->xb, n, f->k, f->work);
-    ci_matmul(f->tp, &l->wv, f->xb, n, f->v, f->work);
+    if (l->wqkv.data) { // Phi-3: one matmul, its rows split into Q, K, V
+        int qkv_dim = q_dim + 2 * kv_dim;
+        ci_matmul(f->tp, &l->wqkv, f->xb, n, f->qkv, f->work);
+        for (int t = 0; t < n; t++) {
+            const float *r = f->qkv + (size_t)t * qkv_dim;
+            memcpy(f->q + (size_t)t * q_dim, r, (size_t)q_dim * sizeof *r);
+            memcpy(f->k + (size_t)t * kv_dim, r + q_dim, (size_t)kv_dim * sizeof *r);
+            memcpy(f->v + (size_t)t * kv_dim, r + q_dim + kv_dim, (size_t)kv_dim * sizeof *r);
+        }
+    } else {
+        ci_matmul(f->tp, &l->wq, f->xb, n, f->q, f->work);
+        ci_matmul(f->tp, &l->wk, f->xb, n, f->k, f->work);
+        ci_matmul(f->tp, &l->wv, f->xb, n, f->v, f->work);
+    }
     add_bias(f->q, &l->bq, n, q_dim);
     add_bias(f->k, &l->bk, n, kv_dim);
     add_bias(f->v, &l->bv, n, kv_dim);
@@ -333,16 +358,16 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
             ci_rmsnorm(f->k + h * c->head_dim, f->k + h * c->head_dim, l->k_norm.data, c->head_dim,
                        c->rms_eps);
     }
-    const float *ff = f->m->weights.rope_freqs.data; // [rope_dim/2] or NULL
     // Sliding-window (local) layers may have their own RoPE base and scale (gemma3: 10000, unscaled).
     const bool local = model_layer_swa(c, il);
-    const float base = local && c->rope_base_swa > 0.0f ? c->rope_base_swa : c->rope_base;
-    const float pos_scale = local && c->rope_pos_scale_swa > 0.0f ? c->rope_pos_scale_swa : c->rope_pos_scale;
+    struct ci_rope_params rope = f->rope;
+    if (local && c->rope_base_swa > 0.0f)
+        rope.base = c->rope_base_swa;
+    if (local && c->rope_pos_scale_swa > 0.0f)
+        rope.freq_scale = c->rope_pos_scale_swa;
     for (int t = 0; t < n; t++) {
-        ci_rope_ext(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, c->rope_dim, b->pos[t], base,
-                    c->rope_neox, ff, pos_scale);
-        ci_rope_ext(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, c->rope_dim, b->pos[t], base,
-                    c->rope_neox, ff, pos_scale);
+        ci_rope_apply(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, b->pos[t], &rope);
+        ci_rope_apply(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, b->pos[t], &rope);
     }
     write_kv(b, &kv[il], f->k, f->v);
     struct ci_attn_args args = {
@@ -369,10 +394,20 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     // Feed-forward sub-block (SwiGLU or GeGLU with the tanh GeLU, dense or a mixture of experts).
     for (int t = 0; t < n; t++)
         ci_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, l->ffn_norm.data, E, c->rms_eps);
-    if (c->n_expert > 0)
+    if (c->n_expert > 0) {
         moe_ffn(f, l, n);
-    else
+    } else if (c->ffn_fused) { // Phi-3: ffn_up's rows are the gate's then the up projection's
+        size_t F = (size_t)c->n_ff;
+        ci_matmul(f->tp, &l->w_up, f->xb, n, f->gate, f->work);
+        for (int t = 0; t < n; t++) {
+            float *g = f->gate + (size_t)t * 2 * F;
+            ci_silu_mul(g, g + F, c->n_ff);
+            memmove(f->gate + (size_t)t * F, g, F * sizeof *g); // compact to [n][n_ff] for ffn_down
+        }
+        ci_matmul(f->tp, &l->w_down, f->gate, n, f->out, f->work);
+    } else {
         gated_ffn(f, &l->w_gate, &l->w_up, &l->w_down, f->xb, n, f->out);
+    }
     if (l->post_ffw_norm.data)
         for (int t = 0; t < n; t++)
             ci_rmsnorm(f->out + (size_t)t * E, f->out + (size_t)t * E, l->post_ffw_norm.data, E, c->rms_eps);

@@ -45,5 +45,9 @@ int forward_max_tokens(const struct forward *f);
 /* The final hidden states (after the output norm, before the head: what embeddings pool) of the tokens the
  * last forward_batch marked in b->hidden, [n][n_embd] in batch order; valid until the next call. */
 const float *forward_hidden(const struct forward *f, int *n);
+/* The context size per sequence the caller serves (default: the model's n_ctx_train).  Phi-3's LongRoPE
+ * rotates with the long factors when it exceeds rope.scaling.original_context_length, else the short ones,
+ * as llama.cpp chooses by its n_ctx_seq. */
+void forward_set_n_ctx(struct forward *f, int n_ctx);
 
 #endif

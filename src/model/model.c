@@ -95,15 +95,16 @@ static void totals(const struct model *m, uint64_t *bytes, uint64_t *params) {
     add_tensor(&w->tok_embd, bytes, params);
     add_tensor(&w->output_norm, bytes, params);
     add_tensor(&w->rope_freqs, bytes, params);
+    add_tensor(&w->rope_long, bytes, params);
+    add_tensor(&w->rope_short, bytes, params);
     if (w->output.data != w->tok_embd.data)
         add_tensor(&w->output, bytes, params);
+    // Every member of struct layer_weights is a tensor (weights.h): walked as an array, absent ones skipped.
+    size_t per_layer = sizeof(struct layer_weights) / sizeof(struct ci_tensor);
     for (int il = 0; il < m->config.n_layer; il++) {
-        const struct layer_weights *l = &w->layers[il];
-        const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,     &l->wv,     &l->bq,
-                                         &l->bk,        &l->bv,     &l->q_norm, &l->k_norm, &l->wo,
-                                         &l->ffn_norm,  &l->w_gate, &l->w_up,   &l->w_down};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            add_tensor(all[i], bytes, params);
+        const struct ci_tensor *all = (const struct ci_tensor *)&w->layers[il];
+        for (size_t i = 0; i < per_layer; i++)
+            add_tensor(&all[i], bytes, params);
     }
 }
 

@@ -305,6 +305,55 @@ static const struct synth_preset presets[] = {
      .n_expert = 128,
      .n_expert_used = 8,
      .n_ff_exp = 256},
+    // Phi-3 (fused QKV and gate-up) with LongRoPE factors that matter within 100 positions (original context
+    // 64, so contexts above it use the long factors, 1 to 16) and partial NeoX rotary (24 of 32 dimensions).
+    {.name = "tiny-phi3",
+     .arch = MODEL_ARCH_PHI3,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 8,
+     .n_kv_head = 2,
+     .n_ff = 768,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-5f,
+     .rope_dim = 24,
+     .rope_orig_ctx = 64,
+     .longrope = true,
+     .longrope_long = 16.0f,
+     .longrope_short = 3.0f},
+    // The tiny llama shape with YaRN scaling (factor 4 over an original context of 128): all but the fastest
+    // pairs interpolated, and the magnitude scaling 1 + 0.1 ln 4, within 100 positions.
+    {.name = "tiny-yarn",
+     .arch = MODEL_ARCH_LLAMA,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 8,
+     .n_kv_head = 2,
+     .n_ff = 768,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-5f,
+     .yarn_factor = 4.0f,
+     .rope_orig_ctx = 128},
+    // Phi-3-mini-128k's shapes (LongRoPE over an original 4096; synth's factors, not Microsoft's).
+    {.name = "phi3-mini",
+     .arch = MODEL_ARCH_PHI3,
+     .n_embd = 3072,
+     .n_layer = 32,
+     .n_head = 32,
+     .n_kv_head = 32,
+     .n_ff = 8192,
+     .n_vocab = 32064,
+     .n_ctx = 131072,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-5f,
+     .rope_orig_ctx = 4096,
+     .longrope = true,
+     .longrope_long = 64.0f,
+     .longrope_short = 1.5f},
 };
 
 #define N_PRESETS      ((int)(sizeof presets / sizeof *presets))
@@ -347,13 +396,21 @@ void synth_preset_config(const struct synth_preset *p, struct model_config *c) {
     c->head_dim = preset_head_dim(p);
     c->n_ff = p->n_ff;
     c->n_ctx_train = p->n_ctx;
-    c->rope_dim = c->head_dim;
+    c->rope_dim = p->rope_dim ? p->rope_dim : c->head_dim;
     c->rope_base = p->rope_base;
     c->rms_eps = p->rms_eps;
     // The file carries rope_freqs.weight but no rope.scaling.type key (as llama.cpp's converter writes it;
     // llama.cpp refuses a "llama3" type), which the loader reads as llama3.
-    c->rope_scaling = p->llama3_factor > 0.0f ? ROPE_SCALING_LLAMA3 : ROPE_SCALING_NONE;
-    c->rope_pos_scale = 1.0f;
+    c->rope_scaling = p->llama3_factor > 0.0f ? ROPE_SCALING_LLAMA3
+                      : p->yarn_factor > 0.0f ? ROPE_SCALING_YARN
+                      : p->longrope           ? ROPE_SCALING_LONGROPE
+                                              : ROPE_SCALING_NONE;
+    c->rope_pos_scale = p->yarn_factor > 0.0f ? 1.0f / p->yarn_factor : 1.0f;
+    c->rope_orig_ctx = p->rope_orig_ctx ? p->rope_orig_ctx : p->n_ctx;
+    c->rope_attn_factor = p->longrope ? synth_longrope_attn_factor(p) : 1.0f;
+    c->yarn_beta_fast = 32.0f;
+    c->yarn_beta_slow = 1.0f;
+    c->qkv_fused = model_arch_info(p->arch)->qkv_fused;
     if (p->sliding_window)
         c->sliding_window = p->sliding_window;
     if (p->attn_softcap > 0.0f)
@@ -366,6 +423,18 @@ void synth_preset_config(const struct synth_preset *p, struct model_config *c) {
     c->n_expert_used = p->n_expert_used;
     c->n_ff_exp = p->n_expert ? (p->n_ff_exp ? p->n_ff_exp : p->n_ff) : 0;
     c->n_ff_shexp = p->n_expert && c->moe_shared_exp ? (p->n_ff_shexp ? p->n_ff_shexp : p->n_ff) : 0;
+}
+
+void synth_longrope_factors(const struct synth_preset *p, bool long_factors, float *out) {
+    int half = (p->rope_dim ? p->rope_dim : preset_head_dim(p)) / 2;
+    double top = long_factors ? p->longrope_long : p->longrope_short;
+    for (int i = 0; i < half; i++)
+        out[i] = (float)pow(top, half > 1 ? (double)i / (half - 1) : 0.0);
+}
+
+float synth_longrope_attn_factor(const struct synth_preset *p) {
+    double scale = (double)p->n_ctx / p->rope_orig_ctx;
+    return scale > 1.0 ? (float)sqrt(1.0 + log(scale) / log((double)p->rope_orig_ctx)) : 1.0f;
 }
 
 void synth_llama3_rope_freqs(const struct synth_preset *p, float *out) {
@@ -504,7 +573,16 @@ fail:
 
 /* ---- weights ---- */
 
-enum init_kind { INIT_NORMAL, INIT_NORM, INIT_BIAS, INIT_QK_NORM, INIT_ROPE_FREQS };
+enum init_kind {
+    INIT_NORMAL,
+    INIT_NORM,
+    INIT_BIAS,
+    INIT_QK_NORM,
+    INIT_ROPE_FREQS,
+    INIT_ROPE_LONG,
+    INIT_ROPE_SHORT,
+    INIT_QKV, // fused Q/K/V: the first q_rows rows at Q_SCALE times the scale
+};
 
 struct plan {
     char name[64];
@@ -512,7 +590,8 @@ struct plan {
     int n_dims;
     int64_t ne[3]; // ne[2]: experts of a 3-D expert tensor, else 1
     enum init_kind kind;
-    float scale; // std of the normal (INIT_NORMAL), overall factor (INIT_NORM)
+    float scale;    // std of the normal (INIT_NORMAL), overall factor (INIT_NORM)
+    int64_t q_rows; // INIT_QKV
 };
 
 /* Irwin-Hall(4) on 16-bit lanes of one xoshiro draw: mean 0, variance 1 (to 1 part in 2^32). */
@@ -534,9 +613,20 @@ static uint64_t tensor_seed(uint64_t seed, const char *name) {
     return h ^ (h >> 31);
 }
 
-static void gen_row(struct ci_rng *r, const struct synth_preset *ps, const struct plan *p, float *row) {
+static void gen_row(struct ci_rng *r, const struct synth_preset *ps, const struct plan *p, int64_t ri,
+                    float *row) {
     int64_t n = p->ne[0];
     switch (p->kind) {
+    case INIT_ROPE_LONG:
+    case INIT_ROPE_SHORT:
+        synth_longrope_factors(ps, p->kind == INIT_ROPE_LONG, row);
+        return;
+    case INIT_QKV: {
+        float sc = ri < p->q_rows ? Q_SCALE * p->scale : p->scale;
+        for (int64_t i = 0; i < n; i++)
+            row[i] = sc * fast_normal(r);
+        return;
+    }
     case INIT_ROPE_FREQS:
         synth_llama3_rope_freqs(ps, row);
         return;
@@ -593,6 +683,12 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
     add_plan(plans, &n, "token_embd.weight", type, d, ps->n_vocab, INIT_NORMAL, sd);
     if (ps->llama3_factor > 0.0f)
         add_plan(plans, &n, "rope_freqs.weight", type, hd / 2, 1, INIT_ROPE_FREQS, 1.0f);
+    const int64_t rd = ps->rope_dim ? ps->rope_dim : hd;
+    if (ps->longrope) {
+        add_plan(plans, &n, "rope_factors_long.weight", type, rd / 2, 1, INIT_ROPE_LONG, 1.0f);
+        add_plan(plans, &n, "rope_factors_short.weight", type, rd / 2, 1, INIT_ROPE_SHORT, 1.0f);
+    }
+    const bool fused = model_arch_info(ps->arch)->qkv_fused, ffn_fused = model_arch_info(ps->arch)->ffn_fused;
     for (int il = 0; il < ps->n_layer; il++) {
 #define LAYER(suffix, ne0, ne1, kind, scale)                                                                 \
     do {                                                                                                     \
@@ -600,15 +696,20 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
         add_plan(plans, &n, name, type, ne0, ne1, kind, scale);                                              \
     } while (0)
         LAYER("attn_norm.weight", d, 1, INIT_NORM, 1.0f);
-        LAYER("attn_q.weight", d, q, INIT_NORMAL, Q_SCALE * sd);
-        if (ps->qkv_bias)
-            LAYER("attn_q.bias", q, 1, INIT_BIAS, BIAS_STD);
-        LAYER("attn_k.weight", d, kv, INIT_NORMAL, sd);
-        if (ps->qkv_bias)
-            LAYER("attn_k.bias", kv, 1, INIT_BIAS, BIAS_STD);
-        LAYER("attn_v.weight", d, kv, INIT_NORMAL, sd);
-        if (ps->qkv_bias)
-            LAYER("attn_v.bias", kv, 1, INIT_BIAS, BIAS_STD);
+        if (fused) { // Phi-3: Q, K and V rows in one tensor, Q's at the same scale as attn_q's
+            LAYER("attn_qkv.weight", d, q + 2 * kv, INIT_QKV, sd);
+            plans[n - 1].q_rows = q;
+        } else {
+            LAYER("attn_q.weight", d, q, INIT_NORMAL, Q_SCALE * sd);
+            if (ps->qkv_bias)
+                LAYER("attn_q.bias", q, 1, INIT_BIAS, BIAS_STD);
+            LAYER("attn_k.weight", d, kv, INIT_NORMAL, sd);
+            if (ps->qkv_bias)
+                LAYER("attn_k.bias", kv, 1, INIT_BIAS, BIAS_STD);
+            LAYER("attn_v.weight", d, kv, INIT_NORMAL, sd);
+            if (ps->qkv_bias)
+                LAYER("attn_v.bias", kv, 1, INIT_BIAS, BIAS_STD);
+        }
         if (qk_norm) {
             LAYER("attn_q_norm.weight", hd, 1, INIT_QK_NORM, QK_NORM_SCALE);
             LAYER("attn_k_norm.weight", hd, 1, INIT_QK_NORM, QK_NORM_SCALE);
@@ -617,7 +718,10 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
         if (post_norms)
             LAYER("post_attention_norm.weight", d, 1, INIT_NORM, 1.0f);
         LAYER("ffn_norm.weight", d, 1, INIT_NORM, 1.0f);
-        if (ps->n_expert == 0) {
+        if (ps->n_expert == 0 && ffn_fused) { // Phi-3: the gate's rows then the up projection's
+            LAYER("ffn_up.weight", d, 2 * ff, INIT_NORMAL, sd);
+            LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
+        } else if (ps->n_expert == 0) {
             LAYER("ffn_gate.weight", d, ff, INIT_NORMAL, sd);
             LAYER("ffn_up.weight", d, ff, INIT_NORMAL, sd);
             LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
@@ -678,6 +782,13 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, in
     gguf_writer_set_str(w, "general.architecture", arch);
     char name[96];
     snprintf(name, sizeof name, "cinfer-synth-%s", ps->name);
+    // llama.cpp's vocabulary loader expects Phi-3's "<|endoftext|>" token when general.name contains "phi3"
+    // or "phi-3", which the synthetic vocabulary lacks: "phi3" is written "phi_3" in the name.
+    char *phi = strstr(name, "phi3");
+    if (phi) {
+        memmove(phi + 5, phi + 4, strlen(phi + 4) + 1);
+        memcpy(phi, "phi_3", 5);
+    }
     gguf_writer_set_str(w, "general.name", name);
     gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type);
     if (quantized)
@@ -691,7 +802,16 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, in
     gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)ps->n_kv_head);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), ps->rms_eps);
     gguf_writer_set_f32(w, KEY("rope.freq_base"), ps->rope_base);
-    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)preset_head_dim(ps));
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"),
+                        (uint32_t)(ps->rope_dim ? ps->rope_dim : preset_head_dim(ps)));
+    if (ps->yarn_factor > 0.0f) {
+        gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+        gguf_writer_set_f32(w, KEY("rope.scaling.factor"), ps->yarn_factor);
+    }
+    if (ps->rope_orig_ctx)
+        gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)ps->rope_orig_ctx);
+    if (ps->longrope) // llama.cpp's converter: the attention factor, and no scaling type
+        gguf_writer_set_f32(w, KEY("rope.scaling.attn_factor"), synth_longrope_attn_factor(ps));
     if (ps->head_dim) {
         gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)ps->head_dim);
         gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)ps->head_dim);
@@ -734,7 +854,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         return ci_err_set(err, CI_ERR_INVALID, "synth: type %s not supported (f32, f16, bf16, q8_0, q4_0)",
                           ci_type_name(type));
 
-    int max_tensors = 5 + (16 + EXPS_PER_LAYER) * ps->n_layer;
+    int max_tensors = 8 + (16 + EXPS_PER_LAYER) * ps->n_layer;
     plans = ci_calloc((size_t)max_tensors, sizeof *plans);
     if (!plans || !(w = gguf_writer_create())) {
         s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
@@ -781,7 +901,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         struct ci_rng rng;
         ci_rng_seed(&rng, tensor_seed(seed, p->name));
         for (int64_t r = 0; r < p->ne[1] * p->ne[2]; r++) {
-            gen_row(&rng, ps, p, row);
+            gen_row(&rng, ps, p, r, row);
             ci_quantize_row(p->type, row, data + (uint64_t)r * rb, p->ne[0]);
         }
         if ((s = gguf_writer_write_tensor_data(w, f, i, data, err)) != CI_OK)

@@ -55,6 +55,12 @@ struct synth_preset {
     // so routing is decisive, experts as the dense matrices.  n_ff_exp 0: n_ff (written as
     // expert_feed_forward_length when set); n_ff_shexp > 0: qwen2moe's shared expert and its gate.
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    int rope_dim;         // 0: head_dim; else rope.dimension_count (partial rotary)
+    float yarn_factor;    // > 0: rope.scaling.type yarn with this factor and original context rope_orig_ctx
+    int rope_orig_ctx;    // rope.scaling.original_context_length (YaRN, LongRoPE)
+    bool longrope;        // Phi-3 LongRoPE: rope_factors_{long,short}.weight and rope.scaling.attn_factor
+    float longrope_long;  // LongRoPE factors rise geometrically from 1 to this (long) ...
+    float longrope_short; // ... and to this (short) over the rotated pairs
 };
 
 int synth_n_presets(void);
@@ -64,6 +70,12 @@ const struct synth_preset *synth_preset_find(const char *name); // NULL if unkno
 void synth_preset_config(const struct synth_preset *p, struct model_config *out);
 /* A llama3 preset's rope_freqs.weight: [head_dim/2] frequency divisors. */
 void synth_llama3_rope_freqs(const struct synth_preset *p, float *out);
+
+/* A LongRoPE preset's rope_factors_long.weight (long) or rope_factors_short.weight: [rope_dim/2]. */
+void synth_longrope_factors(const struct synth_preset *p, bool long_factors, float *out);
+/* A LongRoPE preset's rope.scaling.attn_factor as llama.cpp's Phi-3 converter derives it:
+ * sqrt(1 + ln(n_ctx / orig) / ln(orig)) (1 when n_ctx <= orig). */
+float synth_longrope_attn_factor(const struct synth_preset *p);
 
 /* "f32", "f16", "bf16", "q8_0", "q4_0" (case-insensitive) -> enum ci_type; false for anything else. */
 bool synth_type_parse(const char *name, uint32_t *type);

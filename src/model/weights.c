@@ -110,6 +110,7 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
         struct ci_tensor *out;
     } want[] = {
         {"attn_norm.weight", c->n_embd, 1, false, &l->attn_norm},
+        {"attn_qkv.weight", c->n_embd, q_dim + 2 * kv_dim, false, &l->wqkv},
         {"attn_q.weight", c->n_embd, q_dim, false, &l->wq},
         {"attn_k.weight", c->n_embd, kv_dim, false, &l->wk},
         {"attn_v.weight", c->n_embd, kv_dim, false, &l->wv},
@@ -121,7 +122,7 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
         {"attn_output.weight", q_dim, c->n_embd, false, &l->wo},
         {"ffn_norm.weight", c->n_embd, 1, false, &l->ffn_norm},
         {"ffn_gate.weight", c->n_embd, c->n_ff, false, &l->w_gate},
-        {"ffn_up.weight", c->n_embd, c->n_ff, false, &l->w_up},
+        {"ffn_up.weight", c->n_embd, c->ffn_fused ? 2 * (int64_t)c->n_ff : c->n_ff, false, &l->w_up},
         {"ffn_down.weight", c->n_ff, c->n_embd, false, &l->w_down},
         {"post_attention_norm.weight", c->n_embd, 1, false, &l->post_attn_norm},
         {"post_ffw_norm.weight", c->n_embd, 1, false, &l->post_ffw_norm},
@@ -136,6 +137,10 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
             ((want[i].out == &l->q_norm || want[i].out == &l->k_norm) && !c->qk_norm) ||
             ((want[i].out == &l->post_attn_norm || want[i].out == &l->post_ffw_norm) && !c->post_norms) ||
             (dense_ffn && c->n_expert > 0);
+        // Fused Q/K/V (the file's choice, from layer 0) or separate; a fused FFN has no gate tensor.
+        bool sep_qkv = want[i].out == &l->wq || want[i].out == &l->wk || want[i].out == &l->wv;
+        skip |= want[i].out == &l->wqkv ? !c->qkv_fused : sep_qkv && c->qkv_fused;
+        skip |= want[i].out == &l->w_gate && c->ffn_fused;
         enum ci_status s =
             skip ? CI_OK : bind(b, name, want[i].ne0, want[i].ne1, want[i].optional, want[i].out);
         if (s != CI_OK)
@@ -165,13 +170,29 @@ enum ci_status model_weights_bind(struct model_weights *w, const struct model_co
         return s;
     if (c->rope_scaling == ROPE_SCALING_LLAMA3 && !w->rope_freqs.data)
         return ci_err_set(err, CI_ERR_FORMAT, "rope scaling type llama3 needs tensor 'rope_freqs.weight'");
-    if (w->rope_freqs.data) {
-        const float *ff = w->rope_freqs.data;
-        for (int i = 0; i < c->rope_dim / 2; i++)
+    // Phi-3 LongRoPE: both factor tensors or neither (llama.cpp picks one by the context size).
+    if (model_arch_info(c->arch)->longrope &&
+        ((s = bind(&b, "rope_factors_long.weight", c->rope_dim / 2, 1, true, &w->rope_long)) ||
+         (s = bind(&b, "rope_factors_short.weight", c->rope_dim / 2, 1, true, &w->rope_short))))
+        return s;
+    if (!w->rope_long.data != !w->rope_short.data)
+        return ci_err_set(err, CI_ERR_FORMAT, "tensor 'rope_factors_%s.weight' missing: LongRoPE needs both",
+                          w->rope_long.data ? "short" : "long");
+    if (c->rope_scaling == ROPE_SCALING_LONGROPE && !w->rope_long.data)
+        return ci_err_set(err, CI_ERR_FORMAT,
+                          "rope scaling type longrope needs tensors 'rope_factors_long.weight' and "
+                          "'rope_factors_short.weight'");
+    if (w->rope_long.data && (w->rope_freqs.data || c->rope_scaling != ROPE_SCALING_LONGROPE))
+        return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                          "LongRoPE factor tensors with rope scaling type %s: refusing the combination",
+                          rope_scaling_name(c->rope_scaling));
+    const struct ci_tensor *factors[] = {&w->rope_freqs, &w->rope_long, &w->rope_short};
+    for (size_t k = 0; k < sizeof factors / sizeof *factors; k++) {
+        const float *ff = factors[k]->data;
+        for (int i = 0; ff && i < c->rope_dim / 2; i++)
             if (!(ff[i] > 0.0f) || !isfinite(ff[i]))
-                return ci_err_set(err, CI_ERR_FORMAT,
-                                  "tensor 'rope_freqs.weight': factor %d is %g, not positive", i,
-                                  (double)ff[i]);
+                return ci_err_set(err, CI_ERR_FORMAT, "tensor '%s': factor %d is %g, not positive",
+                                  factors[k]->name, i, (double)ff[i]);
     }
     w->layers = ci_calloc((size_t)c->n_layer, sizeof *w->layers);
     if (!w->layers)
@@ -205,11 +226,12 @@ enum ci_status model_weights_check_all_used(const struct model_weights *w, const
                                             weights_tensor_at_fn tensor_at, const void *src, int64_t n,
                                             struct ci_err *err) {
     size_t per_layer = sizeof(struct layer_weights) / sizeof(struct ci_tensor);
-    size_t cap = 4 + per_layer * (size_t)c->n_layer, n_bound = 0;
+    size_t cap = 6 + per_layer * (size_t)c->n_layer, n_bound = 0;
     const char **bound = ci_calloc(cap, sizeof *bound);
     if (!bound)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory checking %lld tensors", (long long)n);
-    const struct ci_tensor *globals[] = {&w->tok_embd, &w->output_norm, &w->output, &w->rope_freqs};
+    const struct ci_tensor *globals[] = {&w->tok_embd,   &w->output_norm, &w->output,
+                                         &w->rope_freqs, &w->rope_long,   &w->rope_short};
     for (size_t i = 0; i < sizeof globals / sizeof *globals; i++)
         if (globals[i]->data && globals[i]->name)
             bound[n_bound++] = globals[i]->name;

@@ -10,18 +10,19 @@
 /* A tensor whose data is NULL is absent (biases, Q/K norms where the architecture has none).  Holds only
  * struct ci_tensor members: model_weights_check_all_used walks it as an array of them. */
 struct layer_weights {
-    struct ci_tensor attn_norm;      // [n_embd] F32
-    struct ci_tensor wq;             // [n_head*head_dim][n_embd]   (ne = {n_embd, n_head*head_dim})
-    struct ci_tensor wk;             // [n_kv_head*head_dim][n_embd]
-    struct ci_tensor wv;             // [n_kv_head*head_dim][n_embd]
-    struct ci_tensor bq, bk, bv;     // qwen2 biases, F32
-    struct ci_tensor q_norm;         // [head_dim] F32: qwen3's per-head RMSNorm of Q before RoPE
-    struct ci_tensor k_norm;         // [head_dim] F32: the same for K
-    struct ci_tensor wo;             // [n_embd][n_head*head_dim]
-    struct ci_tensor ffn_norm;       // [n_embd] F32
-    struct ci_tensor w_gate;         // [n_ff][n_embd]
-    struct ci_tensor w_up;           // [n_ff][n_embd]
-    struct ci_tensor w_down;         // [n_embd][n_ff]
+    struct ci_tensor attn_norm;  // [n_embd] F32
+    struct ci_tensor wq;         // [n_head*head_dim][n_embd]   (ne = {n_embd, n_head*head_dim})
+    struct ci_tensor wk;         // [n_kv_head*head_dim][n_embd]
+    struct ci_tensor wv;         // [n_kv_head*head_dim][n_embd]
+    struct ci_tensor bq, bk, bv; // qwen2 biases, F32
+    struct ci_tensor q_norm;     // [head_dim] F32: qwen3's per-head RMSNorm of Q before RoPE
+    struct ci_tensor k_norm;     // [head_dim] F32: the same for K
+    struct ci_tensor wo;         // [n_embd][n_head*head_dim]
+    struct ci_tensor ffn_norm;   // [n_embd] F32
+    struct ci_tensor w_gate;     // [n_ff][n_embd]
+    struct ci_tensor w_up;       // [n_ff][n_embd]; [2*n_ff][n_embd] when ffn_fused (gate rows, then up)
+    struct ci_tensor w_down;     // [n_embd][n_ff]
+    struct ci_tensor wqkv;       // [q_dim + 2*kv_dim][n_embd]: Phi-3's fused Q, K, V rows (wq/wk/wv absent)
     struct ci_tensor post_attn_norm; // [n_embd] F32: Gemma's RMSNorm of the attention output (post_norms)
     struct ci_tensor post_ffw_norm;  // [n_embd] F32: the same for the FFN output
     // Mixture of experts (config n_expert > 0; w_gate / w_up / w_down are then absent).  The 3-D expert
@@ -42,6 +43,8 @@ struct model_weights {
     struct ci_tensor output_norm; // [n_embd] F32
     struct ci_tensor output;      // [n_vocab][n_embd]; equals tok_embd when the head is tied
     struct ci_tensor rope_freqs;  // [rope_dim/2] F32 RoPE frequency divisors (llama3 scaling), or absent
+    struct ci_tensor rope_long;   // [rope_dim/2] F32 LongRoPE divisors for contexts above rope_orig_ctx
+    struct ci_tensor rope_short;  // [rope_dim/2] F32 LongRoPE divisors for contexts up to rope_orig_ctx
     struct layer_weights *layers; // [n_layer], owned
 };
 

@@ -168,6 +168,21 @@ grep -Eq "^attention heads +8 \(head dim 64, q dim 512\)$" <<<"$out" && grep -Eq
 out=$("$BIN" info -m "$T/tiny-llama3.gguf" 2>&1)
 grep -Eq "^rope scaling +type llama3, per-pair frequency divisors from rope_freqs.weight$" <<<"$out" &&
     pass info_llama3_rope_scaling || fail info_llama3_rope_scaling "$(tr '\n' '|' <<<"$out")"
+# info: YaRN (factor, original context, betas, the magnitude 1 + 0.1 ln 4) and Phi-3's LongRoPE with its
+# attention factor sqrt(1 + ln 8 / ln 64) and fused projections; its parameters counted from the shapes:
+# embeddings and output 2·1024·256, per layer qkv 256·384 + o 256·256 + up 256·1536 + down 768·256 + norms
+# 2·256, output norm 256, two LongRoPE factor vectors of 12 = 3541272.
+"$BIN" synth --preset tiny-yarn --type f32 --seed 1 -o "$T/tiny-yarn.gguf" >/dev/null 2>&1
+"$BIN" synth --preset tiny-phi3 --type f32 --seed 1 -o "$T/tiny-phi3.gguf" >/dev/null 2>&1
+out=$("$BIN" info -m "$T/tiny-yarn.gguf" 2>&1)
+grep -Eq "^rope scaling +type yarn, factor 4, original context 128, beta fast 32 slow 1, cos/sin scaled by 1.1386" \
+    <<<"$out" && pass info_yarn_rope_scaling || fail info_yarn_rope_scaling "$(tr '\n' '|' <<<"$out")"
+out=$("$BIN" info -m "$T/tiny-phi3.gguf" 2>&1)
+grep -Eq "^rope scaling +type longrope, rope_factors_long.weight above a context of 64.*scaled by 1.2247" <<<"$out" &&
+    grep -Eq "^fused projections +attn_qkv .* ffn_up " <<<"$out" && grep -Eq "^architecture +phi3$" <<<"$out" &&
+    grep -Eq "^rope +base 10000, 24 dims, NeoX pairing$" <<<"$out" &&
+    grep -Eq "^parameters +3541272 " <<<"$out" && pass info_phi3 ||
+    fail info_phi3 "$(tr '\n' '|' <<<"$out")"
 roofs() { # MODEL INT8_PEAK_GOPS -> JSON lines
     "$BIN" bench kernels -m "$1" -t 1 -p 64 -n 0 --batch 0 -r 1 --no-warmup --bandwidth-gbs 1000000 \
         --peak-gflops 10 --int8-peak-gops "$2" --json 2>"$T/err"

@@ -9,7 +9,7 @@ equal the numpy reference's logits up to a constant per position:
 tol = 1e-4 for F32 models; 0.05 for F16/BF16/Q8_0/Q4_0 models, because llama.cpp's CPU matmul rounds the
 activations to the weight's companion type (F16, BF16, Q8_0) before the dot product.  A negative control
 shows that 0.05 still catches a wrong Q4_0 nibble layout.  (llama.cpp rejects rope.dimension_count != head_dim
-for llama and qwen2, so partial RoPE cannot be checked here.)
+for llama, so partial RoPE is checked in part B on tiny-phi3, which rotates 24 of 32 dimensions NeoX-style.)
 
 Part B, cinfer against llama.cpp: for `cinfer synth --preset tiny --seed 1` in F32 and Q8_0, the qwen2-style
 preset tiny-qwen2, tiny-llama3 (llama3 rope_freqs.weight), tiny-qwen3 (Q/K norms, head_dim 64 with n_embd
@@ -17,8 +17,12 @@ preset tiny-qwen2, tiny-llama3 (llama3 rope_freqs.weight), tiny-qwen3 (Q/K norms
 over 100 positions; gemma F32 logits within GEMMA_F32_TOL, see there), tiny-mistral in F32 within its window
 (llama.cpp ignores a llama file's sliding window), the mixture-of-experts presets tiny-mixtral (llama with 8
 experts, top-2), tiny-qwen3moe (16 experts, top-4, renormalised) and tiny-qwen2moe (top-2 unnormalised plus a
-gated shared expert) in F32 and Q8_0 (Q8_0 logits within MOE_Q8_TOL, near ties up to MOE_QUANT_TIE), and for
-stories260K.bin converted by `cinfer convert`:
+gated shared expert) in F32 and Q8_0 (Q8_0 logits within MOE_Q8_TOL, near ties up to MOE_QUANT_TIE), tiny-phi3
+(fused QKV and gate-up, LongRoPE long factors with the attention factor, partial NeoX rotary) and tiny-yarn
+(YaRN) in F32 and Q8_0 (in F32 over 100 positions, with negative controls: the LongRoPE file with short factors
+in place of the long ones and the YaRN file unscaled are far from llama.cpp; and two F32 variants: tiny-phi3 with
+an original context of 512, where both engines use the short factors, and tiny-yarn with
+rope.scaling.attn_factor 0.8), and for stories260K.bin converted by `cinfer convert`:
   - cinfer's logits vs llama.cpp's log-probabilities at every position (same measure and tolerances as part A);
   - 32 greedy ids from BOS: `cinfer run -p "" -n 32 --temp 0 --ids` == llama.cpp's argmax decoding;
   - 32 greedy ids after BOS + 3 prompt ids: cinfer's argmax of `cinfer logits` == llama.cpp's;
@@ -336,7 +340,13 @@ def part_b(rep, tmp):
         ("tiny-qwen3moe", "q8_0"),
         ("tiny-qwen2moe", "f32"),
         ("tiny-qwen2moe", "q8_0"),
+        ("tiny-phi3", "f32"),
+        ("tiny-phi3", "q8_0"),
+        ("tiny-yarn", "f32"),
+        ("tiny-yarn", "q8_0"),
     ):
+        if os.environ.get("LLAMACPP_PRESETS") and preset not in os.environ["LLAMACPP_PRESETS"].split(","):
+            continue
         label = "%s-%s" % (preset, t)
         path = os.path.join(tmp, "synth-%s.gguf" % label)
         try:
@@ -355,13 +365,25 @@ def part_b(rep, tmp):
         # tiny-mistral only within its window (N_SEQ, and greedy from BOS): llama.cpp's llama graph ignores
         # attention.sliding_window (src/models/llama.cpp builds no SWA cache), so beyond the window the two
         # engines compute different models by design.
-        long_presets = ("tiny-llama3", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3")
+        long_presets = ("tiny-llama3", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-yarn")
         n_seq = N_SEQ_LONG if preset in long_presets and t == "f32" else N_SEQ
         tokens = ciref.seeded_tokens(n_seq, n_vocab, bos, seed=8)
         prompt = ciref.seeded_tokens(4, n_vocab, bos, seed=7)
         if preset == "tiny-mistral":
             prompt = False  # no prompt run: BOS + 3 + 32 generated would cross the window
         models.append((label, path, t == "f32", tokens, prompt))
+        # Variants of the F32 RoPE-scaling presets, rewritten here: tiny-phi3 with an original context of 512, so
+        # both engines (llama.cpp's context of 256 and cinfer's 512 are not above it) rotate with the short
+        # factors; tiny-yarn with rope.scaling.attn_factor 0.8, which llama.cpp multiplies into YaRN's magnitude.
+        variants = {
+            "tiny-phi3-f32": ("tiny-phi3-short-f32", [("phi3.rope.scaling.original_context_length", gguf_np.T_UINT32, 512)]),
+            "tiny-yarn-f32": ("tiny-yarn-attn0.8-f32", [("llama.rope.scaling.attn_factor", gguf_np.T_FLOAT32, 0.8)]),
+        }
+        if label in variants:
+            vlabel, kvs = variants[label]
+            vpath = os.path.join(tmp, "synth-%s.gguf" % vlabel)
+            test_arch.rewrite(path, vpath, set_kvs=kvs)
+            models.append((vlabel, vpath, True, tokens, prompt))
     conv = os.path.join(tmp, "stories260K-converted.gguf")
     try:
         ciref.cinfer(["convert", model_path("stories260K.bin"), "--tokenizer", model_path("tok512.bin"), "-o", conv])
@@ -431,6 +453,24 @@ def part_b(rep, tmp):
                     "only %.3g from llama.cpp" % gap,
                     "max|dlogit| %.3g without rope_freqs.weight" % gap,
                 )
+            # Negative controls of the RoPE scalings: the LongRoPE file with its long factors replaced by the
+            # short ones (what a loader choosing by another rule computes), the YaRN file as plain RoPE.
+            controls = {
+                "tiny-phi3-f32": ("llamacpp_longrope_short_factors_differ", lambda: {"replace_tensors": {
+                    "rope_factors_long.weight": gguf_np.GGUF(path).tensor("rope_factors_short.weight")
+                    .astype(np.float32)}}),
+                "tiny-yarn-f32": ("llamacpp_yarn_unscaled_differs", lambda: {"drop_kvs": [
+                    "llama.rope.scaling.type", "llama.rope.scaling.factor",
+                    "llama.rope.scaling.original_context_length"]}),
+            }
+            if label in controls:
+                cname, kw = controls[label][0], controls[label][1]()
+                other_path = os.path.join(tmp, "control.gguf")
+                test_arch.rewrite(path, other_path, **kw)
+                other, _ = ciref.cinfer_logits(other_path, tokens, os.path.join(tmp, "cmp.f32"))
+                gap, scale, _ = logprob_gap(probs, other)
+                rep.check(gap > 100 * 1e-4 * scale, cname, "only %.3g from llama.cpp" % gap,
+                          "max|dlogit| %.3g" % gap)
         except (NodeError, CinferError) as e:
             rep.fail(name, e)
         # greedy from BOS with cinfer run

@@ -3,10 +3,14 @@
 Written from the model math (Llama: RMSNorm, rotary embedding on adjacent pairs, grouped-query causal attention,
 SwiGLU FFN; Qwen2: the same plus Q/K/V biases and NeoX rotary pairing; Qwen3: NeoX pairing, no biases, an RMSNorm of
 each query and key head before the rotation, head_dim from attention.key_length; RoPE scaling: linear (positions
-divided by rope.scaling.factor) and Llama 3's per-pair frequency divisors rope_freqs.weight; Mistral's sliding
-window on llama; Gemma 2 and Gemma 3 as their papers and Hugging Face modeling code define them, see _gemma below;
-mixtures of experts: llama with expert_count (Mixtral), qwen3moe (qwen3 attention) and qwen2moe (qwen2 attention,
-plus a shared expert), see _moe), not from cinfer's C code, so it can check
+divided by rope.scaling.factor), Llama 3's per-pair frequency divisors rope_freqs.weight, YaRN (the reference
+implementation's / Hugging Face's: per-pair mix of interpolated and original frequencies by a linear ramp between the
+correction dimensions of beta_fast and beta_slow, cos/sin scaled by 0.1 ln(factor) + 1) and Phi-3's LongRoPE (long or
+short per-pair divisors by the served context vs the original one, cos/sin scaled by rope.scaling.attn_factor);
+Phi-3: fused attn_qkv (Q rows, K rows, V rows) and fused ffn_up (gate rows, then up rows), NeoX pairing; Mistral's
+sliding window on llama; Gemma 2 and Gemma 3 as their papers and Hugging Face modeling code define them, see _gemma
+below; mixtures of experts: llama with expert_count (Mixtral), qwen3moe (qwen3 attention) and qwen2moe (qwen2
+attention, plus a shared expert), see _moe), not from cinfer's C code, so it can check
 cinfer's forward pass.  Plain attention over the whole sequence with an optional growing K/V cache; no paging,
 no threads, nothing clever.
 
@@ -28,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_np  # noqa: E402
 import llama2c_np  # noqa: E402
 
-ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "phi3")
 MOE_ARCHS = ("qwen2moe", "qwen3moe")
 
 
@@ -49,7 +53,7 @@ class Model:
         self.rope_base = float(hp["rope_base"])
         self.rms_eps = float(hp["rms_eps"])
         self.n_ctx = int(hp["n_ctx"])
-        self.neox = self.arch in ("qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe")
+        self.neox = self.arch in ("qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "phi3")
         self.qk_norm = self.arch in ("qwen3", "gemma3", "qwen3moe")
         self.qkv_bias = self.arch in ("qwen2", "qwen2moe")
         # Mixture of experts: n_expert 0 is a dense FFN.  Mixtral and Qwen3-MoE (norm_topk_prob) renormalise the
@@ -65,6 +69,15 @@ class Model:
         if self.arch in MOE_ARCHS and self.n_expert == 0:
             raise ValueError("%s needs expert_count" % self.arch)
         self.rope_pos_scale = float(hp.get("rope_pos_scale", 1.0))
+        # YaRN (rope_scaling "yarn"): factor s = 1 / rope_pos_scale over the original context; attn_factor
+        # multiplies cos and sin under every scaling (as llama.cpp's rope.scaling.attn_factor).
+        self.rope_scaling = hp.get("rope_scaling", "none")
+        self.rope_orig_ctx = int(hp.get("rope_orig_ctx", hp["n_ctx"]))
+        self.rope_attn_factor = float(hp.get("rope_attn_factor", 1.0))
+        self.yarn_beta_fast = float(hp.get("yarn_beta_fast", 32.0))
+        self.yarn_beta_slow = float(hp.get("yarn_beta_slow", 1.0))
+        # LongRoPE: the context served per sequence picks the long (above rope_orig_ctx) or short factors.
+        self.serve_ctx = int(hp.get("serve_ctx", hp["n_ctx"]))
         self.gemma = self.arch in ("gemma2", "gemma3")
         # Sliding window: a query at position p sees keys at positions p - window < k <= p on the layers where
         # local[layer]; 0: none.  Soft-caps (0: none), the attention scale and the local layers' RoPE base.
@@ -83,6 +96,8 @@ class Model:
         if self.n_head % self.n_kv_head or self.rope_dim % 2 or self.rope_dim > self.head_dim:
             raise ValueError("inconsistent hyper-parameters %s" % hp)
         self.w = {k: np.asarray(v, dtype=np.float64) for k, v in weights.items()}
+        if self.arch == "phi3":
+            self._split_phi3()
         self.tied = "output.weight" not in self.w
         # Optional rounding of each new K/V row [n][kv_heads][head_dim] as the cache stores it (cinfer's
         # --kv-type f16 / q8_0, see ciref.kv_round); None keeps float64 K/V (an f32 cache up to arithmetic).
@@ -91,7 +106,30 @@ class Model:
         # Llama 3 scaling: theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i]; ignore_rope_freqs drops them
         # (what a loader that skipped the tensor would compute).
         self.rope_freqs = self.w.get("rope_freqs.weight")
+        self.rope_long = self.w.get("rope_factors_long.weight")
+        self.rope_short = self.w.get("rope_factors_short.weight")
+        if (self.rope_long is None) != (self.rope_short is None):
+            raise ValueError("LongRoPE needs both rope_factors_long and rope_factors_short")
         self._check_shapes()
+
+    def _split_phi3(self):
+        """Phi-3's fused tensors as the separate ones: attn_qkv rows are Q (n_head*head_dim), K, V (each
+        n_kv_head*head_dim); ffn_up rows are the gate's n_ff then the up projection's n_ff."""
+        q_dim, kv_dim, ff = self.n_head * self.head_dim, self.n_kv_head * self.head_dim, self.n_ff
+        for i in range(self.n_layer):
+            b = "blk.%d." % i
+            qkv = self.w.pop(b + "attn_qkv.weight", None)
+            if qkv is not None:
+                if qkv.shape[0] != q_dim + 2 * kv_dim:
+                    raise ValueError("tensor %sattn_qkv.weight has %d rows" % (b, qkv.shape[0]))
+                self.w[b + "attn_q.weight"] = qkv[:q_dim]
+                self.w[b + "attn_k.weight"] = qkv[q_dim : q_dim + kv_dim]
+                self.w[b + "attn_v.weight"] = qkv[q_dim + kv_dim :]
+            up = self.w[b + "ffn_up.weight"]
+            if up.shape[0] != 2 * ff:
+                raise ValueError("tensor %sffn_up.weight has %d rows, want 2 * n_ff" % (b, up.shape[0]))
+            self.w[b + "ffn_gate.weight"] = up[:ff]
+            self.w[b + "ffn_up.weight"] = up[ff:]
 
     # ---- loading -------------------------------------------------------------------------------------------
 
@@ -141,9 +179,14 @@ class Model:
         hp.update(moe)
         factor = g.get("%s.rope.scaling.factor" % arch, 0.0) or 1.0
         stype = g.get("%s.rope.scaling.type" % arch, "linear" if factor != 1.0 else "none")
-        if stype not in ("none", "linear", "llama3"):
+        if stype not in ("none", "linear", "llama3", "yarn", "longrope"):
             raise ValueError("unsupported rope scaling %r" % stype)
-        hp["rope_pos_scale"] = 1.0 / factor if stype == "linear" else 1.0
+        hp["rope_scaling"] = stype
+        hp["rope_pos_scale"] = 1.0 / factor if stype in ("linear", "yarn") else 1.0
+        hp["rope_orig_ctx"] = g.get("%s.rope.scaling.original_context_length" % arch, hp["n_ctx"])
+        hp["rope_attn_factor"] = g.get("%s.rope.scaling.attn_factor" % arch, 1.0)
+        hp["yarn_beta_fast"] = g.get("%s.rope.scaling.yarn_beta_fast" % arch, 32.0)
+        hp["yarn_beta_slow"] = g.get("%s.rope.scaling.yarn_beta_slow" % arch, 1.0)
         hp.update(cls._window_softcap(g, arch, hp))
         m = cls(hp, {name: g.tensor(name) for name in g.tensors})
         m.gguf = g
@@ -217,6 +260,9 @@ class Model:
             want["output.weight"] = (self.n_vocab, d)
         if self.rope_freqs is not None:
             want["rope_freqs.weight"] = (self.rope_dim // 2,)
+        if self.rope_long is not None:
+            want["rope_factors_long.weight"] = (self.rope_dim // 2,)
+            want["rope_factors_short.weight"] = (self.rope_dim // 2,)
         for i in range(self.n_layer):
             b = "blk.%d." % i
             want.update(
@@ -271,15 +317,11 @@ class Model:
     def _rope(self, x, pos, local=False):
         """x: [n][heads][head_dim] rotated in a copy; pos: [n] positions; local: a sliding-window layer's base."""
         half = self.rope_dim // 2
-        i = np.arange(half, dtype=np.float64)
-        base = self.rope_base_local if local else self.rope_base
-        inv_freq = base ** (-2.0 * i / self.rope_dim)  # [half]
-        if self.rope_freqs is not None:
-            inv_freq = inv_freq / self.rope_freqs
-        p = np.asarray(pos, dtype=np.float64) * (self.rope_pos_scale_local if local else self.rope_pos_scale)
+        inv_freq, mscale = self.rope_inv_freq(local)
+        p = np.asarray(pos, dtype=np.float64)
         theta = p[:, None] * inv_freq[None, :]  # [n][half]
-        cos = np.cos(theta)[:, None, :]
-        sin = np.sin(theta)[:, None, :]
+        cos = np.cos(theta)[:, None, :] * mscale
+        sin = np.sin(theta)[:, None, :] * mscale
         y = x.copy()
         if self.neox:
             a = x[:, :, :half]
@@ -307,6 +349,43 @@ class Model:
         d = np.abs(b).max(axis=-1, keepdims=True) / 127.0
         q = np.rint(np.divide(b, d, out=np.zeros_like(b), where=d > 0))
         return (q * d).reshape(x.shape)
+
+    def rope_inv_freq(self, local=False):
+        """Per-pair angular frequencies [rope_dim/2] (angle = pos * freq) and the cos/sin magnitude factor; local:
+        a sliding-window layer's base and linear scale (gemma3)."""
+        d = self.rope_dim
+        base = self.rope_base_local if local else self.rope_base
+        i = np.arange(d // 2, dtype=np.float64)
+        inv_freq = base ** (-2.0 * i / d)  # [half]
+        if self.rope_freqs is not None:  # Llama 3
+            inv_freq = inv_freq / self.rope_freqs
+        if self.rope_long is not None:  # LongRoPE: llama.cpp's choice by the served context
+            inv_freq = inv_freq / (self.rope_long if self.serve_ctx > self.rope_orig_ctx else self.rope_short)
+        mscale = self.rope_attn_factor
+        if self.rope_scaling == "yarn":
+            # YaRN (Peng et al. 2023; jquesnelle/yarn's and transformers' _compute_yarn_parameters): the dimension
+            # whose wavelength 2 pi / freq fits n_rot times in the original context,
+            # dim(n_rot) = d ln(L / (2 pi n_rot)) / (2 ln base); low = floor(dim(beta_fast)), high =
+            # ceil(dim(beta_slow)), clamped to [0, d - 1]; pairs below low keep their frequency, above high are
+            # interpolated (freq / s), a linear ramp between; attention scaled by 0.1 ln s + 1 via cos and sin.
+            s = 1.0 / self.rope_pos_scale
+            L = self.rope_orig_ctx
+
+            def corr_dim(n_rot):
+                return d * math.log(L / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+
+            low = max(math.floor(corr_dim(self.yarn_beta_fast)), 0)
+            high = min(math.ceil(corr_dim(self.yarn_beta_slow)), d - 1)
+            if low == high:
+                high += 0.001
+            ramp = np.clip((i - low) / (high - low), 0.0, 1.0)
+            extrapolate = 1.0 - ramp  # 1: the original frequency
+            inv_freq = inv_freq / s * (1.0 - extrapolate) + inv_freq * extrapolate
+            if s > 1.0:
+                mscale *= 0.1 * math.log(s) + 1.0
+        else:  # linear: positions / factor
+            inv_freq = inv_freq * (self.rope_pos_scale_local if local else self.rope_pos_scale)
+        return inv_freq, mscale
 
     def _linear(self, x, name, bias=None):
         y = self._act(x, name) @ self.w[name].T

@@ -2,7 +2,8 @@
 frequency divisors (rope_freqs.weight), linear RoPE scaling, Qwen3 (per-head Q/K RMSNorm, head_dim from
 attention.key_length with n_head * head_dim != n_embd), and the load errors for what cinfer does not implement.
 
-Models: `cinfer synth` presets tiny-llama3 and tiny-qwen3 in F32 and Q8_0, and files derived from them here by
+Models: `cinfer synth` presets tiny-llama3, tiny-qwen3, tiny-phi3 (fused QKV and gate-up, LongRoPE, 24 of 32
+dimensions rotated NeoX-style) and tiny-yarn (YaRN factor 4 over an original context of 128) in F32 and Q8_0, and files derived from them here by
 rewriting the GGUF (gguf_write_np): rope_freqs.weight removed, a linear rope.scaling of the tiny preset, and the
 malformed ones.  Tokens: BOS then 99 seeded ids, so positions run to 99 (the llama3 factors divide the angles
 of all but the fastest pairs, which changes the logits well within that range).
@@ -15,6 +16,11 @@ Checks:
     reference with the factors ignored, by far more than the tolerance (the factors are really applied);
     the file without the tensor matches the reference that ignores them;
   - linear scaling: matches the reference with positions divided by the factor and differs from the unscaled;
+  - YaRN and LongRoPE (check_rope_scalings): cinfer matches the reference; sabotage checks (the reference without
+    the LongRoPE factors, with the short instead of the long ones, without the attention factor, without YaRN, with
+    linear in place of YaRN's ramp, without YaRN's 0.1 ln s + 1) all differ by more than MIN_EFFECT; a served
+    context at the original one picks the short factors; attn_factor / betas / a factor below 1 from the file;
+    Phi-3 with separate Q/K/V equals the fused file; partial rotary with adjacent pairs;
   - malformed files are refused with a message naming the problem: rope_freqs.weight of the wrong length,
     key_length != value_length, unknown and unimplemented rope.scaling.type, an unknown tensor (and Q/K norms
     in a llama file), sliding-window attention (qwen3) and logit soft-capping keys (llama), and expert_count > 0
@@ -105,12 +111,142 @@ def expect_refused(rep, name, path, words, tmp):
     rep.fail(name, "cinfer accepted the file")
 
 
+def rope_scaling_malformed(paths):
+    """Malformed YaRN / LongRoPE / Phi-3 files: (name, source, rewrite arguments, words of the message)."""
+    ph, ya = paths["tiny-phi3", "f32"], paths["tiny-yarn", "f32"]
+    half = 12  # tiny-phi3 rotates 24 dimensions
+    return [
+        ("longrope_long_wrong_length", ph, {"replace_tensors": {"rope_factors_long.weight": np.ones(16, np.float32)}},
+         ["rope_factors_long.weight", "shape"]),
+        ("longrope_short_zero", ph, {"replace_tensors": {"rope_factors_short.weight": np.zeros(half, np.float32)}},
+         ["rope_factors_short.weight", "not positive"]),
+        ("longrope_missing_short", ph, {"drop_tensors": ["rope_factors_short.weight"]},
+         ["rope_factors_short.weight", "missing"]),
+        ("longrope_type_without_factors", ph, {
+            "drop_tensors": ["rope_factors_short.weight", "rope_factors_long.weight"],
+            "set_kvs": [("phi3.rope.scaling.type", gguf_np.T_STRING, "longrope")]}, ["rope_factors_long.weight"]),
+        ("longrope_factors_with_yarn", ph, {"set_kvs": [("phi3.rope.scaling.type", gguf_np.T_STRING, "yarn"),
+                                                        ("phi3.rope.scaling.factor", gguf_np.T_FLOAT32, 4.0)]},
+         ["LongRoPE", "yarn"]),
+        ("phi3_sliding_window", ph, {"set_kvs": [("phi3.attention.sliding_window", gguf_np.T_UINT32, 2047)]},
+         ["phi3.attention.sliding_window"]),
+        ("phi3_ffn_up_not_fused", ph, {"replace_tensors": {"blk.1.ffn_up.weight": np.ones((768, 256), np.float32)}},
+         ["blk.1.ffn_up.weight", "shape"]),
+        ("phi3_qkv_missing_in_layer", ph, {"drop_tensors": ["blk.2.attn_qkv.weight"]}, ["blk.2.attn_qkv.weight"]),
+        ("phi3_qkv_wrong_rows", ph, {"replace_tensors": {"blk.0.attn_qkv.weight": np.ones((256 * 3, 256), np.float32)}},
+         ["blk.0.attn_qkv.weight", "shape"]),
+        ("yarn_beta_order", ya, {"set_kvs": [("llama.rope.scaling.yarn_beta_fast", gguf_np.T_FLOAT32, 0.5)]},
+         ["yarn_beta_fast", "beta_slow"]),
+        ("yarn_attn_factor_negative", ya, {"set_kvs": [("llama.rope.scaling.attn_factor", gguf_np.T_FLOAT32, -1.0)]},
+         ["rope.scaling.attn_factor"]),
+        ("yarn_factor_negative", ya, {"set_kvs": [("llama.rope.scaling.factor", gguf_np.T_FLOAT32, -4.0)]},
+         ["rope.scaling.factor", "positive"]),
+        ("yarn_orig_ctx_zero", ya, {"set_kvs": [("llama.rope.scaling.original_context_length", gguf_np.T_UINT32, 0)]},
+         ["original_context_length"]),
+        ("yarn_log_multiplier", ya, {"set_kvs": [("llama.rope.scaling.yarn_log_multiplier", gguf_np.T_FLOAT32, 0.1)]},
+         ["yarn_log_multiplier"]),
+        ("longrope_tensors_in_llama", paths["tiny", "f32"], {"add_tensors": [
+            ("rope_factors_long.weight", np.ones(16, np.float32)), ("rope_factors_short.weight", np.ones(16, np.float32))]},
+         ["rope_factors_"]),
+    ]
+
+
+def check_rope_scalings(rep, paths, got, tokens, out, tmp):
+    """YaRN, LongRoPE, partial rotary and Phi-3's fused tensors: cinfer against the reference, and sabotage checks
+    showing each mechanism moves the logits far beyond the tolerance."""
+    tol = ciref.logit_tolerance("f32")
+    ph, ya = paths["tiny-phi3", "f32"], paths["tiny-yarn", "f32"]
+    cph, cya = got["tiny-phi3", "f32"].astype(np.float64), got["tiny-yarn", "f32"].astype(np.float64)
+
+    def sabotage(name, path, mutate, base):
+        m = model_np.Model.load(path)
+        mutate(m)
+        d = rel_diff(base, m.forward(tokens))
+        rep.check(d > MIN_EFFECT, name, "the reference without it is only %.3g away" % d, "%.3g" % d)
+
+    # LongRoPE: the context of 512 is above the original 64, so the long factors; each part matters.
+    sabotage("longrope_factors_matter", ph, lambda m: setattr(m, "rope_long", None) or setattr(m, "rope_short", None), cph)
+    sabotage("longrope_long_not_short", ph, lambda m: setattr(m, "serve_ctx", 64), cph)
+    sabotage("longrope_attn_factor_matters", ph, lambda m: setattr(m, "rope_attn_factor", 1.0), cph)
+    # A served context at the original one picks the short factors (the file's context_length 64: cinfer logits
+    # serves the training context), over 60 positions.
+    short = os.path.join(tmp, "phi3-short.gguf")
+    rewrite(ph, short, set_kvs=[("phi3.context_length", gguf_np.T_UINT32, 64)])
+    gs = ciref.cinfer_logits(short, tokens[:60], out)[0]
+    ciref.compare_logits(rep, "longrope_short_factors", gs, ref_logits(short, tokens[:60]), tol)
+    d = rel_diff(gs, cph[:60])
+    rep.check(d > MIN_EFFECT, "longrope_short_differs_from_long", "only %.3g apart" % d, "%.3g" % d)
+    # The engine's served context picks the factors: `cinfer run --ctx 64` decodes with the short ones, the
+    # default (the training context 512) with the long ones, each equal to the reference's greedy ids.
+    ref_ids = {}
+    for ctx in (64, 512):
+        m = model_np.Model.load(ph)
+        m.serve_ctx = ctx
+        ref_ids[ctx] = m.greedy([1], 40)
+        args = ["run", "-m", ph, "-p", "", "-n", 40, "--temp", 0, "--ids"] + (["--ctx", ctx] if ctx == 64 else [])
+        ids = [int(x) for x in ciref.cinfer(args)[0].decode().split()]
+        rep.check(ids == ref_ids[ctx], "longrope_engine_ctx_%d" % ctx, "cinfer %s, reference %s" % (ids, ref_ids[ctx]))
+    rep.check(ref_ids[64] != ref_ids[512], "longrope_engine_ctx_matters", "the same ids with either factors")
+    # Phi-3 with separate Q/K/V tensors (llama.cpp accepts either): the same model.
+    g = gguf_np.GGUF(ph)
+    q_dim, kv_dim = 256, 64
+    sep = os.path.join(tmp, "phi3-sep.gguf")
+    drops, adds = [], []
+    for i in range(4):
+        qkv = g.tensor("blk.%d.attn_qkv.weight" % i).astype(np.float32)
+        drops.append("blk.%d.attn_qkv.weight" % i)
+        adds += [("blk.%d.attn_q.weight" % i, qkv[:q_dim]), ("blk.%d.attn_k.weight" % i, qkv[q_dim : q_dim + kv_dim]),
+                 ("blk.%d.attn_v.weight" % i, qkv[q_dim + kv_dim :])]
+    rewrite(ph, sep, drop_tensors=drops, add_tensors=adds)
+    ciref.compare_logits(rep, "phi3_separate_qkv", ciref.cinfer_logits(sep, tokens, out)[0], cph, tol)
+    # A tied Phi-3 (no output.weight; llama.cpp falls back to token_embd): against the reference.
+    tied = os.path.join(tmp, "phi3-tied.gguf")
+    rewrite(ph, tied, drop_tensors=["output.weight"])
+    ciref.compare_logits(rep, "phi3_tied_output", ciref.cinfer_logits(tied, tokens, out)[0], ref_logits(tied, tokens), tol)
+    # The fused gate-up order: swapping the halves (up first) is another model.
+    sabotage("phi3_gate_up_order_matters", ph, lambda m: [m.w.update({
+        "blk.%d.ffn_gate.weight" % i: m.w["blk.%d.ffn_up.weight" % i],
+        "blk.%d.ffn_up.weight" % i: m.w["blk.%d.ffn_gate.weight" % i]}) for i in range(m.n_layer)], cph)
+
+    # YaRN: the ramp and the magnitude scaling each matter; attn_factor and the betas as the file sets them.
+    sabotage("yarn_scaling_matters", ya, lambda m: setattr(m, "rope_scaling", "none") or setattr(m, "rope_pos_scale", 1.0), cya)
+    sabotage("yarn_ramp_matters", ya, lambda m: setattr(m, "rope_scaling", "linear"), cya)
+    # (an attention factor of 1 / (0.1 ln 4 + 1) cancels YaRN's magnitude scaling in the reference)
+    sabotage("yarn_mscale_matters", ya, lambda m: setattr(m, "rope_attn_factor", 1.0 / (0.1 * np.log(4.0) + 1.0)), cya)
+    for name, kvs in (
+        ("yarn_attn_factor", [("llama.rope.scaling.attn_factor", gguf_np.T_FLOAT32, 0.8)]),
+        ("yarn_betas", [("llama.rope.scaling.yarn_beta_fast", gguf_np.T_FLOAT32, 8.0),
+                        ("llama.rope.scaling.yarn_beta_slow", gguf_np.T_FLOAT32, 0.5)]),
+        ("yarn_factor_below_1", [("llama.rope.scaling.factor", gguf_np.T_FLOAT32, 0.5)]),
+    ):
+        p = os.path.join(tmp, name + ".gguf")
+        rewrite(ya, p, set_kvs=kvs)
+        gy = ciref.cinfer_logits(p, tokens, out)[0]
+        ciref.compare_logits(rep, name, gy, ref_logits(p, tokens), tol)
+        d = rel_diff(gy, cya)
+        rep.check(d > MIN_EFFECT, name + "_differs", "only %.3g from the preset" % d, "%.3g" % d)
+    # attn_factor under plain RoPE (llama.cpp applies it to every scaling type).
+    p = os.path.join(tmp, "attn-factor.gguf")
+    rewrite(paths["tiny", "f32"], p, set_kvs=[("llama.rope.scaling.attn_factor", gguf_np.T_FLOAT32, 1.25)])
+    ciref.compare_logits(rep, "attn_factor_plain_rope", ciref.cinfer_logits(p, tokens, out)[0], ref_logits(p, tokens), tol)
+
+    # Partial rotary with adjacent pairs (tiny-phi3 covers NeoX): 16 of the tiny llama's 32 dimensions.
+    p = os.path.join(tmp, "partial.gguf")
+    rewrite(paths["tiny", "f32"], p, set_kvs=[("llama.rope.dimension_count", gguf_np.T_UINT32, 16)])
+    gp = ciref.cinfer_logits(p, tokens, out)[0]
+    ciref.compare_logits(rep, "partial_rotary_normal", gp, ref_logits(p, tokens), tol)
+    d = rel_diff(gp, got["tiny", "f32"].astype(np.float64))
+    rep.check(d > MIN_EFFECT, "partial_rotary_differs", "only %.3g from full rotary" % d, "%.3g" % d)
+    m = model_np.Model.load(ph)
+    rep.check(m.rope_dim < m.head_dim and m.neox, "phi3_partial_neox", "rope_dim %d" % m.rope_dim)
+
+
 def main():
     rep = ciref.Report()
     tmp = tempfile.mkdtemp(prefix="cinfer-arch-")
     try:
         paths = {}
-        for preset in ("tiny-llama3", "tiny-qwen3", "tiny"):
+        for preset in ("tiny-llama3", "tiny-qwen3", "tiny-phi3", "tiny-yarn", "tiny"):
             for t in TYPES if preset != "tiny" else ["f32"]:
                 path = os.path.join(tmp, "%s-%s.gguf" % (preset, t))
                 ciref.cinfer(["synth", "--preset", preset, "--type", t, "--seed", SEED, "-o", path])
@@ -128,7 +264,7 @@ def main():
 
         # Invariance: threads, KV block size and a prefix give byte-identical logits (as test_logits.py checks
         # for the older presets).
-        for preset in ("tiny-llama3", "tiny-qwen3"):
+        for preset in ("tiny-llama3", "tiny-qwen3", "tiny-phi3", "tiny-yarn"):
             path = paths[preset, "f32"]
             base = ciref.cinfer_logits(path, tokens, out, threads=1, block_size=16)[1]
             for th, bs in ((2, 16), (1, 1), (2, 512)):
@@ -189,8 +325,8 @@ def main():
              ["key_length", "value_length"]),
             ("rope_scaling_unknown", ti, {"set_kvs": [("llama.rope.scaling.type", gguf_np.T_STRING, "wobble")]},
              ["rope.scaling.type", "wobble"]),
-            ("rope_scaling_yarn", ti, {"set_kvs": [("llama.rope.scaling.type", gguf_np.T_STRING, "yarn")]},
-             ["rope.scaling.type", "yarn"]),
+            ("yarn_without_factor", ti, {"set_kvs": [("llama.rope.scaling.type", gguf_np.T_STRING, "yarn")]},
+             ["yarn", "rope.scaling.factor"]),
             ("llama3_type_without_tensor", ti, {"set_kvs": [("llama.rope.scaling.type", gguf_np.T_STRING, "llama3")]},
              ["rope_freqs.weight"]),
             ("unknown_tensor", ti, {"add_tensors": [("blk.0.attn_mystery.weight", np.ones(256, np.float32))]},
@@ -210,9 +346,11 @@ def main():
                                                            ("llama.expert_used_count", gguf_np.T_UINT32, 2)]},
              ["blk.0.ffn_gate_inp.weight", "missing"]),
         ]
+        cases += rope_scaling_malformed(paths)
         for name, src, kw, words in cases:
             rewrite(src, bad, **kw)
             expect_refused(rep, name, bad, words, tmp)
+        check_rope_scalings(rep, paths, got, tokens, out, tmp)
         # Zero means off: expert_count 0 and sliding_window 0 load.
         rewrite(ti, bad, set_kvs=[("llama.expert_count", gguf_np.T_UINT32, 0)])
         try:

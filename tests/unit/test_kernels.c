@@ -834,6 +834,67 @@ TEST(rope_ext_scaled_matches_double_formula) {
     ASSERT_NEAR(b[HD - 2], cos(t), 1e-6);
 }
 
+/* YaRN as its reference implementation defines it (jquesnelle/yarn, transformers' _compute_yarn_parameters),
+ * written out here: the correction dimension of a rotation count b is d ln(L / (2 pi b)) / (2 ln base); low =
+ * floor(dim(beta_fast)) >= 0, high = ceil(dim(beta_slow)) <= d - 1; pair i keeps its frequency with weight
+ * 1 - clamp((i - low) / (high - low)) and is divided by the factor s with the rest; cos and sin are scaled by
+ * mscale.  Also: the correction range for Llama-2-style numbers, partial rotary (dimensions past rope_dim
+ * untouched), and the magnitude scaling multiplying the rotated pair's norm. */
+TEST(rope_yarn_matches_definition) {
+    enum { N_HEAD = 2, HD = 64 };
+    float dims[2];
+    // L = 4096, base 10000, d = 128: dim(32) = 128 ln(4096 / 201.06) / 18.42 = 20.94; dim(1) = 45.0x.
+    ci_rope_yarn_corr_dims(128, 4096, 10000.0f, 32.0f, 1.0f, dims);
+    CHECK1(dims[0] == 20.0f && dims[1] == 46.0f);
+    ci_rope_yarn_corr_dims(32, 128, 10000.0f, 32.0f, 1.0f, dims); // dim(32) < 0: clamped to 0
+    CHECK1(dims[0] == 0.0f && dims[1] == 6.0f);
+    const int rope_dims[] = {64, 48};
+    const int positions[] = {0, 5, 99, 3000};
+    const double s = 8.0, L = 256.0, base = 10000.0, mscale = 1.3;
+    struct ci_rng r;
+    ci_rng_seed(&r, 12);
+    float x[N_HEAD * HD], orig[N_HEAD * HD];
+    for (int neox = 0; neox < 2; neox++)
+        for (int rd = 0; rd < 2; rd++)
+            for (int pi = 0; pi < 4; pi++) {
+                int d = rope_dims[rd];
+                double dim_fast = d * log(L / (32.0 * 2 * M_PI)) / (2 * log(base)),
+                       dim_slow = d * log(L / (1.0 * 2 * M_PI)) / (2 * log(base));
+                double low = fmax(floor(dim_fast), 0.0), high = fmin(ceil(dim_slow), d - 1.0);
+                struct ci_rope_params p = {.rope_dim = d,
+                                           .base = (float)base,
+                                           .neox = neox,
+                                           .freq_scale = (float)(1.0 / s),
+                                           .ext_factor = 1.0f,
+                                           .mscale = (float)mscale};
+                ci_rope_yarn_corr_dims(d, (int)L, (float)base, 32.0f, 1.0f, dims);
+                CHECK1(dims[0] == (float)low && dims[1] == (float)high);
+                p.corr_low = dims[0];
+                p.corr_high = dims[1];
+                fill_normal(&r, orig, N_HEAD * HD, 1.0);
+                memcpy(x, orig, sizeof x);
+                ci_rope_apply(x, N_HEAD, HD, positions[pi], &p);
+                for (int h = 0; h < N_HEAD; h++) {
+                    for (int i = 0; i < d / 2; i++) {
+                        double freq = pow(base, -2.0 * i / d);
+                        double keep = 1.0 - fmin(fmax((i - low) / (high - low), 0.0), 1.0);
+                        double theta = positions[pi] * (freq / s * (1.0 - keep) + freq * keep);
+                        int a = neox ? i : 2 * i, b = neox ? i + d / 2 : 2 * i + 1;
+                        double x0 = orig[h * HD + a], x1 = orig[h * HD + b];
+                        double ra = mscale * (x0 * cos(theta) - x1 * sin(theta)),
+                               rb = mscale * (x0 * sin(theta) + x1 * cos(theta));
+                        if (!(fabs(x[h * HD + a] - ra) <= 1e-6 * (1.0 + fabs(ra))) ||
+                            !(fabs(x[h * HD + b] - rb) <= 1e-6 * (1.0 + fabs(rb)))) {
+                            FAIL_FIRST("neox=%d rope_dim=%d pos=%d h=%d i=%d", neox, d, positions[pi], h, i);
+                            return;
+                        }
+                    }
+                    for (int j = d; j < HD; j++) // partial rotary: the rest passes through
+                        CHECK1(x[h * HD + j] == orig[h * HD + j]);
+                }
+            }
+}
+
 TEST(rmsnorm_matches_double) {
     enum { N = 4096 };
     static float x[N], w[N], out[N];
@@ -1532,6 +1593,7 @@ int main(int argc, char **argv) {
     RUN(matmul_bit_identical_across_threads_tiles_and_batches);
     RUN(rope_matches_double_formula);
     RUN(rope_ext_scaled_matches_double_formula);
+    RUN(rope_yarn_matches_definition);
     RUN(rmsnorm_matches_double);
     RUN(softmax_matches_double);
     RUN(silu_mul_matches_double);

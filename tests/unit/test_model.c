@@ -249,10 +249,18 @@ TEST(unimplemented_keys_refused) {
         &(struct mutation){
             .u32_key = "expert_count", .u32_val = 8, .u32_key2 = "expert_group_count", .u32_val2 = 2},
         CI_ERR_UNSUPPORTED, "expert_group_count");
-    expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "yarn"}, CI_ERR_UNSUPPORTED,
-                 "'yarn'");
-    expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "longrope"},
-                 CI_ERR_UNSUPPORTED, "'longrope'");
+    expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "wobble"}, CI_ERR_UNSUPPORTED,
+                 "'wobble'");
+    expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "yarn"}, CI_ERR_FORMAT,
+                 "yarn needs key 'llama.rope.scaling.factor'");
+    expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "longrope"}, CI_ERR_FORMAT,
+                 "rope_factors_long.weight");
+    expect_error(&(struct mutation){.f32_key = "rope.scaling.attn_factor", .f32_val = -1.0f}, CI_ERR_FORMAT,
+                 "attn_factor");
+    expect_error(&(struct mutation){.f32_key = "rope.scaling.yarn_log_multiplier", .f32_val = 0.1f},
+                 CI_ERR_UNSUPPORTED, "yarn_log_multiplier");
+    expect_error(&(struct mutation){.u32_key = "rope.scaling.original_context_length", .u32_val = 0},
+                 CI_ERR_FORMAT, "original_context_length");
     expect_error(&(struct mutation){.str_key = "rope.scaling.type", .str_val = "llama3"}, CI_ERR_FORMAT,
                  "rope_freqs.weight");
     expect_error(&(struct mutation){.rope_freqs_len = HEAD_DIM}, CI_ERR_FORMAT, "rope_freqs.weight");
@@ -275,10 +283,14 @@ TEST(rope_scaling_and_head_dim) {
          .f32_val = 4.0f},
         {.f32_key = "rope.scaling.factor", .f32_val = 2.0f}, // no type: linear, as llama.cpp reads it
         {.str_key = "rope.scaling.type", .str_val = "none"},
+        {.str_key = "rope.scaling.type",
+         .str_val = "yarn",
+         .f32_key = "rope.scaling.factor",
+         .f32_val = 4.0f},
     };
     enum rope_scaling want[] = {ROPE_SCALING_LLAMA3, ROPE_SCALING_LINEAR, ROPE_SCALING_LINEAR,
-                                ROPE_SCALING_NONE};
-    float want_scale[] = {1.0f, 0.25f, 0.5f, 1.0f};
+                                ROPE_SCALING_NONE, ROPE_SCALING_YARN};
+    float want_scale[] = {1.0f, 0.25f, 0.5f, 1.0f, 0.25f};
     for (size_t i = 0; i < sizeof mus / sizeof *mus; i++) {
         char path[128];
         ASSERT(write_model(&mus[i], path, sizeof path));

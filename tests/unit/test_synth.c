@@ -80,8 +80,14 @@ TEST(presets) {
          false},
         {"gemma3-1b", 1152, 26, 4, 1, 6912, 262144, 32768, 256, 1000000.0f, 1e-6f, true, MODEL_ARCH_GEMMA3,
          false},
+        {"tiny-phi3", 256, 4, 8, 2, 768, 1024, 512, 32, 10000.0f, 1e-5f, false, MODEL_ARCH_PHI3, false},
+        {"tiny-yarn", 256, 4, 8, 2, 768, 1024, 512, 32, 10000.0f, 1e-5f, false, MODEL_ARCH_LLAMA, false},
+        // Phi-3-mini-128k-instruct's config.json: hidden 3072, 32 layers, 32 heads (no GQA), intermediate 8192,
+        // vocab 32064, max_position_embeddings 131072, original 4096.
+        {"phi3-mini", 3072, 32, 32, 32, 8192, 32064, 131072, 96, 10000.0f, 1e-5f, false, MODEL_ARCH_PHI3,
+         false},
     };
-    ASSERT_EQ_I64(synth_n_presets(), 20);
+    ASSERT_EQ_I64(synth_n_presets(), 23);
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const struct synth_preset *p = synth_preset_find(want[i].name);
         ASSERT(p != NULL);
@@ -90,7 +96,10 @@ TEST(presets) {
         CHECK(c.n_embd == want[i].dim && c.n_layer == want[i].layers && c.n_head == want[i].heads);
         CHECK(c.n_kv_head == want[i].kv && c.n_ff == want[i].ff && c.n_vocab == want[i].vocab);
         CHECK(c.n_ctx_train == want[i].ctx && c.rope_base == want[i].rope && c.rms_eps == want[i].eps);
-        CHECK(c.head_dim == want[i].head_dim && c.rope_dim == c.head_dim);
+        bool phi3 = want[i].arch == MODEL_ARCH_PHI3, yarn = strcmp(want[i].name, "tiny-yarn") == 0;
+        // tiny-phi3 rotates 24 of its 32 dimensions (partial NeoX rotary)
+        CHECK(c.head_dim == want[i].head_dim &&
+              c.rope_dim == (strcmp(want[i].name, "tiny-phi3") == 0 ? 24 : c.head_dim));
         bool qwen = want[i].arch != MODEL_ARCH_LLAMA;
         CHECK(p->tied == want[i].tied && p->qkv_bias == (want[i].arch == MODEL_ARCH_QWEN2));
         bool gemma = want[i].arch == MODEL_ARCH_GEMMA2 || want[i].arch == MODEL_ARCH_GEMMA3;
@@ -98,8 +107,11 @@ TEST(presets) {
               c.qk_norm == (want[i].arch == MODEL_ARCH_QWEN3 || want[i].arch == MODEL_ARCH_GEMMA3));
         CHECK(c.post_norms == gemma && c.gelu_ffn == gemma && c.embd_scale == gemma);
         CHECK((c.sliding_window > 0) == (gemma || strcmp(want[i].name, "tiny-mistral") == 0));
-
-        CHECK((c.rope_scaling == ROPE_SCALING_LLAMA3) == want[i].llama3 && c.rope_pos_scale == 1.0f);
+        CHECK((c.rope_scaling == ROPE_SCALING_LLAMA3) == want[i].llama3 &&
+              c.rope_pos_scale == (yarn ? 0.25f : 1.0f));
+        CHECK((c.rope_scaling == ROPE_SCALING_LONGROPE) == phi3 &&
+              (c.rope_scaling == ROPE_SCALING_YARN) == yarn);
+        CHECK(c.qkv_fused == phi3 && c.ffn_fused == phi3);
     }
     CHECK(synth_preset_find("nope") == NULL);
 
