@@ -841,7 +841,11 @@ void engine_set_step_hook(struct engine *e, engine_step_fn fn, void *ctx) {
 
 static double layer_params(const struct model_config *c) {
     double q = (double)c->n_head * c->head_dim, kv = (double)c->n_kv_head * c->head_dim;
-    return (double)c->n_layer * (c->n_embd * (q + 2 * kv) + q * c->n_embd + 3.0 * c->n_embd * c->n_ff);
+    // A mixture of experts: the router, the experts a token uses and the shared expert.
+    double ffn = c->n_expert ? (double)c->n_embd *
+                                   (c->n_expert + 3.0 * c->n_expert_used * c->n_ff_exp + 3.0 * c->n_ff_shexp)
+                             : 3.0 * c->n_embd * c->n_ff;
+    return (double)c->n_layer * (c->n_embd * (q + 2 * kv) + q * c->n_embd + ffn);
 }
 
 enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
