@@ -98,12 +98,10 @@ static void totals(const struct model *m, uint64_t *bytes, uint64_t *params) {
     if (w->output.data != w->tok_embd.data)
         add_tensor(&w->output, bytes, params);
     for (int il = 0; il < m->config.n_layer; il++) {
-        const struct layer_weights *l = &w->layers[il];
-        const struct ci_tensor *all[] = {&l->attn_norm, &l->wq,     &l->wk,     &l->wv,     &l->bq,
-                                         &l->bk,        &l->bv,     &l->q_norm, &l->k_norm, &l->wo,
-                                         &l->ffn_norm,  &l->w_gate, &l->w_up,   &l->w_down};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            add_tensor(all[i], bytes, params);
+        // Every member (struct layer_weights holds only tensors, absent ones with NULL data): the experts too.
+        const struct ci_tensor *all = (const struct ci_tensor *)&w->layers[il];
+        for (size_t i = 0; i < sizeof(struct layer_weights) / sizeof(struct ci_tensor); i++)
+            add_tensor(&all[i], bytes, params);
     }
 }
 
