@@ -232,6 +232,7 @@ CINFER_API bool cinfer_quantize_type_known(const char *type);
 struct cinfer_synth_preset {
     const char *name, *arch;
     int n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
+    int n_expert, n_expert_used; // mixture of experts (0, 0: dense)
 };
 CINFER_API int cinfer_synth_n_presets(void);
 CINFER_API void cinfer_synth_preset_info(int i, struct cinfer_synth_preset *out); // 0 <= i < n_presets

@@ -67,8 +67,11 @@ int cmd_synth(int argc, char **argv) {
         for (int i = 0; i < cinfer_synth_n_presets(); i++) {
             struct cinfer_synth_preset p;
             cinfer_synth_preset_info(i, &p);
-            printf("  %-16s %s, %d layers, dim %d, %d heads (%d KV), ffn %d, vocab %d, context %d\n", p.name,
+            printf("  %-16s %s, %d layers, dim %d, %d heads (%d KV), ffn %d, vocab %d, context %d", p.name,
                    p.arch, p.n_layer, p.n_embd, p.n_head, p.n_kv_head, p.n_ff, p.n_vocab, p.n_ctx);
+            if (p.n_expert)
+                printf(", %d experts (top-%d)", p.n_expert, p.n_expert_used);
+            printf("\n");
         }
         return 0;
     }

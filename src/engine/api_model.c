@@ -495,9 +495,10 @@ int cinfer_synth_n_presets(void) {
 
 void cinfer_synth_preset_info(int i, struct cinfer_synth_preset *out) {
     const struct synth_preset *p = synth_preset(i);
-    *out = (struct cinfer_synth_preset){p->name,   model_arch_name(p->arch),
-                                        p->n_embd, p->n_layer,
-                                        p->n_head, p->n_kv_head,
-                                        p->n_ff,   p->n_vocab,
-                                        p->n_ctx};
+    *out = (struct cinfer_synth_preset){p->name,         model_arch_name(p->arch),
+                                        p->n_embd,       p->n_layer,
+                                        p->n_head,       p->n_kv_head,
+                                        p->n_ff,         p->n_vocab,
+                                        p->n_ctx,        p->n_expert,
+                                        p->n_expert_used};
 }
