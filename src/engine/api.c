@@ -233,6 +233,14 @@ bool cinfer_engine_step(struct cinfer_engine *e) {
     return engine_step(e->e);
 }
 
+enum cinfer_status cinfer_engine_check_grammar(struct cinfer_engine *e, const char *grammar,
+                                               struct cinfer_error *err) {
+    struct ci_err ce = {0};
+    if (engine_check_grammar(e->e, grammar, strlen(grammar), &ce) != CI_OK)
+        return api_fail(err, &ce);
+    return CINFER_OK;
+}
+
 void cinfer_request_options_default(struct cinfer_request_options *o) {
     struct cinfer_generate_params g;
     cinfer_generate_params_default(&g);
@@ -258,6 +266,10 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.ignore_eos = o->ignore_eos;
     rp.want_text = true;
     rp.logprobs = o->logprobs;
+    if (o->grammar && o->grammar[0]) {
+        rp.grammar = o->grammar;
+        rp.grammar_len = strlen(o->grammar);
+    }
     rp.sampling.logit_bias = (const struct sampling_logit_bias *)o->logit_bias;
     rp.sampling.n_logit_bias = o->n_logit_bias;
     // The text buffer is allocated here, at admission: an event's text joins into it without allocating

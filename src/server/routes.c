@@ -514,6 +514,17 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
     ro.logit_bias = q->logit_bias;
     ro.n_logit_bias = q->n_logit_bias;
     ro.logprobs = q->logprobs;
+    ro.grammar = q->grammar;
+    if (q->grammar) { // compiled (and cached) before anything is submitted, so a bad one is a 400 naming it
+        struct cinfer_error ce = {0};
+        enum cinfer_status s = cinfer_engine_check_grammar(r->e, q->grammar, &ce);
+        if (s != CINFER_OK) {
+            openai_error_from_status(oe, s, ce.message);
+            if (oe->status == 400)
+                snprintf(oe->param, sizeof oe->param, "grammar");
+            goto fail;
+        }
+    }
     for (int p = 0; p < g->n_streams; p++) {
         struct cinfer_error ce = {0};
         int n_ids = 0;
