@@ -625,6 +625,8 @@ static int32_t sample_token(struct engine *e, struct seq *s, const float *row, f
         ids[j] = i;
         lps[j] = (float)(row[i] - lse);
     }
+    for (int j = 0; gm && j < have; j++) // tokens the grammar forbids (when fewer than n_top are allowed):
+        lps[j] = lps[j] < -9999.0f ? -9999.0f : lps[j]; // OpenAI's floor rather than -inf (JSON has none)
     return tok;
 }
 
