@@ -102,6 +102,11 @@ int cmd_run(int argc, char **argv) {
                  "the prompt is empty and the vocabulary adds no BOS: give -p");
         goto fail;
     }
+    if (ro.grammar && cinfer_engine_check_grammar(e, ro.grammar, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer run: --grammar %s: %s\n", grammar_path, err.message);
+        rc = 1;
+        goto done;
+    }
     struct cinfer_engine_info info;
     cinfer_engine_info(e, &info);
     fprintf(
