@@ -18,19 +18,29 @@ struct parser {
     size_t n, pos;
     struct gram_builder *b;
     struct ci_err *err;
+    size_t memo_at; // position(): the last answer
+    int memo_line, memo_col;
 };
 
-static void position(const struct parser *p, size_t at, int *line, int *col) {
-    *line = 1;
-    *col = 1;
-    for (size_t i = 0; i < at && i < p->n; i++) {
+/* Line and column (1-based, in characters) of byte at; resumes from the last answer when at is past it, so
+ * the references' positions cost linear time over the whole text. */
+static void position(struct parser *p, size_t at, int *line, int *col) {
+    if (at < p->memo_at) {
+        p->memo_at = 0;
+        p->memo_line = p->memo_col = 1;
+    }
+    int l = p->memo_line, c = p->memo_col;
+    for (size_t i = p->memo_at; i < at && i < p->n; i++) {
         if (p->s[i] == '\n') {
-            (*line)++;
-            *col = 1;
+            l++;
+            c = 1;
         } else if (((unsigned char)p->s[i] & 0xC0) != 0x80) {
-            (*col)++;
+            c++;
         }
     }
+    p->memo_at = at;
+    p->memo_line = *line = l;
+    p->memo_col = *col = c;
 }
 
 __attribute__((format(printf, 3, 4))) static enum ci_status fail(struct parser *p, size_t at, const char *fmt,
@@ -346,7 +356,7 @@ enum ci_status gram_parse_gbnf(const char *text, size_t len, struct grammar **ou
     *out = NULL;
     if (len > GRAM_MAX_TEXT)
         return ci_err_set(err, CI_ERR_LIMIT, "the grammar is %zu bytes, the limit is %u", len, GRAM_MAX_TEXT);
-    struct parser p = {text, len, 0, NULL, err};
+    struct parser p = {text, len, 0, NULL, err, 0, 1, 1};
     enum ci_status s = gram_builder_create(&p.b, err);
     if (s != CI_OK)
         return s;

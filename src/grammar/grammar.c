@@ -19,7 +19,16 @@ struct gram_builder {
     uint32_t n_rules, cap_rules;
     size_t total_elems;
     uint32_t n_generated;
+    uint32_t *index; // open addressing over rule names: rule id + 1, 0 free; [index_mask + 1]
+    uint32_t index_mask;
 };
+
+static uint64_t name_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ULL;
+    return h;
+}
 
 void gram_free(struct grammar *g) {
     if (!g)
@@ -114,6 +123,7 @@ void gram_builder_free(struct gram_builder *b) {
         ci_free(b->rules[i].elems);
     }
     ci_free(b->rules);
+    ci_free(b->index);
     ci_free(b);
 }
 
@@ -136,13 +146,38 @@ static enum ci_status add_rule(struct gram_builder *b, const char *name, size_t 
     memcpy(r->name, name, len);
     r->name[len] = '\0';
     *id = b->n_rules++;
+    if (2 * b->n_rules > b->index_mask) { // rebuild the index at twice the size
+        uint32_t cap = b->index_mask ? 2 * (b->index_mask + 1) : 64;
+        uint32_t *ix = ci_calloc(cap, sizeof *ix);
+        if (!ix)
+            return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        ci_free(b->index);
+        b->index = ix;
+        b->index_mask = cap - 1;
+        for (uint32_t k = 0; k < b->n_rules; k++) {
+            uint32_t i = (uint32_t)name_hash(b->rules[k].name, strlen(b->rules[k].name)) & b->index_mask;
+            while (b->index[i])
+                i = (i + 1) & b->index_mask;
+            b->index[i] = k + 1;
+        }
+    } else {
+        uint32_t i = (uint32_t)name_hash(name, len) & b->index_mask;
+        while (b->index[i])
+            i = (i + 1) & b->index_mask;
+        b->index[i] = *id + 1;
+    }
     return CI_OK;
 }
 
 static int find_rule(const struct gram_builder *b, const char *name, size_t len) {
-    for (uint32_t i = 0; i < b->n_rules; i++) // GBNF grammars have tens of rules; the JSON front end
-        if (strlen(b->rules[i].name) == len && memcmp(b->rules[i].name, name, len) == 0) // names its own
-            return (int)i;
+    if (!b->index)
+        return -1;
+    for (uint32_t i = (uint32_t)name_hash(name, len) & b->index_mask; b->index[i];
+         i = (i + 1) & b->index_mask) {
+        const char *n = b->rules[b->index[i] - 1].name;
+        if (strlen(n) == len && memcmp(n, name, len) == 0)
+            return (int)(b->index[i] - 1);
+    }
     return -1;
 }
 
@@ -236,36 +271,104 @@ static bool class_nonempty(const struct grammar *g, uint32_t i) {
     return gram_class_intersects(g, i, 0, 0xD7FF) || gram_class_intersects(g, i, 0xE000, GRAM_MAX_CODEPOINT);
 }
 
-/* nullable[r]: rule r derives the empty string.  productive[r]: it derives some string. */
-static void fixpoints(const struct grammar *g, bool *nullable, bool *productive) {
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (uint32_t r = 0; r < g->n_rules; r++) {
-            uint32_t i = g->rule_start[r];
-            for (;;) { // one alternative per iteration
-                bool all_null = true, all_prod = true;
-                while (!gram_is_end(g->elems[i].op)) {
-                    uint32_t op = g->elems[i].op;
-                    if (op == GRAM_REF) {
-                        all_null &= nullable[g->elems[i].val];
-                        all_prod &= productive[g->elems[i].val];
-                        i++;
-                    } else {
-                        all_null = false;
-                        all_prod &= class_nonempty(g, i);
-                        i = gram_class_end(g, i);
-                    }
-                }
-                if (all_null && !nullable[r])
-                    nullable[r] = changed = true;
-                if (all_prod && !productive[r])
-                    productive[r] = changed = true;
-                if (g->elems[i].op == GRAM_END)
-                    break;
-                i++;
+/* nullable[r]: rule r derives the empty string.  productive[r]: it derives some string.  A worklist over
+ * the alternatives (each counts the references it still waits for), linear in the grammar's size. */
+static enum ci_status fixpoints(const struct grammar *g, bool *nullable, bool *productive,
+                                struct ci_err *err) {
+    uint32_t n_alts = 0, n_refs = 0;
+    for (uint32_t i = 0; i < g->n_elems; i++) {
+        n_alts += gram_is_end(g->elems[i].op);
+        n_refs += g->elems[i].op == GRAM_REF;
+    }
+    uint32_t *alt_rule = ci_malloc((n_alts + 1) * sizeof *alt_rule);
+    uint32_t *wait_null = ci_calloc(n_alts + 1, sizeof *wait_null),
+             *wait_prod = ci_calloc(n_alts + 1, sizeof *wait_prod);
+    uint32_t *occ_start = ci_calloc(g->n_rules + 1, sizeof *occ_start),
+             *occ = ci_malloc((n_refs + 1) * sizeof *occ);
+    uint32_t *work = ci_malloc(2 * ((size_t)g->n_rules + 1) * sizeof *work);
+    bool *blocked = ci_calloc(n_alts + 1, 1); // holds a character: never nullable
+    bool *dead = ci_calloc(n_alts + 1, 1);    // holds an empty class: never productive
+    enum ci_status s = CI_OK;
+    if (!alt_rule || !wait_null || !wait_prod || !occ_start || !occ || !work || !blocked || !dead) {
+        s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    // Pass 1: each alternative's rule and counts; occurrences per referenced rule (counting sort).
+    uint32_t a = 0, r = 0;
+    for (uint32_t i = 0; i < g->n_elems;) {
+        while (r + 1 < g->n_rules && g->rule_start[r + 1] <= i)
+            r++;
+        alt_rule[a] = r;
+        uint32_t op = g->elems[i].op;
+        if (gram_is_end(op)) {
+            a++;
+            i++;
+        } else if (op == GRAM_REF) {
+            wait_null[a]++;
+            wait_prod[a]++;
+            occ_start[g->elems[i].val + 1]++;
+            i++;
+        } else {
+            blocked[a] = true;
+            dead[a] |= !class_nonempty(g, i);
+            i = gram_class_end(g, i);
+        }
+    }
+    for (uint32_t k = 0; k < g->n_rules; k++)
+        occ_start[k + 1] += occ_start[k];
+    a = 0;
+    for (uint32_t i = 0; i < g->n_elems;) { // occurrences: the alternative of each reference
+        uint32_t op = g->elems[i].op;
+        if (gram_is_end(op)) {
+            a++;
+            i++;
+        } else if (op == GRAM_REF) {
+            occ[occ_start[g->elems[i].val]++] = a;
+            i++;
+        } else {
+            i = gram_class_end(g, i);
+        }
+    }
+    for (uint32_t k = g->n_rules; k > 0; k--) // back to the starts
+        occ_start[k] = occ_start[k - 1];
+    occ_start[0] = 0;
+    // Pass 2: the worklist.  work holds (rule, kind) pairs: kind 0 nullable, 1 productive.
+    size_t nw = 0;
+    for (uint32_t k = 0; k < n_alts; k++) {
+        uint32_t rr = alt_rule[k];
+        if (!blocked[k] && wait_null[k] == 0 && !nullable[rr]) {
+            nullable[rr] = true;
+            work[nw++] = rr * 2;
+        }
+        if (!dead[k] && wait_prod[k] == 0 && !productive[rr]) {
+            productive[rr] = true;
+            work[nw++] = rr * 2 + 1;
+        }
+    }
+    while (nw) {
+        uint32_t w = work[--nw], rr = w / 2, kind = w % 2;
+        for (uint32_t k = occ_start[rr]; k < occ_start[rr + 1]; k++) {
+            uint32_t al = occ[k], owner = alt_rule[al];
+            if (kind == 0 && --wait_null[al] == 0 && !blocked[al] && !nullable[owner]) {
+                nullable[owner] = true;
+                work[nw++] = owner * 2;
+            }
+            if (kind == 1 && --wait_prod[al] == 0 && !dead[al] && !productive[owner]) {
+                productive[owner] = true;
+                work[nw++] = owner * 2 + 1;
             }
         }
     }
+done:
+    ci_free(alt_rule);
+    ci_free(wait_null);
+    ci_free(wait_prod);
+    ci_free(occ_start);
+    ci_free(occ);
+    ci_free(work);
+    ci_free(blocked);
+    ci_free(dead);
+    return s;
 }
 
 /* Left-recursion: DFS over the "may start with" edges (a reference preceded only by nullable elements). */
@@ -349,7 +452,8 @@ enum ci_status gram_builder_finish(struct gram_builder *b, const char *start, st
         at += (uint32_t)b->rules[r].n;
         g->elems[at++] = (struct gram_elem){GRAM_END, 0};
     }
-    fixpoints(g, nullable, productive);
+    if ((s = fixpoints(g, nullable, productive, err)) != CI_OK)
+        goto done;
     // Reachable rules from the start; each must be productive.
     uint32_t nw = 0;
     reach[g->start] = true;
