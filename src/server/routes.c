@@ -519,9 +519,10 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         struct cinfer_error ce = {0};
         enum cinfer_status s = cinfer_engine_check_grammar(r->e, q->grammar, &ce);
         if (s != CINFER_OK) {
-            openai_error_from_status(oe, s, ce.message);
-            if (oe->status == 400)
-                snprintf(oe->param, sizeof oe->param, "grammar");
+            if (openai_http_status(s) == 400) // a limit of the grammar is no context_length_exceeded
+                openai_error_set(oe, 400, "grammar", NULL, "%s", ce.message);
+            else
+                openai_error_from_status(oe, s, ce.message);
             goto fail;
         }
     }

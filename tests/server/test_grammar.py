@@ -186,6 +186,8 @@ def test_errors(s):
         ("empty_language", 'root ::= "a" root\n', "empty"),
         ("no_root", 'start ::= "a"\n', "no rule named 'root'"),
         ("bad_escape", 'root ::= "\\q"\n', "unknown escape"),
+        ("too_deep", "root ::= " + "(" * 100 + '"a"' + ")" * 100 + "\n", "nested more than 64 deep"),
+        ("too_large", 'root ::= "' + "abcdefghij" * 40 + '"{10000}\n', "too large"),
     ]
     for name, text, want in cases:
         for ep, body in (("completions", {"prompt": "x"}), ("chat", {"messages": [{"role": "user",
@@ -194,7 +196,8 @@ def test_errors(s):
             st, _, j = s.json("POST", f"/v1/{'chat/' if ep == 'chat' else ''}completions", body)
             e = j.get("error", {}) if isinstance(j, dict) else {}
             check(f"grammar_400_{name}_{ep}", st == 400 and e.get("param") == "grammar" and
-                  want in e.get("message", "") and e.get("type") == "invalid_request_error", f"{st} {j}")
+                  want in e.get("message", "") and e.get("type") == "invalid_request_error" and
+                  e.get("code") is None, f"{st} {j}")
     st, _, j = s.json("POST", "/v1/completions", {"prompt": "x", "grammar": 5})
     check("grammar_400_not_a_string", st == 400 and j["error"]["param"] == "grammar", f"{st} {j}")
     st, _, j = s.json("POST", "/v1/completions", {"prompt": "x", "grammar": "", "max_tokens": 2})
