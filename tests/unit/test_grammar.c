@@ -463,8 +463,12 @@ static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char 
         }
     }
     CHECKF(compared >= min_states, "%s: only %d states compared", what, compared);
-    printf("  %s: %d states, %.1f allowed tokens per state on average, %.0f us per mask\n", what, compared,
-           compared ? (double)total_allowed / compared : 0.0, compared ? mask_ns / compared / 1e3 : 0.0);
+    struct gram_matcher_stats gs = {0};
+    if (m)
+        gram_matcher_stats(m, &gs);
+    printf("  %s: %d states, %.1f allowed tokens per state on average, %.0f us per mask, %u stack nodes\n",
+           what, compared, compared ? (double)total_allowed / compared : 0.0,
+           compared ? mask_ns / compared / 1e3 : 0.0, gs.n_nodes);
     gram_matcher_free(m);
     free(bits);
     free(ref);
