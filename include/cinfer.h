@@ -352,8 +352,19 @@ struct cinfer_request_options {
     // are ignored).  The stream ends with DONE; cinfer_stream_embedding then holds the vector.
     bool embedding;
     const char *pooling; // "mean", "cls" or "last"; NULL: cinfer_model_embedding_pooling's choice
+    // A GBNF grammar (llama.cpp's format) every sample must follow (NULL or "": none): each token is sampled
+    // from those the grammar allows (logprobs too are of that distribution), end-of-generation only where
+    // the text is a whole sentence of it, and a sample ends ("stop") when nothing more can follow.  An
+    // invalid grammar fails the submit with CINFER_ERR_INVALID (or CINFER_ERR_LIMIT) naming the problem.
+    const char *grammar;
 };
 CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
+
+/* Compiles a GBNF grammar into the engine's cache of grammars (keyed by the text), so that a request with it
+ * finds it compiled: CINFER_ERR_INVALID / CINFER_ERR_LIMIT with the problem named (syntax errors with line
+ * and column, undefined rules, no root, left recursion, an empty language, the size limits).  Any thread. */
+CINFER_API enum cinfer_status cinfer_engine_check_grammar(struct cinfer_engine *e, const char *grammar,
+                                                          struct cinfer_error *err);
 
 struct cinfer_stream;
 /* Any thread.  CINFER_ERR_LIMIT: the request can never fit (context or KV pool); CINFER_ERR_BUSY: queue full.

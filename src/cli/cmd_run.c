@@ -1,7 +1,9 @@
 /* cinfer run: generate from a prompt, streaming text to stdout, then the seeds' metrics to stderr.  Built on
  * the public API (include/cinfer.h), as an embedding program would be: the serving engine in synchronous
  * mode, so every scheduling policy and KV option applies to a single request too. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cinfer.h"
@@ -10,12 +12,38 @@
 #include "cli/engine_args.h"
 #include "core/check.h"
 
+/* The whole grammar file as a string (NULL with the reason in msg). */
+static char *read_grammar(const char *path, char *msg, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(msg, n, "--grammar %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = (1u << 20) + 2, len; // the grammar limit is 1 MiB: one byte more is reported by the parser
+    char *buf = malloc(cap);
+    if (buf) {
+        len = fread(buf, 1, cap - 1, f);
+        buf[len] = '\0';
+        if (ferror(f) || memchr(buf, '\0', len)) {
+            snprintf(msg, n, "--grammar %s: %s", path,
+                     ferror(f) ? "read error" : "the file holds a NUL byte");
+            free(buf);
+            buf = NULL;
+        }
+    } else {
+        snprintf(msg, n, "out of memory");
+    }
+    fclose(f);
+    return buf;
+}
+
 int cmd_run(int argc, char **argv) {
     struct cinfer_request_options ro;
     cinfer_request_options_default(&ro);
     struct engine_args ea;
     engine_args_init(&ea);
-    const char *model_path = NULL, *tok_path = NULL, *prompt = "";
+    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *grammar_path = NULL;
+    char *grammar = NULL;
     bool print_ids = false;
     struct cinfer_sampling *sp = &ro.sampling;
     const struct arg_spec own[] = {
@@ -33,6 +61,8 @@ int cmd_run(int argc, char **argv) {
         {"--seed", NULL, ARG_U64, &sp->seed, 0, 9007199254740991.0, "S  sampling seed"},
         {"--ignore-eos", NULL, ARG_FLAG, &ro.ignore_eos, 0, 0, "    do not stop at end-of-generation tokens"},
         {"--ids", NULL, ARG_FLAG, &print_ids, 0, 0, "    print generated token ids instead of text"},
+        {"--grammar", NULL, ARG_STR, &grammar_path, 0, 0,
+         "FILE  constrain the output to this GBNF grammar (llama.cpp's format)"},
     };
     struct arg_spec specs[CI_ARRAY_LEN(own) + ENGINE_ARGS_N_SPECS];
     memcpy(specs, own, sizeof own);
@@ -58,6 +88,11 @@ int cmd_run(int argc, char **argv) {
     cinfer_token *ids = NULL;
     int n_ids = 0;
     struct cinfer_engine_options eo = ea.o;
+    if (grammar_path) {
+        if (!(grammar = read_grammar(grammar_path, err.message, sizeof err.message)))
+            goto fail;
+        ro.grammar = grammar;
+    }
     if (cinfer_model_load(model_path, tok_path, &m, &err) != CINFER_OK ||
         cinfer_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err) != CINFER_OK ||
         cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK)
@@ -66,6 +101,11 @@ int cmd_run(int argc, char **argv) {
         snprintf(err.message, sizeof err.message,
                  "the prompt is empty and the vocabulary adds no BOS: give -p");
         goto fail;
+    }
+    if (ro.grammar && cinfer_engine_check_grammar(e, ro.grammar, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer run: --grammar %s: %s\n", grammar_path, err.message);
+        rc = 1;
+        goto done;
     }
     struct cinfer_engine_info info;
     cinfer_engine_info(e, &info);
@@ -120,5 +160,6 @@ done:
     cinfer_engine_free(e);
     cinfer_free(ids);
     cinfer_model_free(m);
+    free(grammar);
     return rc;
 }

@@ -240,6 +240,14 @@ bool cinfer_engine_step(struct cinfer_engine *e) {
     return engine_step(e->e);
 }
 
+enum cinfer_status cinfer_engine_check_grammar(struct cinfer_engine *e, const char *grammar,
+                                               struct cinfer_error *err) {
+    struct ci_err ce = {0};
+    if (engine_check_grammar(e->e, grammar, strlen(grammar), &ce) != CI_OK)
+        return api_fail(err, &ce);
+    return CINFER_OK;
+}
+
 void cinfer_request_options_default(struct cinfer_request_options *o) {
     struct cinfer_generate_params g;
     cinfer_generate_params_default(&g);
@@ -265,6 +273,10 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.ignore_eos = o->ignore_eos;
     rp.want_text = true;
     rp.logprobs = o->logprobs;
+    if (o->grammar && o->grammar[0]) {
+        rp.grammar = o->grammar;
+        rp.grammar_len = strlen(o->grammar);
+    }
     rp.sampling.logit_bias = (const struct sampling_logit_bias *)o->logit_bias;
     rp.sampling.n_logit_bias = o->n_logit_bias;
     if (o->embedding) {
@@ -282,6 +294,8 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
         rp.stop = NULL;
         rp.n_stop = 0;
         rp.logprobs = -1;
+        rp.grammar = NULL;
+        rp.grammar_len = 0;
         rp.sampling.logit_bias = NULL;
         rp.sampling.n_logit_bias = 0;
     }

@@ -14,6 +14,8 @@
 #include "core/queue.h"
 #include "core/threadpool.h"
 #include "engine/kv_pool.h"
+#include "grammar/cache.h"
+#include "grammar/matcher.h"
 #include "engine/metrics.h"
 #include "engine/prefix_cache.h"
 #include "kernels/kernels.h"
@@ -51,6 +53,7 @@ struct engine_request {
     struct ci_channel **ch;          // [n]
     struct request_metrics *metrics; // [n]
     int n_live;                      // samples not finished (engine thread)
+    struct gram_ref *grammar;        // the compiled grammar constraining every sample (NULL: none)
 };
 
 /* The engine's sequence: the scheduler's struct seq plus what streaming text needs. */
@@ -59,6 +62,7 @@ struct eseq {
     struct detok detok;
     struct stop_matcher stop;
     bool has_detok, has_stop;
+    struct gram_matcher *gm; // the grammar's state after this sample's generated tokens (NULL: none)
 };
 
 struct engine {
@@ -100,6 +104,12 @@ struct engine {
 
     const int32_t *eog; // [n_eog] the tokenizer's end-of-generation ids
     int n_eog;
+    // Grammars: compiled once per text (any thread); the vocabulary trie is built on the engine thread at
+    // the first sequence with a grammar; the mask and masked logits are the engine thread's scratch.
+    struct gram_cache *gcache;
+    struct gram_vocab *gvocab;
+    uint32_t *gmask; // [(n_vocab + 31) / 32]
+    float *grow;     // [n_vocab]
     uint64_t next_order;
     double linear_params; // per token, matmul weights of all layers
     double weight_bytes;
@@ -173,6 +183,7 @@ static void request_free(struct engine_request *r) {
     }
     ci_free(r->bias);
     ci_free(r->embedding);
+    gram_ref_release(r->grammar);
     for (int i = 0; r->stop && i < r->n_stop; i++)
         ci_free(r->stop[i]);
     ci_free(r->stop);
@@ -238,16 +249,18 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     bool embed = p->pooling != ENGINE_POOLING_NONE;
     if (embed && (p->pooling < ENGINE_POOLING_MEAN || p->pooling > ENGINE_POOLING_LAST))
         return ci_err_set(err, CI_ERR_INVALID, "unknown pooling %d", (int)p->pooling);
-    if (embed && (p->max_tokens != 0 || p->n != 1 || p->n_stop || p->logprobs >= 0))
+    if (embed && (p->max_tokens != 0 || p->n != 1 || p->n_stop || p->logprobs >= 0 || p->grammar))
         return ci_err_set(err, CI_ERR_INVALID,
-                          "an embedding request generates nothing: max_tokens 0, n 1, no stop strings or "
-                          "logprobs");
+                          "an embedding request generates nothing: max_tokens 0, n 1, no stop strings, "
+                          "logprobs or grammar");
     if (!embed && p->max_tokens < 1)
         return ci_err_set(err, CI_ERR_INVALID, "max_tokens must be at least 1");
     if (p->n < 1 || p->n > MAX_SAMPLES)
         return ci_err_set(err, CI_ERR_INVALID, "n must be in [1, %d]", MAX_SAMPLES);
     if ((p->n_stop > 0 || p->want_text) && !e->tok)
         return ci_err_set(err, CI_ERR_INVALID, "text and stop strings need a tokenizer");
+    if (p->grammar && !e->tok)
+        return ci_err_set(err, CI_ERR_INVALID, "a grammar needs the model's tokenizer");
     enum ci_status s = sampling_params_validate(&p->sampling, c->n_vocab, err);
     if (s != CI_OK)
         return s;
@@ -304,6 +317,9 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     for (int i = 0; i < p->n_stop; i++, r->n_stop++)
         if (!(r->stop[i] = ci_strdup(p->stop[i])))
             goto nomem;
+    if (p->grammar &&
+        (s = gram_cache_get_gbnf(e->gcache, p->grammar, p->grammar_len, &r->grammar, err)) != CI_OK)
+        goto fail;
     int64_t now = p->t_arrival_ns > 0 ? p->t_arrival_ns : ci_now_ns();
     for (int i = 0; i < p->n; i++) {
         // Room for every token and its text pieces, so the engine never finds a channel full.
@@ -343,6 +359,15 @@ fail:
     return s;
 }
 
+enum ci_status engine_check_grammar(struct engine *e, const char *text, size_t len, struct ci_err *err) {
+    if (!e->tok)
+        return ci_err_set(err, CI_ERR_INVALID, "a grammar needs the model's tokenizer");
+    struct gram_ref *r = NULL;
+    enum ci_status s = gram_cache_get_gbnf(e->gcache, text, len, &r, err);
+    gram_ref_release(r);
+    return s;
+}
+
 /* ---- sequences ----------------------------------------------------------------------------------------- */
 
 static void seq_destroy(struct eseq *q) {
@@ -351,9 +376,37 @@ static void seq_destroy(struct eseq *q) {
     if (q->has_stop)
         stop_matcher_deinit(&q->stop);
     sampler_free(q->s.sampler);
+    gram_matcher_free(q->gm);
     kv_seq_deinit(&q->s.blocks);
     ci_free(q->s.tokens);
     ci_free(q);
+}
+
+/* The vocabulary as the grammar matcher sees it: each token's decoded bytes (control tokens have none and
+ * are never allowed), end-of-generation tokens allowed in accepting states.  Engine thread, once. */
+static enum ci_status build_gram_vocab(struct engine *e, struct ci_err *err) {
+    int n = e->m->config.n_vocab, nt = tokenizer_n_vocab(e->tok);
+    const char **ptrs = ci_calloc((size_t)n, sizeof *ptrs);
+    uint32_t *lens = ci_calloc((size_t)n, sizeof *lens);
+    size_t words = ((size_t)n + 31) / 32;
+    if (!e->gmask)
+        e->gmask = ci_calloc(words, sizeof *e->gmask);
+    if (!e->grow)
+        e->grow = ci_calloc((size_t)n, sizeof *e->grow);
+    enum ci_status s;
+    if (!ptrs || !lens || !e->gmask || !e->grow) {
+        s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    } else {
+        for (int i = 0; i < n && i < nt; i++) {
+            size_t l = 0;
+            ptrs[i] = tokenizer_token_bytes(e->tok, i, false, &l);
+            lens[i] = (uint32_t)l;
+        }
+        s = gram_vocab_create(n, ptrs, lens, e->eog, e->n_eog, &e->gvocab, err);
+    }
+    ci_free(ptrs);
+    ci_free(lens);
+    return s;
 }
 
 static enum ci_status seq_create(struct engine *e, struct engine_request *r, int sample, struct eseq **out,
@@ -390,6 +443,12 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
                                     detok_max_out(&q->detok), err)))
             goto fail;
         q->has_stop = true;
+    }
+    if (r->grammar) {
+        if (!e->gvocab && (st = build_gram_vocab(e, err)) != CI_OK)
+            goto fail;
+        if ((st = gram_matcher_create(gram_ref_grammar(r->grammar), e->gvocab, &q->gm, err)) != CI_OK)
+            goto fail;
     }
     *out = q;
     return CI_OK;
@@ -465,6 +524,8 @@ static enum engine_finish seq_emit(struct engine *e, struct eseq *q, int32_t tok
     struct engine_request *r = s->req;
     struct request_metrics *mt = &r->metrics[s->sample];
     int64_t now = ci_now_ns();
+    if (tok < 0) // the grammar allows no token (sample_token)
+        return ENGINE_FINISH_STOP;
     CI_ASSERT(s->n_tokens < s->cap);
     s->tokens[s->n_tokens++] = tok;
     int n_out = seq_n_output(s);
@@ -493,6 +554,8 @@ static enum engine_finish seq_emit(struct engine *e, struct eseq *q, int32_t tok
         return finish;
     if (stop >= 0)
         return ENGINE_FINISH_STOP;
+    if (q->gm && gram_matcher_is_done(q->gm))
+        return ENGINE_FINISH_STOP; // the grammar is complete and nothing can follow
     if (n_out >= r->max_tokens)
         return ENGINE_FINISH_LENGTH;
     return ENGINE_FINISH_NONE;
@@ -553,8 +616,25 @@ static void handle_cancellations(struct engine *e) {
  * (log-softmax of the raw logits) of the sampled token and of the most likely alternatives. */
 static int32_t sample_token(struct engine *e, struct seq *s, const float *row, float *logprob) {
     int n_vocab = e->m->config.n_vocab;
-    int32_t tok = sampler_sample(s->sampler, row, n_vocab, s->tokens, s->n_tokens);
+    struct gram_matcher *gm = ((struct eseq *)s)->gm;
     *logprob = 0.0f;
+    if (gm) { // the grammar's mask first: every sampler setting and the logprobs see only allowed tokens
+        struct ci_err err = {0};
+        if (gram_matcher_mask(gm, e->gmask, &err) != CI_OK)
+            return -1;
+        bool any = false;
+        for (int i = 0; i < n_vocab; i++) {
+            bool ok = (e->gmask[i >> 5] >> (i & 31)) & 1u;
+            e->grow[i] = ok ? row[i] : -INFINITY;
+            any |= ok;
+        }
+        if (!any)
+            return -1; // no token of the vocabulary can continue the grammar
+        row = e->grow;
+    }
+    int32_t tok = sampler_sample(s->sampler, row, n_vocab, s->tokens, s->n_tokens);
+    if (gm && !gram_matcher_accept_token(gm, tok))
+        return -1; // cannot happen: the sampler picks an allowed token (NaN logits aside)
     struct engine_request *r = s->req;
     if (r->logprobs < 0)
         return tok;
@@ -584,6 +664,8 @@ static int32_t sample_token(struct engine *e, struct seq *s, const float *row, f
         ids[j] = i;
         lps[j] = (float)(row[i] - lse);
     }
+    for (int j = 0; gm && j < have; j++) // tokens the grammar forbids (when fewer than n_top are allowed):
+        lps[j] = lps[j] < -9999.0f ? -9999.0f : lps[j]; // OpenAI's floor rather than -inf (JSON has none)
     return tok;
 }
 
@@ -1076,6 +1158,8 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         kv_pool_layer(e->pool, il, &e->layers[il]);
     if (tok)
         e->eog = tokenizer_eog_ids(tok, &e->n_eog);
+    if ((s = gram_cache_create(64, &e->gcache, err)) != CI_OK)
+        goto fail;
     *out = e;
     return CI_OK;
 fail:
@@ -1121,6 +1205,10 @@ void engine_free(struct engine *e) {
     ci_free(e->b_hid);
     ci_free(e->b_hid_seq);
     ci_free(e->b_embed_done);
+    gram_cache_free(e->gcache);
+    gram_vocab_free(e->gvocab);
+    ci_free(e->gmask);
+    ci_free(e->grow);
     ci_free(e);
 }
 

@@ -449,6 +449,22 @@ static enum ci_status parse_logit_bias(const cJSON *root, int n_vocab, struct op
     return CI_OK;
 }
 
+/* llama.cpp's "grammar" (GBNF text; "" or null: none).  Its syntax and meaning are checked by the engine
+ * (cinfer_engine_check_grammar), whose errors the route reports against this parameter. */
+static enum ci_status parse_grammar(const cJSON *root, struct openai_request *r, struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "grammar");
+    if (absent(v))
+        return CI_OK;
+    if (!cJSON_IsString(v))
+        return bad(err, "grammar", "'grammar' must be a string (a GBNF grammar)");
+    size_t n = strlen(v->valuestring);
+    if (n > OPENAI_MAX_GRAMMAR)
+        return bad(err, "grammar", "'grammar' is %zu bytes, at most %d are allowed", n, OPENAI_MAX_GRAMMAR);
+    if (n == 0)
+        return CI_OK;
+    return dup_string(v->valuestring, &r->grammar, err);
+}
+
 static enum ci_status parse_seed(const cJSON *root, struct openai_request *r, struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "seed");
     if (absent(v))
@@ -543,7 +559,8 @@ enum ci_status openai_parse(enum openai_endpoint ep, const char *body, size_t le
         (s = get_bool(root, "ignore_eos", &out->ignore_eos, err)) != CI_OK ||
         (s = get_bool(root, "stream", &out->stream, err)) != CI_OK ||
         (s = parse_logprobs(root, ep, out, err)) != CI_OK ||
-        (s = parse_logit_bias(root, lim->n_vocab, out, err)) != CI_OK)
+        (s = parse_logit_bias(root, lim->n_vocab, out, err)) != CI_OK ||
+        (s = parse_grammar(root, out, err)) != CI_OK)
         goto fail;
     sp->top_k = top_k < 0 ? 0 : top_k; // vLLM's -1 means off, as 0 does here
     if (ep == OPENAI_COMPLETIONS && (s = get_bool(root, "echo", &out->echo, err)) != CI_OK)
@@ -583,6 +600,7 @@ void openai_request_deinit(struct openai_request *r) {
     for (int i = 0; i < r->n_stop; i++)
         ci_free(r->stop[i]);
     ci_free(r->logit_bias);
+    ci_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 

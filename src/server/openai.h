@@ -15,15 +15,16 @@
 #include "core/status.h"
 
 // Request limits (documented in README.md, "cinfer serve"); each is checked with the parameter named.
-#define OPENAI_MAX_N          16   // samples per prompt
-#define OPENAI_MAX_PROMPTS    32   // prompts in one /v1/completions request
-#define OPENAI_MAX_CHOICES    64   // prompts × n
-#define OPENAI_MAX_STOP       4    // stop strings
-#define OPENAI_MAX_STOP_BYTES 256  // bytes per stop string
-#define OPENAI_MAX_LOGIT_BIAS 300  // logit_bias entries
-#define OPENAI_MAX_LOGPROBS   20   // logprobs (completions) / top_logprobs (chat)
-#define OPENAI_MAX_MESSAGES   1024 // chat messages
-#define OPENAI_MAX_INPUTS     256  // inputs in one /v1/embeddings request
+#define OPENAI_MAX_N          16        // samples per prompt
+#define OPENAI_MAX_PROMPTS    32        // prompts in one /v1/completions request
+#define OPENAI_MAX_CHOICES    64        // prompts × n
+#define OPENAI_MAX_STOP       4         // stop strings
+#define OPENAI_MAX_STOP_BYTES 256       // bytes per stop string
+#define OPENAI_MAX_LOGIT_BIAS 300       // logit_bias entries
+#define OPENAI_MAX_LOGPROBS   20        // logprobs (completions) / top_logprobs (chat)
+#define OPENAI_MAX_MESSAGES   1024      // chat messages
+#define OPENAI_MAX_GRAMMAR    (1 << 20) // bytes of a "grammar"
+#define OPENAI_MAX_INPUTS     256       // inputs in one /v1/embeddings request
 
 enum openai_endpoint { OPENAI_COMPLETIONS, OPENAI_CHAT };
 
@@ -55,6 +56,7 @@ struct openai_request {
     int logprobs;       // -1: none; otherwise the top alternatives per token (0..OPENAI_MAX_LOGPROBS)
     struct cinfer_logit_bias *logit_bias; // [n_logit_bias]
     int n_logit_bias;
+    char *grammar; // llama.cpp's "grammar": GBNF text (NULL when absent or empty); compiled by the engine
 };
 
 /* {"prompt": "..."} or {"messages": [...], "add_generation_prompt"}, with "add_special_tokens". */

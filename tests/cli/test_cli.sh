@@ -260,3 +260,14 @@ if out=$("$BIN" quantize "$T/q-src.gguf" "$T/q-pure.gguf" Q4_K_M --pure 2>"$T/er
 else
     fail quantize_pure "$out $(cat "$T/err")"
 fi
+# --grammar: the output follows a GBNF file; a bad file is refused with the problem named.
+printf 'root ::= "<" [0-9]{2,3} ">" " ok"\n' >"$T/g.gbnf"
+if out=$("$BIN" run -m "$M/stories260K.gguf" -p "Once" -n 20 --temp 1 --seed 4 --grammar "$T/g.gbnf" 2>"$T/err") &&
+    grep -qE '^Once<[0-9]{2,3}> ok$' <<<"$out" && grep -q 'finish: stop' "$T/err"; then
+    pass run_grammar
+else
+    fail run_grammar "$out $(cat "$T/err")"
+fi
+printf 'root ::= num\n' >"$T/bad.gbnf"
+expect run_grammar_undefined 1 "undefined rule 'num'" "$BIN" run -m "$M/stories260K.gguf" --grammar "$T/bad.gbnf"
+expect run_grammar_missing 1 "--grammar $T/none.gbnf" "$BIN" run -m "$M/stories260K.gguf" --grammar "$T/none.gbnf"

@@ -154,5 +154,16 @@ await step("sdk_errors", async () => {
     OpenAI.BadRequestError, 400, (e) => e.code === "context_length_exceeded");
 });
 
+await step("sdk_grammar", async () => {
+  // llama.cpp's `grammar` field goes through the SDK as an extra body parameter.
+  const r = await client.completions.create({ model, prompt: "Once", max_tokens: 20, temperature: 1, seed: 3,
+    grammar: 'root ::= "<" [0-9]{2,3} ">"\n' });
+  check("sdk_grammar", /^<[0-9]{2,3}>$/.test(r.choices[0].text) && r.choices[0].finish_reason === "stop",
+    JSON.stringify(r.choices[0]));
+  await expectError("sdk_grammar_400", () => client.completions.create({ model, prompt: "Once",
+    grammar: "root ::= num\n" }), OpenAI.BadRequestError, 400,
+  (e) => e.param === "grammar" && /undefined rule 'num'/.test(e.message));
+});
+
 console.log(`openai sdk tests: ${failed} failed`);
 process.exit(failed ? 1 : 0);

@@ -220,6 +220,10 @@ static const struct bad_case bad_cases[] = {
     {C, "{\"prompt\": \"a\", \"logit_bias\": {\"5\": 101}}", "logit_bias",
      "token 5 must be a number in [-100, 100]"},
     {C, "{\"prompt\": \"a\", \"logit_bias\": {\"5\": \"1\"}}", "logit_bias", "token 5 must be a number"},
+    // grammar (its content is checked by the engine: tests/server/test_grammar.py)
+    {C, "{\"prompt\": \"a\", \"grammar\": 5}", "grammar", "must be a string"},
+    {H, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"grammar\": [\"root\"]}", "grammar",
+     "must be a string"},
 };
 
 TEST(every_bad_parameter_is_named) {

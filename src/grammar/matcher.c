@@ -1,0 +1,679 @@
+/* The grammar matcher, the token trie and the mask (matcher.h). */
+#include "grammar/matcher.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/hash.h"
+#include "core/mem.h"
+
+#define NONE UINT32_MAX
+
+/* ---- vocabulary trie ------------------------------------------------------------------------------------- */
+
+struct trie_node {
+    uint32_t first_child, next_sibling;
+    uint32_t tok_first, tok_n; // tokens whose bytes end here: toks[tok_first .. + tok_n)
+    uint8_t byte;
+};
+
+struct gram_vocab {
+    int n_vocab;
+    char *pool;
+    uint64_t *off;
+    uint32_t *len; // 0: never allowed
+    uint8_t *is_eog;
+    int32_t *eog;
+    int n_eog;
+    struct trie_node *nodes; // [0]: the root
+    uint32_t n_nodes;
+    int32_t *toks;
+    uint32_t max_len;
+};
+
+void gram_vocab_free(struct gram_vocab *v) {
+    if (!v)
+        return;
+    ci_free(v->pool);
+    ci_free(v->off);
+    ci_free(v->len);
+    ci_free(v->is_eog);
+    ci_free(v->eog);
+    ci_free(v->nodes);
+    ci_free(v->toks);
+    ci_free(v);
+}
+
+int gram_vocab_n(const struct gram_vocab *v) {
+    return v->n_vocab;
+}
+int gram_vocab_n_nodes(const struct gram_vocab *v) {
+    return (int)v->n_nodes;
+}
+
+static int cmp_tok(const void *a, const void *b, void *ctx) {
+    const struct gram_vocab *v = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    uint32_t lx = v->len[x], ly = v->len[y];
+    int c = memcmp(v->pool + v->off[x], v->pool + v->off[y], lx < ly ? lx : ly);
+    if (c)
+        return c;
+    if (lx != ly)
+        return lx < ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+enum ci_status gram_vocab_create(int n_vocab, const char *const *bytes, const uint32_t *lens,
+                                 const int32_t *eog, int n_eog, struct gram_vocab **out, struct ci_err *err) {
+    *out = NULL;
+    if (n_vocab <= 0 || n_eog < 0)
+        return ci_err_set(err, CI_ERR_INVALID, "grammar vocabulary: %d tokens", n_vocab);
+    struct gram_vocab *v = ci_calloc(1, sizeof *v);
+    if (!v)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    v->n_vocab = n_vocab;
+    uint64_t total = 0;
+    for (int i = 0; i < n_vocab; i++)
+        total += bytes[i] ? lens[i] : 0;
+    v->pool = ci_malloc(total ? total : 1);
+    v->off = ci_calloc((size_t)n_vocab, sizeof *v->off);
+    v->len = ci_calloc((size_t)n_vocab, sizeof *v->len);
+    v->is_eog = ci_calloc((size_t)n_vocab, 1);
+    v->eog = ci_calloc((size_t)(n_eog ? n_eog : 1), sizeof *v->eog);
+    v->toks = ci_calloc((size_t)n_vocab, sizeof *v->toks);
+    v->nodes = ci_calloc(total + 1, sizeof *v->nodes); // at most one node per byte, plus the root
+    uint32_t *path = NULL;
+    if (!v->pool || !v->off || !v->len || !v->is_eog || !v->eog || !v->toks || !v->nodes)
+        goto nomem;
+    for (int i = 0; i < n_eog; i++) {
+        if (eog[i] < 0 || eog[i] >= n_vocab) {
+            gram_vocab_free(v);
+            return ci_err_set(err, CI_ERR_INVALID, "grammar vocabulary: end token %d outside [0, %d)", eog[i],
+                              n_vocab);
+        }
+        v->is_eog[eog[i]] = 1;
+        v->eog[v->n_eog++] = eog[i];
+    }
+    uint64_t at = 0;
+    int n_toks = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        v->off[i] = at;
+        if (!bytes[i] || !lens[i] || v->is_eog[i])
+            continue;
+        memcpy(v->pool + at, bytes[i], lens[i]);
+        v->len[i] = lens[i];
+        at += lens[i];
+        v->max_len = lens[i] > v->max_len ? lens[i] : v->max_len;
+        v->toks[n_toks++] = i;
+    }
+    qsort_r(v->toks, (size_t)n_toks, sizeof *v->toks, cmp_tok, v);
+    if (!(path = ci_calloc(v->max_len + 1, sizeof *path)))
+        goto nomem;
+    v->nodes[0] = (struct trie_node){NONE, NONE, 0, 0, 0};
+    v->n_nodes = 1;
+    uint32_t *lastc = ci_malloc((total + 1) * sizeof *lastc);
+    if (!lastc)
+        goto nomem;
+    lastc[0] = NONE;
+    int32_t prev = -1;
+    for (int k = 0; k < n_toks; k++) {
+        int32_t t = v->toks[k];
+        const char *s = v->pool + v->off[t];
+        uint32_t L = v->len[t], lcp = 0;
+        if (prev >= 0) {
+            const char *ps = v->pool + v->off[prev];
+            uint32_t PL = v->len[prev];
+            while (lcp < L && lcp < PL && s[lcp] == ps[lcp])
+                lcp++;
+        }
+        path[0] = 0;
+        for (uint32_t d = lcp; d < L; d++) {
+            uint32_t p = path[d], c = v->n_nodes++;
+            v->nodes[c] = (struct trie_node){NONE, NONE, 0, 0, (uint8_t)s[d]};
+            lastc[c] = NONE;
+            if (lastc[p] == NONE)
+                v->nodes[p].first_child = c;
+            else
+                v->nodes[lastc[p]].next_sibling = c;
+            lastc[p] = c;
+            path[d + 1] = c;
+        }
+        struct trie_node *n = &v->nodes[path[L]];
+        if (n->tok_n == 0)
+            n->tok_first = (uint32_t)k;
+        n->tok_n++;
+        prev = t;
+    }
+    ci_free(lastc);
+    ci_free(path);
+    *out = v;
+    return CI_OK;
+nomem:
+    ci_free(path);
+    gram_vocab_free(v);
+    return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+}
+
+/* ---- matcher --------------------------------------------------------------------------------------------- */
+
+struct u8state {
+    uint32_t acc;
+    uint8_t rem, lo, hi; // continuation bytes still to come; the range the next one must be in
+};
+
+struct mstate {
+    size_t off; // the stack set: arena[off .. off + n), sorted node ids
+    uint32_t n;
+    struct u8state u;
+};
+
+struct frame {
+    uint32_t child; // next child to visit
+    size_t mark;    // arena length to restore when this frame is left
+    struct mstate s;
+};
+
+struct cache_entry {
+    uint64_t hash;
+    uint32_t *key; // [n_key]: the stack set then the UTF-8 state
+    uint32_t n_key;
+    uint32_t *bits;
+};
+
+#define CACHE_SLOTS 32
+
+struct gram_matcher {
+    const struct grammar *g;
+    const struct gram_vocab *v;
+    // hash-consed stack nodes; node 0 is the empty stack
+    uint32_t *npos, *nparent;
+    uint32_t n_nodes, cap_nodes;
+    uint32_t *htab; // node id + 1, 0: free
+    uint32_t hmask;
+    // the current state
+    uint32_t *st;
+    uint32_t n_st, cap_st;
+    struct u8state u;
+    bool done;
+    // scratch: stack sets of the steps being computed
+    uint32_t *arena;
+    size_t n_arena, cap_arena;
+    struct frame *frames;
+    bool failed; // out of memory or too many stacks in the current computation
+    struct cache_entry cache[CACHE_SLOTS];
+    uint32_t cache_next;
+    struct gram_matcher_stats stats;
+};
+
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
+static bool grow_nodes(struct gram_matcher *m) {
+    uint32_t cap = m->cap_nodes ? 2 * m->cap_nodes : 256;
+    uint32_t *p = ci_realloc(m->npos, cap * sizeof *p);
+    if (!p)
+        return false;
+    m->npos = p;
+    p = ci_realloc(m->nparent, cap * sizeof *p);
+    if (!p)
+        return false;
+    m->nparent = p;
+    uint32_t *h = ci_calloc(2 * (size_t)cap, sizeof *h);
+    if (!h)
+        return false;
+    ci_free(m->htab);
+    m->htab = h;
+    m->hmask = 2 * cap - 1;
+    m->cap_nodes = cap;
+    for (uint32_t id = 1; id < m->n_nodes; id++) {
+        uint32_t i = (uint32_t)mix(((uint64_t)m->npos[id] << 32) | m->nparent[id]) & m->hmask;
+        while (m->htab[i])
+            i = (i + 1) & m->hmask;
+        m->htab[i] = id + 1;
+    }
+    return true;
+}
+
+static uint32_t intern(struct gram_matcher *m, uint32_t pos, uint32_t parent) {
+    uint32_t i = (uint32_t)mix(((uint64_t)pos << 32) | parent) & m->hmask;
+    for (; m->htab[i]; i = (i + 1) & m->hmask) {
+        uint32_t id = m->htab[i] - 1;
+        if (m->npos[id] == pos && m->nparent[id] == parent)
+            return id;
+    }
+    if (m->n_nodes == m->cap_nodes || m->n_nodes >= UINT32_MAX / 4) {
+        if (m->n_nodes >= UINT32_MAX / 4 || !grow_nodes(m)) {
+            m->failed = true;
+            return 0;
+        }
+        return intern(m, pos, parent);
+    }
+    uint32_t id = m->n_nodes++;
+    m->npos[id] = pos;
+    m->nparent[id] = parent;
+    m->htab[i] = id + 1;
+    return id;
+}
+
+static bool arena_reserve(struct gram_matcher *m, size_t more) {
+    if (m->n_arena + more <= m->cap_arena)
+        return true;
+    size_t cap = m->cap_arena ? m->cap_arena : 1024;
+    while (cap < m->n_arena + more)
+        cap *= 2;
+    uint32_t *a = ci_realloc(m->arena, cap * sizeof *a);
+    if (!a) {
+        m->failed = true;
+        return false;
+    }
+    m->arena = a;
+    m->cap_arena = cap;
+    return true;
+}
+
+static void arena_push(struct gram_matcher *m, uint32_t x) {
+    if (arena_reserve(m, 1))
+        m->arena[m->n_arena++] = x;
+}
+
+/* Appends to the arena every stack reached from (pos, parent) by expanding rule references at the left edge
+ * and popping finished rules: stacks whose top is a character class, or the empty stack (0). */
+static void expand(struct gram_matcher *m, uint32_t pos, uint32_t parent, int depth, size_t base) {
+    if (m->failed)
+        return;
+    if (depth > 2 * GRAM_MAX_DEPTH + 16 || m->n_arena - base > 8 * GRAM_MAX_STACKS) {
+        m->failed = true;
+        return;
+    }
+    const struct grammar *g = m->g;
+    uint32_t op = g->elems[pos].op;
+    if (gram_is_end(op)) {
+        if (parent == 0)
+            arena_push(m, 0);
+        else
+            expand(m, m->npos[parent], m->nparent[parent], depth + 1, base);
+    } else if (op == GRAM_REF) {
+        uint32_t ret = pos + 1;
+        uint32_t retnode = gram_is_end(g->elems[ret].op) ? parent : intern(m, ret, parent);
+        uint32_t i = g->rule_start[g->elems[pos].val];
+        for (;;) {
+            expand(m, i, retnode, depth + 1, base);
+            while (!gram_is_end(g->elems[i].op))
+                i++;
+            if (g->elems[i].op == GRAM_END)
+                break;
+            i++;
+        }
+    } else {
+        arena_push(m, intern(m, pos, parent));
+    }
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts and deduplicates arena[base ..]; returns the count. */
+static uint32_t finish_set(struct gram_matcher *m, size_t base) {
+    size_t n = m->n_arena - base;
+    uint32_t *a = m->arena + base;
+    qsort(a, n, sizeof *a, cmp_u32);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || a[i] != a[k - 1])
+            a[k++] = a[i];
+    m->n_arena = base + k;
+    if (k > GRAM_MAX_STACKS)
+        m->failed = true;
+    return (uint32_t)k;
+}
+
+/* The stacks after code point cp from the set in->off/n; appended to the arena as out. */
+static void advance_cp(struct gram_matcher *m, const struct mstate *in, uint32_t cp, struct mstate *out) {
+    size_t base = m->n_arena;
+    for (uint32_t k = 0; k < in->n; k++) {
+        uint32_t id = m->arena[in->off + k];
+        if (id == 0)
+            continue;
+        uint32_t pos = m->npos[id];
+        if (gram_class_matches(m->g, pos, cp))
+            expand(m, gram_class_end(m->g, pos), m->nparent[id], 0, base);
+    }
+    out->off = base;
+    out->n = finish_set(m, base);
+    out->u = (struct u8state){0, 0, 0, 0};
+}
+
+static bool some_top_intersects(struct gram_matcher *m, const struct mstate *s, uint32_t lo, uint32_t hi) {
+    for (uint32_t k = 0; k < s->n; k++) {
+        uint32_t id = m->arena[s->off + k];
+        if (id != 0 && gram_class_intersects(m->g, m->npos[id], lo, hi))
+            return true;
+    }
+    return false;
+}
+
+/* One byte: false when no parse can take it (out is then unspecified). */
+static bool step_byte(struct gram_matcher *m, const struct mstate *in, uint8_t b, struct mstate *out) {
+    if (in->u.rem == 0) {
+        if (b < 0x80) {
+            advance_cp(m, in, b, out);
+            return !m->failed && out->n > 0;
+        }
+        uint8_t rem, lo = 0x80, hi = 0xBF;
+        uint32_t acc;
+        if (b >= 0xC2 && b <= 0xDF) {
+            rem = 1;
+            acc = b & 0x1F;
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            rem = 2;
+            acc = b & 0x0F;
+            if (b == 0xE0)
+                lo = 0xA0;
+            if (b == 0xED)
+                hi = 0x9F;
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            rem = 3;
+            acc = b & 0x07;
+            if (b == 0xF0)
+                lo = 0x90;
+            if (b == 0xF4)
+                hi = 0x8F;
+        } else {
+            return false;
+        }
+        *out = *in;
+        out->u = (struct u8state){acc, rem, lo, hi};
+        unsigned sh = 6u * (rem - 1u);
+        uint32_t clo = ((acc << 6) | (lo & 0x3Fu)) << sh,
+                 chi = (((acc << 6) | (hi & 0x3Fu)) << sh) | ((1u << sh) - 1);
+        return some_top_intersects(m, in, clo, chi);
+    }
+    if (b < in->u.lo || b > in->u.hi)
+        return false;
+    uint32_t acc = (in->u.acc << 6) | (b & 0x3Fu);
+    uint8_t rem = (uint8_t)(in->u.rem - 1);
+    if (rem == 0) {
+        advance_cp(m, in, acc, out);
+        return !m->failed && out->n > 0;
+    }
+    *out = *in;
+    out->u = (struct u8state){acc, rem, 0x80, 0xBF};
+    unsigned sh = 6u * rem;
+    return some_top_intersects(m, in, acc << sh, (acc << sh) | ((1u << sh) - 1));
+}
+
+/* Copies the current state into the (emptied) arena. */
+static bool load_state(struct gram_matcher *m, struct mstate *s) {
+    m->n_arena = 0;
+    m->failed = false;
+    if (!arena_reserve(m, m->n_st))
+        return false;
+    memcpy(m->arena, m->st, m->n_st * sizeof *m->st);
+    m->n_arena = m->n_st;
+    *s = (struct mstate){0, m->n_st, m->u};
+    return true;
+}
+
+static bool run_bytes(struct gram_matcher *m, const char *bytes, size_t n, struct mstate *s) {
+    if (m->done || !load_state(m, s))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        struct mstate next;
+        if (!step_byte(m, s, (uint8_t)bytes[i], &next) || m->failed)
+            return false;
+        *s = next;
+    }
+    return true;
+}
+
+bool gram_matcher_try_bytes(struct gram_matcher *m, const char *bytes, size_t n) {
+    struct mstate s;
+    return run_bytes(m, bytes, n, &s);
+}
+
+bool gram_matcher_accept_bytes(struct gram_matcher *m, const char *bytes, size_t n) {
+    struct mstate s;
+    if (!run_bytes(m, bytes, n, &s))
+        return false;
+    if (s.n > m->cap_st) {
+        uint32_t *p = ci_realloc(m->st, s.n * sizeof *p);
+        if (!p)
+            return false;
+        m->st = p;
+        m->cap_st = s.n;
+    }
+    memmove(m->st, m->arena + s.off, s.n * sizeof *m->st);
+    m->n_st = s.n;
+    m->u = s.u;
+    return true;
+}
+
+bool gram_matcher_is_accepting(const struct gram_matcher *m) {
+    return m->done || (m->u.rem == 0 && m->n_st > 0 && m->st[0] == 0);
+}
+
+bool gram_matcher_is_done(const struct gram_matcher *m) {
+    return m->done || (m->u.rem == 0 && m->n_st == 1 && m->st[0] == 0);
+}
+
+bool gram_matcher_accept_token(struct gram_matcher *m, int32_t id) {
+    const struct gram_vocab *v = m->v;
+    if (m->done || id < 0 || id >= v->n_vocab)
+        return false;
+    if (v->is_eog[id]) {
+        if (!gram_matcher_is_accepting(m))
+            return false;
+        m->done = true;
+        return true;
+    }
+    if (!v->len[id])
+        return false;
+    return gram_matcher_accept_bytes(m, v->pool + v->off[id], v->len[id]);
+}
+
+void gram_matcher_free(struct gram_matcher *m) {
+    if (!m)
+        return;
+    ci_free(m->npos);
+    ci_free(m->nparent);
+    ci_free(m->htab);
+    ci_free(m->st);
+    ci_free(m->arena);
+    ci_free(m->frames);
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        ci_free(m->cache[i].key);
+        ci_free(m->cache[i].bits);
+    }
+    ci_free(m);
+}
+
+static enum ci_status matcher_alloc(const struct grammar *g, const struct gram_vocab *v,
+                                    struct gram_matcher **out, struct ci_err *err) {
+    struct gram_matcher *m = ci_calloc(1, sizeof *m);
+    if (!m)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    m->g = g;
+    m->v = v;
+    m->frames = ci_calloc(v->max_len + 2, sizeof *m->frames);
+    if (!m->frames || !grow_nodes(m)) {
+        gram_matcher_free(m);
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    }
+    m->npos[0] = NONE;
+    m->nparent[0] = 0;
+    m->n_nodes = 1;
+    *out = m;
+    return CI_OK;
+}
+
+static enum ci_status set_state(struct gram_matcher *m, const uint32_t *ids, uint32_t n, struct ci_err *err) {
+    uint32_t *p = ci_malloc((n ? n : 1) * sizeof *p);
+    if (!p)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    memcpy(p, ids, n * sizeof *p);
+    ci_free(m->st);
+    m->st = p;
+    m->n_st = m->cap_st = n;
+    return CI_OK;
+}
+
+enum ci_status gram_matcher_create(const struct grammar *g, const struct gram_vocab *v,
+                                   struct gram_matcher **out, struct ci_err *err) {
+    *out = NULL;
+    struct gram_matcher *m;
+    enum ci_status s = matcher_alloc(g, v, &m, err);
+    if (s != CI_OK)
+        return s;
+    // The start state: a reference to the start rule with nothing below it.  The rule's elements
+    // are walked as if a GRAM_REF to it stood before a GRAM_END.
+    m->n_arena = 0;
+    uint32_t i = g->rule_start[g->start];
+    for (;;) {
+        expand(m, i, 0, 0, 0);
+        while (!gram_is_end(g->elems[i].op))
+            i++;
+        if (g->elems[i].op == GRAM_END)
+            break;
+        i++;
+    }
+    uint32_t n = finish_set(m, 0);
+    if (m->failed) {
+        gram_matcher_free(m);
+        return ci_err_set(err, CI_ERR_LIMIT, "the grammar's start needs more than %d parses at once",
+                          GRAM_MAX_STACKS);
+    }
+    if ((s = set_state(m, m->arena, n, err)) != CI_OK) {
+        gram_matcher_free(m);
+        return s;
+    }
+    *out = m;
+    return CI_OK;
+}
+
+enum ci_status gram_matcher_clone(const struct gram_matcher *src, struct gram_matcher **out,
+                                  struct ci_err *err) {
+    *out = NULL;
+    struct gram_matcher *m;
+    enum ci_status s = matcher_alloc(src->g, src->v, &m, err);
+    if (s != CI_OK)
+        return s;
+    while (m->cap_nodes < src->n_nodes)
+        if (!grow_nodes(m)) {
+            gram_matcher_free(m);
+            return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        }
+    memcpy(m->npos, src->npos, src->n_nodes * sizeof *m->npos);
+    memcpy(m->nparent, src->nparent, src->n_nodes * sizeof *m->nparent);
+    m->n_nodes = src->n_nodes;
+    if (!grow_nodes(m)) { // rehashes the copied nodes
+        gram_matcher_free(m);
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    }
+    if ((s = set_state(m, src->st, src->n_st, err)) != CI_OK) {
+        gram_matcher_free(m);
+        return s;
+    }
+    m->u = src->u;
+    m->done = src->done;
+    *out = m;
+    return CI_OK;
+}
+
+/* ---- the mask -------------------------------------------------------------------------------------------- */
+
+static void set_node_tokens(const struct gram_vocab *v, uint32_t node, uint32_t *bits) {
+    const struct trie_node *t = &v->nodes[node];
+    for (uint32_t k = 0; k < t->tok_n; k++) {
+        int32_t id = v->toks[t->tok_first + k];
+        bits[id >> 5] |= 1u << (id & 31);
+    }
+}
+
+enum ci_status gram_matcher_mask(struct gram_matcher *m, uint32_t *bits, struct ci_err *err) {
+    const struct gram_vocab *v = m->v;
+    size_t words = ((size_t)v->n_vocab + 31) / 32;
+    memset(bits, 0, words * sizeof *bits);
+    m->stats.masks++;
+    if (m->done)
+        return CI_OK;
+    // The cache key: the stack set, then the UTF-8 state.
+    uint64_t h =
+        ci_hash_bytes(m->u.acc * 0x10001ULL + m->u.rem * 0x100ULL + m->u.lo + ((uint64_t)m->u.hi << 40),
+                      m->st, m->n_st * sizeof *m->st);
+    uint32_t ukey[4] = {m->u.acc, m->u.rem, m->u.lo, m->u.hi};
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        struct cache_entry *c = &m->cache[i];
+        if (c->bits && c->hash == h && c->n_key == m->n_st + 4 &&
+            memcmp(c->key, m->st, m->n_st * sizeof *m->st) == 0 &&
+            memcmp(c->key + m->n_st, ukey, sizeof ukey) == 0) {
+            memcpy(bits, c->bits, words * sizeof *bits);
+            m->stats.cache_hits++;
+            return CI_OK;
+        }
+    }
+    struct mstate s0;
+    if (!load_state(m, &s0))
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    struct frame *fr = m->frames;
+    int top = 0;
+    fr[0] = (struct frame){v->nodes[0].first_child, m->n_arena, s0};
+    while (top >= 0) {
+        struct frame *f = &fr[top];
+        uint32_t c = f->child;
+        if (c == NONE) {
+            m->n_arena = f->mark;
+            top--;
+            continue;
+        }
+        f->child = v->nodes[c].next_sibling;
+        size_t mark = m->n_arena;
+        struct mstate ns;
+        m->stats.nodes_visited++;
+        m->failed = false;
+        if (!step_byte(m, &f->s, v->nodes[c].byte, &ns) || m->failed) {
+            m->n_arena = mark;
+            continue;
+        }
+        set_node_tokens(v, c, bits);
+        if (v->nodes[c].first_child != NONE) {
+            fr[++top] = (struct frame){v->nodes[c].first_child, mark, ns};
+        } else {
+            m->n_arena = mark;
+        }
+    }
+    if (gram_matcher_is_accepting(m))
+        for (int i = 0; i < v->n_eog; i++)
+            bits[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
+    // Remember it (round robin).
+    struct cache_entry *c = &m->cache[m->cache_next];
+    m->cache_next = (m->cache_next + 1) % CACHE_SLOTS;
+    uint32_t *key = ci_realloc(c->key, (m->n_st + 4) * sizeof *key);
+    if (key) {
+        c->key = key;
+        if (!c->bits)
+            c->bits = ci_malloc(words * sizeof *bits);
+    }
+    if (key && c->bits) {
+        memcpy(key, m->st, m->n_st * sizeof *key);
+        memcpy(key + m->n_st, ukey, sizeof ukey);
+        c->n_key = m->n_st + 4;
+        c->hash = h;
+        memcpy(c->bits, bits, words * sizeof *bits);
+    } else {
+        c->n_key = 0;
+    }
+    return CI_OK;
+}
+
+void gram_matcher_stats(const struct gram_matcher *m, struct gram_matcher_stats *out) {
+    *out = m->stats;
+    out->n_stacks = m->n_st;
+    out->n_nodes = m->n_nodes;
+}
