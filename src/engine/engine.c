@@ -27,7 +27,9 @@
 #define DEFAULT_KV_MEM         (256ll << 20)
 #define MAX_KV_BLOCKS          (1 << 30) // block ids are int
 #define MAX_SAMPLES            64
-#define DEFAULT_QUEUE_CAPACITY 1024 // requests waiting to be drained into the engine
+#define DEFAULT_QUEUE_CAPACITY 1024
+#define ENGINE_GRAM_SLOTS                                                                                    \
+    16 // grammars whose matcher spaces (nodes, mask cache) the engine keeps // requests waiting to be drained into the engine
 // Sequences the engine tracks (running + waiting): the running ones, plus room for this many samples per
 // queued request on average and one request of MAX_SAMPLES; a request that would exceed it gets CI_ERR_BUSY.
 #define SEQS_PER_QUEUED_REQUEST 4
@@ -63,6 +65,7 @@ struct eseq {
     struct stop_matcher stop;
     bool has_detok, has_stop;
     struct gram_matcher *gm; // the grammar's state after this sample's generated tokens (NULL: none)
+    int gslot;               // the engine's gslots entry gm lives in (-1: gm has a space of its own)
 };
 
 struct engine {
@@ -110,6 +113,15 @@ struct engine {
     struct gram_vocab *gvocab;
     uint32_t *gmask; // [(n_vocab + 31) / 32]
     float *grow;     // [n_vocab]
+    // The matchers' shared spaces, one per grammar in use or recently used (engine thread): the samples of a
+    // request and later requests with the same grammar share stack nodes and cached masks.
+    struct gram_slot {
+        struct gram_ref *ref; // held while the slot is (NULL: free)
+        struct gram_space *sp;
+        int users; // sequences whose matcher lives in sp
+        uint64_t used;
+    } gslots[ENGINE_GRAM_SLOTS];
+    uint64_t gslot_tick;
     uint64_t next_order;
     double linear_params; // per token, matmul weights of all layers
     double weight_bytes;
@@ -377,6 +389,8 @@ static void seq_destroy(struct eseq *q) {
         stop_matcher_deinit(&q->stop);
     sampler_free(q->s.sampler);
     gram_matcher_free(q->gm);
+    if (q->gm && q->gslot >= 0)
+        q->s.req->e->gslots[q->gslot].users--;
     kv_seq_deinit(&q->s.blocks);
     ci_free(q->s.tokens);
     ci_free(q);
@@ -406,6 +420,41 @@ static enum ci_status build_gram_vocab(struct engine *e, struct ci_err *err) {
     }
     ci_free(ptrs);
     ci_free(lens);
+    return s;
+}
+
+/* q's matcher, in the shared space of its grammar (a slot found or made free), or in one of its own when
+ * every slot serves live sequences of other grammars. */
+static enum ci_status matcher_for(struct engine *e, struct gram_ref *ref, struct eseq *q,
+                                  struct ci_err *err) {
+    int k = -1;
+    for (int i = 0; i < ENGINE_GRAM_SLOTS && k < 0; i++)
+        if (e->gslots[i].ref == ref)
+            k = i;
+    if (k < 0) { // a free slot, else the least recently used one that no sequence uses
+        for (int i = 0; i < ENGINE_GRAM_SLOTS; i++)
+            if (e->gslots[i].users == 0 &&
+                (k < 0 || !e->gslots[i].ref || (e->gslots[k].ref && e->gslots[i].used < e->gslots[k].used)))
+                k = i;
+        if (k >= 0) {
+            struct gram_slot *sl = &e->gslots[k];
+            gram_space_free(sl->sp);
+            gram_ref_release(sl->ref);
+            *sl = (struct gram_slot){0};
+            enum ci_status s = gram_space_create(gram_ref_grammar(ref), e->gvocab, &sl->sp, err);
+            if (s != CI_OK)
+                return s;
+            sl->ref = gram_ref_retain(ref);
+        }
+    }
+    q->gslot = k;
+    if (k < 0)
+        return gram_matcher_create(gram_ref_grammar(ref), e->gvocab, &q->gm, err);
+    enum ci_status s = gram_matcher_create_in(e->gslots[k].sp, &q->gm, err);
+    if (s == CI_OK) {
+        e->gslots[k].users++;
+        e->gslots[k].used = ++e->gslot_tick;
+    }
     return s;
 }
 
@@ -447,7 +496,7 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
     if (r->grammar) {
         if (!e->gvocab && (st = build_gram_vocab(e, err)) != CI_OK)
             goto fail;
-        if ((st = gram_matcher_create(gram_ref_grammar(r->grammar), e->gvocab, &q->gm, err)) != CI_OK)
+        if ((st = matcher_for(e, r->grammar, q, err)) != CI_OK)
             goto fail;
     }
     *out = q;
@@ -1205,6 +1254,10 @@ void engine_free(struct engine *e) {
     ci_free(e->b_hid);
     ci_free(e->b_hid_seq);
     ci_free(e->b_embed_done);
+    for (int i = 0; i < ENGINE_GRAM_SLOTS; i++) { // every sequence is gone by now
+        gram_space_free(e->gslots[i].sp);
+        gram_ref_release(e->gslots[i].ref);
+    }
     gram_cache_free(e->gcache);
     gram_vocab_free(e->gvocab);
     ci_free(e->gmask);

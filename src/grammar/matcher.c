@@ -182,7 +182,9 @@ struct cache_entry {
 
 #define CACHE_SLOTS 32
 
-struct gram_matcher {
+/* What the matchers of one grammar and vocabulary share: the stack nodes (so equal states have equal ids
+ * across matchers), the mask cache, the scratch. */
+struct gram_space {
     const struct grammar *g;
     const struct gram_vocab *v;
     // hash-consed stack nodes; node 0 is the empty stack
@@ -190,11 +192,6 @@ struct gram_matcher {
     uint32_t n_nodes, cap_nodes;
     uint32_t *htab; // node id + 1, 0: free
     uint32_t hmask;
-    // the current state
-    uint32_t *st;
-    uint32_t n_st, cap_st;
-    struct u8state u;
-    bool done;
     // scratch: stack sets of the steps being computed
     uint32_t *arena;
     size_t n_arena, cap_arena;
@@ -203,6 +200,17 @@ struct gram_matcher {
     struct cache_entry cache[CACHE_SLOTS];
     uint32_t cache_next;
     struct gram_matcher_stats stats;
+    uint32_t *start; // the start state's stack set [n_start]
+    uint32_t n_start;
+};
+
+struct gram_matcher {
+    struct gram_space *sp;
+    bool owns_space;
+    uint32_t *st; // the current state: sorted stack node ids [n_st], and a partial character
+    uint32_t n_st, cap_st;
+    struct u8state u;
+    bool done;
 };
 
 static uint64_t mix(uint64_t x) {
@@ -213,7 +221,7 @@ static uint64_t mix(uint64_t x) {
     return x ^ (x >> 33);
 }
 
-static bool grow_nodes(struct gram_matcher *m) {
+static bool grow_nodes(struct gram_space *m) {
     uint32_t cap = m->cap_nodes ? 2 * m->cap_nodes : 256;
     uint32_t *p = ci_realloc(m->npos, cap * sizeof *p);
     if (!p)
@@ -239,7 +247,7 @@ static bool grow_nodes(struct gram_matcher *m) {
     return true;
 }
 
-static uint32_t intern(struct gram_matcher *m, uint32_t pos, uint32_t parent) {
+static uint32_t intern(struct gram_space *m, uint32_t pos, uint32_t parent) {
     uint32_t i = (uint32_t)mix(((uint64_t)pos << 32) | parent) & m->hmask;
     for (; m->htab[i]; i = (i + 1) & m->hmask) {
         uint32_t id = m->htab[i] - 1;
@@ -260,7 +268,7 @@ static uint32_t intern(struct gram_matcher *m, uint32_t pos, uint32_t parent) {
     return id;
 }
 
-static bool arena_reserve(struct gram_matcher *m, size_t more) {
+static bool arena_reserve(struct gram_space *m, size_t more) {
     if (m->n_arena + more <= m->cap_arena)
         return true;
     size_t cap = m->cap_arena ? m->cap_arena : 1024;
@@ -276,14 +284,14 @@ static bool arena_reserve(struct gram_matcher *m, size_t more) {
     return true;
 }
 
-static void arena_push(struct gram_matcher *m, uint32_t x) {
+static void arena_push(struct gram_space *m, uint32_t x) {
     if (arena_reserve(m, 1))
         m->arena[m->n_arena++] = x;
 }
 
 /* Appends to the arena every stack reached from (pos, parent) by expanding rule references at the left edge
  * and popping finished rules: stacks whose top is a character class, or the empty stack (0). */
-static void expand(struct gram_matcher *m, uint32_t pos, uint32_t parent, int depth, size_t base) {
+static void expand(struct gram_space *m, uint32_t pos, uint32_t parent, int depth, size_t base) {
     if (m->failed)
         return;
     if (depth > 2 * GRAM_MAX_DEPTH + 16 || m->n_arena - base > 8 * GRAM_MAX_STACKS) {
@@ -320,7 +328,7 @@ static int cmp_u32(const void *a, const void *b) {
 }
 
 /* Sorts and deduplicates arena[base ..]; returns the count. */
-static uint32_t finish_set(struct gram_matcher *m, size_t base) {
+static uint32_t finish_set(struct gram_space *m, size_t base) {
     size_t n = m->n_arena - base;
     uint32_t *a = m->arena + base;
     qsort(a, n, sizeof *a, cmp_u32);
@@ -335,7 +343,7 @@ static uint32_t finish_set(struct gram_matcher *m, size_t base) {
 }
 
 /* The stacks after code point cp from the set in->off/n; appended to the arena as out. */
-static void advance_cp(struct gram_matcher *m, const struct mstate *in, uint32_t cp, struct mstate *out) {
+static void advance_cp(struct gram_space *m, const struct mstate *in, uint32_t cp, struct mstate *out) {
     size_t base = m->n_arena;
     for (uint32_t k = 0; k < in->n; k++) {
         uint32_t id = m->arena[in->off + k];
@@ -350,7 +358,7 @@ static void advance_cp(struct gram_matcher *m, const struct mstate *in, uint32_t
     out->u = (struct u8state){0, 0, 0, 0};
 }
 
-static bool some_top_intersects(struct gram_matcher *m, const struct mstate *s, uint32_t lo, uint32_t hi) {
+static bool some_top_intersects(struct gram_space *m, const struct mstate *s, uint32_t lo, uint32_t hi) {
     for (uint32_t k = 0; k < s->n; k++) {
         uint32_t id = m->arena[s->off + k];
         if (id != 0 && gram_class_intersects(m->g, m->npos[id], lo, hi))
@@ -360,7 +368,7 @@ static bool some_top_intersects(struct gram_matcher *m, const struct mstate *s, 
 }
 
 /* One byte: false when no parse can take it (out is then unspecified). */
-static bool step_byte(struct gram_matcher *m, const struct mstate *in, uint8_t b, struct mstate *out) {
+static bool step_byte(struct gram_space *m, const struct mstate *in, uint8_t b, struct mstate *out) {
     if (in->u.rem == 0) {
         if (b < 0x80) {
             advance_cp(m, in, b, out);
@@ -409,20 +417,22 @@ static bool step_byte(struct gram_matcher *m, const struct mstate *in, uint8_t b
     return some_top_intersects(m, in, acc << sh, (acc << sh) | ((1u << sh) - 1));
 }
 
-/* Copies the current state into the (emptied) arena. */
-static bool load_state(struct gram_matcher *m, struct mstate *s) {
+/* Copies the matcher's state into the space's (emptied) arena. */
+static bool load_state(struct gram_matcher *mt, struct mstate *s) {
+    struct gram_space *m = mt->sp;
     m->n_arena = 0;
     m->failed = false;
-    if (!arena_reserve(m, m->n_st))
+    if (!arena_reserve(m, mt->n_st))
         return false;
-    memcpy(m->arena, m->st, m->n_st * sizeof *m->st);
-    m->n_arena = m->n_st;
-    *s = (struct mstate){0, m->n_st, m->u};
+    memcpy(m->arena, mt->st, mt->n_st * sizeof *mt->st);
+    m->n_arena = mt->n_st;
+    *s = (struct mstate){0, mt->n_st, mt->u};
     return true;
 }
 
-static bool run_bytes(struct gram_matcher *m, const char *bytes, size_t n, struct mstate *s) {
-    if (m->done || !load_state(m, s))
+static bool run_bytes(struct gram_matcher *mt, const char *bytes, size_t n, struct mstate *s) {
+    struct gram_space *m = mt->sp;
+    if (mt->done || !load_state(mt, s))
         return false;
     for (size_t i = 0; i < n; i++) {
         struct mstate next;
@@ -449,7 +459,7 @@ bool gram_matcher_accept_bytes(struct gram_matcher *m, const char *bytes, size_t
         m->st = p;
         m->cap_st = s.n;
     }
-    memmove(m->st, m->arena + s.off, s.n * sizeof *m->st);
+    memmove(m->st, m->sp->arena + s.off, s.n * sizeof *m->st);
     m->n_st = s.n;
     m->u = s.u;
     return true;
@@ -464,7 +474,7 @@ bool gram_matcher_is_done(const struct gram_matcher *m) {
 }
 
 bool gram_matcher_accept_token(struct gram_matcher *m, int32_t id) {
-    const struct gram_vocab *v = m->v;
+    const struct gram_vocab *v = m->sp->v;
     if (m->done || id < 0 || id >= v->n_vocab)
         return false;
     if (v->is_eog[id]) {
@@ -478,15 +488,15 @@ bool gram_matcher_accept_token(struct gram_matcher *m, int32_t id) {
     return gram_matcher_accept_bytes(m, v->pool + v->off[id], v->len[id]);
 }
 
-void gram_matcher_free(struct gram_matcher *m) {
+void gram_space_free(struct gram_space *m) {
     if (!m)
         return;
     ci_free(m->npos);
     ci_free(m->nparent);
     ci_free(m->htab);
-    ci_free(m->st);
     ci_free(m->arena);
     ci_free(m->frames);
+    ci_free(m->start);
     for (int i = 0; i < CACHE_SLOTS; i++) {
         ci_free(m->cache[i].key);
         ci_free(m->cache[i].bits);
@@ -494,21 +504,54 @@ void gram_matcher_free(struct gram_matcher *m) {
     ci_free(m);
 }
 
-static enum ci_status matcher_alloc(const struct grammar *g, const struct gram_vocab *v,
-                                    struct gram_matcher **out, struct ci_err *err) {
-    struct gram_matcher *m = ci_calloc(1, sizeof *m);
+void gram_matcher_free(struct gram_matcher *m) {
+    if (!m)
+        return;
+    if (m->owns_space)
+        gram_space_free(m->sp);
+    ci_free(m->st);
+    ci_free(m);
+}
+
+enum ci_status gram_space_create(const struct grammar *g, const struct gram_vocab *v, struct gram_space **out,
+                                 struct ci_err *err) {
+    *out = NULL;
+    struct gram_space *m = ci_calloc(1, sizeof *m);
     if (!m)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     m->g = g;
     m->v = v;
     m->frames = ci_calloc(v->max_len + 2, sizeof *m->frames);
     if (!m->frames || !grow_nodes(m)) {
-        gram_matcher_free(m);
+        gram_space_free(m);
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     }
     m->npos[0] = NONE;
     m->nparent[0] = 0;
     m->n_nodes = 1;
+    // The start state: every alternative of the start rule expanded with nothing below it.
+    m->n_arena = 0;
+    uint32_t i = g->rule_start[g->start];
+    for (;;) {
+        expand(m, i, 0, 0, 0);
+        while (!gram_is_end(g->elems[i].op))
+            i++;
+        if (g->elems[i].op == GRAM_END)
+            break;
+        i++;
+    }
+    uint32_t n = finish_set(m, 0);
+    if (m->failed) {
+        gram_space_free(m);
+        return ci_err_set(err, CI_ERR_LIMIT, "the grammar's start needs more than %d parses at once",
+                          GRAM_MAX_STACKS);
+    }
+    if (!(m->start = ci_malloc((n ? n : 1) * sizeof *m->start))) {
+        gram_space_free(m);
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    }
+    memcpy(m->start, m->arena, n * sizeof *m->start);
+    m->n_start = n;
     *out = m;
     return CI_OK;
 }
@@ -524,66 +567,49 @@ static enum ci_status set_state(struct gram_matcher *m, const uint32_t *ids, uin
     return CI_OK;
 }
 
-enum ci_status gram_matcher_create(const struct grammar *g, const struct gram_vocab *v,
-                                   struct gram_matcher **out, struct ci_err *err) {
+enum ci_status gram_matcher_create_in(struct gram_space *sp, struct gram_matcher **out, struct ci_err *err) {
     *out = NULL;
-    struct gram_matcher *m;
-    enum ci_status s = matcher_alloc(g, v, &m, err);
-    if (s != CI_OK)
-        return s;
-    // The start state: a reference to the start rule with nothing below it.  The rule's elements
-    // are walked as if a GRAM_REF to it stood before a GRAM_END.
-    m->n_arena = 0;
-    uint32_t i = g->rule_start[g->start];
-    for (;;) {
-        expand(m, i, 0, 0, 0);
-        while (!gram_is_end(g->elems[i].op))
-            i++;
-        if (g->elems[i].op == GRAM_END)
-            break;
-        i++;
-    }
-    uint32_t n = finish_set(m, 0);
-    if (m->failed) {
-        gram_matcher_free(m);
-        return ci_err_set(err, CI_ERR_LIMIT, "the grammar's start needs more than %d parses at once",
-                          GRAM_MAX_STACKS);
-    }
-    if ((s = set_state(m, m->arena, n, err)) != CI_OK) {
-        gram_matcher_free(m);
+    struct gram_matcher *m = ci_calloc(1, sizeof *m);
+    if (!m)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    m->sp = sp;
+    enum ci_status s = set_state(m, sp->start, sp->n_start, err);
+    if (s != CI_OK) {
+        ci_free(m);
         return s;
     }
     *out = m;
     return CI_OK;
 }
 
+enum ci_status gram_matcher_create(const struct grammar *g, const struct gram_vocab *v,
+                                   struct gram_matcher **out, struct ci_err *err) {
+    *out = NULL;
+    struct gram_space *sp;
+    enum ci_status s = gram_space_create(g, v, &sp, err);
+    if (s != CI_OK)
+        return s;
+    if ((s = gram_matcher_create_in(sp, out, err)) != CI_OK) {
+        gram_space_free(sp);
+        return s;
+    }
+    (*out)->owns_space = true;
+    return CI_OK;
+}
+
 enum ci_status gram_matcher_clone(const struct gram_matcher *src, struct gram_matcher **out,
                                   struct ci_err *err) {
     *out = NULL;
-    struct gram_matcher *m;
-    enum ci_status s = matcher_alloc(src->g, src->v, &m, err);
-    if (s != CI_OK)
-        return s;
-    while (m->cap_nodes < src->n_nodes)
-        if (!grow_nodes(m)) {
-            gram_matcher_free(m);
-            return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
-        }
-    memcpy(m->npos, src->npos, src->n_nodes * sizeof *m->npos);
-    memcpy(m->nparent, src->nparent, src->n_nodes * sizeof *m->nparent);
-    m->n_nodes = src->n_nodes;
-    if (!grow_nodes(m)) { // rehashes the copied nodes
-        gram_matcher_free(m);
-        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    enum ci_status s = gram_matcher_create_in(src->sp, out, err); // shares src's space (not owned)
+    if (s == CI_OK && (s = set_state(*out, src->st, src->n_st, err)) != CI_OK) {
+        gram_matcher_free(*out);
+        *out = NULL;
     }
-    if ((s = set_state(m, src->st, src->n_st, err)) != CI_OK) {
-        gram_matcher_free(m);
-        return s;
+    if (s == CI_OK) {
+        (*out)->u = src->u;
+        (*out)->done = src->done;
     }
-    m->u = src->u;
-    m->done = src->done;
-    *out = m;
-    return CI_OK;
+    return s;
 }
 
 /* ---- the mask -------------------------------------------------------------------------------------------- */
@@ -596,30 +622,31 @@ static void set_node_tokens(const struct gram_vocab *v, uint32_t node, uint32_t 
     }
 }
 
-enum ci_status gram_matcher_mask(struct gram_matcher *m, uint32_t *bits, struct ci_err *err) {
+enum ci_status gram_matcher_mask(struct gram_matcher *mt, uint32_t *bits, struct ci_err *err) {
+    struct gram_space *m = mt->sp;
     const struct gram_vocab *v = m->v;
     size_t words = ((size_t)v->n_vocab + 31) / 32;
     memset(bits, 0, words * sizeof *bits);
     m->stats.masks++;
-    if (m->done)
+    if (mt->done)
         return CI_OK;
     // The cache key: the stack set, then the UTF-8 state.
     uint64_t h =
-        ci_hash_bytes(m->u.acc * 0x10001ULL + m->u.rem * 0x100ULL + m->u.lo + ((uint64_t)m->u.hi << 40),
-                      m->st, m->n_st * sizeof *m->st);
-    uint32_t ukey[4] = {m->u.acc, m->u.rem, m->u.lo, m->u.hi};
+        ci_hash_bytes(mt->u.acc * 0x10001ULL + mt->u.rem * 0x100ULL + mt->u.lo + ((uint64_t)mt->u.hi << 40),
+                      mt->st, mt->n_st * sizeof *mt->st);
+    uint32_t ukey[4] = {mt->u.acc, mt->u.rem, mt->u.lo, mt->u.hi};
     for (int i = 0; i < CACHE_SLOTS; i++) {
         struct cache_entry *c = &m->cache[i];
-        if (c->bits && c->hash == h && c->n_key == m->n_st + 4 &&
-            memcmp(c->key, m->st, m->n_st * sizeof *m->st) == 0 &&
-            memcmp(c->key + m->n_st, ukey, sizeof ukey) == 0) {
+        if (c->bits && c->hash == h && c->n_key == mt->n_st + 4 &&
+            memcmp(c->key, mt->st, mt->n_st * sizeof *mt->st) == 0 &&
+            memcmp(c->key + mt->n_st, ukey, sizeof ukey) == 0) {
             memcpy(bits, c->bits, words * sizeof *bits);
             m->stats.cache_hits++;
             return CI_OK;
         }
     }
     struct mstate s0;
-    if (!load_state(m, &s0))
+    if (!load_state(mt, &s0))
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     struct frame *fr = m->frames;
     int top = 0;
@@ -648,22 +675,22 @@ enum ci_status gram_matcher_mask(struct gram_matcher *m, uint32_t *bits, struct 
             m->n_arena = mark;
         }
     }
-    if (gram_matcher_is_accepting(m))
+    if (gram_matcher_is_accepting(mt))
         for (int i = 0; i < v->n_eog; i++)
             bits[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
     // Remember it (round robin).
     struct cache_entry *c = &m->cache[m->cache_next];
     m->cache_next = (m->cache_next + 1) % CACHE_SLOTS;
-    uint32_t *key = ci_realloc(c->key, (m->n_st + 4) * sizeof *key);
+    uint32_t *key = ci_realloc(c->key, (mt->n_st + 4) * sizeof *key);
     if (key) {
         c->key = key;
         if (!c->bits)
             c->bits = ci_malloc(words * sizeof *bits);
     }
     if (key && c->bits) {
-        memcpy(key, m->st, m->n_st * sizeof *key);
-        memcpy(key + m->n_st, ukey, sizeof ukey);
-        c->n_key = m->n_st + 4;
+        memcpy(key, mt->st, mt->n_st * sizeof *key);
+        memcpy(key + mt->n_st, ukey, sizeof ukey);
+        c->n_key = mt->n_st + 4;
         c->hash = h;
         memcpy(c->bits, bits, words * sizeof *bits);
     } else {
@@ -673,7 +700,7 @@ enum ci_status gram_matcher_mask(struct gram_matcher *m, uint32_t *bits, struct 
 }
 
 void gram_matcher_stats(const struct gram_matcher *m, struct gram_matcher_stats *out) {
-    *out = m->stats;
+    *out = m->sp->stats;
     out->n_stacks = m->n_st;
-    out->n_nodes = m->n_nodes;
+    out->n_nodes = m->sp->n_nodes;
 }

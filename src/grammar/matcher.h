@@ -15,7 +15,8 @@
  *
  * Mask: gram_matcher_mask walks the trie depth first, advancing a copy of the state one byte per edge, so a
  * prefix shared by many tokens is matched once and a dead prefix prunes its whole subtree; the masks of
- * states seen before come from a per-matcher cache (keyed by the state).
+ * states seen before come from the cache of the matcher's space (keyed by the state), which matchers of the
+ * same grammar can share (gram_space).
  *
  * Ownership: a matcher belongs to one thread at a time; it keeps pointers to its grammar and vocabulary,
  * which must outlive it. */
@@ -41,12 +42,23 @@ void gram_vocab_free(struct gram_vocab *v);
 int gram_vocab_n(const struct gram_vocab *v);
 int gram_vocab_n_nodes(const struct gram_vocab *v); // trie nodes (for tests and stats)
 
+/* The part the matchers of one grammar and vocabulary can share: the stack nodes (so a state has the same
+ * ids in every matcher), the mask cache (a state one sample has met is free for the others and for later
+ * requests) and the scratch.  It belongs to one thread at a time, as do its matchers; it must outlive them. */
+struct gram_space;
+enum ci_status gram_space_create(const struct grammar *g, const struct gram_vocab *v, struct gram_space **out,
+                                 struct ci_err *err);
+void gram_space_free(struct gram_space *sp);
+
 struct gram_matcher;
 
+/* A matcher at the grammar's start, in the shared space sp. */
+enum ci_status gram_matcher_create_in(struct gram_space *sp, struct gram_matcher **out, struct ci_err *err);
+/* A matcher with a space of its own. */
 enum ci_status gram_matcher_create(const struct grammar *g, const struct gram_vocab *v,
                                    struct gram_matcher **out, struct ci_err *err);
 void gram_matcher_free(struct gram_matcher *m);
-/* An independent copy of m's state (its own cache, starting empty). */
+/* A copy of m's state, in m's space. */
 enum ci_status gram_matcher_clone(const struct gram_matcher *m, struct gram_matcher **out,
                                   struct ci_err *err);
 
@@ -66,7 +78,7 @@ bool gram_matcher_is_done(const struct gram_matcher *m);
  * whole.  CI_ERR_NOMEM only. */
 enum ci_status gram_matcher_mask(struct gram_matcher *m, uint32_t *bits, struct ci_err *err);
 
-struct gram_matcher_stats {
+struct gram_matcher_stats { // of the matcher's space
     uint64_t masks, cache_hits, nodes_visited;
     uint32_t n_stacks, n_nodes;
 };

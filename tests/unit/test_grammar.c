@@ -377,6 +377,38 @@ TEST(matcher_eog_and_done) {
     gram_vocab_free(v);
 }
 
+/* Matchers in one space share stack nodes and cached masks: a state one matcher met is a cache hit for
+ * another, with the same mask; their states stay their own. */
+TEST(space_shared_between_matchers) {
+    struct gram_vocab *v = byte_vocab();
+    struct grammar *g = parse(G_JSON);
+    struct gram_space *sp = NULL;
+    struct gram_matcher *a = NULL, *b = NULL;
+    struct ci_err err = {0};
+    if (!g || gram_space_create(g, v, &sp, &err) != CI_OK || gram_matcher_create_in(sp, &a, &err) != CI_OK ||
+        gram_matcher_create_in(sp, &b, &err) != CI_OK) {
+        TEST_FAILF("setup: %s", err.msg);
+    } else {
+        uint32_t ma[9], mb[9];
+        struct gram_matcher_stats s0, s1;
+        CHECK(gram_matcher_accept_bytes(a, "{\"k\": [1", 8));
+        CHECK(gram_matcher_mask(a, ma, &err) == CI_OK);
+        CHECK(gram_matcher_accept_bytes(b, "{", 1) && gram_matcher_accept_bytes(b, "\"k\": [1", 7));
+        gram_matcher_stats(b, &s0);
+        CHECK(gram_matcher_mask(b, mb, &err) == CI_OK);
+        gram_matcher_stats(b, &s1);
+        CHECK(s1.cache_hits == s0.cache_hits + 1 && memcmp(ma, mb, sizeof ma) == 0);
+        CHECK(gram_matcher_accept_bytes(a, "]}", 2) && gram_matcher_is_accepting(a) &&
+              !gram_matcher_is_accepting(b));
+        CHECK(!gram_matcher_try_bytes(b, "}", 1) && gram_matcher_try_bytes(b, "]", 1));
+    }
+    gram_matcher_free(a);
+    gram_matcher_free(b);
+    gram_space_free(sp);
+    gram_free(g);
+    gram_vocab_free(v);
+}
+
 /* The vocabulary of a real tokenizer as the engine builds it: decoded bytes, control tokens excluded. */
 static struct gram_vocab *tok_vocab(struct tokenizer *t) {
     int n = tokenizer_n_vocab(t);
@@ -507,6 +539,7 @@ int main(int argc, char **argv) {
     RUN(matcher_repetition_bounds);
     RUN(matcher_partial_utf8);
     RUN(matcher_eog_and_done);
+    RUN(space_shared_between_matchers);
     RUN(mask_matches_brute_force);
     return test_exit_code();
 }
