@@ -14,7 +14,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "src")
-RANK = {"core": 0, "kernels": 1, "format": 2, "tokenizer": 3, "model": 4, "engine": 5, "server": 6, "bench": 6,
+RANK = {"core": 0, "kernels": 1, "format": 2, "tokenizer": 3, "chat": 3.5, "model": 4, "engine": 5, "server": 6, "bench": 6,
         "cli": 7}
 # What a layer may include beyond the rank rule (None: the rank rule alone).
 ONLY = {
