@@ -2,58 +2,20 @@
  * prompt exactly (no newline added), for testing templates and comparing with other renderers. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cinfer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/textfile.h"
 #include "core/mem.h"
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cinfer template: cannot open '%s'\n", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = ci_malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            if (cap >= (64u << 20)) {
-                fprintf(stderr, "cinfer template: '%s' is larger than 64 MiB\n", path);
-                ci_free(buf);
-                buf = NULL;
-                break;
-            }
-            char *nb = ci_realloc(buf, cap * 2);
-            if (!nb) {
-                ci_free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        if (!got)
-            break;
-        n += got;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
-    }
-    return buf;
-}
 
 /* Adds the JSON text (or, with a leading '@', the file's) to ctx under key; merge: its members instead. */
 static bool add_json(cJSON *ctx, const char *key, const char *text, bool merge) {
     size_t len = 0;
     char *owned = NULL;
     if (text[0] == '@') {
-        if (!(owned = read_file(text + 1, &len)))
+        if (!(owned = cli_read_text_file("template", text + 1, 64u << 20, &len)))
             return false;
         text = owned;
     }
@@ -142,7 +104,7 @@ int cmd_template(int argc, char **argv) {
         }
     }
     if (file) {
-        if (!(src = read_file(file, &src_len)))
+        if (!(src = cli_read_text_file("template", file, 16u << 20, &src_len)))
             goto done;
     } else {
         const char *s = cinfer_model_chat_template(m, &src_len);
