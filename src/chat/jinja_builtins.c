@@ -2,6 +2,7 @@
 #include "chat/jinja_builtins.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,8 +25,9 @@ enum {
     B_S_ENDSWITH,
     B_S_SPLIT,
     B_S_REPLACE,
-    B_S_FIND,  // jinja2's (Python's str.find), an extension
-    B_S_COUNT, // the same
+    B_S_FIND,   // jinja2's (Python's str.find), an extension
+    B_S_COUNT,  // the same
+    B_S_FORMAT, // the same (str.format: {} {0} {name}, no format specs)
     // dict methods
     B_O_GET,
     B_O_ITEMS,
@@ -34,6 +36,7 @@ enum {
     B_O_DICTSORT,
     // list methods (jinja2's, an extension)
     B_A_APPEND,
+    B_A_POP,
 };
 
 static const struct {
@@ -45,7 +48,7 @@ static const struct {
         {"title", B_S_TITLE},   {"capitalize", B_S_CAPITALIZE}, {"rstrip", B_S_RSTRIP},
         {"lstrip", B_S_LSTRIP}, {"startswith", B_S_STARTSWITH}, {"endswith", B_S_ENDSWITH},
         {"split", B_S_SPLIT},   {"replace", B_S_REPLACE},       {"find", B_S_FIND},
-        {"count", B_S_COUNT},
+        {"count", B_S_COUNT},   {"format", B_S_FORMAT},
 },
   object_methods[] = {
       {"get", B_O_GET},       {"items", B_O_ITEMS},       {"keys", B_O_KEYS},
@@ -340,6 +343,13 @@ static struct jv char_at(struct jinterp *I, struct jstr s, int64_t idx) {
 }
 
 struct jv jinja_member(struct jinterp *I, struct jv obj, struct jv prop, int line) {
+    if (obj.t == JV_OBJECT && prop.t == JV_INT) { // an integer key (jinja2's; an extension)
+        char tmp[32];
+        int n = snprintf(tmp, sizeof tmp, "%lld", (long long)prop.u.i);
+        struct jv *v = jv_get(obj, (struct jstr){tmp, (size_t)n});
+        size_t at = v ? (size_t)(v - obj.u.o->v) : 0;
+        return v && obj.u.o->kint && obj.u.o->kint[at] ? *v : jv_undef();
+    }
     if (obj.t == JV_OBJECT || obj.t == JV_NAMESPACE || obj.t == JV_KWARGS) {
         if (prop.t != JV_STR)
             jctx_fail(I->c, line, "Cannot access property with non-string: got %s", jv_type_name(prop.t));
@@ -370,6 +380,8 @@ struct jv jinja_member(struct jinterp *I, struct jv obj, struct jv prop, int lin
                     return func(I, string_methods[i].id, obj);
         } else if (jstr_eq(prop.u.s, "append")) {
             return func(I, B_A_APPEND, obj);
+        } else if (jstr_eq(prop.u.s, "pop")) {
+            return func(I, B_A_POP, obj);
         }
         return jv_undef();
     }
@@ -580,17 +592,48 @@ static struct jv dict_items(struct jinterp *I, struct jv o) {
     struct jv a = jv_array(I->c, o.u.o->n);
     for (size_t i = 0; i < o.u.o->n; i++) {
         struct jv pair = jv_array(I->c, 2);
-        jv_push(I->c, pair, jv_str(o.u.o->k[i]));
+        jv_push(I->c, pair, jv_key(I->c, o, i));
         jv_push(I->c, pair, o.u.o->v[i]);
         jv_push(I->c, a, pair);
     }
     return a;
 }
 
+/* A filter on undefined, as jinja2's default Undefined behaves (empty string, empty list, 0) where
+ * @huggingface/jinja refuses (an extension: templates written for transformers rely on it, e.g. `x|trim` or
+ * `tools|length` with no tools).  Sets *done when it applies. */
+static struct jv filter_undefined(struct jinterp *I, struct jstr name, bool *done) {
+    static const char *const as_string[] = {"trim", "upper", "lower",  "title",  "capitalize", "string",
+                                            "join", "e",     "escape", "indent", "replace"};
+    static const char *const as_list[] = {"list",       "items",      "sort", "reverse", "unique",
+                                          "selectattr", "rejectattr", "map",  "dictsort"};
+    *done = true;
+    for (size_t i = 0; i < sizeof as_string / sizeof as_string[0]; i++)
+        if (jstr_eq(name, as_string[i]))
+            return jv_str(S(""));
+    for (size_t i = 0; i < sizeof as_list / sizeof as_list[0]; i++)
+        if (jstr_eq(name, as_list[i]))
+            return jv_array(I->c, 0);
+    if (jstr_eq(name, "length") || jstr_eq(name, "count") || jstr_eq(name, "int"))
+        return jv_int(0);
+    if (jstr_eq(name, "float"))
+        return jv_float(0);
+    if (jstr_eq(name, "first") || jstr_eq(name, "last"))
+        return jv_undef();
+    *done = false;
+    return jv_undef();
+}
+
 static struct jv filter_plain(struct jinterp *I, struct jv v, struct jstr name, int line) {
     struct jctx *c = I->c;
     if (jstr_eq(name, "safe"))
         return v;
+    if (v.t == JV_UNDEF && !jstr_eq(name, "tojson")) {
+        bool done;
+        struct jv r = filter_undefined(I, name, &done);
+        if (done)
+            return r;
+    }
     if (jstr_eq(name, "tojson")) {
         struct jjson_opts o = {.undefined_as_null = true};
         return to_json(I, v, &o, line);
@@ -783,6 +826,13 @@ static struct jv filter_call(struct jinterp *I, struct jv v, const struct jnode 
         }
         return to_json(I, v, &o, line);
     }
+    if (v.t == JV_UNDEF && !jstr_eq(name, "int") && !jstr_eq(name, "float") && !jstr_eq(name, "default") &&
+        !jstr_eq(name, "d")) {
+        bool done;
+        struct jv r = filter_undefined(I, name, &done);
+        if (done)
+            return r;
+    }
     if (jstr_eq(name, "join")) {
         struct jv items;
         if (v.t == JV_STR)
@@ -808,6 +858,8 @@ static struct jv filter_call(struct jinterp *I, struct jv v, const struct jnode 
             return v;
         if (v.t == JV_BOOL)
             return is_int ? jv_int(v.u.b) : jv_float(v.u.b);
+        if (v.t == JV_UNDEF) // jinja2: the default (an extension)
+            return def;
         jctx_fail(c, line, "Cannot apply filter \"%.*s\" to type: %s", (int)name.n, name.p,
                   jv_type_name(v.t));
     }
@@ -948,7 +1000,7 @@ static struct jv object_method(struct jinterp *I, int id, struct jv self, struct
     case B_O_KEYS: {
         struct jv a = jv_array(c, self.u.o->n);
         for (size_t i = 0; i < self.u.o->n; i++)
-            jv_push(c, a, jv_str(self.u.o->k[i]));
+            jv_push(c, a, jv_key(c, self, i));
         return a;
     }
     case B_O_VALUES: {
@@ -1049,6 +1101,55 @@ static struct jv string_method(struct jinterp *I, int id, struct jstr s, struct 
             jctx_fail(c, line, "replace() count argument must be a number or null");
         return str_replace(I, s, o.u.s, n.u.s, count.t == JV_INT ? count.u.i : -1);
     }
+    case B_S_FORMAT: { // Python's str.format without format specs: {} {0} {name}, {{ and }}
+        struct jbuf b = {0};
+        size_t auto_i = 0, npos = args.u.a->n;
+        struct jv kw = npos && args.u.a->v[npos - 1].t == JV_KWARGS ? args.u.a->v[--npos] : jv_undef();
+        for (size_t i = 0; i < s.n; i++) {
+            char ch = s.p[i];
+            if ((ch == '{' || ch == '}') && i + 1 < s.n && s.p[i + 1] == ch) {
+                jbuf_put(c, &b, &ch, 1);
+                i++;
+                continue;
+            }
+            if (ch == '}')
+                jctx_fail(c, line, "format(): single '}' encountered in format string");
+            if (ch != '{') {
+                jbuf_put(c, &b, &ch, 1);
+                continue;
+            }
+            const char *end = memchr(s.p + i, '}', s.n - i);
+            if (!end)
+                jctx_fail(c, line, "format(): single '{' encountered in format string");
+            struct jstr field = {s.p + i + 1, (size_t)(end - (s.p + i + 1))};
+            struct jv v;
+            if (memchr(field.p, ':', field.n) || memchr(field.p, '!', field.n))
+                jctx_fail(c, line, "format(): format specs and conversions are not supported");
+            if (!field.n) {
+                v = auto_i < npos ? args.u.a->v[auto_i] : jv_undef();
+                if (auto_i++ >= npos)
+                    jctx_fail(c, line, "format(): not enough arguments");
+            } else if (field.p[0] >= '0' && field.p[0] <= '9') {
+                size_t k = (size_t)strtoul(jstr_dup(c, field.p, field.n).p, NULL, 10);
+                if (k >= npos)
+                    jctx_fail(c, line, "format(): index %zu out of range", k);
+                v = args.u.a->v[k];
+            } else {
+                struct jv *x = kw.t == JV_KWARGS ? jv_get(kw, field) : NULL;
+                if (!x)
+                    jctx_fail(c, line, "format(): no argument '%.*s'", (int)field.n, field.p);
+                v = *x;
+            }
+            if (v.t == JV_BOOL)
+                jbuf_puts(c, &b, v.u.b ? "True" : "False");
+            else if (v.t == JV_NULL)
+                jbuf_puts(c, &b, "None");
+            else
+                jv_render(c, &b, v);
+            i = (size_t)(end - s.p);
+        }
+        return jv_str(jbuf_str(&b));
+    }
     case B_S_FIND:
     case B_S_COUNT: {
         if (a0.t != JV_STR)
@@ -1115,7 +1216,7 @@ static struct jv strftime_now(struct jinterp *I, struct jv fmt, int line) {
 
 struct jv jinja_builtin_call(struct jinterp *I, const struct jfunc *f, struct jv args, int line) {
     struct jctx *c = I->c;
-    if (f->id >= B_S_UPPER && f->id <= B_S_COUNT)
+    if (f->id >= B_S_UPPER && f->id <= B_S_FORMAT)
         return string_method(I, f->id, f->self.u.s, args, line);
     if (f->id >= B_O_GET && f->id <= B_O_DICTSORT)
         return object_method(I, f->id, f->self, args, line);
@@ -1129,6 +1230,20 @@ struct jv jinja_builtin_call(struct jinterp *I, const struct jfunc *f, struct jv
             jctx_fail(c, line, "append() takes exactly one argument");
         jv_push(c, f->self, args.u.a->v[0]);
         return jv_null();
+    case B_A_POP: { // Python's list.pop(index = -1)
+        struct jarr *a = f->self.u.a;
+        int64_t idx = n ? (args.u.a->v[0].t == JV_INT ? args.u.a->v[0].u.i : INT64_MIN) : -1;
+        if (idx == INT64_MIN)
+            jctx_fail(c, line, "pop() index must be an integer");
+        if (idx < 0)
+            idx += (int64_t)a->n;
+        if (idx < 0 || idx >= (int64_t)a->n)
+            jctx_fail(c, line, "pop index out of range");
+        struct jv v = a->v[idx];
+        memmove(a->v + idx, a->v + idx + 1, (a->n - (size_t)idx - 1) * sizeof *a->v);
+        a->n--;
+        return v;
+    }
     case B_RAISE: {
         struct jv m = arg_at(args, 0);
         struct jbuf b = {0};

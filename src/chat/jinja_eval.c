@@ -223,6 +223,15 @@ static struct jv eval_binary(struct jinterp *I, const struct jnode *x, struct je
     if (!strcmp(op, "!="))
         return jv_bool(!loose_eq(I, l, r));
     bool is_in = !strcmp(op, "in"), not_in = !strcmp(op, "not in");
+    if (!strcmp(op, "~") &&
+        (l.t == JV_UNDEF || r.t == JV_UNDEF)) { // jinja2: str(Undefined) is "" (an extension)
+        struct jbuf t = {0};
+        if (l.t != JV_UNDEF)
+            jv_render_js(I->c, &t, l);
+        if (r.t != JV_UNDEF)
+            jv_render_js(I->c, &t, r);
+        return jv_str(jbuf_str(&t));
+    }
     if (l.t == JV_UNDEF || r.t == JV_UNDEF) {
         if (r.t == JV_UNDEF && (is_in || not_in))
             return jv_bool(not_in);
@@ -560,12 +569,14 @@ static void exec_for(struct jinterp *I, const struct jnode *x, struct jenv *env,
     } else {
         it = jinja_eval(I, x->b, scope);
     }
+    if (it.t == JV_UNDEF) // jinja2's Undefined iterates as empty (@huggingface/jinja refuses: an extension)
+        it = jv_array(I->c, 0);
     if (it.t != JV_ARRAY && it.t != JV_OBJECT)
         jctx_fail(I->c, x->line, "Expected iterable or object type in for loop: got %s", jv_type_name(it.t));
     if (it.t == JV_OBJECT) {
         struct jv keys = jv_array(I->c, it.u.o->n);
         for (size_t i = 0; i < it.u.o->n; i++)
-            jv_push(I->c, keys, jv_str(it.u.o->k[i]));
+            jv_push(I->c, keys, jv_key(I->c, it, i));
         it = keys;
     }
     struct jv items = jv_array(I->c, it.u.a->n);
@@ -727,6 +738,10 @@ struct jv jinja_eval(struct jinterp *I, const struct jnode *x, struct jenv *env)
         r = jv_object(I->c, JV_OBJECT);
         for (size_t i = 0; i < x->n; i++) {
             struct jv k = jinja_eval(I, x->list[i], env);
+            if (k.t == JV_INT) { // jinja2 allows integer keys (an extension)
+                jv_set_int_key(I->c, r, k.u.i, jinja_eval(I, x->list2[i], env));
+                continue;
+            }
             if (k.t != JV_STR)
                 jctx_fail(I->c, x->line, "Object keys must be strings: got %s", jv_type_name(k.t));
             jv_set(I->c, r, k.u.s, jinja_eval(I, x->list2[i], env));

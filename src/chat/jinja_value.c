@@ -183,16 +183,41 @@ void jv_set(struct jctx *c, struct jv obj, struct jstr key, struct jv x) {
         size_t cap = o->cap ? o->cap * 2 : 4;
         struct jstr *k = jalloc(c, cap * sizeof *k);
         struct jv *v = jalloc(c, cap * sizeof *v);
+        bool *ki = jalloc(c, cap * sizeof *ki);
         if (o->n) {
             memcpy(k, o->k, o->n * sizeof *k);
             memcpy(v, o->v, o->n * sizeof *v);
+            if (o->kint)
+                memcpy(ki, o->kint, o->n * sizeof *ki);
         }
         o->k = k;
         o->v = v;
+        o->kint = ki;
         o->cap = cap;
     }
+    if (!o->kint) // a preallocated object (the loop variable): the flags follow its capacity
+        o->kint = jalloc(c, o->cap * sizeof *o->kint);
     o->k[o->n] = key;
+    o->kint[o->n] = false;
     o->v[o->n++] = x;
+}
+
+void jv_set_int_key(struct jctx *c, struct jv obj, int64_t key, struct jv x) {
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%lld", (long long)key);
+    struct jstr k = jstr_dup(c, tmp, (size_t)n);
+    jv_set(c, obj, k, x);
+    struct jobj *o = obj.u.o;
+    for (size_t i = 0; i < o->n; i++)
+        if (o->k[i].n == k.n && memcmp(o->k[i].p, k.p, k.n) == 0)
+            o->kint[i] = true;
+}
+
+struct jv jv_key(struct jctx *c, struct jv obj, size_t i) {
+    struct jobj *o = obj.u.o;
+    if (o->kint && o->kint[i])
+        return jv_int(strtoll(jstr_dup(c, o->k[i].p, o->k[i].n).p, NULL, 10));
+    return jv_str(o->k[i]);
 }
 
 const char *jv_type_name(enum jv_type t) {

@@ -95,6 +95,7 @@ struct jarr {
 struct jobj {
     struct jstr *k;
     struct jv *v;
+    bool *kint; // k[i] is the decimal text of an integer key ({512: ...}, as jinja2 allows)
     size_t n, cap;
 };
 
@@ -110,6 +111,10 @@ struct jv jv_object(struct jctx *c, enum jv_type t); // JV_OBJECT, JV_NAMESPACE 
 void jv_push(struct jctx *c, struct jv arr, struct jv x);
 /* Sets key (replacing an existing one in place, else appending). */
 void jv_set(struct jctx *c, struct jv obj, struct jstr key, struct jv x);
+/* Sets an integer key (stored as its decimal text, marked as an integer). */
+void jv_set_int_key(struct jctx *c, struct jv obj, int64_t key, struct jv x);
+/* The i-th key as a value: a string, or an integer for an integer key. */
+struct jv jv_key(struct jctx *c, struct jv obj, size_t i);
 /* The value of key, or NULL. */
 struct jv *jv_get(struct jv obj, struct jstr key);
 

@@ -154,6 +154,15 @@ TEST(tests_and_methods) {
         {"{{ range(3)|list }}{{ range(1, 4)|list }}{{ range(5, 0, -2)|list }}", NULL,
          "[0, 1, 2][1, 2, 3][5, 3, 1]"},
         {"{% set d = dict(a=1) %}{{ d.a }}{% set l = [] %}{{ l.append(2) }}{{ l }}", NULL, "1[2]"},
+        // Python's str.format and list.pop (jinja2's; extensions)
+        {"{{ '<{}|{}>'.format('a', 2) }}{{ '{1}{0}{{x}}'.format('a', 'b') }}{{ '{n}'.format(n=true) }}", NULL,
+         "<a|2>ba{x}True"},
+        {"{% set l = [1, 2, 3] %}{{ l.pop(0) }}{{ l.pop() }}{{ l }}", NULL, "13[2]"},
+        // integer dict keys (jinja2's; an extension): sorted as numbers, compared as numbers, looked up
+        {"{% set d = {512: 'b', 64: 'a', 'k': 'c'} %}{% for k, v in {512: 'b', 64: 'a'}|dictsort %}{{ k + 1 "
+         "}}{{ v }}"
+         "{% endfor %}{{ d[64] }}{{ d['k'] }}{{ d[65] is defined }}{{ d|tojson }}",
+         NULL, "65a513bacfalse{\"512\": \"b\", \"64\": \"a\", \"k\": \"c\"}"},
     };
     RUN_CASES(cases);
 }
@@ -193,6 +202,20 @@ TEST(statements) {
          "<p:in>"},
         {"{% macro g() %}{{ varargs|length }}{{ kwargs.k }}{% endmacro %}{{ g(1, 2, k='v') }}", NULL, "2v"},
         {"{% macro outer() %}{{ v }}{% endmacro %}{% set v = 'seen' %}{{ outer() }}", NULL, "seen"},
+    };
+    RUN_CASES(cases);
+}
+
+/* Where @huggingface/jinja refuses an undefined value, cinfer follows jinja2's default Undefined (what
+ * transformers renders with): it iterates as empty, prints as "", has length 0, and `~` reads it as "". */
+TEST(undefined_as_jinja2) {
+    static const struct jcase cases[] = {
+        {"{% for t in tools %}x{% endfor %}|{% for t in tools %}x{% else %}none{% endfor %}", NULL, "|none"},
+        {"[{{ x|trim }}][{{ x|upper }}][{{ x|length }}][{{ x|list }}][{{ x|join(',') }}][{{ x|string }}]",
+         NULL, "[][][0][[]][][]"},
+        {"{{ 'a' ~ x ~ 'b' }}{{ x|int(5) }}{{ x|default('d') }}{{ x|tojson }}", NULL, "ab5dnull"},
+        {"{{ m.missing|trim }}|{{ tools|selectattr('type', 'equalto', 'function')|list|length }}",
+         "{\"m\": {}}", "|0"},
     };
     RUN_CASES(cases);
 }
@@ -239,7 +262,7 @@ TEST(errors_name_the_line) {
     fails_with("{{ x is nosuchtest }}", NULL, "line 1", "Unknown test");
     fails_with("\n\n{{ raise_exception('bad role: ' ~ r) }}", "{\"r\": \"robot\"}", "line 3",
                "bad role: robot");
-    fails_with("{{ 1 ~ undefined_thing }}", NULL, "line 1", "undefined");
+    fails_with("{{ 1 + undefined_thing }}", NULL, "line 1", "undefined");
     fails_with("{{ none + 1 }}", NULL, "line 1", "null");
     fails_with("{% for x in 5 %}{% endfor %}", NULL, "line 1", "iterable");
     fails_with("{{ 1 // 0 }}", NULL, "division by zero", NULL);
@@ -302,6 +325,7 @@ int main(int argc, char **argv) {
     RUN(filters);
     RUN(tests_and_methods);
     RUN(statements);
+    RUN(undefined_as_jinja2);
     RUN(whitespace);
     RUN(errors_name_the_line);
     RUN(bounds_stop_hostile_templates);
