@@ -686,7 +686,12 @@ static struct jv filter_plain(struct jinterp *I, struct jv v, struct jstr name, 
                         jctx_fail(c, line, "sum: %s is not a number", jv_type_name(x.t));
                     fl |= x.t == JV_FLOAT;
                     sum += num(x);
-                    isum += x.t == JV_INT ? x.u.i : (int64_t)num(x);
+                    if (__builtin_add_overflow(isum,
+                                               x.t == JV_INT    ? x.u.i
+                                               : x.t == JV_BOOL ? (int64_t)x.u.b
+                                                                : 0,
+                                               &isum))
+                        fl = true; // past int64: the float sum
                 }
                 return fl ? jv_float(sum) : jv_int(isum);
             }
@@ -754,9 +759,11 @@ static struct jv filter_plain(struct jinterp *I, struct jv v, struct jstr name, 
     }
     if (jv_is_number(v)) {
         if (jstr_eq(name, "abs"))
-            return v.t == JV_INT ? jv_int(v.u.i < 0 ? -v.u.i : v.u.i) : jv_float(fabs(v.u.f));
+            return v.t == JV_INT
+                       ? (v.u.i == INT64_MIN ? jv_float(-(double)v.u.i) : jv_int(v.u.i < 0 ? -v.u.i : v.u.i))
+                       : jv_float(fabs(v.u.f));
         if (jstr_eq(name, "int"))
-            return v.t == JV_INT ? v : jv_int((int64_t)floor(v.u.f));
+            return v.t == JV_INT ? v : jv_int_of(floor(v.u.f));
         if (jstr_eq(name, "float"))
             return jv_float(num(v));
         if (jstr_eq(name, "string")) {
@@ -1260,7 +1267,10 @@ struct jv jinja_builtin_call(struct jinterp *I, const struct jfunc *f, struct jv
         for (size_t i = 0; i < n; i++) {
             if (!num_like(args.u.a->v[i]))
                 jctx_fail(c, line, "range() arguments must be numbers");
-            v[i] = (int64_t)num(args.u.a->v[i]);
+            double d = num(args.u.a->v[i]);
+            if (!isfinite(d) || fabs(d) > 1e15)
+                jctx_fail(c, line, "range() argument out of range");
+            v[i] = (int64_t)d;
         }
         int64_t start = n == 1 ? 0 : v[0], stop = n == 1 ? v[0] : v[1], stepv = n == 3 ? v[2] : 1;
         if (stepv == 0)

@@ -172,11 +172,11 @@ static struct jv arith(struct jinterp *I, const char *op, struct jv l, struct jv
     }
     double a = js_to_number(l), b = js_to_number(r);
     if (!strcmp(op, "+"))
-        return fl ? jv_float(a + b) : jv_int((int64_t)(a + b));
+        return fl ? jv_float(a + b) : jv_int_of(a + b);
     if (!strcmp(op, "-"))
-        return fl ? jv_float(a - b) : jv_int((int64_t)(a - b));
+        return fl ? jv_float(a - b) : jv_int_of(a - b);
     if (!strcmp(op, "*"))
-        return fl ? jv_float(a * b) : jv_int((int64_t)(a * b));
+        return fl ? jv_float(a * b) : jv_int_of(a * b);
     if (!strcmp(op, "/")) {
         if (b == 0)
             jctx_fail(I->c, line, "division by zero");
@@ -185,7 +185,7 @@ static struct jv arith(struct jinterp *I, const char *op, struct jv l, struct jv
     if (!strcmp(op, "//")) {
         if (b == 0)
             jctx_fail(I->c, line, "division by zero");
-        if (!fl) {
+        if (!fl && !(l.u.i == INT64_MIN && r.u.i == -1)) {
             int64_t q = l.u.i / r.u.i;
             if ((l.u.i % r.u.i != 0) && ((l.u.i < 0) != (r.u.i < 0)))
                 q--;
@@ -249,7 +249,7 @@ static struct jv eval_binary(struct jinterp *I, const struct jnode *x, struct je
         if (!isfinite(res))
             jctx_fail(I->c, x->line, "Exponentiation result is not a finite real number");
         bool fl = l.t == JV_FLOAT || r.t == JV_FLOAT || b < 0;
-        return fl ? jv_float(res) : jv_int((int64_t)res);
+        return fl ? jv_float(res) : jv_int_of(res);
     }
     if (jv_is_number(l) && jv_is_number(r)) {
         struct jv v = arith(I, op, l, r, x->line);
@@ -481,13 +481,19 @@ static struct jv eval_slice(struct jinterp *I, struct jv obj, const struct jnode
     int64_t dir = stepv > 0 ? 1 : -1;
     if (obj.t == JV_STR) {
         struct jbuf b = {0};
-        for (int64_t i = start; dir * i < dir * stop; i += stepv)
+        for (int64_t i = start; dir * i < dir * stop; i += stepv) {
             jbuf_put(I->c, &b, cps[i], cpl[i]);
+            if (stepv > L || stepv < -L) // one element; the next step would only overflow
+                break;
+        }
         return jv_str(jbuf_str(&b));
     }
     struct jv a = jv_array(I->c, 0);
-    for (int64_t i = start; dir * i < dir * stop; i += stepv)
+    for (int64_t i = start; dir * i < dir * stop; i += stepv) {
         jv_push(I->c, a, obj.u.a->v[i]);
+        if (stepv > L || stepv < -L)
+            break;
+    }
     return a;
 }
 
@@ -768,7 +774,7 @@ struct jv jinja_eval(struct jinterp *I, const struct jnode *x, struct jenv *env)
                 r = jv_float(neg ? -a.u.f : a.u.f);
             else {
                 int64_t v = a.t == JV_BOOL ? a.u.b : a.u.i;
-                r = jv_int(neg ? -v : v);
+                r = neg && v == INT64_MIN ? jv_float(-(double)v) : jv_int(neg ? -v : v);
             }
         }
         break;

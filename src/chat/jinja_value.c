@@ -130,6 +130,11 @@ struct jv jv_int(int64_t i) {
 struct jv jv_float(double f) {
     return (struct jv){.t = JV_FLOAT, .u.f = f};
 }
+struct jv jv_int_of(double d) {
+    if (isfinite(d) && d > -9.2e18 && d < 9.2e18)
+        return jv_int((int64_t)d);
+    return jv_float(d);
+}
 struct jv jv_str(struct jstr s) {
     return (struct jv){.t = JV_STR, .u.s = s};
 }

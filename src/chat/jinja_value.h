@@ -104,6 +104,8 @@ struct jv jv_null(void);
 struct jv jv_bool(bool b);
 struct jv jv_int(int64_t i);
 struct jv jv_float(double f);
+/* An integer from a double (truncated), a float when it is out of int64's range or not finite. */
+struct jv jv_int_of(double d);
 struct jv jv_str(struct jstr s);
 struct jv jv_cstr(struct jctx *c, const char *s);
 struct jv jv_array(struct jctx *c, size_t cap);
