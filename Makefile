@@ -36,7 +36,7 @@ LDLIBS  := -lpcre2-8 -lmicrohttpd -lcjson -lcurl -lpthread -lm
 # SIMD translation units get the ISA flags; everything else stays portable (runtime dispatch picks).
 SIMD_FLAGS := -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(sort $(wildcard src/core/*.c src/kernels/*.c src/format/*.c src/tokenizer/*.c src/grammar/*.c src/model/*.c src/engine/*.c))
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/kernels/*.c src/format/*.c src/tokenizer/*.c src/grammar/*.c src/chat/*.c src/model/*.c src/engine/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 

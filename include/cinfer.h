@@ -175,6 +175,27 @@ CINFER_API enum cinfer_status cinfer_chat_apply(const char *template_name,
                                                 bool add_generation_prompt, char **out, size_t *len,
                                                 struct cinfer_error *err);
 
+/* ---- Jinja chat templates --------------------------------------------------------------------------------
+ * A model's own tokenizer.chat_template (or a --chat-template-file), rendered as Hugging Face renders it
+ * (@huggingface/jinja's semantics: trim_blocks and lstrip_blocks on).  A parsed template is immutable: one may
+ * be rendered by many threads at once. */
+struct cinfer_template;
+/* CINFER_ERR_INVALID for a syntax error ("chat template syntax error, line N: ..."). */
+CINFER_API enum cinfer_status cinfer_template_parse(const char *src, size_t len, struct cinfer_template **out,
+                                                    struct cinfer_error *err);
+CINFER_API void cinfer_template_free(struct cinfer_template *t);
+/* Renders t with the variables of context_json (the text of a JSON object: "messages", "add_generation_prompt",
+ * "tools", and any template keyword arguments such as "enable_thinking").  With a model (m may be NULL),
+ * "bos_token" and "eos_token" default to its vocabulary's texts, and, as llama.cpp does, a BOS text the
+ * template writes at the start is removed when tokenization adds BOS itself (an EOS text at the end likewise),
+ * so the prompt holds one BOS.  *out is allocated (release with cinfer_free), NUL-terminated, *len excludes the
+ * NUL.  CINFER_ERR_INVALID for a render error ("chat template error, line N: ...": a type error, an unknown
+ * filter, raise_exception's message, a bound on output, steps, depth or memory exceeded). */
+CINFER_API enum cinfer_status cinfer_template_render(const struct cinfer_template *t,
+                                                     const struct cinfer_model *m, const char *context_json,
+                                                     size_t len, char **out, size_t *out_len,
+                                                     struct cinfer_error *err);
+
 /* One forward pass over ids as one sequence at positions 0..n-1, without the engine: the logits of every
  * position into out[n][n_vocab] (n_vocab from cinfer_model_info).  The reference tests compare these with an
  * independent implementation. */

@@ -7,6 +7,7 @@
 # works offline once the cache is warm.
 set -u
 VERSION=3.21.1
+JINJA_VERSION=0.5.11 # @huggingface/jinja, the reference renderer of tests/chat (node-llama-cpp depends on it)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$ROOT/build/npm}
 case "$DIR" in /*) ;; *) DIR=$PWD/$DIR ;; esac
@@ -30,6 +31,8 @@ have() { # the pinned version of both packages is installed
         node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' "$f" "$VERSION" ||
             return 1
     done
+    f=$DIR/node_modules/@huggingface/jinja/package.json
+    [ -f "$f" ] && node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' "$f" "$JINJA_VERSION"
 }
 
 # Loads the prebuilt binary (build: "never": fail rather than compile) and prints the llama.cpp build info.
@@ -56,7 +59,8 @@ if ! have; then
     # skipped; check_load below verifies the prebuilt binary instead.
     log=$(mktemp)
     if ! NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --prefix "$DIR" --prefer-offline --no-audit --no-fund \
-        --omit=optional --save-exact "node-llama-cpp@$VERSION" "@node-llama-cpp/$PLAT@$VERSION" >"$log" 2>&1; then
+        --omit=optional --save-exact "node-llama-cpp@$VERSION" "@node-llama-cpp/$PLAT@$VERSION" \
+        "@huggingface/jinja@$JINJA_VERSION" >"$log" 2>&1; then
         tail -20 "$log" >&2
         offline=0
         net='ENOTFOUND|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EAI_AGAIN|ENOTCACHED|ENETUNREACH|EHOSTUNREACH'

@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "cli/textfile.h"
 #include "core/check.h"
 #include "core/mem.h"
 #include "server/http.h"
@@ -84,15 +85,17 @@ static void *load_model(void *arg) {
 struct serve_config {
     struct engine_args ea;
     const char *model_path, *tok_path, *served, *tmpl_name, *host, *api_key, *key_file, *max_body;
+    const char *tmpl_file; // --chat-template-file
     const char *allow_origin;
     int port, max_conn, max_conn_ip, timeout_s, request_timeout_s, http_threads, max_requests;
     // decided by serve_parse
-    const char *tmpl; // the canonical template name, when --chat-template was given
-    char *key;        // the API key or NULL (owned)
+    const char *tmpl;              // the canonical template name, when --chat-template was given
+    char *key;                     // the API key or NULL (owned)
+    struct cinfer_template *jinja; // the --chat-template-file template, parsed (owned)
     struct http_options http;
 };
 
-#define SERVE_N_SPECS 16
+#define SERVE_N_SPECS 17
 
 /* The flags of serve (before the shared engine flags), with their defaults set in c. */
 static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
@@ -118,7 +121,10 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
         {"--served-model-name", NULL, ARG_STR, &c->served, 0, 0,
          "NAME  model name of the API (default: the model's)"},
         {"--chat-template", NULL, ARG_STR, &c->tmpl_name, 0, 0,
-         "NAME  chat template (default: detected from the model, else chatml)"},
+         "NAME  a built-in chat template (default: the model's own Jinja template; without one, the built-in "
+         "detected from the model, else chatml)"},
+        {"--chat-template-file", NULL, ARG_STR, &c->tmpl_file, 0, 0,
+         "FILE  a Jinja chat template to use instead of the model's"},
         {"--max-connections", NULL, ARG_INT, &c->max_conn, 1, 100000,
          "N  concurrent connections (default 1024)"},
         {"--max-connections-per-ip", NULL, ARG_INT, &c->max_conn_ip, 0, 100000,
@@ -178,6 +184,23 @@ static int serve_parse(int argc, char **argv, struct serve_config *c) {
         fprintf(stderr, "cinfer serve: --chat-template: '%s' is not a known template\n", c->tmpl_name);
         list_templates();
         return 2;
+    }
+    if (c->tmpl_name && c->tmpl_file) {
+        fprintf(stderr, "cinfer serve: give --chat-template or --chat-template-file, not both\n");
+        return 2;
+    }
+    if (c->tmpl_file) {
+        size_t len = 0;
+        char *src = cli_read_text_file("serve", c->tmpl_file, 16u << 20, &len);
+        if (!src)
+            return 2;
+        struct cinfer_error err = {0};
+        enum cinfer_status s = cinfer_template_parse(src, len, &c->jinja, &err);
+        ci_free(src);
+        if (s != CINFER_OK) {
+            fprintf(stderr, "cinfer serve: --chat-template-file %s: %s\n", c->tmpl_file, err.message);
+            return s == CINFER_ERR_NOMEM ? 1 : 2;
+        }
     }
     if (c->key_file && !(c->key = read_key_file(c->key_file)))
         return 2;
@@ -240,6 +263,30 @@ static bool start_http(const struct serve_config *c, struct routes **routes, str
     return true;
 }
 
+/* The chat template: --chat-template-file's Jinja template, else --chat-template's built-in, else the model's
+ * own Jinja template (parsed into *jinja), else (no template, or one that does not parse, with a warning) the
+ * built-in detected from it.  Returns the built-in's name, or a description of the Jinja template in use. */
+static const char *pick_template(const struct serve_config *c, const struct cinfer_model *m,
+                                 struct cinfer_template **jinja) {
+    *jinja = NULL;
+    if (c->jinja)
+        return "from --chat-template-file (Jinja)";
+    if (c->tmpl)
+        return c->tmpl;
+    size_t len = 0;
+    const char *src = cinfer_model_chat_template(m, &len);
+    if (src) {
+        struct cinfer_error err = {0};
+        if (cinfer_template_parse(src, len, jinja, &err) == CINFER_OK)
+            return "the model's own (Jinja)";
+        fprintf(stderr,
+                "cinfer serve: warning: the model's chat template does not parse (%s): falling back to the "
+                "built-in template detected from it\n",
+                err.message);
+    }
+    return detect_template(m);
+}
+
 static void print_ready(const struct serve_config *c, const struct cinfer_model *m, struct cinfer_engine *e,
                         const char *tmpl) {
     struct cinfer_engine_info info;
@@ -259,6 +306,7 @@ int cmd_serve(int argc, char **argv) {
     struct serve_config c;
     int status = serve_parse(argc, argv, &c);
     if (status >= 0) {
+        cinfer_template_free(c.jinja);
         ci_free(c.key);
         return status;
     }
@@ -279,6 +327,7 @@ int cmd_serve(int argc, char **argv) {
     struct http_server *http = NULL;
     struct cinfer_model *m = NULL;
     struct cinfer_engine *e = NULL;
+    struct cinfer_template *model_jinja = NULL; // the model's own template, parsed
     if (!start_http(&c, &routes, &http))
         goto done;
 
@@ -308,8 +357,9 @@ int cmd_serve(int argc, char **argv) {
     ci_free(ld);
     if (!loaded)
         goto done;
-    const char *tmpl = c.tmpl ? c.tmpl : detect_template(m);
-    struct routes_config rc_cfg = {c.served, tmpl, c.max_requests, c.ea.o.max_seqs};
+    const char *tmpl = pick_template(&c, m, &model_jinja);
+    struct routes_config rc_cfg = {c.served, tmpl, c.max_requests, c.ea.o.max_seqs,
+                                   c.jinja ? c.jinja : model_jinja};
     if (routes_ready(routes, m, e, &rc_cfg, &ce) != CI_OK) {
         fprintf(stderr, "cinfer serve: %s\n", ce.msg);
         goto done;
@@ -326,6 +376,8 @@ done:
     cinfer_engine_free(e);
     cinfer_model_free(m);
     routes_free(routes);
+    cinfer_template_free(model_jinja);
+    cinfer_template_free(c.jinja);
     ci_free(c.key);
     if (rc == 0)
         fprintf(stderr, "cinfer serve: stopped\n");

@@ -5,6 +5,7 @@
 
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv); // cinfer template: render a Jinja chat template
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_convert(int argc, char **argv);

@@ -24,6 +24,7 @@ static const struct {
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with streaming, Prometheus metrics and a web UI"},
     {"bench", cmd_bench_any, "benchmarks: policies (offline), serve (HTTP load), hw (machine), kernels"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"template", cmd_template, "render a Jinja chat template (a model's or a file's) with a conversation"},
     {"info", cmd_info, "print a model's hyper-parameters, tensor types, sizes and KV bytes per token"},
     {"convert", cmd_convert, "convert a llama2.c checkpoint (+ tokenizer.bin) to GGUF"},
     {"quantize", cmd_quantize,

@@ -67,6 +67,13 @@ static enum ci_status load_vocab_only(struct cinfer_model *m, const char *path, 
     enum ci_status s = gguf_open(path, &g, e);
     if (s == CI_OK)
         s = tokenizer_from_gguf(g, &m->tok, e);
+    struct gguf_str str = {0}; // the chat template too (a vocab-only file may carry it: cinfer template -m)
+    if (s == CI_OK && gguf_get_str_opt(g, "tokenizer.chat_template", &str, NULL) == CI_OK && str.len) {
+        m->chat_template = dup_n(str.data, str.len);
+        m->chat_template_len = str.len;
+        if (!m->chat_template)
+            s = ci_err_set(e, CI_ERR_NOMEM, "out of memory");
+    }
     gguf_free(g);
     return s;
 }

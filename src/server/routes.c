@@ -33,7 +33,8 @@ struct routes {
     const struct cinfer_model *m;
     struct cinfer_engine *e;
     char *name;
-    const char *tmpl; // the chat template's name (static storage)
+    const char *tmpl;                    // the chat template's name (static storage)
+    const struct cinfer_template *jinja; // the Jinja chat template, when there is one (the caller's)
     int max_requests, max_seqs;
     int n_ctx, n_vocab;
     int max_tokens_cap; // the most tokens one sequence can hold: min(context, KV pool)
@@ -442,12 +443,80 @@ static enum cinfer_status tokenize(const struct routes *r, const char *text, boo
     return cinfer_tokenize(r->m, text, strlen(text), add_special, ids, n, err);
 }
 
-static enum cinfer_status apply_template(const struct routes *r, const struct cinfer_chat_message *msgs,
-                                         int n, bool add_generation_prompt, char **out,
-                                         struct openai_error *oe) {
+/* The variables a Jinja chat template sees, as JSON text (cJSON_free it): "messages" (the request's, with
+ * each role and content as validated into msgs: "developer" read as "system", text parts joined; content
+ * null or absent stays null; the other fields, such as tool_calls, name, tool_call_id, as sent), "tools" (as
+ * sent, when present), "add_generation_prompt", then the members of "chat_template_kwargs" (e.g.
+ * enable_thinking).  NULL when out of memory. */
+static char *jinja_context(const char *body, size_t body_len, const struct cinfer_chat_message *msgs, int n,
+                           bool add_generation_prompt) {
+    cJSON *req = cJSON_ParseWithLength(body, body_len);
+    cJSON *ctx = cJSON_CreateObject(), *arr = ctx ? cJSON_AddArrayToObject(ctx, "messages") : NULL;
+    char *text = NULL;
+    if (!arr)
+        goto done;
+    const cJSON *raw = cJSON_GetObjectItemCaseSensitive(req, "messages");
+    for (int i = 0; i < n; i++) {
+        const cJSON *src = cJSON_IsArray(raw) ? cJSON_GetArrayItem(raw, i) : NULL;
+        cJSON *m = src && cJSON_IsObject(src) ? cJSON_Duplicate(src, true) : cJSON_CreateObject();
+        if (!m || !cJSON_AddItemToArray(arr, m)) {
+            cJSON_Delete(m);
+            goto done;
+        }
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(src, "content");
+        bool null_content = !content || cJSON_IsNull(content);
+        cJSON_DeleteItemFromObjectCaseSensitive(m, "role");
+        cJSON_DeleteItemFromObjectCaseSensitive(m, "content");
+        if (!cJSON_AddStringToObject(m, "role", msgs[i].role) ||
+            !(null_content ? cJSON_AddNullToObject(m, "content")
+                           : cJSON_AddStringToObject(m, "content", msgs[i].content)))
+            goto done;
+    }
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
+    if (tools && !cJSON_IsNull(tools)) {
+        cJSON *t = cJSON_Duplicate(tools, true);
+        if (!t || !cJSON_AddItemToObject(ctx, "tools", t)) {
+            cJSON_Delete(t);
+            goto done;
+        }
+    }
+    if (!cJSON_AddBoolToObject(ctx, "add_generation_prompt", add_generation_prompt))
+        goto done;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(req, "chat_template_kwargs");
+    if (cJSON_IsObject(kw)) {
+        for (const cJSON *k = kw->child; k; k = k->next) {
+            cJSON *v = cJSON_Duplicate(k, true);
+            cJSON_DeleteItemFromObjectCaseSensitive(ctx, k->string);
+            if (!v || !cJSON_AddItemToObject(ctx, k->string, v)) {
+                cJSON_Delete(v);
+                goto done;
+            }
+        }
+    }
+    text = cJSON_PrintUnformatted(ctx);
+done:
+    cJSON_Delete(req);
+    cJSON_Delete(ctx);
+    return text;
+}
+
+static enum cinfer_status apply_template(const struct routes *r, const struct http_request *req,
+                                         const struct cinfer_chat_message *msgs, int n,
+                                         bool add_generation_prompt, char **out, struct openai_error *oe) {
     struct cinfer_error ce = {0};
     size_t len = 0;
-    enum cinfer_status s = cinfer_chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
+    enum cinfer_status s;
+    if (r->jinja) {
+        char *ctx = jinja_context(req->body, req->body_len, msgs, n, add_generation_prompt);
+        if (!ctx) {
+            openai_error_set(oe, 500, NULL, NULL, "out of memory");
+            return CINFER_ERR_NOMEM;
+        }
+        s = cinfer_template_render(r->jinja, r->m, ctx, strlen(ctx), out, &len, &ce);
+        cJSON_free(ctx);
+    } else {
+        s = cinfer_chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
+    }
     if (s != CINFER_OK)
         openai_error_set(oe, s == CINFER_ERR_NOMEM ? 500 : 400, s == CINFER_ERR_NOMEM ? NULL : "messages",
                          NULL, "%s", ce.message);
@@ -534,7 +603,7 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         enum cinfer_status s = CINFER_OK;
         const cinfer_token *use = NULL;
         if (g->chat) {
-            if ((s = apply_template(r, q->messages, q->n_messages, true, &prompt, oe)) != CINFER_OK)
+            if ((s = apply_template(r, req, q->messages, q->n_messages, true, &prompt, oe)) != CINFER_OK)
                 goto fail;
             s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
             use = ids;
@@ -792,8 +861,8 @@ static void on_tokenize(void *app, const struct http_request *req, struct http_r
         respond_error(res, &oe);
         return;
     }
-    if (t.messages &&
-        apply_template(r, t.messages, t.n_messages, t.add_generation_prompt, &templated, &oe) != CINFER_OK) {
+    if (t.messages && apply_template(r, req, t.messages, t.n_messages, t.add_generation_prompt, &templated,
+                                     &oe) != CINFER_OK) {
         respond_error(res, &oe);
         goto done;
     }
@@ -1101,6 +1170,7 @@ enum ci_status routes_ready(struct routes *r, const struct cinfer_model *m, stru
     r->m = m;
     r->e = e;
     r->tmpl = c->chat_template;
+    r->jinja = c->jinja;
     r->max_requests = c->max_requests;
     r->max_seqs = c->max_seqs;
     r->n_ctx = ei.n_ctx;

@@ -1,6 +1,7 @@
 /* The endpoints of `cinfer serve`: /v1/completions, /v1/chat/completions, /v1/models, /tokenize,
  * /detokenize, /health, /metrics and the web UI at /.  Handlers run on the HTTP layer's connection threads:
- * they parse (openai.c), template (tokenizer/chat.c) and tokenize, submit to the engine through the public
+ * they parse (openai.c), template (the Jinja template through cinfer_template_render, else
+ * tokenizer/chat.c's built-ins) and tokenize, submit to the engine through the public
  * API, and wait on the request's stream, answering as one JSON body or as server-sent events (sse.c).
  *
  * Life: routes_create before the HTTP server starts (everything but / and /health answers 503 "loading"),
@@ -18,6 +19,9 @@ struct routes_config {
     const char *chat_template; // a built-in template's name (the caller resolves names and detection)
     int max_requests;          // generation requests in flight at once; more get 429
     int max_seqs;              // the engine's running sequences: n above it is refused (400)
+    // A Jinja chat template (the model's own or --chat-template-file's; NULL: use chat_template), rendered
+    // with the request's messages, tools and chat_template_kwargs.  The caller's, outliving the server.
+    const struct cinfer_template *jinja;
 };
 
 struct routes;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The layers of src/ depend one way only (docs/ARCHITECTURE.md):
 
-    core < kernels < format < tokenizer < grammar < model < engine < {server, bench} < cli
+    core < kernels < format < tokenizer < grammar < chat < model < engine < {server, bench} < cli
 
 A file may include headers of its own layer and of layers below it, never above.  The server reaches the
 engine only through the public API (include/cinfer.h), as an embedding program would; the command line
@@ -14,7 +14,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "src")
-RANK = {"core": 0, "kernels": 1, "format": 2, "tokenizer": 3, "grammar": 3.5, "model": 4, "engine": 5, "server": 6, "bench": 6,
+RANK = {"core": 0, "kernels": 1, "format": 2, "tokenizer": 3, "grammar": 3.5, "chat": 3.6, "model": 4, "engine": 5, "server": 6, "bench": 6,
         "cli": 7}
 # What a layer may include beyond the rank rule (None: the rank rule alone).
 ONLY = {
