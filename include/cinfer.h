@@ -84,6 +84,8 @@ struct cinfer_model_info {
     int n_expert, n_expert_used; // mixture of experts: experts per layer and per token (0, 0: a dense FFN)
     int n_ff_exp, n_ff_shexp;    // one expert's FFN length; the shared expert's (qwen2moe), else 0
     bool expert_weights_norm;    // the top-k router weights are renormalised to sum 1
+    bool expert_softmax_topk;    // the weights are a softmax of the top-k router logits (gpt-oss)
+    bool attn_sinks;             // per-head attention sink logits (gpt-oss)
     float rms_eps;               // RMSNorm epsilon
     bool tied_output;            // the output head is the token embedding matrix
     uint64_t n_params;

@@ -71,13 +71,21 @@ int cmd_info(int argc, char **argv) {
            c.n_head / c.n_kv_head);
     printf("%-28s %d\n", "feed-forward length", c.n_ff);
     if (c.n_expert > 0) {
-        printf("%-28s %d per layer, %d used per token (softmax router, top-%d weights %s), expert FFN "
-               "length %d\n",
-               "experts", c.n_expert, c.n_expert_used, c.n_expert_used,
-               c.expert_weights_norm ? "renormalised to sum 1" : "not renormalised", c.n_ff_exp);
+        if (c.expert_softmax_topk)
+            printf(
+                "%-28s %d per layer, %d used per token (top-%d router logits, weights their softmax), expert "
+                "FFN length %d\n",
+                "experts", c.n_expert, c.n_expert_used, c.n_expert_used, c.n_ff_exp);
+        else
+            printf("%-28s %d per layer, %d used per token (softmax router, top-%d weights %s), expert FFN "
+                   "length %d\n",
+                   "experts", c.n_expert, c.n_expert_used, c.n_expert_used,
+                   c.expert_weights_norm ? "renormalised to sum 1" : "not renormalised", c.n_ff_exp);
         if (c.n_ff_shexp > 0)
             printf("%-28s FFN length %d, scaled by a sigmoid gate\n", "shared expert", c.n_ff_shexp);
     }
+    if (c.attn_sinks)
+        printf("%-28s per-head logits in every attention softmax\n", "attention sinks");
     printf("%-28s %d\n", "context length", c.n_ctx_train);
     printf("%-28s base %g, %d dims, %s pairing\n", "rope", (double)c.rope_base, c.rope_dim,
            c.rope_neox ? "NeoX" : "adjacent");

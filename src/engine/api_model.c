@@ -247,6 +247,8 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->n_ff_exp = c->n_ff_exp;
     out->n_ff_shexp = c->n_ff_shexp;
     out->expert_weights_norm = c->n_expert > 0 && c->moe_norm_w;
+    out->expert_softmax_topk = c->n_expert > 0 && c->moe_softmax_weight;
+    out->attn_sinks = md->weights.layers && md->weights.layers[0].sinks.data;
     out->rms_eps = c->rms_eps;
     out->tied_output = md->weights.output.data == md->weights.tok_embd.data;
     out->n_params = model_n_params(md);

@@ -21,6 +21,15 @@ void ci_gelu_mul(float *gate, const float *up, int n) {
     }
 }
 
+void ci_swiglu_oai_mul(float *gate, const float *up, int n, float alpha, float limit) {
+    CI_ASSERT(n >= 0);
+    for (int i = 0; i < n; i++) {
+        float x = gate[i] < limit ? gate[i] : limit;
+        float y = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        gate[i] = x / (1.0f + expf(alpha * -x)) * (y + 1.0f);
+    }
+}
+
 /* Max-subtracted, so no exp overflows; the normalizer is summed in double because n can be a vocabulary.
  * Entries at -inf (masked) get probability 0; at least one entry must be finite. */
 void ci_softmax(float *x, int n) {

@@ -73,6 +73,10 @@ void ci_silu_mul(float *gate, const float *up, int n);
  * gelu(x) = x / 2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  Scalar, the same bits in every table. */
 void ci_gelu_mul(float *gate, const float *up, int n);
 
+/* gpt-oss's clamped SwiGLU (ggml_swiglu_oai): x = min(gate, limit), y = clamp(up, -limit, limit),
+ * gate[i] = x sigmoid(alpha x) (y + 1).  Scalar, the same bits in every table. */
+void ci_swiglu_oai_mul(float *gate, const float *up, int n, float alpha, float limit);
+
 /* In-place softmax over n values. */
 void ci_softmax(float *x, int n);
 

@@ -57,6 +57,20 @@ static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
                              .tied_allowed = true,
                              .moe = MOE_REQUIRED,
                              .moe_norm_w = true},
+    // OpenAI's gpt-oss: qwen2-style biased attention with sinks and alternating windows (period 2), YaRN from
+    // the file, a mixture of biased experts with the clamped SwiGLU; untied head.
+    [MODEL_ARCH_GPT_OSS] = {.name = "gpt-oss",
+                            .rope_neox = true,
+                            .qkv_bias = true,
+                            .swa = true,
+                            .swa_period = 2,
+                            .moe = MOE_REQUIRED,
+                            .attn_out_bias = true,
+                            .attn_sinks = true,
+                            .ffn_norm_post_attn = true,
+                            .moe_bias = true,
+                            .moe_softmax_weight = true,
+                            .swiglu_oai = true},
     [MODEL_ARCH_PHI3] = {.name = "phi3",
                          .rope_neox = true,
                          .tied_allowed = true,
@@ -90,6 +104,8 @@ void model_config_set_arch(struct model_config *c, enum model_arch a) {
     c->moe_norm_w = ai->moe_norm_w;
     c->moe_shared_exp = ai->moe_shared_exp;
     c->ffn_fused = ai->ffn_fused;
+    c->moe_softmax_weight = ai->moe_softmax_weight;
+    c->swiglu_oai = ai->swiglu_oai;
 }
 
 const char *rope_scaling_name(enum rope_scaling s) {

@@ -21,6 +21,7 @@ enum model_arch {
     MODEL_ARCH_QWEN2MOE,
     MODEL_ARCH_QWEN3MOE,
     MODEL_ARCH_PHI3,
+    MODEL_ARCH_GPT_OSS,
     MODEL_ARCH_COUNT
 };
 
@@ -59,6 +60,16 @@ struct model_arch_info {
     bool qkv_fused;     // blk.N.attn_qkv.weight [n_embd, q_dim + 2*kv_dim] may replace attn_{q,k,v}.weight
     bool ffn_fused;     // blk.N.ffn_up.weight is [n_embd, 2*n_ff]: gate rows then up rows; no ffn_gate
     bool longrope;      // rope_factors_{long,short}.weight [rope_dim/2] (Phi-3 LongRoPE) may be present
+    // gpt-oss (llama.cpp's openai-moe graph): attention output bias and per-head sinks, the FFN's input norm
+    // stored as post_attention_norm, router and expert biases, top-k over the router logits then a softmax
+    // of the k chosen (SOFTMAX_WEIGHT gating), and the clamped SwiGLU (swiglu_oai).
+    bool attn_out_bias;      // blk.N.attn_output.bias [n_embd] required
+    bool attn_sinks;         // blk.N.attn_sinks.weight [n_head] required
+    bool ffn_norm_post_attn; // the FFN's input RMSNorm is named blk.N.post_attention_norm.weight
+    bool moe_bias;           // ffn_gate_inp.bias [n_expert], ffn_{gate,up}_exps.bias [n_ff_exp, n_expert],
+                             // ffn_down_exps.bias [n_embd, n_expert] required
+    bool moe_softmax_weight; // experts chosen by their router logits, weighted by the softmax of the chosen
+    bool swiglu_oai;         // expert activation min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1)
 };
 
 /* How positions are stretched before RoPE (<arch>.rope.scaling.type). */
@@ -109,8 +120,9 @@ struct model_config {
     int n_ff_exp;      // one expert's FFN length: expert_feed_forward_length, else n_ff (llama) or
                        // n_ff / n_expert_used (qwen2moe, qwen3moe), as llama.cpp
     int n_ff_shexp; // the shared expert's FFN length (qwen2moe): expert_shared_feed_forward_length, else n_ff
-    bool moe_norm_w;     // from the arch table
-    bool moe_shared_exp; // from the arch table
+    bool moe_norm_w;                     // from the arch table
+    bool moe_shared_exp;                 // from the arch table
+    bool moe_softmax_weight, swiglu_oai; // from the arch table
 };
 
 /* True when layer il uses the sliding window (llama.cpp's set_swa_pattern without dense_first). */

@@ -227,6 +227,22 @@ static void write_kv(const struct fwd_batch *b, const struct ci_kv_layer *kv, co
  * index first among equals), their probabilities as weights, renormalised to sum 1 where the architecture
  * does so (the sum clamped below at 2^-14 as llama.cpp does). */
 static void route_token(const struct model_config *c, float *probs, int32_t *sel, float *w) {
+    if (c->moe_softmax_weight) { // gpt-oss: the top k of the logits, then a softmax over those k
+        for (int j = 0; j < c->n_expert_used; j++) {
+            int best = -1;
+            for (int e = 0; e < c->n_expert; e++) {
+                bool taken = false;
+                for (int i = 0; i < j && !taken; i++)
+                    taken = sel[i] == e;
+                if (!taken && (best < 0 || probs[e] > probs[best]))
+                    best = e;
+            }
+            sel[j] = best;
+            w[j] = probs[best];
+        }
+        ci_softmax(w, c->n_expert_used);
+        return;
+    }
     ci_softmax(probs, c->n_expert);
     for (int j = 0; j < c->n_expert_used; j++) {
         int best = -1;
@@ -250,16 +266,42 @@ static void route_token(const struct model_config *c, float *probs, int32_t *sel
     }
 }
 
-/* out = SwiGLU FFN of the n rows of x: down(silu(gate x) * up x). */
+static void add_row_bias(float *y, const float *bias, int n_tok, int n) {
+    if (!bias)
+        return;
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < n; i++)
+            y[(size_t)t * n + i] += bias[i];
+}
+
+/* Biases of one expert (gpt-oss): rows of the bias tables, or NULL. */
+struct ffn_bias {
+    const float *gate, *up, *down;
+};
+
+/* out = gated FFN of the n rows of x: down(act(gate x) * up x), with biases where given. */
 static void gated_ffn(struct forward *f, const struct ci_tensor *gate, const struct ci_tensor *up,
-                      const struct ci_tensor *down, const float *x, int n, float *out) {
+                      const struct ci_tensor *down, const struct ffn_bias *bias, const float *x, int n,
+                      float *out) {
+    const struct model_config *c = &f->m->config;
     int ff = (int)gate->ne[1];
     ci_matmul(f->tp, gate, x, n, f->gate, f->work);
     ci_matmul(f->tp, up, x, n, f->up, f->work);
-    for (int t = 0; t < n; t++) // SwiGLU, or GeGLU with the tanh GeLU (gemma)
-        (f->m->config.gelu_ffn ? ci_gelu_mul : ci_silu_mul)(f->gate + (size_t)t * ff, f->up + (size_t)t * ff,
-                                                            ff);
+    if (bias) {
+        add_row_bias(f->gate, bias->gate, n, ff);
+        add_row_bias(f->up, bias->up, n, ff);
+    }
+    for (int t = 0; t < n; t++) { // SwiGLU, GeGLU with the tanh GeLU (gemma), or gpt-oss's clamped SwiGLU
+        float *g = f->gate + (size_t)t * ff;
+        const float *u = f->up + (size_t)t * ff;
+        if (c->swiglu_oai)
+            ci_swiglu_oai_mul(g, u, ff, 1.702f, 7.0f);
+        else
+            (c->gelu_ffn ? ci_gelu_mul : ci_silu_mul)(g, u, ff);
+    }
     ci_matmul(f->tp, down, f->gate, n, out, f->work);
+    if (bias)
+        add_row_bias(out, bias->down, n, (int)down->ne[1]);
 }
 
 /* The mixture-of-experts FFN of the batch's normed rows f->xb into f->out.  The tokens are grouped by expert:
@@ -270,6 +312,7 @@ static void moe_ffn(struct forward *f, const struct layer_weights *l, int n) {
     const struct model_config *c = &f->m->config;
     const int E = c->n_embd, K = c->n_expert_used, NE = c->n_expert;
     ci_matmul(f->tp, &l->ffn_gate_inp, f->xb, n, f->router, f->work);
+    add_bias(f->router, &l->ffn_gate_inp_b, n, NE);
     for (int t = 0; t < n; t++)
         route_token(c, f->router + (size_t)t * NE, f->sel + (size_t)t * K, f->sel_w + (size_t)t * K);
     // Counting sort of the (token, expert) pairs by expert, tokens ascending within an expert.
@@ -300,7 +343,13 @@ static void moe_ffn(struct forward *f, const struct layer_weights *l, int n) {
         struct ci_tensor gate = model_expert_view(&l->ffn_gate_exps, e),
                          up = model_expert_view(&l->ffn_up_exps, e),
                          down = model_expert_view(&l->ffn_down_exps, e);
-        gated_ffn(f, &gate, &up, &down, f->xg, cnt, f->yg);
+        struct ffn_bias eb = {0};
+        if (l->ffn_gate_exps_b.data) { // gpt-oss: expert e's row of each bias table
+            eb.gate = (const float *)l->ffn_gate_exps_b.data + (size_t)e * c->n_ff_exp;
+            eb.up = (const float *)l->ffn_up_exps_b.data + (size_t)e * c->n_ff_exp;
+            eb.down = (const float *)l->ffn_down_exps_b.data + (size_t)e * E;
+        }
+        gated_ffn(f, &gate, &up, &down, l->ffn_gate_exps_b.data ? &eb : NULL, f->xg, cnt, f->yg);
         for (int i = 0; i < cnt; i++) {
             float *o = f->out + (size_t)f->e_tok[lo + i] * E, w = f->e_w[lo + i];
             const float *y = f->yg + (size_t)i * E;
@@ -309,7 +358,7 @@ static void moe_ffn(struct forward *f, const struct layer_weights *l, int n) {
         }
     }
     if (c->moe_shared_exp) { // qwen2moe: + sigmoid(gate_inp_shexp . x) * shared_ffn(x)
-        gated_ffn(f, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, f->xb, n, f->yg);
+        gated_ffn(f, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, NULL, f->xb, n, f->yg);
         const float *gw = l->ffn_gate_inp_shexp.data;
         for (int t = 0; t < n; t++) {
             const float *x = f->xb + (size_t)t * E, *y = f->yg + (size_t)t * E;
@@ -382,9 +431,11 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
         .out = f->att,
         .window = local ? c->sliding_window : 0,
         .softcap = c->attn_softcap,
+        .sinks = l->sinks.data, // gpt-oss
     };
     ci_attention_paged(f->tp, &args);
     ci_matmul(f->tp, &l->wo, f->att, n, f->out, f->work);
+    add_bias(f->out, &l->bo, n, E);
     if (l->post_attn_norm.data) // gemma: the sub-block's output normed before the residual add
         for (int t = 0; t < n; t++)
             ci_rmsnorm(f->out + (size_t)t * E, f->out + (size_t)t * E, l->post_attn_norm.data, E, c->rms_eps);
@@ -406,7 +457,7 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
         }
         ci_matmul(f->tp, &l->w_down, f->gate, n, f->out, f->work);
     } else {
-        gated_ffn(f, &l->w_gate, &l->w_up, &l->w_down, f->xb, n, f->out);
+        gated_ffn(f, &l->w_gate, &l->w_up, &l->w_down, NULL, f->xb, n, f->out);
     }
     if (l->post_ffw_norm.data)
         for (int t = 0; t < n; t++)

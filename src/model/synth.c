@@ -354,6 +354,28 @@ static const struct synth_preset presets[] = {
      .longrope = true,
      .longrope_long = 64.0f,
      .longrope_short = 1.5f},
+    // gpt-oss in small: biased attention with sinks, head_dim 64 with 8 heads of a 256-wide model, every
+    // other layer windowed to 32, YaRN (factor 4 over 128), 8 biased experts of 128 (top-2, softmax of the
+    // chosen logits) with the clamped SwiGLU.
+    {.name = "tiny-gpt-oss",
+     .arch = MODEL_ARCH_GPT_OSS,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 8,
+     .n_kv_head = 2,
+     .n_ff = 768,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 150000.0f,
+     .rms_eps = 1e-5f,
+     .qkv_bias = true,
+     .head_dim = 64,
+     .sliding_window = 32,
+     .yarn_factor = 4.0f,
+     .rope_orig_ctx = 128,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 128},
 };
 
 #define N_PRESETS      ((int)(sizeof presets / sizeof *presets))
@@ -361,9 +383,11 @@ static const struct synth_preset presets[] = {
 #define Q_SCALE        4.0f
 #define NORM_JITTER    0.1f
 #define BIAS_STD       0.1f
+#define SINK_STD       2.0f
 #define QK_NORM_SCALE  2.0f
 #define QK_NORM_JITTER 0.5f
-#define EXPS_PER_LAYER 8 // router, 3 expert tensors, shared gate and 3 shared matrices
+#define EXPS_PER_LAYER                                                                                       \
+    14 // router, 3 expert tensors, shared gate and 3 shared matrices; gpt-oss: 6 biases and sinks
 
 int synth_n_presets(void) {
     return N_PRESETS;
@@ -659,8 +683,8 @@ static void add_plan(struct plan *plans, int *n, const char *name, uint32_t type
     p->scale = scale;
     // Matrices take the requested type when its block divides the row; vectors and the router stay F32.
     const struct ci_type_traits *tt = ci_type_traits(type);
-    bool router = strstr(name, "ffn_gate_inp") != NULL;
-    p->type = p->n_dims == 2 && !router && tt && ne0 % tt->block_size == 0 ? type : CI_TYPE_F32;
+    bool router = strstr(name, "ffn_gate_inp") != NULL, bias = strstr(name, ".bias") != NULL;
+    p->type = p->n_dims == 2 && !router && !bias && tt && ne0 % tt->block_size == 0 ? type : CI_TYPE_F32;
 }
 
 /* A 3-D expert tensor: n_expert matrices of ne1 rows of ne0. */
@@ -715,9 +739,15 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
             LAYER("attn_k_norm.weight", hd, 1, INIT_QK_NORM, QK_NORM_SCALE);
         }
         LAYER("attn_output.weight", q, d, INIT_NORMAL, sq);
+        if (model_arch_info(ps->arch)->attn_out_bias)
+            LAYER("attn_output.bias", d, 1, INIT_BIAS, BIAS_STD);
+        if (model_arch_info(ps->arch)->attn_sinks) // logits of the size of the scores, so they take a share
+            LAYER("attn_sinks.weight", ps->n_head, 1, INIT_BIAS, SINK_STD);
         if (post_norms)
             LAYER("post_attention_norm.weight", d, 1, INIT_NORM, 1.0f);
-        LAYER("ffn_norm.weight", d, 1, INIT_NORM, 1.0f);
+        LAYER(model_arch_info(ps->arch)->ffn_norm_post_attn ? "post_attention_norm.weight"
+                                                            : "ffn_norm.weight",
+              d, 1, INIT_NORM, 1.0f);
         if (ps->n_expert == 0 && ffn_fused) { // Phi-3: the gate's rows then the up projection's
             LAYER("ffn_up.weight", d, 2 * ff, INIT_NORMAL, sd);
             LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
@@ -738,6 +768,12 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
             EXPS("ffn_up_exps.weight", d, fe, sd);
             EXPS("ffn_down_exps.weight", fe, d, sfe);
 #undef EXPS
+            if (model_arch_info(ps->arch)->moe_bias) { // gpt-oss: one row of biases per expert
+                LAYER("ffn_gate_inp.bias", ne, 1, INIT_BIAS, 1.0f);
+                LAYER("ffn_gate_exps.bias", fe, ne, INIT_BIAS, BIAS_STD);
+                LAYER("ffn_up_exps.bias", fe, ne, INIT_BIAS, BIAS_STD);
+                LAYER("ffn_down_exps.bias", d, ne, INIT_BIAS, BIAS_STD);
+            }
             if (ps->n_ff_shexp > 0) {
                 const int64_t fs = ps->n_ff_shexp;
                 LAYER("ffn_gate_inp_shexp.weight", d, 1, INIT_NORMAL, sd);

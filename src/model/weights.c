@@ -46,6 +46,16 @@ static enum ci_status bind(struct binder *b, const char *name, int64_t ne0, int6
     return CI_OK;
 }
 
+/* An F32 table of biases {ne0, ne1} (gpt-oss's expert biases: one row per expert). */
+static enum ci_status bind_f32(struct binder *b, const char *name, int64_t ne0, int64_t ne1,
+                               struct ci_tensor *out) {
+    enum ci_status s = bind(b, name, ne0, ne1, false, out);
+    if (s == CI_OK && out->type != CI_TYPE_F32)
+        return ci_err_set(b->err, CI_ERR_UNSUPPORTED, "tensor '%s': type %s, biases must be F32", name,
+                          ci_type_name(out->type));
+    return s;
+}
+
 /* A 3-D expert tensor {ne0, ne1, n_expert}: n_expert matrices of ne1 rows of ne0, any type with kernels. */
 static enum ci_status bind_experts(struct binder *b, const char *name, int64_t ne0, int64_t ne1,
                                    struct ci_tensor *out) {
@@ -94,6 +104,12 @@ static enum ci_status bind_moe(struct binder *b, int il, struct layer_weights *l
          (s = bind(b, NAME("ffn_up_shexp.weight"), c->n_embd, c->n_ff_shexp, false, &l->ffn_up_shexp)) ||
          (s = bind(b, NAME("ffn_down_shexp.weight"), c->n_ff_shexp, c->n_embd, false, &l->ffn_down_shexp))))
         return s;
+    if (model_arch_info(c->arch)->moe_bias &&
+        ((s = bind_f32(b, NAME("ffn_gate_inp.bias"), c->n_expert, 1, &l->ffn_gate_inp_b)) ||
+         (s = bind_f32(b, NAME("ffn_gate_exps.bias"), c->n_ff_exp, c->n_expert, &l->ffn_gate_exps_b)) ||
+         (s = bind_f32(b, NAME("ffn_up_exps.bias"), c->n_ff_exp, c->n_expert, &l->ffn_up_exps_b)) ||
+         (s = bind_f32(b, NAME("ffn_down_exps.bias"), c->n_embd, c->n_expert, &l->ffn_down_exps_b))))
+        return s;
 #undef NAME
     return CI_OK;
 }
@@ -103,6 +119,7 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
     int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
     // llama.cpp's llama graph takes Q/K/V biases when present; qwen2 requires them.
     bool biases = c->qkv_bias;
+    const struct model_arch_info *ai = model_arch_info(c->arch);
     struct {
         const char *suffix;
         int64_t ne0, ne1;
@@ -120,7 +137,10 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
         {"attn_q_norm.weight", c->head_dim, 1, !c->qk_norm, &l->q_norm},
         {"attn_k_norm.weight", c->head_dim, 1, !c->qk_norm, &l->k_norm},
         {"attn_output.weight", q_dim, c->n_embd, false, &l->wo},
-        {"ffn_norm.weight", c->n_embd, 1, false, &l->ffn_norm},
+        {ai->ffn_norm_post_attn ? "post_attention_norm.weight" : "ffn_norm.weight", c->n_embd, 1, false,
+         &l->ffn_norm},
+        {"attn_output.bias", c->n_embd, 1, !ai->attn_out_bias, &l->bo},
+        {"attn_sinks.weight", c->n_head, 1, !ai->attn_sinks, &l->sinks},
         {"ffn_gate.weight", c->n_embd, c->n_ff, false, &l->w_gate},
         {"ffn_up.weight", c->n_embd, c->ffn_fused ? 2 * (int64_t)c->n_ff : c->n_ff, false, &l->w_up},
         {"ffn_down.weight", c->n_ff, c->n_embd, false, &l->w_down},
@@ -141,6 +161,8 @@ static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights 
         bool sep_qkv = want[i].out == &l->wq || want[i].out == &l->wk || want[i].out == &l->wv;
         skip |= want[i].out == &l->wqkv ? !c->qkv_fused : sep_qkv && c->qkv_fused;
         skip |= want[i].out == &l->w_gate && c->ffn_fused;
+        skip |=
+            (want[i].out == &l->bo && !ai->attn_out_bias) || (want[i].out == &l->sinks && !ai->attn_sinks);
         enum ci_status s =
             skip ? CI_OK : bind(b, name, want[i].ne0, want[i].ne1, want[i].optional, want[i].out);
         if (s != CI_OK)

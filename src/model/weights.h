@@ -36,6 +36,13 @@ struct layer_weights {
     struct ci_tensor ffn_gate_shexp;     // [n_ff_shexp][n_embd]
     struct ci_tensor ffn_up_shexp;       // [n_ff_shexp][n_embd]
     struct ci_tensor ffn_down_shexp;     // [n_embd][n_ff_shexp]
+    // gpt-oss (F32): the attention output's bias, per-head sink logits, the router's and the experts' biases.
+    struct ci_tensor bo;              // [n_embd]
+    struct ci_tensor sinks;           // [n_head]
+    struct ci_tensor ffn_gate_inp_b;  // [n_expert]
+    struct ci_tensor ffn_gate_exps_b; // [n_expert][n_ff_exp]
+    struct ci_tensor ffn_up_exps_b;   // [n_expert][n_ff_exp]
+    struct ci_tensor ffn_down_exps_b; // [n_expert][n_embd]
 };
 
 struct model_weights {

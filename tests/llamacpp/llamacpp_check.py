@@ -67,8 +67,14 @@ N_GEN = 32
 # then carries along the sequence (measured over 24 positions: tiny-mixtral 0.101, tiny-qwen3moe 0.123,
 # tiny-qwen2moe 0.063 relative).  Their F32 files are the exact check (1e-4), and the teacher-forced greedy check
 # is as for the other quantized presets.
-MOE_Q8 = ("tiny-mixtral-q8_0", "tiny-qwen3moe-q8_0", "tiny-qwen2moe-q8_0")
+MOE_Q8 = ("tiny-mixtral-q8_0", "tiny-qwen3moe-q8_0", "tiny-qwen2moe-q8_0", "tiny-gpt-oss-q8_0")
 MOE_Q8_TOL = 0.15
+# tiny-gpt-oss in Q8_0 is further apart: its weights are a softmax of only the top-2 router logits, so a flipped
+# expert moves the output more, and llama.cpp already differs by 0.5 to 1.7 logits at the first positions, where
+# cinfer equals the reference that rounds activations as ggml's Q8_0 blocks do (tests/ref/test_arch.py; max
+# difference 0 at those positions).  The F32 file matches llama.cpp within 1e-4 (relative) over 100 positions.
+# Measured: 0.26 relative over 24 positions.  Not yet explained: which of llama.cpp's products rounds otherwise.
+GPT_OSS_Q8_TOL = 0.3
 # ... and their teacher-forced greedy steps are compared where llama.cpp's top-two gap exceeds MOE_QUANT_TIE, above
 # the largest logit difference measured between the engines on these files (2.87): a gap of 1.34 (tiny-qwen3moe,
 # step 30 from BOS) and 1.39 (tiny-qwen2moe, step 3 after the prompt) were decided differently.
@@ -344,6 +350,8 @@ def part_b(rep, tmp):
         ("tiny-phi3", "q8_0"),
         ("tiny-yarn", "f32"),
         ("tiny-yarn", "q8_0"),
+        ("tiny-gpt-oss", "f32"),
+        ("tiny-gpt-oss", "q8_0"),
     ):
         if os.environ.get("LLAMACPP_PRESETS") and preset not in os.environ["LLAMACPP_PRESETS"].split(","):
             continue
@@ -365,7 +373,8 @@ def part_b(rep, tmp):
         # tiny-mistral only within its window (N_SEQ, and greedy from BOS): llama.cpp's llama graph ignores
         # attention.sliding_window (src/models/llama.cpp builds no SWA cache), so beyond the window the two
         # engines compute different models by design.
-        long_presets = ("tiny-llama3", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-yarn")
+        long_presets = ("tiny-llama3", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-yarn",
+                        "tiny-gpt-oss")
         n_seq = N_SEQ_LONG if preset in long_presets and t == "f32" else N_SEQ
         tokens = ciref.seeded_tokens(n_seq, n_vocab, bos, seed=8)
         prompt = ciref.seeded_tokens(4, n_vocab, bos, seed=7)
@@ -420,7 +429,8 @@ def part_b(rep, tmp):
             probs = jobs.get(jp)
             got, _ = ciref.cinfer_logits(path, tokens, os.path.join(tmp, "cmp.f32"))
             gemma = label in ("tiny-gemma2-f32", "tiny-gemma3-f32")
-            tol = GEMMA_F32_TOL if gemma else 1e-4 if f32 else MOE_Q8_TOL if label in MOE_Q8 else 0.1
+            tol = (GEMMA_F32_TOL if gemma else 1e-4 if f32 else GPT_OSS_Q8_TOL if label == "tiny-gpt-oss-q8_0" else
+                   MOE_Q8_TOL if label in MOE_Q8 else 0.1)
             compare_logprobs(rep, name, probs, got, tol)
             if gemma:
                 # The gap above is llama.cpp's half-precision GeLU: the reference with that GeLU is 3-4x closer.

@@ -32,8 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_np  # noqa: E402
 import llama2c_np  # noqa: E402
 
-ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "phi3")
-MOE_ARCHS = ("qwen2moe", "qwen3moe")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "phi3", "gpt-oss")
+MOE_ARCHS = ("qwen2moe", "qwen3moe", "gpt-oss")
 
 
 class Model:
@@ -53,9 +53,13 @@ class Model:
         self.rope_base = float(hp["rope_base"])
         self.rms_eps = float(hp["rms_eps"])
         self.n_ctx = int(hp["n_ctx"])
-        self.neox = self.arch in ("qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "phi3")
+        self.neox = self.arch in ("qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "phi3", "gpt-oss")
+        # gpt-oss (OpenAI's reference model.py / HF GptOss): attention with per-head sinks and an output bias,
+        # the MLP's input norm stored as post_attention_norm, a biased router whose top k logits are
+        # softmaxed, biased experts with the clamped SwiGLU.
+        self.gpt_oss = self.arch == "gpt-oss"
         self.qk_norm = self.arch in ("qwen3", "gemma3", "qwen3moe")
-        self.qkv_bias = self.arch in ("qwen2", "qwen2moe")
+        self.qkv_bias = self.arch in ("qwen2", "qwen2moe", "gpt-oss")
         # Mixture of experts: n_expert 0 is a dense FFN.  Mixtral and Qwen3-MoE (norm_topk_prob) renormalise the
         # top-k router probabilities to sum 1; Qwen1.5/2-MoE does not, and adds a shared expert.  moe_norm and
         # n_expert_used are plain attributes a test may change (what a wrong router would compute).
@@ -91,6 +95,7 @@ class Model:
         # Sabotage switches for the tests: compute as if the feature were absent.
         self.ignore_window = False
         self.ignore_softcap = False
+        self.ignore_sinks = False
         # Tests may replace the GeLU (e.g. to model llama.cpp's half-precision GeLU table); None: exact tanh GeLU.
         self.gelu_fn = None
         if self.n_head % self.n_kv_head or self.rope_dim % 2 or self.rope_dim > self.head_dim:
@@ -217,6 +222,9 @@ class Model:
             out["rope_base_local"] = 10000.0
             out["rope_pos_scale_local"] = 1.0
             out["final_softcap"] = g.get("gemma3.final_logit_softcapping", 0.0)
+        elif arch == "gpt-oss":  # HF GptOss layer_types: sliding_attention on even layers, full on odd
+            window = window or 0
+            out["local_layers"] = [window > 0 and i % 2 == 0 for i in range(n_layer)]
         else:
             window = window or 0
         out["sliding_window"] = window
@@ -303,6 +311,20 @@ class Model:
                 want.update({b + "attn_q.bias": (q_dim,), b + "attn_k.bias": (kv_dim,), b + "attn_v.bias": (kv_dim,)})
             if self.gemma:
                 want.update({b + "post_attention_norm.weight": (d,), b + "post_ffw_norm.weight": (d,)})
+            if self.gpt_oss:
+                ne, fe = self.n_expert, self.n_ff_exp
+                del want[b + "ffn_norm.weight"]
+                want.update(
+                    {
+                        b + "post_attention_norm.weight": (d,),
+                        b + "attn_output.bias": (d,),
+                        b + "attn_sinks.weight": (self.n_head,),
+                        b + "ffn_gate_inp.bias": (ne,),
+                        b + "ffn_gate_exps.bias": (ne, fe),
+                        b + "ffn_up_exps.bias": (ne, fe),
+                        b + "ffn_down_exps.bias": (ne, d),
+                    }
+                )
         for name, shape in want.items():
             if name not in self.w:
                 raise ValueError("missing tensor %s" % name)
@@ -405,6 +427,8 @@ class Model:
         n_expert_used most probable experts (lower index first on ties), weighted by their probabilities
         (renormalised to sum 1 where the architecture does); each expert a SwiGLU FFN; qwen2moe adds
         sigmoid(w_g . h) * shared_ffn(h)."""
+        if self.gpt_oss:
+            return self._moe_gpt_oss(h, b)
         logits = self._linear(h, b + "ffn_gate_inp.weight")  # [n][E]
         p = np.exp(logits - logits.max(axis=1, keepdims=True))
         p /= p.sum(axis=1, keepdims=True)
@@ -422,6 +446,32 @@ class Model:
             g = h @ self.w[b + "ffn_gate_inp_shexp.weight"]  # [n]
             shared = self._swiglu(h, [b + "ffn_%s_shexp.weight" % m for m in ("gate", "up", "down")])
             out += (1.0 / (1.0 + np.exp(-g)))[:, None] * shared
+        return out
+
+    def _moe_gpt_oss(self, h, b):
+        """gpt-oss's MLP block: router logits W_r h + b_r; the top k logits (sorted, lower index first on ties)
+        softmaxed into the weights; expert e: g = W_g h + b_g, u = W_u h + b_u, g = min(g, 7),
+        u = clamp(u, -7, 7), act = g sigmoid(1.702 g) (u + 1), out = W_d act + b_d."""
+        logits = self._linear(h, b + "ffn_gate_inp.weight", b + "ffn_gate_inp.bias")  # [n][E]
+        k = self.n_expert_used
+        top = np.argsort(-logits, axis=1, kind="stable")[:, :k]  # [n][k]
+        sel = np.take_along_axis(logits, top, axis=1)
+        wts = np.exp(sel - sel.max(axis=1, keepdims=True))
+        wts /= wts.sum(axis=1, keepdims=True)
+        W = {m: self.w[b + "ffn_%s_exps.weight" % m] for m in ("gate", "up", "down")}
+        B = {m: self.w[b + "ffn_%s_exps.bias" % m] for m in ("gate", "up", "down")}
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            x = h[t : t + 1]
+            for j in range(k):
+                e = top[t, j]
+                g = self._act(x, b + "ffn_gate_exps.weight") @ W["gate"][e].T + B["gate"][e]
+                u = self._act(x, b + "ffn_up_exps.weight") @ W["up"][e].T + B["up"][e]
+                g = np.minimum(g, 7.0)
+                u = np.clip(u, -7.0, 7.0)
+                act = g / (1.0 + np.exp(-1.702 * g)) * (u + 1.0)
+                y = self._act(act, b + "ffn_down_exps.weight") @ W["down"][e].T + B["down"][e]
+                out[t] += wts[t, j] * y[0]
         return out
 
     def new_cache(self):
@@ -477,16 +527,22 @@ class Model:
             if self.attn_softcap > 0 and not self.ignore_softcap:
                 s = self.attn_softcap * np.tanh(s / self.attn_softcap)
             s = np.where((mask_local if local else mask)[None, :, :], -np.inf, s)
+            if self.gpt_oss and not self.ignore_sinks:
+                # a per-head sink logit joins each row's softmax and takes its share of the mass, adding no value
+                sink = np.broadcast_to(self.w[b + "attn_sinks.weight"][:, None, None], s.shape[:2] + (1,))
+                s = np.concatenate([s, sink], axis=-1)
             s = s - s.max(axis=-1, keepdims=True)
             p = np.exp(s)
             p /= p.sum(axis=-1, keepdims=True)
+            if self.gpt_oss and not self.ignore_sinks:
+                p = p[:, :, :-1]
             att = np.einsum("hnt,thd->nhd", p, vh).reshape(n, H * hd)
-            o = self._linear(att, b + "attn_output.weight")
+            o = self._linear(att, b + "attn_output.weight", b + "attn_output.bias" if self.gpt_oss else None)
             if self.gemma:  # Gemma 2/3 norm each sub-block's output before adding it to the residual
                 o = self._rmsnorm(o, self.w[b + "post_attention_norm.weight"])
             x = x + o
 
-            h = self._rmsnorm(x, self.w[b + "ffn_norm.weight"])
+            h = self._rmsnorm(x, self.w[b + ("post_attention_norm.weight" if self.gpt_oss else "ffn_norm.weight")])
             if self.n_expert:
                 x = x + self._moe(h, b)
             elif self.gemma:  # GeGLU with the tanh approximation of GeLU (gelu_pytorch_tanh)

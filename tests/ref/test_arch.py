@@ -366,7 +366,7 @@ def main():
     rep.exit()
 
 
-MOE_PRESETS = ("tiny-mixtral", "tiny-qwen3moe", "tiny-qwen2moe")
+MOE_PRESETS = ("tiny-mixtral", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-gpt-oss")
 # Q8_0 MoE files against the reference that rounds activations as the engines do (Model.emulate_act_q8): exact
 # (~1e-7) until an int8 rounding decided differently by float32 and float64 arithmetic, then a step of ~1e-2 that
 # attention carries along (measured over 24 positions: tiny-mixtral 0.0078, tiny-qwen2moe 0.017, tiny-qwen3moe
@@ -392,16 +392,23 @@ def moe_checks(rep, tmp, tokens, out, dense_qwen3):
                 # Sabotage: the reference with one expert per token, and with the top-k weights renormalised
                 # the other way (qwen2moe's unnormalised vs Mixtral/qwen3moe's normalised), is far from cinfer.
                 tol = ciref.logit_tolerance(t)
+                # gpt-oss weights its experts by a softmax of the chosen logits (no renormalisation to flip):
+                # there the second sabotage drops the attention sinks.
                 k = m.n_expert_used
                 m.n_expert_used = 1
                 d1 = rel_diff(got[:20], m.forward(tokens[:20]))
-                m.n_expert_used, m.moe_norm = k, not m.moe_norm
+                m.n_expert_used = k
+                if m.gpt_oss:
+                    m.ignore_sinks = True
+                else:
+                    m.moe_norm = not m.moe_norm
                 d2 = rel_diff(got[:20], m.forward(tokens[:20]))
+                other = "sinks ignored" if m.gpt_oss else "flipped normalisation"
                 rep.check(
                     min(d1, d2) > 100 * tol,
                     "moe_routing_matters_%s" % preset,
-                    "top-1 routing %.3g, flipped normalisation %.3g from cinfer" % (d1, d2),
-                    "top-1 %.3g, normalisation flipped %.3g, tolerance %g" % (d1, d2, tol),
+                    "top-1 routing %.3g, %s %.3g from cinfer" % (d1, other, d2),
+                    "top-1 %.3g, %s %.3g, tolerance %g" % (d1, other, d2, tol),
                 )
             else:
                 m.emulate_act_q8()
@@ -424,6 +431,7 @@ def moe_checks(rep, tmp, tokens, out, dense_qwen3):
 
     # Malformed.
     mx, q3, q2 = paths["tiny-mixtral", "f32"], paths["tiny-qwen3moe", "f32"], paths["tiny-qwen2moe", "f32"]
+    go = paths["tiny-gpt-oss", "f32"]
     bad = os.path.join(tmp, "bad-moe.gguf")
     u32 = gguf_np.T_UINT32
     cases = [
@@ -445,6 +453,17 @@ def moe_checks(rep, tmp, tokens, out, dense_qwen3):
          ["blk.0.ffn_gate.weight"]),
         ("moe_experts_in_dense_arch", dense_qwen3, {"set_kvs": [("qwen3.expert_count", u32, 8)]},
          ["qwen3.expert_count", "not implemented"]),
+        ("gpt_oss_missing_sinks", go, {"drop_tensors": ["blk.1.attn_sinks.weight"]},
+         ["blk.1.attn_sinks.weight", "missing"]),
+        ("gpt_oss_sinks_wrong_length", go,
+         {"replace_tensors": {"blk.0.attn_sinks.weight": np.zeros((4,), np.float32)}},
+         ["blk.0.attn_sinks.weight", "shape"]),
+        ("gpt_oss_missing_expert_bias", go, {"drop_tensors": ["blk.2.ffn_down_exps.bias"]},
+         ["blk.2.ffn_down_exps.bias", "missing"]),
+        ("gpt_oss_missing_router_bias", go, {"drop_tensors": ["blk.3.ffn_gate_inp.bias"]},
+         ["blk.3.ffn_gate_inp.bias"]),
+        ("gpt_oss_sinks_in_llama", mx, {"add_tensors": [("blk.0.attn_sinks.weight", np.zeros((8,), np.float32))]},
+         ["blk.0.attn_sinks.weight", "not used"]),
     ]
     for name, src, kw, words in cases:
         rewrite(src, bad, **kw)

@@ -87,7 +87,7 @@ TEST(presets) {
         {"phi3-mini", 3072, 32, 32, 32, 8192, 32064, 131072, 96, 10000.0f, 1e-5f, false, MODEL_ARCH_PHI3,
          false},
     };
-    ASSERT_EQ_I64(synth_n_presets(), 23);
+    ASSERT_EQ_I64(synth_n_presets(), 24);
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const struct synth_preset *p = synth_preset_find(want[i].name);
         ASSERT(p != NULL);
