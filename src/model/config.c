@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "format/gguf.h"
 #include "format/llama2c.h"
 
@@ -76,7 +77,8 @@ static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
                          .tied_allowed = true,
                          .qkv_fused = true,
                          .ffn_fused = true,
-                         .longrope = true},
+                         .longrope = true,
+                         .swa_not_applied = true},
 };
 
 const struct model_arch_info *model_arch_info(enum model_arch a) {
@@ -376,7 +378,18 @@ static enum ci_status refuse_unimplemented(const struct gguf *g, const struct mo
         "expert_group_count", // llama.cpp's grouped top-k selection (DeepSeek V3), applied to every arch
         "expert_shared_count",
     };
+    if (ai->swa_not_applied) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        int64_t w = 0;
+        if (gguf_find_key(g, key) >= 0 && gguf_get_int(g, key, &w, err) == CI_OK && w > 0)
+            CI_LOG_WARN("key '%s' = %lld: not applied (full attention), as llama.cpp does for this "
+                        "architecture, whose converters write the window inconsistently",
+                        key, (long long)w);
+    }
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        if (ai->swa_not_applied && strcmp(keys[i], "attention.sliding_window") == 0)
+            continue;
         if (expert_key_read(ai, keys[i]) || window_key_read(ai, keys[i]))
             continue;
         // A group count of 1 is llama.cpp's "no groups".
