@@ -60,8 +60,9 @@ struct model_arch_info {
     bool qkv_fused;     // blk.N.attn_qkv.weight [n_embd, q_dim + 2*kv_dim] may replace attn_{q,k,v}.weight
     bool ffn_fused;     // blk.N.ffn_up.weight is [n_embd, 2*n_ff]: gate rows then up rows; no ffn_gate
     bool longrope;      // rope_factors_{long,short}.weight [rope_dim/2] (Phi-3 LongRoPE) may be present
-    bool swa_not_applied; // <arch>.attention.sliding_window is read and warned about, not applied (phi3: llama.cpp
-                          // disables it because the converters write it inconsistently, e.g. 262144)
+    bool
+        swa_not_applied; // <arch>.attention.sliding_window is read and warned about, not applied (phi3: llama.cpp
+                         // disables it because the converters write it inconsistently, e.g. 262144)
     // gpt-oss (llama.cpp's openai-moe graph): attention output bias and per-head sinks, the FFN's input norm
     // stored as post_attention_norm, router and expert biases, top-k over the router logits then a softmax
     // of the k chosen (SOFTMAX_WEIGHT gating), and the clamped SwiGLU (swiglu_oai).

@@ -128,8 +128,6 @@ def rope_scaling_malformed(paths):
         ("longrope_factors_with_yarn", ph, {"set_kvs": [("phi3.rope.scaling.type", gguf_np.T_STRING, "yarn"),
                                                         ("phi3.rope.scaling.factor", gguf_np.T_FLOAT32, 4.0)]},
          ["LongRoPE", "yarn"]),
-        ("phi3_sliding_window", ph, {"set_kvs": [("phi3.attention.sliding_window", gguf_np.T_UINT32, 2047)]},
-         ["phi3.attention.sliding_window"]),
         ("phi3_ffn_up_not_fused", ph, {"replace_tensors": {"blk.1.ffn_up.weight": np.ones((768, 256), np.float32)}},
          ["blk.1.ffn_up.weight", "shape"]),
         ("phi3_qkv_missing_in_layer", ph, {"drop_tensors": ["blk.2.attn_qkv.weight"]}, ["blk.2.attn_qkv.weight"]),
@@ -157,6 +155,13 @@ def check_rope_scalings(rep, paths, got, tokens, out, tmp):
     tol = ciref.logit_tolerance("f32")
     ph, ya = paths["tiny-phi3", "f32"], paths["tiny-yarn", "f32"]
     cph, cya = got["tiny-phi3", "f32"].astype(np.float64), got["tiny-yarn", "f32"].astype(np.float64)
+    # Phi-3 files carry attention.sliding_window as the converters wrote it; as llama.cpp, cinfer warns and
+    # computes full attention: the same logits as without the key (the window of 16 would cut the 100 tokens).
+    swa = os.path.join(tmp, "phi3-swa.gguf")
+    rewrite(ph, swa, set_kvs=[("phi3.attention.sliding_window", gguf_np.T_UINT32, 16)])
+    with_key = ciref.cinfer_logits(swa, tokens, out)[0]
+    rep.check(np.array_equal(with_key, got["tiny-phi3", "f32"]), "phi3_sliding_window_not_applied",
+              "the key changed the logits")
 
     def sabotage(name, path, mutate, base):
         m = model_np.Model.load(path)
