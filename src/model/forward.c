@@ -223,39 +223,33 @@ static void write_kv(const struct fwd_batch *b, const struct ci_kv_layer *kv, co
     }
 }
 
-/* The router of one token: softmax over the n_expert logits, the n_used most probable experts (the lower
- * index first among equals), their probabilities as weights, renormalised to sum 1 where the architecture
- * does so (the sum clamped below at 2^-14 as llama.cpp does). */
-static void route_token(const struct model_config *c, float *probs, int32_t *sel, float *w) {
-    if (c->moe_softmax_weight) { // gpt-oss: the top k of the logits, then a softmax over those k
-        for (int j = 0; j < c->n_expert_used; j++) {
-            int best = -1;
-            for (int e = 0; e < c->n_expert; e++) {
-                bool taken = false;
-                for (int i = 0; i < j && !taken; i++)
-                    taken = sel[i] == e;
-                if (!taken && (best < 0 || probs[e] > probs[best]))
-                    best = e;
-            }
-            sel[j] = best;
-            w[j] = probs[best];
+/* The k largest of v[0..n) (the lower index first among equals) into sel, their values into w. */
+static void top_k(const float *v, int n, int k, int32_t *sel, float *w) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            bool taken = false;
+            for (int i = 0; i < j && !taken; i++)
+                taken = sel[i] == e;
+            if (!taken && (best < 0 || v[e] > v[best]))
+                best = e;
         }
+        sel[j] = best;
+        w[j] = v[best];
+    }
+}
+
+/* The router of one token: softmax over the n_expert logits, the n_used most probable experts, their
+ * probabilities as weights, renormalised to sum 1 where the architecture does so (the sum clamped below at
+ * 2^-14 as llama.cpp does); gpt-oss instead takes the top n_used logits and weights them by their softmax. */
+static void route_token(const struct model_config *c, float *probs, int32_t *sel, float *w) {
+    if (c->moe_softmax_weight) {
+        top_k(probs, c->n_expert, c->n_expert_used, sel, w);
         ci_softmax(w, c->n_expert_used);
         return;
     }
     ci_softmax(probs, c->n_expert);
-    for (int j = 0; j < c->n_expert_used; j++) {
-        int best = -1;
-        for (int e = 0; e < c->n_expert; e++) {
-            bool taken = false;
-            for (int i = 0; i < j && !taken; i++)
-                taken = sel[i] == e;
-            if (!taken && (best < 0 || probs[e] > probs[best]))
-                best = e;
-        }
-        sel[j] = best;
-        w[j] = probs[best];
-    }
+    top_k(probs, c->n_expert, c->n_expert_used, sel, w);
     if (c->moe_norm_w) {
         float sum = 0.0f;
         for (int j = 0; j < c->n_expert_used; j++)
