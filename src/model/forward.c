@@ -196,13 +196,13 @@ static enum ci_status check_batch(const struct forward *f, const struct fwd_batc
     return CI_OK;
 }
 
-static void add_bias(float *y, const struct ci_tensor *bias, int n_tok, int n) {
-    if (!bias->data)
+/* y[t][i] += bias[i] for the n_tok rows of n; bias NULL (an absent tensor): nothing. */
+static void add_bias(float *y, const float *bias, int n_tok, int n) {
+    if (!bias)
         return;
-    const float *bv = bias->data;
     for (int t = 0; t < n_tok; t++)
         for (int i = 0; i < n; i++)
-            y[(size_t)t * n + i] += bv[i];
+            y[(size_t)t * n + i] += bias[i];
 }
 
 static void write_kv(const struct fwd_batch *b, const struct ci_kv_layer *kv, const float *k,
@@ -260,14 +260,6 @@ static void route_token(const struct model_config *c, float *probs, int32_t *sel
     }
 }
 
-static void add_row_bias(float *y, const float *bias, int n_tok, int n) {
-    if (!bias)
-        return;
-    for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < n; i++)
-            y[(size_t)t * n + i] += bias[i];
-}
-
 /* Biases of one expert (gpt-oss): rows of the bias tables, or NULL. */
 struct ffn_bias {
     const float *gate, *up, *down;
@@ -282,8 +274,8 @@ static void gated_ffn(struct forward *f, const struct ci_tensor *gate, const str
     ci_matmul(f->tp, gate, x, n, f->gate, f->work);
     ci_matmul(f->tp, up, x, n, f->up, f->work);
     if (bias) {
-        add_row_bias(f->gate, bias->gate, n, ff);
-        add_row_bias(f->up, bias->up, n, ff);
+        add_bias(f->gate, bias->gate, n, ff);
+        add_bias(f->up, bias->up, n, ff);
     }
     for (int t = 0; t < n; t++) { // SwiGLU, GeGLU with the tanh GeLU (gemma), or gpt-oss's clamped SwiGLU
         float *g = f->gate + (size_t)t * ff;
@@ -295,7 +287,7 @@ static void gated_ffn(struct forward *f, const struct ci_tensor *gate, const str
     }
     ci_matmul(f->tp, down, f->gate, n, out, f->work);
     if (bias)
-        add_row_bias(out, bias->down, n, (int)down->ne[1]);
+        add_bias(out, bias->down, n, (int)down->ne[1]);
 }
 
 /* The mixture-of-experts FFN of the batch's normed rows f->xb into f->out.  The tokens are grouped by expert:
@@ -306,7 +298,7 @@ static void moe_ffn(struct forward *f, const struct layer_weights *l, int n) {
     const struct model_config *c = &f->m->config;
     const int E = c->n_embd, K = c->n_expert_used, NE = c->n_expert;
     ci_matmul(f->tp, &l->ffn_gate_inp, f->xb, n, f->router, f->work);
-    add_bias(f->router, &l->ffn_gate_inp_b, n, NE);
+    add_bias(f->router, l->ffn_gate_inp_b.data, n, NE);
     for (int t = 0; t < n; t++)
         route_token(c, f->router + (size_t)t * NE, f->sel + (size_t)t * K, f->sel_w + (size_t)t * K);
     // Counting sort of the (token, expert) pairs by expert, tokens ascending within an expert.
@@ -390,9 +382,9 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
         ci_matmul(f->tp, &l->wk, f->xb, n, f->k, f->work);
         ci_matmul(f->tp, &l->wv, f->xb, n, f->v, f->work);
     }
-    add_bias(f->q, &l->bq, n, q_dim);
-    add_bias(f->k, &l->bk, n, kv_dim);
-    add_bias(f->v, &l->bv, n, kv_dim);
+    add_bias(f->q, l->bq.data, n, q_dim);
+    add_bias(f->k, l->bk.data, n, kv_dim);
+    add_bias(f->v, l->bv.data, n, kv_dim);
     if (l->q_norm.data) { // qwen3: RMSNorm of each head of Q and K, before RoPE
         for (size_t h = 0; h < (size_t)n * c->n_head; h++)
             ci_rmsnorm(f->q + h * c->head_dim, f->q + h * c->head_dim, l->q_norm.data, c->head_dim,
@@ -429,7 +421,7 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     };
     ci_attention_paged(f->tp, &args);
     ci_matmul(f->tp, &l->wo, f->att, n, f->out, f->work);
-    add_bias(f->out, &l->bo, n, E);
+    add_bias(f->out, l->bo.data, n, E);
     if (l->post_attn_norm.data) // gemma: the sub-block's output normed before the residual add
         for (int t = 0; t < n; t++)
             ci_rmsnorm(f->out + (size_t)t * E, f->out + (size_t)t * E, l->post_attn_norm.data, E, c->rms_eps);
