@@ -523,6 +523,25 @@ static enum cinfer_status apply_template(const struct routes *r, const struct ht
     return s;
 }
 
+/* A request's "model" (NULL: absent) must name the served model: else 404, as vLLM. */
+static bool model_served(const struct routes *r, const char *model, struct openai_error *oe) {
+    if (!model || strcmp(model, r->name) == 0)
+        return true;
+    openai_error_set(oe, 404, "model", "model_not_found",
+                     "The model '%.200s' does not exist (this server has '%.64s').", model, r->name);
+    return false;
+}
+
+/* One of the --max-requests slots (the caller gives it back by decrementing n_inflight), or 429. */
+static bool take_request_slot(struct routes *r, struct openai_error *oe) {
+    if (atomic_fetch_add(&r->n_inflight, 1) < r->max_requests)
+        return true;
+    atomic_fetch_sub(&r->n_inflight, 1);
+    openai_error_set(oe, 429, NULL, "rate_limit_exceeded",
+                     "too many requests in flight (%d, --max-requests): retry later", r->max_requests);
+    return false;
+}
+
 /* Parses, tokenizes and submits; on failure fills oe and returns NULL. */
 static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const struct http_request *req,
                              struct openai_error *oe) {
@@ -541,23 +560,16 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         goto fail;
     struct openai_request *q = &g->q;
     g->streaming = q->stream;
-    if (q->model && strcmp(q->model, r->name) != 0) {
-        openai_error_set(oe, 404, "model", "model_not_found",
-                         "The model '%.200s' does not exist (this server has '%.64s').", q->model, r->name);
+    if (!model_served(r, q->model, oe))
         goto fail;
-    }
     if (q->n > r->max_seqs) {
         openai_error_set(oe, 400, "n", NULL,
                          "n = %d exceeds the %d sequences the engine runs at once (--max-seqs)", q->n,
                          r->max_seqs);
         goto fail;
     }
-    if (atomic_fetch_add(&r->n_inflight, 1) >= r->max_requests) {
-        atomic_fetch_sub(&r->n_inflight, 1);
-        openai_error_set(oe, 429, NULL, "rate_limit_exceeded",
-                         "too many requests in flight (%d, --max-requests): retry later", r->max_requests);
+    if (!take_request_slot(r, oe))
         goto fail;
-    }
     g->counted = true;
     g->n_streams = g->chat ? 1 : q->n_prompts;
     g->n_ch = g->n_streams * q->n;
@@ -1073,18 +1085,8 @@ static void on_embeddings(void *app, const struct http_request *req, struct http
     cinfer_token *ids = NULL;
     if (openai_parse_embeddings(req->body, req->body_len, &lim, mi.n_embd, &em->q, &oe) != CI_OK)
         goto fail;
-    if (em->q.model && strcmp(em->q.model, r->name) != 0) {
-        openai_error_set(&oe, 404, "model", "model_not_found",
-                         "The model '%.200s' does not exist (this server has '%.64s').", em->q.model,
-                         r->name);
+    if (!model_served(r, em->q.model, &oe) || !take_request_slot(r, &oe))
         goto fail;
-    }
-    if (atomic_fetch_add(&r->n_inflight, 1) >= r->max_requests) {
-        atomic_fetch_sub(&r->n_inflight, 1);
-        openai_error_set(&oe, 429, NULL, "rate_limit_exceeded",
-                         "too many requests in flight (%d, --max-requests): retry later", r->max_requests);
-        goto fail;
-    }
     em->counted = true;
     em->streams = ci_calloc((size_t)em->q.n_inputs, sizeof *em->streams);
     em->done = ci_calloc((size_t)em->q.n_inputs, sizeof *em->done);
