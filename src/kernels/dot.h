@@ -15,12 +15,12 @@
  *    block an exact integer dot, then float steps over the blocks in order from acc = 0.  Integer sums are
  *    exact in any order and every float operation is the same scalar operation in every implementation, so
  *    the scalar, AVX2 and AVX-512 tables give the SAME bits for the quantized types.  Per block (dw, mw: the
- *    weight block's scale and min; dx, xsum: the activation block's scale and sum of q; q_i, x_i: weight and
+ *    weight block's scale and min; dx, xs: the activation block's scale and its s (struct ci_act_q8); q_i, x_i: weight and
  *    activation integers):
  *      Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4 (32-blocks; q_i signed: q - 8, q - 16, the table value):
  *          acc = fmaf(dw * dx, isum, acc),  isum = sum q_i x_i
  *      Q4_1, Q5_1 (32-blocks, q_i unsigned):
- *          acc = fmaf(dw * dx, isum, acc); acc = fmaf(mw * dx, xsum, acc)
+ *          acc = fmaf(dw * dx, isum, acc); acc = fmaf(mw, xs, acc)
  *      Q2_K, Q4_K, Q5_K (256-blocks vs Q8_K, sub-block scales sc_j and mins m_j, q_i unsigned):
  *          acc = fmaf(d * dx, sumi, acc); acc = fmaf(-(dmin * dx), summ, acc),
  *          sumi = sum_j sc_j sum_{i in j} q_i x_i,  summ = sum_j m_j sum_{i in j} x_i (from the bsums)
@@ -45,9 +45,10 @@ typedef float (*ci_dot_fn)(const void *row, const float *x, int64_t n);
  * tok_stride - n_tok padding entries repeat token n_tok - 1 (tiles that clamp to the last token read them).
  */
 struct ci_act_q8 {
-    int8_t *qs;     // [n_tok][n_in]
-    float *d;       // [n_in / 32][tok_stride]
-    int32_t *sum;   // [n_in / 32][tok_stride]
+    int8_t *qs;   // [n_tok][n_in]
+    float *d;     // [n_in / 32][tok_stride] the block scales, rounded to half precision (as ggml stores them)
+    int32_t *sum; // [n_in / 32][tok_stride]
+    float *s; // [n_in / 32][tok_stride] ggml's block_q8_1 s: the unrounded scale times sum, in half precision
     int64_t n_in;   // a multiple of 32
     int n_tok;      // tokens quantized
     int tok_stride; // n_tok rounded up to a multiple of 8
@@ -75,8 +76,8 @@ static inline bool ci_type_uses_q8k(uint32_t type) {
  * Non-finite activations give non-finite or unspecified (but memory-safe) results. */
 #define ACT_MIN_AMAX 0x1p-100f
 
-/* One token: x [n_in] -> qs [n_in], d[b * stride], sum[b * stride] for each block b. */
-typedef void (*ci_quant_act_fn)(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum,
+/* One token: x [n_in] -> qs [n_in], d[b * stride], sum[b * stride], s[b * stride] for each block b. */
+typedef void (*ci_quant_act_fn)(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, float *s,
                                 int64_t stride);
 /* One token for the 256-block types: x [n_in] -> qs [n_in], d [n_in / 256], bsum [n_in / 16]. */
 typedef void (*ci_quant_act_k_fn)(const float *x, int64_t n_in, int8_t *qs, float *d, int16_t *bsum);
@@ -187,11 +188,12 @@ void ci_kernels_force_table(const struct ci_dot_table *t);
 
 /* Scalar building blocks shared by the tables (dot_ref.c, qblock_ref.c): the canonical quantized block dots.
  * ci_ref_qblock adds weight block w of a quantized type to acc as the canonical order above says: xq are the
- * block's activation integers, dx their scale, xsum their sum (32-blocks), bsum their 16 group sums
+ * block's activation integers, dx their scale, xs their s (32-blocks), bsum their 16 group sums
  * (256-blocks). */
-float ci_ref_qblock(uint32_t type, const uint8_t *w, const int8_t *xq, float dx, int32_t xsum,
+float ci_ref_qblock(uint32_t type, const uint8_t *w, const int8_t *xq, float dx, float xs,
                     const int16_t *bsum, float acc);
-void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride);
+void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, float *s,
+                      int64_t stride);
 /* The activation quantizers' rounding: nearest even, saturated to int8 (out of range or NaN: -128). */
 int8_t ci_ref_to_int8(float v);
 void ci_ref_quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int16_t *bsum);

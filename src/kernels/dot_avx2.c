@@ -462,6 +462,7 @@ AI void qtile(uint32_t type, const int RM, const int TN, const struct tile_args 
         xt[j] = q->qs + (size_t)(t + (j < nt ? j : nt - 1)) * (size_t)m->n_in;
     const float *dx = q->d + t; // t + TN <= tok_stride: the padding repeats the last token
     const int32_t *xs = q->sum + t;
+    const float *xm = q->s + t;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc = ta->first ? _mm256_setzero_ps() : _mm256_load_ps((const float *)ta->acc);
     const uint8_t *pf = m->w + (size_t)(r + RM) * m->row_bytes + (size_t)ta->k0 * RM * bb;
@@ -502,9 +503,8 @@ AI void qtile(uint32_t type, const int RM, const int TN, const struct tile_args 
         }
         __m256 dxv = pattern_ps(TN, dx + b * stride);
         acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, dxv), _mm256_cvtepi32_ps(s), acc);
-        if (type == CI_TYPE_Q4_1 || type == CI_TYPE_Q5_1) // + m sum x
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(lane_f16(RM, TN, wr, wo, 2), dxv),
-                                  _mm256_cvtepi32_ps(pattern_epi32(TN, xs + b * stride)), acc);
+        if (type == CI_TYPE_Q4_1 || type == CI_TYPE_Q5_1) // + m s
+            acc = _mm256_fmadd_ps(lane_f16(RM, TN, wr, wo, 2), pattern_ps(TN, xm + b * stride), acc);
     }
     qtile_finish(RM, TN, ta, acc);
 }
@@ -826,7 +826,8 @@ KTILES(CI_TYPE_IQ4_XS, iq4_xs)
 
 /* Bit-identical to ci_ref_quant_act: max and integer sums are exact in any order, the scale arithmetic is the
  * same scalar code, and cvtps2dq rounds to nearest even as nearbyintf does in the default rounding mode. */
-static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride) {
+static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, float *s,
+                      int64_t stride) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t b = 0; b < n_in / 32; b++) {
@@ -840,7 +841,7 @@ static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         float amax = _mm_cvtss_f32(m4);
         float db = amax < ACT_MIN_AMAX ? 0.0f : amax / 127.0f;
-        float id = db != 0.0f ? 1.0f / db : 0.0f;
+        float id = db != 0.0f ? 127.0f / amax : 0.0f;
         __m256 iv = _mm256_set1_ps(id);
         __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, iv)),
                 i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, iv));
@@ -855,8 +856,9 @@ static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        d[b * stride] = db;
+        d[b * stride] = ci_fp16_to_fp32(ci_fp32_to_fp16(db));
         sum[b * stride] = _mm_cvtsi128_si32(s4);
+        s[b * stride] = ci_fp16_to_fp32(ci_fp32_to_fp16(db * (float)sum[b * stride]));
     }
 }
 
@@ -874,8 +876,8 @@ static void quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int1
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         float amax = _mm_cvtss_f32(m4);
-        float db = amax < ACT_MIN_AMAX ? 0.0f : amax / 127.0f;
-        float id = db != 0.0f ? 1.0f / db : 0.0f;
+        float id = amax < ACT_MIN_AMAX ? 0.0f : 127.0f / amax;
+        float db = id != 0.0f ? 1.0f / id : 0.0f;
         __m256 iv = _mm256_set1_ps(id);
         for (int c = 0; c < 8; c++) {
             const float *xc = xb + 32 * c;

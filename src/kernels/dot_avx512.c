@@ -569,8 +569,9 @@ T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
         vpanel(m, r0, r1, t0, t1, q4_0_repack, q4_0_vtiles);
 }
 
-T512 static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride) {
-    ci_dot_avx2_table()->quant_act(x, n_in, qs, d, sum, stride);
+T512 static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, float *s,
+                           int64_t stride) {
+    ci_dot_avx2_table()->quant_act(x, n_in, qs, d, sum, s, stride);
 }
 
 /* ---- SwiGLU: dot_ref.c's silu_mul, 16 lanes, the tail zero-masked -------------------------------------- */

@@ -40,22 +40,28 @@ int8_t ci_ref_to_int8(float v) {
     return (int8_t)(i < -128 ? -128 : i > 127 ? 127 : i);
 }
 
-void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, int64_t stride) {
+/* ggml's quantize_row_q8_0 as llama.cpp's x86 CPU backend runs it: q = round(x * 127 / max|x|) with the
+ * unrounded scale, and the block's scale d = max|x| / 127 kept in half precision (block_q8_0 stores it as
+ * fp16), so every product with the block uses the rounded d.  Keeping d in float32 instead moved sharp
+ * synthetic MoE models by up to a quarter of their logit range away from llama.cpp. */
+void ci_ref_quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, float *s,
+                      int64_t stride) {
     for (int64_t b = 0; b < n_in / 32; b++) {
         const float *xb = x + b * 32;
         float amax = 0.0f;
         for (int j = 0; j < 32; j++)
             amax = fmaxf(amax, fabsf(xb[j]));
         float db = amax < ACT_MIN_AMAX ? 0.0f : amax / 127.0f;
-        float id = db != 0.0f ? 1.0f / db : 0.0f;
-        int32_t s = 0;
+        float id = db != 0.0f ? 127.0f / amax : 0.0f;
+        int32_t qsum = 0;
         for (int j = 0; j < 32; j++) {
             int8_t q = ci_ref_to_int8(xb[j] * id);
             qs[b * 32 + j] = q;
-            s += q;
+            qsum += q;
         }
-        d[b * stride] = db;
-        sum[b * stride] = s;
+        d[b * stride] = ci_fp16_to_fp32(ci_fp32_to_fp16(db));
+        sum[b * stride] = qsum;
+        s[b * stride] = ci_fp16_to_fp32(ci_fp32_to_fp16(db * (float)qsum));
     }
 }
 
@@ -78,8 +84,9 @@ static float dot_quant(uint32_t type, const void *row, const float *x, int64_t n
     for (int64_t b = 0; b < n / 32; b++) {
         int8_t qs[32];
         float d;
-        int32_t s;
-        ci_ref_quant_act(x + b * 32, 32, qs, &d, &s, 1);
+        int32_t sum;
+        float s;
+        ci_ref_quant_act(x + b * 32, 32, qs, &d, &sum, &s, 1);
         acc = ci_ref_qblock(type, w + (size_t)b * tt->type_size, qs, d, s, NULL, acc);
     }
     return acc;
@@ -133,9 +140,8 @@ static void mm_quant(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int 
                 const struct ci_act_q8 *q = m->q;
                 const int8_t *xq = q->qs + (size_t)t * (size_t)q->n_in;
                 for (int64_t b = 0; b < nb; b++)
-                    acc =
-                        ci_ref_qblock(m->type, row + (size_t)b * tt->type_size, xq + b * 32,
-                                      q->d[b * q->tok_stride + t], q->sum[b * q->tok_stride + t], NULL, acc);
+                    acc = ci_ref_qblock(m->type, row + (size_t)b * tt->type_size, xq + b * 32,
+                                        q->d[b * q->tok_stride + t], q->s[b * q->tok_stride + t], NULL, acc);
             }
             m->y[(size_t)t * (size_t)m->n_out + (size_t)o] = acc;
         }

@@ -29,7 +29,7 @@ static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
-/* Workspace layout for quantized activations: qs, then d, then sum, each 64-byte aligned.  Returns false on
+/* Workspace layout for quantized activations: qs, then d, then sum, then s, each 64-byte aligned.  Returns false on
  * overflow. */
 static bool act_layout(int64_t n_in, int n_tok, size_t *qs_bytes, size_t *vec_bytes, int *tok_stride) {
     int stride = (n_tok + 7) / 8 * 8;
@@ -73,7 +73,7 @@ size_t ci_matmul_work_bytes(uint32_t type, int64_t n_in, int n_tok) {
     }
     int stride;
     if (!act_layout(n_in, n_tok, &qb, &vb, &stride) || !ci_add_size(qb, vb, &total) ||
-        !ci_add_size(total, vb, &total))
+        !ci_add_size(total, vb, &total) || !ci_add_size(total, vb, &total))
         return SIZE_MAX; // an allocation of this size fails cleanly
     return total;
 }
@@ -88,7 +88,7 @@ static void quant_tokens(const struct quant_job *j, int t0, int t1) {
     struct ci_act_q8 *q = j->q;
     for (int t = t0; t < t1; t++)
         j->fn(j->x + (size_t)t * (size_t)q->n_in, q->n_in, q->qs + (size_t)t * (size_t)q->n_in, q->d + t,
-              q->sum + t, q->tok_stride);
+              q->sum + t, q->s + t, q->tok_stride);
 }
 
 static void quant_task(void *ctx, int task, int thread) {
@@ -112,6 +112,7 @@ static void quantize_activations(struct ci_threadpool *tp, ci_quant_act_fn fn, c
         for (int t = q->n_tok; t < q->tok_stride; t++) {
             q->d[base + (size_t)t] = q->d[base + (size_t)q->n_tok - 1];
             q->sum[base + (size_t)t] = q->sum[base + (size_t)q->n_tok - 1];
+            q->s[base + (size_t)t] = q->s[base + (size_t)q->n_tok - 1];
         }
     }
 }
@@ -213,6 +214,7 @@ void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float 
         q.qs = work;
         q.d = (float *)(void *)((uint8_t *)work + qb);
         q.sum = (int32_t *)(void *)((uint8_t *)work + qb + vb);
+        q.s = (float *)(void *)((uint8_t *)work + qb + 2 * vb);
         q.n_in = n_in;
         q.n_tok = n_tok;
         quantize_activations(tp, tab->quant_act, x, &q);

@@ -12,14 +12,16 @@ static float f16_at(const uint8_t *p) {
     return ci_fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
 }
 
+/* ggml's quantize_row_q8_K (the reference, which x86 runs too): 127 / max|x| scales, its inverse is the block's
+ * float scale (ggml maps the largest value to -127 and negates d; the products are the same bits). */
 void ci_ref_quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int16_t *bsum) {
     for (int64_t b = 0; b < n_in / 256; b++) {
         const float *xb = x + b * 256;
         float amax = 0.0f;
         for (int j = 0; j < 256; j++)
             amax = fmaxf(amax, fabsf(xb[j]));
-        float db = amax < ACT_MIN_AMAX ? 0.0f : amax / 127.0f;
-        float id = db != 0.0f ? 1.0f / db : 0.0f;
+        float id = amax < ACT_MIN_AMAX ? 0.0f : 127.0f / amax;
+        float db = id != 0.0f ? 1.0f / id : 0.0f;
         for (int g = 0; g < 16; g++) {
             int s = 0;
             for (int j = 0; j < 16; j++) {
@@ -49,7 +51,7 @@ static void kq_scale_min(const uint8_t *sc, int j, int *scale, int *min) {
     }
 }
 
-static float block32(uint32_t type, const uint8_t *w, const int8_t *x, float dx, int32_t xsum, float acc) {
+static float block32(uint32_t type, const uint8_t *w, const int8_t *x, float dx, float xs, float acc) {
     int32_t isum = 0;
     float dw, mw = 0.0f;
     switch (type) {
@@ -95,7 +97,7 @@ static float block32(uint32_t type, const uint8_t *w, const int8_t *x, float dx,
     }
     acc = fmaf(dw * dx, (float)isum, acc);
     if (type == CI_TYPE_Q4_1 || type == CI_TYPE_Q5_1)
-        acc = fmaf(mw * dx, (float)xsum, acc);
+        acc = fmaf(mw, xs, acc);
     return acc;
 }
 
@@ -193,8 +195,7 @@ static float block256(uint32_t type, const uint8_t *w, const int8_t *x, float dx
     return acc;
 }
 
-float ci_ref_qblock(uint32_t type, const uint8_t *w, const int8_t *xq, float dx, int32_t xsum,
+float ci_ref_qblock(uint32_t type, const uint8_t *w, const int8_t *xq, float dx, float xs,
                     const int16_t *bsum, float acc) {
-    return ci_type_uses_q8k(type) ? block256(type, w, xq, dx, bsum, acc)
-                                  : block32(type, w, xq, dx, xsum, acc);
+    return ci_type_uses_q8k(type) ? block256(type, w, xq, dx, bsum, acc) : block32(type, w, xq, dx, xs, acc);
 }

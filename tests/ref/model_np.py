@@ -360,7 +360,8 @@ class Model:
     def emulate_act_q8(self):
         """Makes every matmul with a 32-block quantized weight (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) first round its
         activations as ggml's Q8_0 activation blocks do (per 32 elements d = max|x| / 127, q = round(x / d) to
-        nearest even), as llama.cpp's CPU backend and cinfer both compute.  GGUF models only."""
+        nearest even, the block's value q * d with d stored in half precision), as llama.cpp's CPU backend and
+        cinfer both compute.  GGUF models only."""
         q32 = (gguf_np.Q8_0, gguf_np.Q4_0, gguf_np.Q4_1, gguf_np.Q5_0, gguf_np.Q5_1, gguf_np.IQ4_NL)
         self.act_q8 = {name for name, t in self.gguf.tensors.items() if t.type in q32}
 
@@ -370,7 +371,7 @@ class Model:
         b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
         d = np.abs(b).max(axis=-1, keepdims=True) / 127.0
         q = np.rint(np.divide(b, d, out=np.zeros_like(b), where=d > 0))
-        return (q * d).reshape(x.shape)
+        return (q * d.astype(np.float16).astype(np.float64)).reshape(x.shape)
 
     def rope_inv_freq(self, local=False):
         """Per-pair angular frequencies [rope_dim/2] (angle = pos * freq) and the cos/sin magnitude factor; local:
@@ -409,8 +410,13 @@ class Model:
             inv_freq = inv_freq * (self.rope_pos_scale_local if local else self.rope_pos_scale)
         return inv_freq, mscale
 
+    def _matmul(self, x, name, w, e=None):
+        """x @ w.T for the weight called name (w: self.w[name], or its expert e), the hook that subclasses
+        emulating an engine's arithmetic override."""
+        return self._act(x, name) @ w.T
+
     def _linear(self, x, name, bias=None):
-        y = self._act(x, name) @ self.w[name].T
+        y = self._matmul(x, name, self.w[name])
         if bias is not None:
             y = y + self.w[bias]
         return y
@@ -418,9 +424,9 @@ class Model:
     def _swiglu(self, x, names, e=None):
         """down(silu(gate x) * up x) with the weights of names (gate, up, down); e: that expert of 3-D tensors."""
         gate, up, down = (self.w[n] if e is None else self.w[n][e] for n in names)
-        g = self._act(x, names[0]) @ gate.T
-        h = g / (1.0 + np.exp(-g)) * (self._act(x, names[1]) @ up.T)
-        return self._act(h, names[2]) @ down.T
+        g = self._matmul(x, names[0], gate, e)
+        h = g / (1.0 + np.exp(-g)) * self._matmul(x, names[1], up, e)
+        return self._matmul(h, names[2], down, e)
 
     def _moe(self, h, b):
         """Mixture-of-experts FFN of the normed rows h [n][d]: router probabilities softmax(W_r h); the
@@ -465,12 +471,12 @@ class Model:
             x = h[t : t + 1]
             for j in range(k):
                 e = top[t, j]
-                g = self._act(x, b + "ffn_gate_exps.weight") @ W["gate"][e].T + B["gate"][e]
-                u = self._act(x, b + "ffn_up_exps.weight") @ W["up"][e].T + B["up"][e]
+                g = self._matmul(x, b + "ffn_gate_exps.weight", W["gate"][e], e) + B["gate"][e]
+                u = self._matmul(x, b + "ffn_up_exps.weight", W["up"][e], e) + B["up"][e]
                 g = np.minimum(g, 7.0)
                 u = np.clip(u, -7.0, 7.0)
                 act = g / (1.0 + np.exp(-1.702 * g)) * (u + 1.0)
-                y = self._act(act, b + "ffn_down_exps.weight") @ W["down"][e].T + B["down"][e]
+                y = self._matmul(act, b + "ffn_down_exps.weight", W["down"][e], e) + B["down"][e]
                 out[t] += wts[t, j] * y[0]
         return out
 

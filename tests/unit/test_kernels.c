@@ -440,9 +440,9 @@ TEST(dot_known_values) {
 }
 
 /* Runs every table's activation quantizer on one token (index n_tables - 1: scalar). */
-static void quant_all(const float *x, int64_t n, int8_t **qs, float **d, int32_t **s) {
+static void quant_all(const float *x, int64_t n, int8_t **qs, float **d, int32_t **s, float **ms) {
     for (int i = 0; i < n_tables; i++)
-        tables[i]->quant_act(x, n, qs[i], d[i], s[i], 1);
+        tables[i]->quant_act(x, n, qs[i], d[i], s[i], ms[i], 1);
 }
 
 /* The Q8_K activation quantizer: every table's gives the scalar one's bits (ties, outliers, tiny and zero
@@ -484,26 +484,29 @@ TEST(quant_act_k_matches_scalar) {
     }
 }
 
-TEST(quant_act_rounds_to_nearest_even_within_half_a_step) {
+TEST(quant_act_rounds_to_nearest_even_within_half_a_step_with_a_half_precision_scale) {
     enum { N = 32 * 40 };
     static float x[N];
     static int8_t qbuf[3][N];
     static float dbuf[3][N / 32];
     static int32_t sbuf[3][N / 32];
+    static float msbuf[3][N / 32];
     int8_t *qs[3] = {qbuf[0], qbuf[1], qbuf[2]};
     float *d[3] = {dbuf[0], dbuf[1], dbuf[2]};
     int32_t *s[3] = {sbuf[0], sbuf[1], sbuf[2]};
+    float *ms[3] = {msbuf[0], msbuf[1], msbuf[2]};
     // the scalar ground truth's output, checked against the formulas below
     const int8_t *qa = qbuf[n_tables - 1];
     const float *da = dbuf[n_tables - 1];
     const int32_t *sa = sbuf[n_tables - 1];
+    const float *msa = msbuf[n_tables - 1];
 
     // Worked by hand: max |x| = 127 makes d = 1 and 1/d = 1, so q = x rounded with ties to even.
     const float tie[8] = {2.5f, -2.5f, 3.5f, 0.5f, -0.5f, 127.0f, 1.49f, -126.5f};
     const int8_t tie_q[8] = {2, -2, 4, 0, 0, 127, 1, -126};
     memset(x, 0, 32 * sizeof(float));
     memcpy(x, tie, sizeof tie);
-    quant_all(x, 32, qs, d, s);
+    quant_all(x, 32, qs, d, s, ms);
     for (int i = 0; i < n_tables; i++) {
         CHECK1(d[i][0] == 1.0f);
         CHECK1(memcmp(qs[i], tie_q, sizeof tie_q) == 0);
@@ -526,7 +529,7 @@ TEST(quant_act_rounds_to_nearest_even_within_half_a_step) {
             for (int j = 0; j < 32; j++)
                 x[b * 32 + j] = (float)(j - 16) * 1e-40f;
     }
-    quant_all(x, N, qs, d, s);
+    quant_all(x, N, qs, d, s, ms);
     for (int b = 0; b < N / 32; b++) {
         double amax = 0.0;
         int arg = 0;
@@ -534,14 +537,19 @@ TEST(quant_act_rounds_to_nearest_even_within_half_a_step) {
             if (fabs(x[b * 32 + j]) > amax)
                 amax = fabs(x[b * 32 + j]), arg = j;
         int32_t sum = 0, nonzero = 0;
+        // q rounds x to the float32 step max|x| / 127; the stored scale is that step in half precision
+        float step32 = amax >= 0x1p-100 ? (float)amax / 127.0f : 0.0f;
         for (int j = 0; j < 32; j++) {
-            double step = da[b];
+            double step = step32;
             CHECK1(fabs((double)x[b * 32 + j] - step * qa[b * 32 + j]) <=
                    (amax >= 0x1p-100 ? 0.5001 * step : amax));
             sum += qa[b * 32 + j];
             nonzero += qa[b * 32 + j] != 0;
         }
+        CHECK1(da[b] == ci_fp16_to_fp32(ci_fp32_to_fp16(step32)));
         CHECK1(sa[b] == sum);
+        // ggml's block_q8_1 s (the min term of Q4_1 / Q5_1): the unrounded step times the sum, in half precision
+        CHECK1(msa[b] == ci_fp16_to_fp32(ci_fp32_to_fp16(step32 * (float)sum)));
         if (amax >= 0x1p-100) // below: flushed to zero (dot.h), e.g. the block of values near 1e-40
             CHECK1(abs(qa[b * 32 + arg]) == 127);
         else
@@ -551,6 +559,7 @@ TEST(quant_act_rounds_to_nearest_even_within_half_a_step) {
         CHECK1(memcmp(qa, qbuf[i], sizeof qbuf[i]) == 0);
         CHECK1(memcmp(da, dbuf[i], sizeof dbuf[i]) == 0);
         CHECK1(memcmp(sa, sbuf[i], sizeof sbuf[i]) == 0);
+        CHECK1(memcmp(msa, msbuf[i], sizeof msbuf[i]) == 0);
     }
 }
 
@@ -714,11 +723,12 @@ TEST(matmul_bit_identical_across_threads_tiles_and_batches) {
 TEST(matmul_work_bytes) {
     CHECK1(ci_matmul_work_bytes(CI_TYPE_F32, 4096, 512) == 0);
     CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4096, 1) == 0);
-    // Q8 activations: n_in int8 per token plus a float scale and an int32 sum per block and token slot.
+    // Q8 activations: n_in int8 per token plus a float scale, an int32 sum and a float s per block and token
+    // slot.
     size_t one = ci_matmul_work_bytes(CI_TYPE_Q4_0, 4096, 1),
            many = ci_matmul_work_bytes(CI_TYPE_Q8_0, 4096, 100);
-    CHECK1(one >= 4096 + 2 * 128 * 4 && one < 4096 + 2 * 128 * 4 * 8 + 256);
-    CHECK1(many >= 100 * 4096 + 2 * 128 * 100 * 4 && many < 100 * 4096 + 2 * 128 * 104 * 4 + 256);
+    CHECK1(one >= 4096 + 3 * 128 * 4 && one < 4096 + 3 * 128 * 4 * 8 + 256);
+    CHECK1(many >= 100 * 4096 + 3 * 128 * 100 * 4 && many < 100 * 4096 + 3 * 128 * 104 * 4 + 256);
     CHECK1(ci_matmul_work_bytes(CI_TYPE_Q8_0, (int64_t)1 << 62, 1 << 30) == SIZE_MAX);
 }
 
@@ -1587,7 +1597,7 @@ int main(int argc, char **argv) {
     RUN(dot_matches_dequantized_double_reference);
     RUN(block_types_dot_matches_double_reference);
     RUN(dot_zero_rows_and_zero_activations);
-    RUN(quant_act_rounds_to_nearest_even_within_half_a_step);
+    RUN(quant_act_rounds_to_nearest_even_within_half_a_step_with_a_half_precision_scale);
     RUN(quant_act_k_matches_scalar);
     RUN(matmul_work_bytes);
     RUN(matmul_bit_identical_across_threads_tiles_and_batches);
