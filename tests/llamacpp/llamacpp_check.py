@@ -17,7 +17,7 @@ preset tiny-qwen2, tiny-llama3 (llama3 rope_freqs.weight), tiny-qwen3 (Q/K norms
 over 100 positions; gemma F32 logits within GEMMA_F32_TOL, see there), tiny-mistral in F32 within its window
 (llama.cpp ignores a llama file's sliding window), the mixture-of-experts presets tiny-mixtral (llama with 8
 experts, top-2), tiny-qwen3moe (16 experts, top-4, renormalised) and tiny-qwen2moe (top-2 unnormalised plus a
-gated shared expert) in F32 and Q8_0 (Q8_0 logits within MOE_Q8_TOL, near ties up to MOE_QUANT_TIE), tiny-phi3
+gated shared expert) in F32 and Q8_0 (Q8_0 logits within QUANT_TOL, near ties up to MOE_QUANT_TIE), tiny-phi3
 (fused QKV and gate-up, LongRoPE long factors with the attention factor, partial NeoX rotary) and tiny-yarn
 (YaRN) in F32 and Q8_0 (in F32 over 100 positions, with negative controls: the LongRoPE file with short factors
 in place of the long ones and the YaRN file unscaled are far from llama.cpp; and two F32 variants: tiny-phi3 with
@@ -29,13 +29,13 @@ rope.scaling.attn_factor 0.8), and for stories260K.bin converted by `cinfer conv
   - for the converted stories model: llama.cpp's greedy ids equal MANIFEST.md's, and the text prompt
     "Once upon a time" gives the same ids in both (tokenizer + forward pass).
 A greedy disagreement prints both id lists, the first differing step and llama.cpp's top two probabilities there.
-F32 models must match exactly.  For quantized models llama.cpp rounds the activations to 8 bits before each
-matmul (cinfer keeps them in float, and matches the numpy reference on the dequantized weights to 1e-3), and the
+F32 models must match exactly.  For quantized models both engines round the activations to 8 bits before each
+matmul (as ggml's CPU backend does), and the
 synthetic models' sharp attention amplifies that rounding, so a free-running greedy sequence may fork at a near
 tie and then differ everywhere.  There the comparison is teacher-forced: cinfer's logits over BOS + llama.cpp's
 own greedy ids must pick llama.cpp's token at every step where llama.cpp's top-two log-probability gap exceeds
 QUANT_TIE = 1.0 logit (the steps below it are counted and reported), and the
-logit tolerance is 0.1 * max|logit| (a wrong Q4_0 layout is 1.7 off, see part A's negative control).
+logit tolerance is QUANT_TOL = 0.06 * max|logit| (a wrong Q4_0 layout is 1.7 off, see part A's negative control).
 
 All llama.cpp work runs in one node process per part (tests/llamacpp/batch.mjs).
 Env: NLC_DIR (node-llama-cpp install, from scripts/llamacpp-setup.sh), CINFER_BIN, CINFER_MODELS.
@@ -62,23 +62,19 @@ import test_arch  # noqa: E402
 from ciref import CinferError, model_path  # noqa: E402
 
 N_GEN = 32
-# The mixture-of-experts presets in Q8_0: the two engines round activations to 8 bits slightly differently, and
-# where a token's k-th and (k+1)-th router probabilities nearly tie that flips an expert, which the sharp attention
-# then carries along the sequence (measured over 24 positions: tiny-mixtral 0.101, tiny-qwen3moe 0.123,
-# tiny-qwen2moe 0.063 relative).  Their F32 files are the exact check (1e-4), and the teacher-forced greedy check
-# is as for the other quantized presets.
+# Quantized synth models: cinfer rounds activations as ggml's CPU backend does (Q8_0 blocks whose scale is kept
+# in half precision), so most files agree with llama.cpp to float32 rounding (measured on an Intel Xeon, AVX-512:
+# tiny, tiny-llama3, tiny-qwen3, tiny-qwen3moe below 1.1e-6 of the largest logit).  The others differ by
+# 0.013-0.042 of it (tiny-gemma2 0.042, tiny-gemma3 0.034, tiny-mixtral and tiny-qwen2moe 0.022, tiny-phi3 0.019,
+# tiny-yarn 0.014, tiny-gpt-oss 0.013), not yet explained.  With float32 activation scales the MoE presets were
+# 0.06-0.27 apart: an expert flips where a token's k-th and (k+1)-th router logits nearly tie.  The F32 files are
+# the exact check (1e-4).
+QUANT_TOL = 0.06
+GEMMA_Q8_TOL = 0.1  # llama.cpp's half-precision GeLU table (see GEMMA_F32_TOL) comes on top
 MOE_Q8 = ("tiny-mixtral-q8_0", "tiny-qwen3moe-q8_0", "tiny-qwen2moe-q8_0", "tiny-gpt-oss-q8_0")
-MOE_Q8_TOL = 0.15
-# tiny-gpt-oss in Q8_0 is further apart: its weights are a softmax of only the top-2 router logits, so a flipped
-# expert moves the output more, and llama.cpp already differs by 0.5 to 1.7 logits at the first positions, where
-# cinfer equals the reference that rounds activations as ggml's Q8_0 blocks do (tests/ref/test_arch.py; max
-# difference 0 at those positions).  The F32 file matches llama.cpp within 1e-4 (relative) over 100 positions.
-# Measured: 0.26 relative over 24 positions.  Not yet explained: which of llama.cpp's products rounds otherwise.
-GPT_OSS_Q8_TOL = 0.3
-# ... and their teacher-forced greedy steps are compared where llama.cpp's top-two gap exceeds MOE_QUANT_TIE, above
-# the largest logit difference measured between the engines on these files (2.87): a gap of 1.34 (tiny-qwen3moe,
-# step 30 from BOS) and 1.39 (tiny-qwen2moe, step 3 after the prompt) were decided differently.
-MOE_QUANT_TIE = 3.0
+# Teacher-forced greedy steps of the MoE presets are compared where llama.cpp's top-two gap exceeds
+# MOE_QUANT_TIE: above twice the largest logit difference measured between the engines on these files (0.65).
+MOE_QUANT_TIE = 1.5
 # Quantized synth models: llama.cpp's top-two log-probability gap below which a step is a near tie that its
 # 8-bit activation rounding may decide (measured: cinfer and llama.cpp agree at every step above 1.0 logit on
 # tiny-q8_0; 18 of 32 steps are compared).
@@ -429,8 +425,8 @@ def part_b(rep, tmp):
             probs = jobs.get(jp)
             got, _ = ciref.cinfer_logits(path, tokens, os.path.join(tmp, "cmp.f32"))
             gemma = label in ("tiny-gemma2-f32", "tiny-gemma3-f32")
-            tol = (GEMMA_F32_TOL if gemma else 1e-4 if f32 else GPT_OSS_Q8_TOL if label == "tiny-gpt-oss-q8_0" else
-                   MOE_Q8_TOL if label in MOE_Q8 else 0.1)
+            tol = (GEMMA_F32_TOL if gemma else 1e-4 if f32 else
+                   GEMMA_Q8_TOL if label in ("tiny-gemma2-q8_0", "tiny-gemma3-q8_0") else QUANT_TOL)
             compare_logprobs(rep, name, probs, got, tol)
             if gemma:
                 # The gap above is llama.cpp's half-precision GeLU: the reference with that GeLU is 3-4x closer.
