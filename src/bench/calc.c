@@ -42,6 +42,12 @@ void calc_opts_default(struct calc_opts *o) {
     o->mem_bytes = 80e9;
     o->weight_bytes = 2;
     o->full_mha = false;
+    o->tp = 1;
+    o->pp = 1;
+    o->link_bw = 12.5e9;
+    o->link_latency = 10e-6;
+    o->comm_bytes = 4;
+    o->syncs_per_layer = 2;
 }
 
 int calc_n_presets(void) {
@@ -172,6 +178,21 @@ enum ci_status calc_check(const struct calc_model *m, const struct calc_opts *o,
                           "KV type q8_0 needs head_dim a multiple of 32 (head_dim is %d)", m->cfg.head_dim);
     if (!positive_finite(o->mem_bytes, 1e18))
         return ci_err_set(err, CI_ERR_INVALID, "device memory %g bytes must be positive", o->mem_bytes);
+    if (o->tp < 1 || o->tp > 4096 || c->n_kv_head % o->tp != 0)
+        return ci_err_set(
+            err, CI_ERR_INVALID,
+            "tensor parallelism %d must divide the %d KV heads (each rank holds whole KV heads)", o->tp,
+            c->n_kv_head);
+    if (o->pp < 1 || o->pp > c->n_layer)
+        return ci_err_set(err, CI_ERR_INVALID, "pipeline stages %d is not in [1, %d layers]", o->pp,
+                          c->n_layer);
+    if (!positive_finite(o->link_bw, 1e15) || !(o->link_latency >= 0 && o->link_latency <= 10))
+        return ci_err_set(err, CI_ERR_INVALID, "link %g bytes/s, %g s latency: must be positive and finite",
+                          o->link_bw, o->link_latency);
+    if (!positive_finite(o->comm_bytes, 8) || o->syncs_per_layer < 1 || o->syncs_per_layer > 64)
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "%g bytes per exchanged element, %d syncs per layer: out of range", o->comm_bytes,
+                          o->syncs_per_layer);
     if (o->weight_bytes == 0) {
         if (!(m->stored_weight_bytes > 0))
             return ci_err_set(err, CI_ERR_INVALID, "no stored weight size to use: give bytes per weight");
@@ -179,6 +200,41 @@ enum ci_status calc_check(const struct calc_model *m, const struct calc_opts *o,
         return ci_err_set(err, CI_ERR_INVALID, "bytes per weight %g is not in (0, 8]", o->weight_bytes);
     }
     return CI_OK;
+}
+
+double calc_allreduce_s(double bytes, int n, double link_bw, double latency) {
+    if (n <= 1)
+        return 0;
+    return 2 * ceil(log2((double)n)) * latency + 2.0 * (n - 1) / n * bytes / link_bw;
+}
+
+/* One decode step over tp × pp ranks (calc.h). */
+static void calc_distribute(const struct calc_model *m, const struct calc_opts *o, struct calc_result *r) {
+    const struct model_config *c = &m->cfg;
+    struct calc_dist *t = &r->dist;
+    double B = (double)r->batch, d = c->n_embd;
+    t->tp = o->tp;
+    t->pp = o->pp;
+    t->ranks = o->tp * o->pp;
+    t->weight_bytes_rank = r->weight_bytes / t->ranks;
+    t->kv_bytes_rank = r->kv_total / t->ranks;
+    t->allreduce_bytes = B * d * o->comm_bytes;
+    t->allreduce_s = calc_allreduce_s(t->allreduce_bytes, o->tp, o->link_bw, o->link_latency);
+    t->allreduce_step_s = (double)o->syncs_per_layer * c->n_layer * t->allreduce_s;
+    t->gather_s = o->tp > 1 ? ceil(log2((double)o->tp)) * o->link_latency +
+                                  (o->tp - 1.0) / o->tp * B * c->n_vocab * 4 / o->link_bw
+                            : 0;
+    t->hop_s = o->pp > 1 ? o->link_latency + t->allreduce_bytes / o->link_bw : 0;
+    t->pipeline_s = o->pp > 1 ? (o->pp - 1) * t->hop_s + o->link_latency : 0;
+    t->compute_s = r->decode.t_s / o->tp;
+    double comm = t->allreduce_step_s + t->gather_s + t->pipeline_s;
+    t->step_s = t->compute_s + comm;
+    t->comm_share = comm / t->step_s;
+    t->tokens_s = B / t->step_s;
+    double stage_s = t->compute_s / o->pp + t->allreduce_step_s / o->pp + t->hop_s + t->gather_s / o->pp;
+    t->tokens_s_pipelined = B / stage_s;
+    t->speedup = r->decode.t_s / t->step_s;
+    t->speedup_pipelined = t->tokens_s_pipelined / r->decode_tokens_s;
 }
 
 double calc_kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, double bytes_per_elem) {
@@ -289,6 +345,7 @@ enum ci_status calc_run(const struct calc_model *m, const struct calc_opts *o, s
     r->rule_naive_s = r->rule_naive_flops / o->peak_flops;
     r->naive_over_kv_flops = r->naive.flops / r->decode.flops;
     r->naive_over_kv_time = r->naive.t_s / r->decode.t_s;
+    calc_distribute(m, o, r);
     return CI_OK;
 }
 

@@ -19,7 +19,21 @@
  * shapes and the three SwiGLU matrices per layer; the embedding is a lookup, not a matmul) and the output
  * head is applied only to the one row per sequence that needs logits.  When the parameter count is given
  * instead (a preset that states P, or --params), the seeds' accounting is used: 2 · N · P with P the whole
- * model. */
+ * model.
+ *
+ * Past one machine (--tp N tensor-parallel ranks, --pp M pipeline stages; docs in README "cinfer calc"):
+ *   each rank holds 1/(N·M) of the weights and of the KV, so the per-rank decode roofline is decode.t_s / (N·M)
+ *   per stage, and a token crosses the M stages one after another: compute = decode.t_s / N;
+ *   all-reduce of S bytes over N ranks = 2·ceil(log2 N)·latency + 2·(N-1)/N·S / link (recursive halving then
+ *                          doubling, what MPI libraries use for small messages: latency-bound in decode);
+ *   per decode step        = syncs · L all-reduces of S = B·d·comm_bytes (Megatron's layout: 2 per layer, after
+ *                          attention's output projection and after the FFN's down projection) + the logits
+ *                          gathered from the vocabulary-split head ((N-1)/N · B · vocab · 4 bytes, ceil(log2 N)
+ *                          latencies) + M-1 hops of B·d·comm_bytes between stages and one back to rank 0;
+ *   step time              = compute + communication (no overlap assumed: decode's all-reduces sit between
+ *                          dependent matmuls); throughput B / step, or with M micro-batches of B in flight
+ *                          B / (stage compute + its share of the all-reduces + one hop).
+ * Assumed: a uniform split (the embedding and the head counted into the layers' shares), links of one speed. */
 #ifndef CINFER_BENCH_CALC_H
 #define CINFER_BENCH_CALC_H
 
@@ -51,6 +65,31 @@ struct calc_opts {
     double mem_bytes;    // device memory for weights + KV (default 80e9: an H100's 80 GB)
     double weight_bytes; // bytes per weight (default 2); 0 = the file's stored bytes (needs a loaded file)
     bool full_mha;       // KV cache as if n_kv_head = n_head (the seeds' "full multi-head KV")
+    // Past one machine (all defaults: one process).
+    int tp, pp;          // tensor-parallel ranks (divides the KV heads), pipeline stages (<= layers)
+    double link_bw;      // bytes/s of each rank's link (default 12.5e9: 100 Gb/s)
+    double link_latency; // seconds per message (default 10e-6)
+    double comm_bytes;   // bytes per activation element on the wire (default 4: f32)
+    int syncs_per_layer; // all-reduces per layer under tensor parallelism (default 2)
+};
+
+/* One decode step of B sequences over tp × pp ranks. */
+struct calc_dist {
+    int tp, pp, ranks;
+    double weight_bytes_rank, kv_bytes_rank; // held by each rank
+    double allreduce_bytes;                  // S = B · d · comm_bytes, one all-reduce
+    double allreduce_s;                      // one all-reduce of S over tp ranks
+    double allreduce_step_s;                 // syncs · L of them per decode step
+    double gather_s;                         // the vocabulary-split logits gathered
+    double hop_s;                            // one activation hop between stages
+    double pipeline_s;                       // pp - 1 hops, and one back to rank 0 (pp > 1)
+    double compute_s;                        // decode.t_s / tp
+    double step_s;                           // compute + allreduce_step + gather + pipeline
+    double comm_share;                       // communication / step_s
+    double tokens_s;                         // B / step_s
+    double tokens_s_pipelined;               // pp micro-batches of B in flight
+    double speedup;                          // decode.t_s / step_s
+    double speedup_pipelined;                // tokens_s_pipelined / decode_tokens_s
 };
 
 /* One step under the roofline. */
@@ -98,6 +137,7 @@ struct calc_result {
     double rule_naive_flops;   // the seeds' rule of thumb 2 · L · 11 · N · d² (times B)
     double rule_naive_s;       // rule_naive_flops / peak
     double naive_over_kv_flops, naive_over_kv_time;
+    struct calc_dist dist; // tp × pp ranks (tp = pp = 1: one process, no communication)
 };
 
 void calc_opts_default(struct calc_opts *o);
@@ -121,6 +161,9 @@ enum ci_status calc_check(const struct calc_model *m, const struct calc_opts *o,
 /* Everything above, for m under o.  Runs calc_check first. */
 enum ci_status calc_run(const struct calc_model *m, const struct calc_opts *o, struct calc_result *r,
                         struct ci_err *err);
+
+/* The all-reduce model above: S bytes over n ranks. */
+double calc_allreduce_s(double bytes, int n, double link_bw, double latency);
 
 /* The seeds' KV formula: 2 · n_layer · n_kv_head · head_dim · bytes_per_elem, per token. */
 double calc_kv_bytes_per_token(int n_layer, int n_kv_head, int head_dim, double bytes_per_elem);

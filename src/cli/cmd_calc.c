@@ -66,6 +66,35 @@ static void print_phase(const struct calc_phase *p, const char *kv_verb, const c
         calc_fmt_time(p->t_compute_s, b, sizeof b), calc_fmt_time(p->t_memory_s, cbuf, sizeof cbuf));
 }
 
+/* The decode step over tp × pp ranks (calc.h has the model). */
+static void print_dist(const struct model_config *c, const struct calc_opts *o, const struct calc_result *r) {
+    const struct calc_dist *t = &r->dist;
+    char a[96], b[96], lab[96];
+    printf("\ndecode over %d ranks: tensor parallel %d × pipeline %d; links %g Gb/s, %g µs per message\n",
+           t->ranks, t->tp, t->pp, o->link_bw * 8 / 1e9, o->link_latency * 1e6);
+    row("per rank", "%s of weights, %s of KV", calc_fmt_bytes(t->weight_bytes_rank, a, sizeof a),
+        calc_fmt_bytes(t->kv_bytes_rank, b, sizeof b));
+    row("compute (decode bound ÷ tp)", "%s", calc_fmt_time(t->compute_s, a, sizeof a));
+    if (t->tp > 1) {
+        snprintf(lab, sizeof lab, "all-reduce of B·d·%g bytes", o->comm_bytes);
+        row(lab, "%s: %s each (2·%g latencies + 2·(N-1)/N of it on the link)",
+            calc_fmt_bytes(t->allreduce_bytes, a, sizeof a), calc_fmt_time(t->allreduce_s, b, sizeof b),
+            ceil(log2((double)t->tp)));
+        snprintf(lab, sizeof lab, "%d per layer × %d layers", o->syncs_per_layer, c->n_layer);
+        row(lab, "%s", calc_fmt_time(t->allreduce_step_s, a, sizeof a));
+        row("logits gathered (vocab split)", "%s", calc_fmt_time(t->gather_s, a, sizeof a));
+    }
+    if (t->pp > 1)
+        row("pipeline hops", "%d × %s, and the token back: %s", t->pp - 1,
+            calc_fmt_time(t->hop_s, a, sizeof a), calc_fmt_time(t->pipeline_s, b, sizeof b));
+    row("decode step", "%s (communication %.0f%%), %s tokens/s", calc_fmt_time(t->step_s, a, sizeof a),
+        100 * t->comm_share, ratio_str(t->tokens_s, b, sizeof b));
+    row("speed-up over one process", "%.3g×", t->speedup);
+    if (t->pp > 1)
+        row("with pp micro-batches of B", "%s tokens/s, %.3g× one process (needs %d × B sequences)",
+            ratio_str(t->tokens_s_pipelined, a, sizeof a), t->speedup_pipelined, t->pp);
+}
+
 static void print_report(const struct calc_model *m, bool is_file, const struct calc_opts *o,
                          const struct calc_result *r) {
     const struct model_config *c = &m->cfg;
@@ -180,6 +209,9 @@ static void print_report(const struct calc_model *m, bool is_file, const struct 
     row("naive ÷ KV cache", "%s× the FLOPs, %.4g× the time", ratio_str(r->naive_over_kv_flops, a, sizeof a),
         r->naive_over_kv_time);
 
+    if (r->dist.ranks > 1)
+        print_dist(c, o, r);
+
     printf("\nunits: KB, MB, GB, TB are decimal (10³ steps); KiB, MiB, GiB, TiB binary (2¹⁰ steps). The "
            "seeds' \"8064 "
            "KB\"\nand \"32 GB\" are binary (KiB, GiB), their \"8.26 TB\" and \"810 GB\" decimal; counts take "
@@ -279,6 +311,28 @@ static void print_json(const struct calc_model *m, bool is_file, const struct ca
     printf("}, \"naive_over_kv\": {");
     json_num("flops", r->naive_over_kv_flops, false);
     json_num("time", r->naive_over_kv_time, true);
+    const struct calc_dist *t = &r->dist;
+    printf("}, \"dist\": {");
+    json_num("tp", t->tp, false);
+    json_num("pp", t->pp, false);
+    json_num("link_bytes_s", o->link_bw, false);
+    json_num("link_latency_s", o->link_latency, false);
+    json_num("comm_bytes", o->comm_bytes, false);
+    json_num("syncs_per_layer", o->syncs_per_layer, false);
+    json_num("weight_bytes_rank", t->weight_bytes_rank, false);
+    json_num("kv_bytes_rank", t->kv_bytes_rank, false);
+    json_num("allreduce_bytes", t->allreduce_bytes, false);
+    json_num("allreduce_s", t->allreduce_s, false);
+    json_num("allreduce_step_s", t->allreduce_step_s, false);
+    json_num("gather_s", t->gather_s, false);
+    json_num("hop_s", t->hop_s, false);
+    json_num("pipeline_s", t->pipeline_s, false);
+    json_num("compute_s", t->compute_s, false);
+    json_num("step_s", t->step_s, false);
+    json_num("tokens_per_s", t->tokens_s, false);
+    json_num("tokens_per_s_pipelined", t->tokens_s_pipelined, false);
+    json_num("speedup", t->speedup, false);
+    json_num("speedup_pipelined", t->speedup_pipelined, true);
     printf("}}\n");
 }
 
@@ -302,7 +356,8 @@ static bool count_flag(const char *flag, const char *v, double *out) {
 int cmd_calc(int argc, char **argv) {
     const char *preset = NULL, *model_path = NULL, *context_s = NULL, *batch_s = NULL, *params_s = NULL;
     float peak_tflops = 1000, bandwidth_gbs = 3300, weight_bytes = -1, mem_gb = 80;
-    int kv_bytes = 0;
+    int kv_bytes = 0, tp = 1, pp = 1, syncs = 2;
+    float link_gbits = 100, link_latency_us = 10, comm_bytes = 4;
     const char *kv_type = NULL;
     bool full_mha = false, json = false;
     struct arg_spec specs[] = {
@@ -324,13 +379,22 @@ int cmd_calc(int argc, char **argv) {
         {"--params", NULL, ARG_STR, &params_s, 0, 0,
          "P  parameter count, e.g. 405e9 or 7B: 2·N·P accounting"},
         {"--full-mha", NULL, ARG_FLAG, &full_mha, 0, 0, "   size the KV cache with n_kv_head = n_head"},
+        {"--tp", NULL, ARG_INT, &tp, 1, 4096, "N  tensor-parallel ranks (divides the KV heads; default 1)"},
+        {"--pp", NULL, ARG_INT, &pp, 1, 4096, "M  pipeline stages (default 1)"},
+        {"--link-gbs", NULL, ARG_FLOAT, &link_gbits, 1e-6, 1e6,
+         "G  each rank's link in Gbit/s, as links are sold: 1, 25, 100 (default 100)"},
+        {"--link-latency-us", NULL, ARG_FLOAT, &link_latency_us, 0, 1e7,
+         "L  latency per message in µs (default 10)"},
+        {"--comm-bytes", NULL, ARG_FLOAT, &comm_bytes, 0.01, 8,
+         "C  bytes per activation element on the wire (default 4: f32; 2 f16, 1.0625 q8_0)"},
+        {"--syncs-per-layer", NULL, ARG_INT, &syncs, 1, 64, "K  all-reduces per layer (default 2)"},
         {"--json", NULL, ARG_FLAG, &json, 0, 0, "   machine-readable output"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
     const char *synopsis = "(--preset NAME | -m MODEL) [--context N] [--batch B] [--peak-tflops T] "
                            "[--bandwidth-gbs B] [--kv-bytes 1|2|4 | --kv-type f32|f16|q8_0] [--mem-gb G] "
-                           "[--weight-bytes W] [--params P] [--full-mha] "
-                           "[--json]";
+                           "[--weight-bytes W] [--params P] [--full-mha] [--tp N] [--pp M] [--link-gbs G] "
+                           "[--link-latency-us L] [--comm-bytes C] [--syncs-per-layer K] [--json]";
     if (args_want_help(argc, argv, 2)) {
         args_usage("calc", synopsis, specs, n_specs);
         printf("\n");
@@ -362,6 +426,12 @@ int cmd_calc(int argc, char **argv) {
     o.kv_type = kv_type;
     o.mem_bytes = (double)mem_gb * 1e9;
     o.full_mha = full_mha;
+    o.tp = tp;
+    o.pp = pp;
+    o.link_bw = (double)link_gbits * 1e9 / 8;
+    o.link_latency = (double)link_latency_us * 1e-6;
+    o.comm_bytes = comm_bytes;
+    o.syncs_per_layer = syncs;
     double v;
     if (context_s) {
         if (!count_flag("--context", context_s, &v))

@@ -121,6 +121,15 @@ out=$("$BIN" calc --preset tiny --kv-type q8_0 2>&1)
 # tiny: 4 layers, 2 KV heads, head_dim 32: 2·4·2·32 = 512 elements, 34/32 bytes each = 544 bytes per token
 grep -q "544 B" <<<"$out" && grep -q "q8_0" <<<"$out" && pass calc_kv_type ||
     fail calc_kv_type "$(tr '\n' '|' <<<"$out")"
+# calc past one machine: a tensor-parallel degree that does not divide the KV heads is a usage error; the JSON
+# carries the decode step over the ranks (tiny: 2 KV heads).
+expect calc_tp_not_dividing 2 "must divide the 2 KV heads" "$BIN" calc --preset tiny --tp 3
+out=$("$BIN" calc --preset llama3-8b --tp 4 --pp 2 --link-gbs 25 --json 2>&1)
+if "${CINFER_PY:-python3}" -c 'import json,sys; d=json.loads(sys.argv[1])["dist"]; assert d["tp"]==4 and d["pp"]==2 and d["step_s"]>d["compute_s"]>0 and d["link_bytes_s"]==25e9/8' "$out"; then
+    pass calc_dist_json
+else
+    fail calc_dist_json "$(tr '\n' '|' <<<"$out")"
+fi
 
 # The roofline of bench hw / bench kernels (no timing is checked, only what the figures are made of).
 # bench hw: every peak positive and finite, the int8 peak the best of its loops, the ridges their ratios.

@@ -374,6 +374,101 @@ TEST(bad_options_rejected) {
     ASSERT_STATUS(calc_check(&m, &o, &err), CI_ERR_INVALID);
 }
 
+/* One process: no communication, the decode bound as it was. */
+TEST(dist_one_process_is_the_decode_bound) {
+    struct calc_result r;
+    ASSERT(run("llama3-8b", 4096, 4, false, &r));
+    ASSERT_EQ_I64(r.dist.ranks, 1);
+    ASSERT_NEAR(r.dist.step_s, r.decode.t_s, 0);
+    ASSERT_NEAR(r.dist.allreduce_step_s + r.dist.gather_s + r.dist.pipeline_s, 0, 0);
+    ASSERT_NEAR(r.dist.speedup, 1, 0);
+}
+
+/* Llama 2 7B in Q4_0-sized weights (18 bytes per 32) on memory of 3 GB/s over 1 Gb/s links, 500 µs a message,
+ * q8_0 activations on the wire, worked by hand from the formulas in calc.h:
+ *   S = 1 · 4096 · 34/32 = 4352 B; all-reduce over 2 = 2·1·500 µs + 2·(1/2)·4352 / 1.25e8 = 1034.8 µs;
+ *   × 2 · 32 = 66.23 ms; logits: 1·500 µs + (1/2)·32000·4 / 1.25e8 = 1012 µs;
+ *   over 4: 2·2·500 µs + 2·(3/4)·4352 / 1.25e8 = 2052.2 µs, × 64 = 131.3 ms; logits 2·500 µs + 768 µs. */
+TEST(dist_tensor_parallel_by_hand) {
+    struct calc_model m;
+    struct calc_opts o;
+    struct calc_result r;
+    ASSERT(calc_preset("llama2-7b", &m));
+    calc_opts_default(&o);
+    o.context = 256;
+    o.weight_bytes = 18.0 / 32;
+    o.bandwidth = 3e9;
+    o.peak_flops = 5e10;
+    o.link_bw = 1e9 / 8;
+    o.link_latency = 500e-6;
+    o.comm_bytes = 34.0 / 32;
+    o.tp = 2;
+    ASSERT(calc_run(&m, &o, &r, NULL) == CI_OK);
+    ASSERT_NEAR(r.dist.allreduce_bytes, 4352, 0);
+    ASSERT_NEAR(r.dist.allreduce_s, 1034.816e-6, 1e-9);
+    ASSERT_NEAR(r.dist.allreduce_step_s, 64 * 1034.816e-6, 1e-8);
+    ASSERT_NEAR(r.dist.gather_s, 1012e-6, 1e-9);
+    ASSERT_NEAR(r.dist.compute_s, r.decode.t_s / 2, 0);
+    ASSERT_NEAR(r.dist.step_s, r.decode.t_s / 2 + 64 * 1034.816e-6 + 1012e-6, 1e-8);
+    ASSERT_NEAR(r.dist.weight_bytes_rank, r.weight_bytes / 2, 0);
+    double one = r.decode.t_s;
+    o.tp = 4;
+    ASSERT(calc_run(&m, &o, &r, NULL) == CI_OK);
+    ASSERT_NEAR(r.dist.allreduce_s, 2052.224e-6, 1e-9);
+    ASSERT_NEAR(r.dist.gather_s, 1768e-6, 1e-9);
+    ASSERT_NEAR(r.dist.step_s, one / 4 + 64 * 2052.224e-6 + 1768e-6, 1e-8);
+    ASSERT_NEAR(r.dist.speedup, one / r.dist.step_s, 1e-12);
+}
+
+/* Pipeline stages: a token crosses them in turn (no faster alone), hops of B·d·C bytes; with pp micro-batches
+ * in flight the throughput is B over one stage's share. */
+TEST(dist_pipeline_by_hand) {
+    struct calc_model m;
+    struct calc_opts o;
+    struct calc_result r;
+    ASSERT(calc_preset("llama3-70b", &m));
+    calc_opts_default(&o);
+    o.context = 1024;
+    o.batch = 8;
+    o.pp = 4;
+    o.link_bw = 25e9 / 8;
+    o.link_latency = 20e-6;
+    ASSERT(calc_run(&m, &o, &r, NULL) == CI_OK);
+    double hop = 20e-6 + 8 * 8192 * 4 / (25e9 / 8);
+    ASSERT_NEAR(r.dist.hop_s, hop, 1e-12);
+    ASSERT_NEAR(r.dist.pipeline_s, 3 * hop + 20e-6, 1e-12);
+    ASSERT_NEAR(r.dist.step_s, r.decode.t_s + 3 * hop + 20e-6, 1e-12);
+    ASSERT(r.dist.speedup < 1);
+    ASSERT_NEAR(r.dist.tokens_s_pipelined, 8 / (r.decode.t_s / 4 + hop), 1e-6);
+    ASSERT_NEAR(r.dist.kv_bytes_rank, r.kv_total / 4, 0);
+}
+
+TEST(dist_bad_options_rejected) {
+    struct calc_model m;
+    struct calc_opts o;
+    struct calc_result r;
+    struct ci_err err = {0};
+    ASSERT(calc_preset("llama3-8b", &m)); // 8 KV heads, 32 layers
+    calc_opts_default(&o);
+    o.tp = 3;
+    ASSERT(calc_run(&m, &o, &r, &err) == CI_ERR_INVALID);
+    CHECK(strstr(err.msg, "8 KV heads") != NULL);
+    o.tp = 8;
+    ASSERT(calc_run(&m, &o, &r, NULL) == CI_OK);
+    o.pp = 33;
+    ASSERT(calc_run(&m, &o, &r, &err) == CI_ERR_INVALID);
+    CHECK(strstr(err.msg, "32 layers") != NULL);
+    o.pp = 1;
+    o.link_bw = 0;
+    ASSERT(calc_run(&m, &o, &r, NULL) == CI_ERR_INVALID);
+    calc_opts_default(&o);
+    o.link_latency = -1;
+    ASSERT(calc_run(&m, &o, &r, NULL) == CI_ERR_INVALID);
+    calc_opts_default(&o);
+    o.comm_bytes = 0;
+    ASSERT(calc_run(&m, &o, &r, NULL) == CI_ERR_INVALID);
+}
+
 TEST(formatting) {
     char buf[96];
     ASSERT(strcmp(calc_fmt_group(189849.4, buf, sizeof buf), "189,849") == 0);
@@ -408,6 +503,10 @@ int main(int argc, char **argv) {
     RUN(roofline_picks_the_bound);
     RUN(parse_count);
     RUN(bad_options_rejected);
+    RUN(dist_one_process_is_the_decode_bound);
+    RUN(dist_tensor_parallel_by_hand);
+    RUN(dist_pipeline_by_hand);
+    RUN(dist_bad_options_rejected);
     RUN(formatting);
     return test_exit_code();
 }
