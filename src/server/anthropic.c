@@ -55,7 +55,8 @@ char *anthropic_error_json(const struct openai_error *e, size_t *len) {
 
 bool anthropic_path(const char *path) {
     static const char p[] = "/v1/messages";
-    return path && strncmp(path, p, sizeof p - 1) == 0 && (path[sizeof p - 1] == '\0' || path[sizeof p - 1] == '/');
+    return path && strncmp(path, p, sizeof p - 1) == 0 &&
+           (path[sizeof p - 1] == '\0' || path[sizeof p - 1] == '/');
 }
 
 /* ---- parsing ------------------------------------------------------------------------------------------ */
@@ -117,7 +118,8 @@ static bool text_add(struct text *t, const char *s) {
 
 /* A string or a list of text blocks {"type":"text","text"} (other keys, such as cache_control, ignored),
  * into t.  what names the value in errors. */
-static enum ci_status text_content(const cJSON *v, const char *what, struct text *t, struct openai_error *err) {
+static enum ci_status text_content(const cJSON *v, const char *what, struct text *t,
+                                   struct openai_error *err) {
     if (cJSON_IsString(v))
         return text_add(t, v->valuestring) ? CI_OK : nomem(err);
     if (!cJSON_IsArray(v))
@@ -127,9 +129,10 @@ static enum ci_status text_content(const cJSON *v, const char *what, struct text
     cJSON_ArrayForEach(b, v) {
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(b, "text");
         if (!cJSON_IsObject(b) || !is_type(b, "text") || !cJSON_IsString(text))
-            return bad(err, what, "'%s[%d]' must be a text block {\"type\": \"text\", \"text\": ...}%s", what, j,
-                       is_type(b, "image") || is_type(b, "document") ? " (images and documents are not supported)"
-                                                                       : "");
+            return bad(
+                err, what, "'%s[%d]' must be a text block {\"type\": \"text\", \"text\": ...}%s", what, j,
+                is_type(b, "image") || is_type(b, "document") ? " (images and documents are not supported)"
+                                                              : "");
         if (!text_add(t, text->valuestring))
             return nomem(err);
         j++;
@@ -169,7 +172,8 @@ static enum ci_status tool_call(const cJSON *b, const char *param, cJSON *calls,
         cJSON_Delete(c);
     ok = ok && cJSON_AddStringToObject(c, "id", id->valuestring) &&
          cJSON_AddStringToObject(c, "type", "function") && (f = cJSON_AddObjectToObject(c, "function")) &&
-         cJSON_AddStringToObject(f, "name", name->valuestring) && cJSON_AddStringToObject(f, "arguments", args);
+         cJSON_AddStringToObject(f, "name", name->valuestring) &&
+         cJSON_AddStringToObject(f, "arguments", args);
     cJSON_free(args);
     return ok ? CI_OK : nomem(err);
 }
@@ -186,7 +190,8 @@ static enum ci_status tool_result(const cJSON *b, const char *param, cJSON *out,
     struct text t = {0};
     char what[160];
     snprintf(what, sizeof what, "%s.content", param);
-    enum ci_status s = absent(content) ? (text_add(&t, "") ? CI_OK : nomem(err)) : text_content(content, what, &t, err);
+    enum ci_status s =
+        absent(content) ? (text_add(&t, "") ? CI_OK : nomem(err)) : text_content(content, what, &t, err);
     cJSON *m = s == CI_OK ? add_message(out, "tool", t.s ? t.s : "") : NULL;
     if (s == CI_OK && (!m || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring) ||
                        (cJSON_IsTrue(is_error) && !cJSON_AddTrueToObject(m, "is_error"))))
@@ -208,8 +213,9 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
         return bad(err, param, "'%s' must be a string", param);
     bool user = strcmp(role->valuestring, "user") == 0;
     if (!user && strcmp(role->valuestring, "assistant") != 0)
-        return bad(err, param, "'%s': role '%.32s' is not supported (user, assistant; the system prompt is "
-                               "the top-level 'system')",
+        return bad(err, param,
+                   "'%s': role '%.32s' is not supported (user, assistant; the system prompt is "
+                   "the top-level 'system')",
                    param, role->valuestring);
     snprintf(param, sizeof param, "messages[%d].content", i);
     if (cJSON_IsString(content))
@@ -231,7 +237,7 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
             s = bad(err, bp, "'%s' must be a content block with a string 'type'", bp);
         } else if (strcmp(type->valuestring, "text") == 0) {
             const cJSON *text = cJSON_GetObjectItemCaseSensitive(b, "text");
-            s = !cJSON_IsString(text)      ? bad(err, bp, "'%s.text' must be a string", bp)
+            s = !cJSON_IsString(text)              ? bad(err, bp, "'%s.text' must be a string", bp)
                 : !text_add(&t, text->valuestring) ? nomem(err)
                                                    : CI_OK;
         } else if (strcmp(type->valuestring, "tool_use") == 0) {
@@ -245,14 +251,16 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
                              strcmp(type->valuestring, "redacted_thinking") == 0)) {
             // an earlier turn's reasoning: templates drop it from the history anyway
         } else {
-            s = bad(err, bp, "'%s': content blocks of type '%.32s' are not supported (text, tool_use, tool_result)",
+            s = bad(err, bp,
+                    "'%s': content blocks of type '%.32s' are not supported (text, tool_use, tool_result)",
                     bp, type->valuestring);
         }
     }
     int n_calls = calls ? cJSON_GetArraySize(calls) : 0;
     if (s == CI_OK && (t.n_parts > 0 || (n_calls == 0 && n_results == 0) || !user)) {
-        // an assistant turn of tool calls alone has null content, as OpenAI clients send it
-        cJSON *m = add_message(out, role->valuestring, t.n_parts || n_calls == 0 ? (t.s ? t.s : "") : NULL);
+        // An assistant turn of tool calls alone gets content "" rather than null: templates such as Qwen3's
+        // apply string tests to every assistant content, and null fails them.
+        cJSON *m = add_message(out, role->valuestring, t.s ? t.s : "");
         if (!m)
             s = nomem(err);
         else if (n_calls && cJSON_AddItemToObject(m, "tool_calls", calls))
@@ -318,7 +326,8 @@ static enum ci_status parse_tools(const cJSON *root, struct anthropic_request *r
     return CI_OK;
 }
 
-static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_request *r, struct openai_error *err) {
+static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_request *r,
+                                        struct openai_error *err) {
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
     if (absent(tc))
         return CI_OK;
@@ -510,7 +519,8 @@ enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, co
         if ((s = one_message(msg, i++, arr, err)) != CI_OK)
             goto done;
     }
-    if ((s = parse_tools(root, out, chat, err)) != CI_OK || (s = parse_tool_choice(root, out, err)) != CI_OK ||
+    if ((s = parse_tools(root, out, chat, err)) != CI_OK ||
+        (s = parse_tool_choice(root, out, err)) != CI_OK ||
         (s = parse_sampling(root, count_only, q, err)) != CI_OK || (s = fill_messages(arr, q, err)) != CI_OK)
         goto done;
     if (!(out->chat_json = cJSON_PrintUnformatted(chat))) {
@@ -602,7 +612,8 @@ static cJSON *block_json(const struct anthropic_block *b) {
     cJSON *o = cJSON_CreateObject();
     bool ok = o != NULL;
     if (ok && b->type == ANTHROPIC_BLOCK_TEXT) {
-        ok = cJSON_AddStringToObject(o, "type", "text") && sse_add_string(o, "text", b->text ? b->text : "", b->len);
+        ok = cJSON_AddStringToObject(o, "type", "text") &&
+             sse_add_string(o, "text", b->text ? b->text : "", b->len);
     } else if (ok) {
         cJSON *input = cJSON_Parse(b->input_json ? b->input_json : "{}");
         ok = cJSON_AddStringToObject(o, "type", "tool_use") && add_or_null(o, "id", b->id) &&
@@ -685,7 +696,8 @@ static bool events_flush(struct events *ev, struct sse_buf *b) {
 /* {"type": type} plus, when given, "index": index. */
 static cJSON *event_object(const char *type, int index) {
     cJSON *o = cJSON_CreateObject();
-    if (!o || !cJSON_AddStringToObject(o, "type", type) || (index >= 0 && !cJSON_AddNumberToObject(o, "index", index))) {
+    if (!o || !cJSON_AddStringToObject(o, "type", type) ||
+        (index >= 0 && !cJSON_AddNumberToObject(o, "index", index))) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -702,8 +714,10 @@ bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info
         start = NULL;
     }
     events_add(&ev, "message_start", start);
-    cJSON *cb = event_object("content_block_start", 0), *block = cb ? cJSON_AddObjectToObject(cb, "content_block") : NULL;
-    if (!block || !cJSON_AddStringToObject(block, "type", "text") || !cJSON_AddStringToObject(block, "text", "")) {
+    cJSON *cb = event_object("content_block_start", 0),
+          *block = cb ? cJSON_AddObjectToObject(cb, "content_block") : NULL;
+    if (!block || !cJSON_AddStringToObject(block, "type", "text") ||
+        !cJSON_AddStringToObject(block, "text", "")) {
         cJSON_Delete(cb);
         cb = NULL;
     }

@@ -21,7 +21,12 @@
 
 #define ANTHROPIC_MAX_TOOLS 128 // tools in one request
 
-enum anthropic_tool_choice { ANTHROPIC_TOOL_AUTO, ANTHROPIC_TOOL_ANY, ANTHROPIC_TOOL_TOOL, ANTHROPIC_TOOL_NONE };
+enum anthropic_tool_choice {
+    ANTHROPIC_TOOL_AUTO,
+    ANTHROPIC_TOOL_ANY,
+    ANTHROPIC_TOOL_TOOL,
+    ANTHROPIC_TOOL_NONE
+};
 
 struct anthropic_request {
     // What the engine runs: messages with OpenAI roles (system, user, assistant, tool) and their text,

@@ -243,14 +243,14 @@ def test_round_trip(s):
           f"{j.get('usage') if ok else j} vs {len(want)} tokens of {ROUND_TRIP_PROMPT!r}")
     ref = completion(s, ROUND_TRIP_PROMPT, 6)
     check("round_trip_prompt_exact", ok and j["content"][0]["text"] == ref, f"{j} vs {ref!r}")
-    # tool_result content as a plain string, is_error, and an assistant turn of tool calls alone (null content)
+    # tool_result content as a plain string, is_error, and an assistant turn of tool calls alone (content "")
     body = {"messages": [
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "oops",
                                       "is_error": True}]}],
         "tools": [WEATHER], "tool_choice": {"type": "tool", "name": "get_weather"}}
-    prompt = "<user>Hi\n<assistant>(none) call t1 get_weather {}\n<tool>oops for t1\ntools: get_weather=Weather of a city\n<assistant>"
+    prompt = "<user>Hi\n<assistant> call t1 get_weather {}\n<tool>oops for t1\ntools: get_weather=Weather of a city\n<assistant>"
     st, _, j = post(s, "/v1/messages/count_tokens", dict({"model": NAME}, **body))
     check("round_trip_tool_calls_only", st == 200 and j.get("input_tokens") == len(tokens(s, prompt)), f"{st} {j}")
 
