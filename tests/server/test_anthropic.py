@@ -22,6 +22,8 @@ import json
 import os
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_util  # noqa: E402
@@ -122,11 +124,11 @@ def parse_events(text):
     return out
 
 
-def stream(s, body):
+def stream(s, body, key=KEY):
     c = s.conn(60)
     try:
         c.request("POST", "/v1/messages", body=json.dumps(dict({"model": NAME, "stream": True}, **body)).encode(),
-                  headers={"Content-Type": "application/json", "x-api-key": KEY})
+                  headers=dict({"Content-Type": "application/json"}, **({"x-api-key": key} if key else {})))
         r = c.getresponse()
         return r.status, r.getheader("Content-Type"), r.read().decode()
     finally:
@@ -309,6 +311,53 @@ def test_errors(s):
     check("error_wrong_method", is_anthropic_error(st, j, 405, "invalid_request_error"), f"{st} {j}")
 
 
+def test_sigterm_in_flight():
+    """SIGTERM with a stream and a non-streaming request running: the stream ends with an error event
+    (Anthropic's shape, after the events so far), the other answers 503 overloaded_error."""
+    s = Server()
+    long = {"model": s_name(s), "max_tokens": 1500, "messages": [{"role": "user", "content": "Hi"}],
+            "grammar": "root ::= [a-z]{1500}"}  # nothing can end it early
+    results = [None, None]
+
+    def streamer():
+        try:
+            results[0] = stream(s, dict(long, model=long["model"]), key=None)
+        except Exception as e:  # noqa: BLE001
+            results[0] = e
+
+    def plain():
+        try:
+            results[1] = message(s, long, key=None)
+        except Exception as e:  # noqa: BLE001
+            results[1] = e
+
+    threads = [threading.Thread(target=streamer), threading.Thread(target=plain)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and s.metrics().get("cinfer:num_requests_running", 0) < 2:
+        time.sleep(0.01)
+    rc, _ = s.stop()
+    for t in threads:
+        t.join(10)
+    check("sigterm_exit_0", rc == 0, f"exit {rc}")
+    r1 = results[1]
+    check("sigterm_answers_overloaded", isinstance(r1, tuple) and is_anthropic_error(r1[0], r1[2], 503,
+                                                                                     "overloaded_error"), repr(r1)[:300])
+    r0 = results[0]
+    ok = isinstance(r0, tuple) and r0[0] == 200
+    ev = parse_events(r0[2]) if ok else []
+    names = [n for n, _ in ev]
+    check("sigterm_stream_error_event", ok and names[:3] == ["message_start", "content_block_start", "ping"]
+          and names[-1] == "error" and "message_stop" not in names
+          and is_anthropic_error(500, ev[-1][1], 500, "api_error"), repr(r0)[:300] + repr(ev[-2:]))
+
+
+def s_name(s):
+    st, _, j = s.json("GET", "/v1/models")
+    return j["data"][0]["id"]
+
+
 def main():
     if not setup_ok("anthropic"):
         return 1
@@ -328,6 +377,7 @@ def main():
         finally:
             rc, _ = s.stop()
         check("server_exit", rc == 0, f"exit {rc}")
+    test_sigterm_in_flight()
     server_util.check_no_sanitizer_report("no_sanitizer_report")
     print(f"{server_util.failures} failure(s)")
     return 1 if server_util.failures else 0
