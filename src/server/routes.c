@@ -439,10 +439,10 @@ static long long gen_completion_tokens(const struct gen *g) {
 }
 
 static bool gen_end(struct gen *g) {
-    if (g->anthropic) {
+    if (g->anthropic) { // after an error event the stream just ends
         struct anthropic_info info;
         g->ended = true;
-        return gen_anthropic_info(g, false, &info) && anthropic_stream_end(&g->out, &info);
+        return g->any_failed || (gen_anthropic_info(g, false, &info) && anthropic_stream_end(&g->out, &info));
     }
     if (g->q.include_usage) {
         struct sse_head h = gen_head(g, true);

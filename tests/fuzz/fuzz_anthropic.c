@@ -49,7 +49,8 @@ static void check_request(const struct anthropic_request *a, bool count_only) {
     const struct openai_request *q = &a->q;
     const struct cinfer_sampling *s = &q->sampling;
     FUZZ_CHECK(q->model && q->endpoint == OPENAI_CHAT && q->n == 1 && q->logprobs == -1, "request basics");
-    FUZZ_CHECK(count_only ? q->max_tokens == 0 && !q->stream : q->max_tokens >= 1 && q->max_tokens <= (1 << 30),
+    FUZZ_CHECK(count_only ? q->max_tokens == 0 && !q->stream
+                          : q->max_tokens >= 1 && q->max_tokens <= (1 << 30),
                "max_tokens = %d", q->max_tokens);
     FUZZ_CHECK(isfinite(s->temperature) && s->temperature >= 0 && s->temperature <= 1 && s->top_p > 0 &&
                    s->top_p <= 1 && s->top_k >= 0,
@@ -70,11 +71,12 @@ static void check_request(const struct anthropic_request *a, bool count_only) {
     cJSON_ArrayForEach(m, msgs) {
         const char *role = q->messages[i].role, *content = q->messages[i].content;
         FUZZ_CHECK(role && content, "message %d: NULL field", i);
-        FUZZ_CHECK((i == 0 && !strcmp(role, "system")) || !strcmp(role, "user") || !strcmp(role, "assistant") ||
-                       !strcmp(role, "tool"),
+        FUZZ_CHECK((i == 0 && !strcmp(role, "system")) || !strcmp(role, "user") ||
+                       !strcmp(role, "assistant") || !strcmp(role, "tool"),
                    "message %d: role '%s'", i, role);
         FUZZ_CHECK(str(m, "role") && !strcmp(str(m, "role"), role), "message %d: roles differ", i);
-        FUZZ_CHECK(str(m, "content") && !strcmp(str(m, "content"), content), "message %d: contents differ", i);
+        FUZZ_CHECK(str(m, "content") && !strcmp(str(m, "content"), content), "message %d: contents differ",
+                   i);
         if (!strcmp(role, "tool"))
             FUZZ_CHECK(str(m, "tool_call_id") && *str(m, "tool_call_id"), "message %d: no tool_call_id", i);
         const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
@@ -82,7 +84,8 @@ static void check_request(const struct anthropic_request *a, bool count_only) {
         cJSON_ArrayForEach(c, calls) {
             const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
             cJSON *args = str(f, "arguments") ? cJSON_Parse(str(f, "arguments")) : NULL;
-            FUZZ_CHECK(str(c, "id") && str(f, "name") && cJSON_IsObject(args), "message %d: a bad tool call", i);
+            FUZZ_CHECK(str(c, "id") && str(f, "name") && cJSON_IsObject(args), "message %d: a bad tool call",
+                       i);
             cJSON_Delete(args);
         }
         i++;
@@ -148,10 +151,15 @@ static void check_answer(const struct anthropic_request *a, const char *text, si
     FUZZ_CHECK(anthropic_output_blocks(a, text, len, &b, &n) && n >= 1, "no content blocks");
     int stop = anthropic_matched_stop(text, len, a->q.stop, a->q.n_stop);
     FUZZ_CHECK(stop >= -1 && stop < a->q.n_stop, "matched stop %d", stop);
-    struct anthropic_info info = {"msg_0", a->q.model, anthropic_stop_reason("stop", stop >= 0, false),
-                                  stop >= 0 ? a->q.stop[stop] : NULL, 7, 9};
+    struct anthropic_info info = {"msg_0",
+                                  a->q.model,
+                                  anthropic_stop_reason("stop", stop >= 0, false),
+                                  stop >= 0 ? a->q.stop[stop] : NULL,
+                                  7,
+                                  9};
     cJSON *m = anthropic_message(&info, b, n);
-    FUZZ_CHECK(m && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content")) == n, "message object");
+    FUZZ_CHECK(m && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content")) == n,
+               "message object");
     check_json_strings(m);
     cJSON_Delete(m);
     anthropic_blocks_free(b, n);
