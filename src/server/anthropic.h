@@ -42,7 +42,8 @@ struct anthropic_request {
 };
 
 /* Parses a /v1/messages body (len bytes, body[len] == NUL); count_only: a count_tokens body, where
- * max_tokens and stream are not read.  CI_ERR_INVALID with err (400, the parameter named) on bad JSON, a
+ * max_tokens and stream are not read.  Also read: llama.cpp's "grammar" (GBNF), as on /v1/chat/completions.
+ * CI_ERR_INVALID with err (400, the parameter named) on bad JSON, a
  * missing or bad field, or an unsupported content block (image, document, ...); CI_ERR_NOMEM (500). */
 enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, const struct openai_limits *lim,
                                struct anthropic_request *out, struct openai_error *err);
@@ -73,8 +74,11 @@ struct anthropic_block {
 /* THE HOOK from generated text to content blocks: the assistant's text → the answer's content blocks.
  * Today it returns one text block holding the whole text.  A tool-call output parser (the model's own
  * format: Hermes <tool_call>, Llama 3 JSON, ...) plugs in here and returns TOOL_USE blocks (with a text
- * block for any text around them); the caller then answers stop_reason "tool_use".  The request (its tools
- * and tool_choice) says what may be called.  false: out of memory. */
+ * block for any text around them); the caller then answers stop_reason "tool_use".  The request says what
+ * may be called: n_tools, tool_choice, tool_name, and the tools themselves in chat_json's "tools" (r->q may
+ * be empty here: the server moves it into the generation).  A streamed answer's text deltas bypass this
+ * hook today (routes.c on_event); a streaming parser would emit tool_use blocks there (content_block_start
+ * with the block, input_json_delta deltas).  false: out of memory. */
 bool anthropic_output_blocks(const struct anthropic_request *r, const char *text, size_t len,
                              struct anthropic_block **out, int *n);
 void anthropic_blocks_free(struct anthropic_block *b, int n);
