@@ -1,9 +1,10 @@
 // `cinfer serve` through the official Anthropic SDK for Node (the pinned npm package @anthropic-ai/sdk; this
-// version sends the key as Authorization: Bearer, test_anthropic.py covers x-api-key): messages.create (the message object, stop reasons max_tokens and
-// stop_sequence), messages.stream (the SDK parses the event stream; its text events joined and its final
-// message equal the non-streamed answer at temperature 0), messages.countTokens (equal to the answer's
-// usage.input_tokens), a tool_use -> tool_result round trip with tools, and the SDK's error classes for the
-// server's Anthropic-shaped errors.  Prints PASS/FAIL lines.
+// version sends the key as Authorization: Bearer, test_anthropic.py covers x-api-key): messages.create (the
+// message object, stop reasons max_tokens and stop_sequence), messages.stream (the SDK parses the event
+// stream; its text events joined and its final message equal the non-streamed answer at temperature 0),
+// messages.countTokens (equal to the answer's usage.input_tokens), a tool_use -> tool_result round trip
+// through a real template, and the SDK's error classes for the server's Anthropic-shaped errors.  Prints
+// PASS/FAIL lines.
 //   node tests/server/anthropic_sdk.mjs SDK_DIR BASE_URL API_KEY MODEL_NAME [NPM_DIR TEMPLATE]
 // NPM_DIR (scripts/llamacpp-setup.sh's, for @huggingface/jinja) and TEMPLATE (the server's
 // --chat-template-file): the real-template round trip runs only with both.
