@@ -670,6 +670,8 @@ TEST(cors) {
     CHECK(strcmp(header(&r, "Access-Control-Allow-Origin", v, sizeof v), "https://example.test") == 0);
     CHECK(strstr(header(&r, "Access-Control-Allow-Methods", v, sizeof v), "POST") != NULL);
     CHECK(strstr(header(&r, "Access-Control-Allow-Headers", v, sizeof v), "Authorization") != NULL);
+    CHECK(strstr(header(&r, "Access-Control-Allow-Headers", v, sizeof v), "x-api-key") !=
+          NULL); // Anthropic clients
     request(http_server_port(s), "GET", "/get", NULL, NULL, 0, false, &r);
     CHECK(r.status == 200 &&
           strcmp(header(&r, "Access-Control-Allow-Origin", v, sizeof v), "https://example.test") == 0);
