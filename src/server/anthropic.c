@@ -82,6 +82,11 @@ static enum ci_status nomem(struct openai_error *err) {
     return CI_ERR_NOMEM;
 }
 
+static const char *str_of(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
 static bool is_type(const cJSON *block, const char *type) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(block, "type");
     return cJSON_IsString(t) && strcmp(t->valuestring, type) == 0;
@@ -519,6 +524,17 @@ enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, co
         if ((s = one_message(msg, i++, arr, err)) != CI_OK)
             goto done;
     }
+    // A final assistant turn of text is a prefill: the answer continues it (anthropic.h).
+    cJSON *last = cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 1);
+    const char *role = str_of(last, "role"), *content = str_of(last, "content");
+    if (role && strcmp(role, "assistant") == 0 && content &&
+        !cJSON_GetObjectItemCaseSensitive(last, "tool_calls")) {
+        if (content[0] && !(out->prefill = ci_strdup(content))) {
+            s = nomem(err);
+            goto done;
+        }
+        cJSON_DeleteItemFromArray(arr, cJSON_GetArraySize(arr) - 1);
+    }
     if ((s = parse_tools(root, out, chat, err)) != CI_OK ||
         (s = parse_tool_choice(root, out, err)) != CI_OK ||
         (s = parse_sampling(root, count_only, q, err)) != CI_OK || (s = fill_messages(arr, q, err)) != CI_OK)
@@ -540,6 +556,7 @@ void anthropic_request_deinit(struct anthropic_request *r) {
     openai_request_deinit(&r->q);
     cJSON_free(r->chat_json);
     ci_free(r->tool_name);
+    ci_free(r->prefill);
     memset(r, 0, sizeof *r);
 }
 

@@ -36,6 +36,10 @@ struct anthropic_request {
     // "messages" are parallel to q.messages.
     char *chat_json;
     size_t chat_json_len;
+    // The final assistant message's text (Anthropic's prefill), taken out of the conversation: the prompt is
+    // the template's with the generation prompt, then this text, and the answer continues it.  NULL when
+    // the conversation ends with a user turn (or with an assistant turn of tool calls, kept as a message).
+    char *prefill;
     int n_tools;
     enum anthropic_tool_choice tool_choice; // ANTHROPIC_TOOL_AUTO when absent
     char *tool_name;                        // tool_choice {"type":"tool","name"}, else NULL

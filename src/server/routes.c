@@ -638,6 +638,24 @@ static bool take_request_slot(struct routes *r, struct openai_error *oe) {
     return false;
 }
 
+/* /v1/messages: the rendered prompt followed by the request's prefill (anthropic.h), replacing *prompt.
+ * false: out of memory (oe filled). */
+static bool add_prefill(const struct anthropic_request *a, char **prompt, struct openai_error *oe) {
+    if (!a->prefill)
+        return true;
+    size_t n = strlen(*prompt), k = strlen(a->prefill);
+    char *both = ci_malloc(n + k + 1);
+    if (!both) {
+        openai_error_set(oe, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    memcpy(both, *prompt, n);
+    memcpy(both + n, a->prefill, k + 1);
+    ci_free(*prompt);
+    *prompt = both;
+    return true;
+}
+
 /* Parses, tokenizes and submits; on failure fills oe and returns NULL.  a: a parsed /v1/messages request
  * (taken, even on failure), run as a chat request whose template sees a->chat_json; NULL: parse req. */
 static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const struct http_request *req,
@@ -730,6 +748,8 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         if (g->chat) {
             if ((s = apply_template(r, &chat_req, q->messages, q->n_messages, true, &prompt, oe)) !=
                 CINFER_OK)
+                goto fail;
+            if (g->anthropic && !add_prefill(&g->a, &prompt, oe))
                 goto fail;
             s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
             use = ids;
@@ -910,6 +930,8 @@ static void on_count_tokens(void *app, const struct http_request *req, struct ht
     cinfer_token *ids = NULL;
     int n = 0;
     enum cinfer_status s = apply_template(r, &chat_req, a.q.messages, a.q.n_messages, true, &prompt, &oe);
+    if (s == CINFER_OK && !add_prefill(&a, &prompt, &oe))
+        s = CINFER_ERR_NOMEM;
     if (s == CINFER_OK && (s = tokenize(r, prompt, true, &ids, &n, &ce)) != CINFER_OK)
         openai_error_from_status(&oe, s, ce.message);
     if (s != CINFER_OK) {

@@ -103,6 +103,7 @@ static void check_request(const struct anthropic_request *a, bool count_only) {
     }
     FUZZ_CHECK((a->tool_choice == ANTHROPIC_TOOL_TOOL) == (a->tool_name != NULL) && (!a->tool_name || named),
                "tool_choice");
+    FUZZ_CHECK(!a->prefill || a->prefill[0], "an empty prefill");
     cJSON_Delete(chat);
 }
 

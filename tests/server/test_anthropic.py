@@ -9,6 +9,7 @@ Anthropic's published wire format, written here from the API reference (never fr
   tool_result -> a "tool" message with tool_call_id, tools -> function tools): the expected prompt is written
   by hand; the request must cost exactly /tokenize's count of that prompt (usage.input_tokens and
   count_tokens) and, at temperature 0, generate exactly what /v1/completions generates from that prompt;
+- an assistant prefill (a final assistant turn of text): the prompt ends with it and the answer continues it;
 - stop reasons: max_tokens, stop_sequence (with the sequence, the text cut before its first occurrence, as
   the greedy text without stop sequences shows), end_turn (a grammar that completes);
 - streaming: the event sequence message_start, content_block_start, ping, content_block_delta*,
@@ -257,6 +258,21 @@ def test_round_trip(s):
     check("round_trip_tool_calls_only", st == 200 and j.get("input_tokens") == len(tokens(s, prompt)), f"{st} {j}")
 
 
+def test_prefill(s):
+    """A final assistant turn of text is a prefill: the prompt is the template's generation prompt followed
+    by that text, and the answer continues it (the prefill itself is not repeated)."""
+    body = {"messages": [{"role": "user", "content": "Tell me a story"},
+                         {"role": "assistant", "content": [{"type": "text", "text": "Once upon a"}]}]}
+    prompt = "<user>Tell me a story\n<assistant>Once upon a"
+    st, _, j = post(s, "/v1/messages/count_tokens", dict({"model": NAME}, **body))
+    want = len(tokens(s, prompt))
+    check("prefill_count_tokens", st == 200 and j == {"input_tokens": want}, f"{st} {j} vs {want}")
+    st, _, j = message(s, dict(body, max_tokens=6, temperature=0))
+    ref = completion(s, prompt, 6)
+    check("prefill_continues", st == 200 and j["content"][0]["text"] == ref and j["usage"]["input_tokens"] == want,
+          f"{st} {j} vs {ref!r}")
+
+
 def test_errors(s):
     base = dict(SIMPLE, max_tokens=4)
     cases = [
@@ -373,6 +389,7 @@ def main():
                 test_stream(s, *got)
             test_count_tokens(s)
             test_round_trip(s)
+            test_prefill(s)
             test_errors(s)
         finally:
             rc, _ = s.stop()
