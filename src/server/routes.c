@@ -172,7 +172,7 @@ struct gen {
     // with stop strings, the sampled tokens, to tell which stop string ended the generation.
     bool anthropic;
     struct anthropic_request a;
-    cinfer_token *out_ids; // [n_out_ids]
+    cinfer_token *out_ids; // [n_out_ids] the prompt's last token, then the sampled ones
     int n_out_ids, cap_out_ids;
 };
 
@@ -249,13 +249,20 @@ static bool anthropic_keep_token(struct gen *g, cinfer_token t) {
 static bool gen_anthropic_info(struct gen *g, bool tool_use, struct anthropic_info *info) {
     const struct choice *c = &g->ch[0];
     int stop = -1;
-    if (c->finish && strcmp(c->finish, "stop") == 0 && g->q.n_stop && g->n_out_ids) {
-        char *raw = NULL;
-        size_t n = 0;
-        if (cinfer_detokenize(g->r->m, g->out_ids, g->n_out_ids, true, &raw, &n, NULL) != CINFER_OK)
-            return false;
-        stop = anthropic_matched_stop(raw, n, g->q.stop, g->q.n_stop);
+    if (c->finish && strcmp(c->finish, "stop") == 0 && g->q.n_stop && g->n_out_ids > 1) {
+        // After the prompt's last token, as the text was streamed (token_text: a SentencePiece vocabulary
+        // drops a leading space at the start of a text).
+        char *head = NULL, *raw = NULL;
+        size_t n_head = 0, n = 0;
+        bool ok = cinfer_detokenize(g->r->m, g->out_ids, 1, true, &head, &n_head, NULL) == CINFER_OK &&
+                  cinfer_detokenize(g->r->m, g->out_ids, g->n_out_ids, true, &raw, &n, NULL) == CINFER_OK &&
+                  n >= n_head;
+        if (ok)
+            stop = anthropic_matched_stop(raw + n_head, n - n_head, g->q.stop, g->q.n_stop);
+        cinfer_free(head);
         cinfer_free(raw);
+        if (!ok)
+            return false;
     }
     *info = (struct anthropic_info){g->id,
                                     g->r->name,
@@ -793,6 +800,10 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         }
         g->prompt_tokens += n_ids;
         cinfer_token last = use[n_ids - 1];
+        if (g->anthropic && q->n_stop && !anthropic_keep_token(g, last)) {
+            openai_error_set(oe, 500, NULL, NULL, "out of memory");
+            goto fail;
+        }
         cinfer_free(ids);
         ids = NULL;
         ci_free(prompt);

@@ -271,6 +271,13 @@ def test_prefill(s):
     ref = completion(s, prompt, 6)
     check("prefill_continues", st == 200 and j["content"][0]["text"] == ref and j["usage"]["input_tokens"] == want,
           f"{st} {j} vs {ref!r}")
+    # A stop sequence right at the start, with the space its first token carries (a SentencePiece vocabulary
+    # drops that space when a text starts with the token): found, and nothing is answered before it.
+    seq = " " + ref.split()[0] if ref.startswith(" ") and ref.split() else None
+    if check("prefill_space_first", seq is not None, repr(ref)):
+        st, _, j = message(s, dict(body, max_tokens=6, temperature=0, stop_sequences=[seq]))
+        check("stop_sequence_at_start", st == 200 and j.get("stop_reason") == "stop_sequence"
+              and j.get("stop_sequence") == seq and j["content"][0]["text"] == "", f"{seq!r}: {j}")
 
 
 def test_errors(s):
