@@ -115,8 +115,8 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
          "ADDR  address to listen on (default 127.0.0.1: this host only)"},
         {"--port", NULL, ARG_INT, &c->port, 0, 65535, "N  port (default 8080; 0: any free port)"},
         {"--api-key", NULL, ARG_STR, &c->api_key, 0, 0,
-         "KEY  require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize (default: "
-         "$CINFER_API_KEY)"},
+         "KEY  require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on /v1/*, /tokenize, /detokenize "
+         "(default: $CINFER_API_KEY)"},
         {"--api-key-file", NULL, ARG_STR, &c->key_file, 0, 0, "FILE  the key from the first line of FILE"},
         {"--served-model-name", NULL, ARG_STR, &c->served, 0, 0,
          "NAME  model name of the API (default: the model's)"},

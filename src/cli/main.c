@@ -21,7 +21,10 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt and print TTFT/TBT/TPS/latency"},
-    {"serve", cmd_serve, "an OpenAI-compatible HTTP server with streaming, Prometheus metrics and a web UI"},
+    {"serve", cmd_serve,
+     "an OpenAI-compatible HTTP server (and Anthropic's /v1/messages) with streaming, Prometheus metrics and "
+     "a web "
+     "UI"},
     {"bench", cmd_bench_any, "benchmarks: policies (offline), serve (HTTP load), hw (machine), kernels"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"template", cmd_template, "render a Jinja chat template (a model's or a file's) with a conversation"},

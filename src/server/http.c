@@ -34,6 +34,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/mem.h"
+#include "server/anthropic.h"
 #include "server/openai.h"
 
 #define DRAIN_FACTOR 16 // over-limit bytes drained before the connection is dropped, × the limit
@@ -89,10 +90,11 @@ struct http_conn {
     const struct http_route *route;
     struct openai_error early; // early.status != 0: the answer is decided, the body is drained
     const char *allow;
-    bool options;  // a CORS preflight
-    bool complete; // the whole request is in
-    bool handled;  // the route's handler has run
-    char *body;    // [cap]
+    bool options;   // a CORS preflight
+    bool anthropic; // the path is /v1/messages or under it: errors in Anthropic's shape
+    bool complete;  // the whole request is in
+    bool handled;   // the route's handler has run
+    char *body;     // [cap]
     size_t len, cap;
     uint64_t content_length; // the Content-Length header (0 if absent)
     uint64_t drained;
@@ -270,6 +272,15 @@ static void wake_all(struct http_server *s) {
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Every byte of the key is compared whatever the token holds: the time depends on the key's length only. */
+static bool key_equal(const char *tok, const char *key) {
+    size_t n_tok = strlen(tok), n_key = strlen(key);
+    unsigned diff = n_tok != n_key;
+    for (size_t i = 0; i < n_key; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < n_tok ? tok[i] : 0);
+    return diff == 0;
+}
+
 bool http_auth_ok(const char *header, const char *key) {
     if (!key || !*key)
         return true;
@@ -278,12 +289,16 @@ bool http_auth_ok(const char *header, const char *key) {
     const char *tok = header + 7;
     while (*tok == ' ')
         tok++;
-    size_t n_tok = strlen(tok), n_key = strlen(key);
-    // Every byte of the key is compared whatever the token holds: the time depends on the key's length only.
-    unsigned diff = n_tok != n_key;
-    for (size_t i = 0; i < n_key; i++)
-        diff |= (unsigned char)key[i] ^ (unsigned char)(i < n_tok ? tok[i] : 0);
-    return diff == 0;
+    return key_equal(tok, key);
+}
+
+bool http_api_key_ok(const char *authorization, const char *x_api_key, const char *key) {
+    if (!key || !*key)
+        return true;
+    // Both are compared, so the time does not tell which header was checked.
+    bool bearer = http_auth_ok(authorization, key);
+    bool plain = x_api_key && key_equal(x_api_key, key);
+    return bearer || plain;
 }
 
 __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -335,7 +350,8 @@ static void add_headers(const struct http_server *s, struct MHD_Response *resp, 
     }
     if (s->allow_origin) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, s->allow_origin);
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                "Authorization, Content-Type, x-api-key, anthropic-version");
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     }
 }
@@ -431,7 +447,7 @@ static enum MHD_Result send_oom(struct http_server *s, struct MHD_Connection *mc
 
 static enum MHD_Result send_error(struct http_conn *c, const struct openai_error *e, const char *allow) {
     struct http_response r = {.status = e->status, .allow = allow};
-    r.body = openai_error_json(e, &r.body_len);
+    r.body = c->anthropic ? anthropic_error_json(e, &r.body_len) : openai_error_json(e, &r.body_len);
     if (!r.body) {
         r.status = 500;
         r.static_body = oom_body;
@@ -468,6 +484,7 @@ static void first_call(struct http_conn *c, const char *url, const char *method)
     const char *len_hdr = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     const struct http_route *r = c->route = find_route(s, url);
     c->content_length = len_hdr ? strtoull(len_hdr, NULL, 10) : 0;
+    c->anthropic = anthropic_path(url);
     if (!r) {
         openai_error_set(e, 404, NULL, "not_found", "no route %.64s %.200s", method, url);
     } else if (s->allow_origin && strcmp(method, "OPTIONS") == 0) {
@@ -477,11 +494,12 @@ static void first_call(struct http_conn *c, const char *url, const char *method)
         openai_error_set(e, 405, NULL, "method_not_allowed", "%.16s is not allowed on %.200s (allowed: %s)",
                          method, url, c->allow);
     } else if (r->auth && s->api_key &&
-               !http_auth_ok(
+               !http_api_key_ok(
                    MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
-                   s->api_key)) {
+                   MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key"), s->api_key)) {
         openai_error_set(e, 401, NULL, "invalid_api_key",
-                         "missing or wrong API key: send the header 'Authorization: Bearer <key>'");
+                         "missing or wrong API key: send the header 'Authorization: Bearer <key>' or "
+                         "'x-api-key: <key>'");
     } else if (c->content_length > s->o.max_body_bytes) {
         openai_error_set(e, 413, NULL, "request_too_large", "the request body is %s bytes, the limit is %zu",
                          len_hdr, s->o.max_body_bytes);

@@ -123,5 +123,8 @@ void http_waker_release(struct http_waker *w);
 /* A constant-time comparison of an Authorization header value with "Bearer <key>" (the scheme word is
  * case-insensitive).  Exposed for tests. */
 bool http_auth_ok(const char *header, const char *key);
+/* The API-key check of every route that needs it: an Authorization header "Bearer <key>" (OpenAI) or an
+ * x-api-key header "<key>" (Anthropic) holds the key; both compared in constant time.  NULL: absent. */
+bool http_api_key_ok(const char *authorization, const char *x_api_key, const char *key);
 
 #endif

@@ -20,6 +20,7 @@
 #include "core/base64.h"
 #include "core/clock.h"
 #include "core/mem.h"
+#include "server/anthropic.h"
 #include "server/openai.h"
 #include "server/sse.h"
 #include "server/webui.h"
@@ -50,16 +51,28 @@ static const char oom_body[] =
 static const char oom_events[] = "data: {\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                                  "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n";
 
-static void respond_error(struct http_response *res, const struct openai_error *e) {
+// The same for /v1/messages (anthropic.h).
+static const char anthropic_oom_body[] =
+    "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}";
+static const char anthropic_oom_events[] =
+    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of "
+    "memory\"}}\n\n";
+
+/* An error body, OpenAI's or (anthropic) Anthropic's. */
+static void respond_api_error(struct http_response *res, const struct openai_error *e, bool anthropic) {
     res->status = e->status;
     res->content_type = "application/json";
-    res->body = openai_error_json(e, &res->body_len);
+    res->body = anthropic ? anthropic_error_json(e, &res->body_len) : openai_error_json(e, &res->body_len);
     if (!res->body) {
         res->status = 500;
-        res->static_body = oom_body;
+        res->static_body = anthropic ? anthropic_oom_body : oom_body;
     }
     if (e->status == 429 || e->status == 503)
         res->retry_after_s = 1;
+}
+
+static void respond_error(struct http_response *res, const struct openai_error *e) {
+    respond_api_error(res, e, false);
 }
 
 static void respond_status(struct http_response *res, enum cinfer_status s, const char *message) {
@@ -155,6 +168,12 @@ struct gen {
     bool begun, ended;        // streaming: the opening chunks were written; [DONE] was written
     bool counted;             // holds one of the max_requests slots
     struct http_waker *waker; // the engine wakes the connection through it when an event is ready
+    // POST /v1/messages (anthropic.h): the request (q moved into g->q), answered in Anthropic's shapes;
+    // with stop strings, the sampled tokens, to tell which stop string ended the generation.
+    bool anthropic;
+    struct anthropic_request a;
+    cinfer_token *out_ids; // [n_out_ids] the prompt's last token, then the sampled ones
+    int n_out_ids, cap_out_ids;
 };
 
 static void gen_free(void *ctx) {
@@ -177,6 +196,8 @@ static void gen_free(void *ctx) {
     if (g->counted)
         atomic_fetch_sub(&g->r->n_inflight, 1);
     openai_request_deinit(&g->q);
+    anthropic_request_deinit(&g->a);
+    ci_free(g->out_ids);
     ci_free(g);
 }
 
@@ -204,6 +225,70 @@ static bool text_append(struct choice *c, const char *s, size_t n) {
     c->len += n;
     c->text[c->len] = '\0';
     return true;
+}
+
+/* /v1/messages: keeps a sampled token, to find the stop string that ended the generation.  false: out of
+ * memory. */
+static bool anthropic_keep_token(struct gen *g, cinfer_token t) {
+    if (g->n_out_ids == g->cap_out_ids) {
+        int cap = g->cap_out_ids ? g->cap_out_ids * 2 : 64;
+        cinfer_token *grown = ci_realloc(g->out_ids, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return false;
+        g->out_ids = grown;
+        g->cap_out_ids = cap;
+    }
+    g->out_ids[g->n_out_ids++] = t;
+    return true;
+}
+
+/* /v1/messages: the finished answer's id, stop_reason, stop_sequence and usage (tool_use: its content holds
+ * a tool_use block).  A "stop" finish with stop strings given is a stop sequence when one of them is in the
+ * generated tokens' text (the engine streams none of it), else the end of the model's turn.  false: out of
+ * memory. */
+static bool gen_anthropic_info(struct gen *g, bool tool_use, struct anthropic_info *info) {
+    const struct choice *c = &g->ch[0];
+    int stop = -1;
+    if (c->finish && strcmp(c->finish, "stop") == 0 && g->q.n_stop && g->n_out_ids > 1) {
+        // After the prompt's last token, as the text was streamed (token_text: a SentencePiece vocabulary
+        // drops a leading space at the start of a text).
+        char *head = NULL, *raw = NULL;
+        size_t n_head = 0, n = 0;
+        bool ok = cinfer_detokenize(g->r->m, g->out_ids, 1, true, &head, &n_head, NULL) == CINFER_OK &&
+                  cinfer_detokenize(g->r->m, g->out_ids, g->n_out_ids, true, &raw, &n, NULL) == CINFER_OK &&
+                  n >= n_head;
+        if (ok)
+            stop = anthropic_matched_stop(raw + n_head, n - n_head, g->q.stop, g->q.n_stop);
+        cinfer_free(head);
+        cinfer_free(raw);
+        if (!ok)
+            return false;
+    }
+    *info = (struct anthropic_info){g->id,
+                                    g->r->name,
+                                    anthropic_stop_reason(c->finish, stop >= 0, tool_use),
+                                    stop >= 0 ? g->q.stop[stop] : NULL,
+                                    g->prompt_tokens,
+                                    c->n_tokens};
+    return true;
+}
+
+/* /v1/messages: the message object, its content blocks from the generated text (anthropic_output_blocks). */
+static cJSON *anthropic_response(struct gen *g) {
+    const struct choice *c = &g->ch[0];
+    struct anthropic_block *b = NULL;
+    int n = 0;
+    bool tool_use = false;
+    cJSON *o = NULL;
+    struct anthropic_info info;
+    if (anthropic_output_blocks(&g->a, c->text ? c->text : "", c->len, &b, &n)) {
+        for (int i = 0; i < n; i++)
+            tool_use = tool_use || b[i].type == ANTHROPIC_BLOCK_TOOL_USE;
+        if (gen_anthropic_info(g, tool_use, &info))
+            o = anthropic_message(&info, b, n);
+    }
+    anthropic_blocks_free(b, n);
+    return o;
 }
 
 static struct sse_head gen_head(const struct gen *g, bool chunk) {
@@ -253,6 +338,8 @@ static bool emit_chunk(struct gen *g, int i, const char *text, size_t len, bool 
 static bool emit_error(struct gen *g, const char *message) {
     struct openai_error e;
     openai_error_set(&e, 500, NULL, NULL, "%s", message);
+    if (g->anthropic)
+        return anthropic_stream_error(&g->out, &e);
     char *json = openai_error_json(&e, NULL);
     bool ok = json && sse_buf_data(&g->out, json, strlen(json));
     ci_free(json);
@@ -280,12 +367,16 @@ static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
         if (ev->kind == CINFER_EVENT_TOKEN) {
             c->n_tokens++;
             c->last = ev->token;
+            if (g->anthropic && g->q.n_stop && !anthropic_keep_token(g, ev->token))
+                return false;
         }
         c->text_offset += (long long)ev->len;
         if (!g->streaming)
             return text_append(c, ev->text, ev->len);
         if (ev->len == 0 && !lp)
             return true; // held-back bytes (a partial character or stop string): nothing to say yet
+        if (g->anthropic)
+            return anthropic_stream_text(&g->out, ev->text, ev->len);
         return emit_chunk(g, i, ev->text, ev->len, false, lp, NULL);
     }
     case CINFER_EVENT_DONE:
@@ -300,7 +391,8 @@ static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
                      ev->kind == CINFER_EVENT_ERROR && ev->len ? ev->text : "the request was cancelled");
             return !g->streaming || emit_error(g, c->error);
         }
-        return !g->streaming || emit_chunk(g, i, g->chat ? NULL : "", 0, false, NULL, c->finish);
+        return !g->streaming || g->anthropic ||
+               emit_chunk(g, i, g->chat ? NULL : "", 0, false, NULL, c->finish);
     }
     return true;
 }
@@ -332,6 +424,10 @@ static bool gen_pump(struct gen *g, bool *progress) {
 
 /* Streaming: the chunks that open every choice (chat: the assistant role; completions: the echo). */
 static bool gen_begin(struct gen *g) {
+    if (g->anthropic) {
+        struct anthropic_info info = {g->id, g->r->name, NULL, NULL, g->prompt_tokens, 0};
+        return anthropic_stream_start(&g->out, &info);
+    }
     for (int i = 0; i < g->n_ch; i++) {
         const char *echo = g->echo ? g->echo[g->ch[i].stream] : NULL;
         if (g->chat && !emit_chunk(g, i, "", 0, true, NULL, NULL))
@@ -350,6 +446,11 @@ static long long gen_completion_tokens(const struct gen *g) {
 }
 
 static bool gen_end(struct gen *g) {
+    if (g->anthropic) { // after an error event the stream just ends
+        struct anthropic_info info;
+        g->ended = true;
+        return g->any_failed || (gen_anthropic_info(g, false, &info) && anthropic_stream_end(&g->out, &info));
+    }
     if (g->q.include_usage) {
         struct sse_head h = gen_head(g, true);
         cJSON *obj = sse_object(&h);
@@ -370,10 +471,12 @@ static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max
     for (;;) {
         if (sse_buf_pending(&g->out))
             return (ssize_t)sse_buf_take(&g->out, buf, max);
-        if (g->oom && g->oom_off < sizeof oom_events - 1) {
-            size_t n = sizeof oom_events - 1 - g->oom_off;
+        const char *oom = g->anthropic ? anthropic_oom_events : oom_events;
+        size_t oom_len = g->anthropic ? sizeof anthropic_oom_events - 1 : sizeof oom_events - 1;
+        if (g->oom && g->oom_off < oom_len) {
+            size_t n = oom_len - g->oom_off;
             n = n < max ? n : max;
-            memcpy(buf, oom_events + g->oom_off, n);
+            memcpy(buf, oom + g->oom_off, n);
             g->oom_off += n;
             return (ssize_t)n;
         }
@@ -384,7 +487,7 @@ static ssize_t gen_fill(void *ctx, struct http_conn *conn, char *buf, size_t max
             if (!http_conn_stopping(conn))
                 return HTTP_FILL_ERROR;
             // Shutting down: the client is still there, so end the stream properly (an error, then [DONE]).
-            if (!emit_error(g, "the server is shutting down") || !sse_buf_done(&g->out))
+            if (!emit_error(g, "the server is shutting down") || (!g->anthropic && !sse_buf_done(&g->out)))
                 g->oom = true;
             g->ended = true;
             continue;
@@ -542,13 +645,34 @@ static bool take_request_slot(struct routes *r, struct openai_error *oe) {
     return false;
 }
 
-/* Parses, tokenizes and submits; on failure fills oe and returns NULL. */
+/* /v1/messages: the rendered prompt followed by the request's prefill (anthropic.h), replacing *prompt.
+ * false: out of memory (oe filled). */
+static bool add_prefill(const struct anthropic_request *a, char **prompt, struct openai_error *oe) {
+    if (!a->prefill)
+        return true;
+    size_t n = strlen(*prompt), k = strlen(a->prefill);
+    char *both = ci_malloc(n + k + 1);
+    if (!both) {
+        openai_error_set(oe, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    memcpy(both, *prompt, n);
+    memcpy(both + n, a->prefill, k + 1);
+    ci_free(*prompt);
+    *prompt = both;
+    return true;
+}
+
+/* Parses, tokenizes and submits; on failure fills oe and returns NULL.  a: a parsed /v1/messages request
+ * (taken, even on failure), run as a chat request whose template sees a->chat_json; NULL: parse req. */
 static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const struct http_request *req,
-                             struct openai_error *oe) {
+                             struct anthropic_request *a, struct openai_error *oe) {
     struct gen *g = ci_calloc(1, sizeof *g);
     cinfer_token *ids = NULL;
     char *prompt = NULL;
     if (!g) {
+        if (a)
+            anthropic_request_deinit(a);
         openai_error_set(oe, 500, NULL, NULL, "out of memory");
         return NULL;
     }
@@ -556,8 +680,18 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
     g->chat = ep == OPENAI_CHAT;
     sse_buf_init(&g->out);
     struct openai_limits lim = {r->n_vocab, r->n_ctx};
-    if (openai_parse(ep, req->body, req->body_len, &lim, &g->q, oe) != CI_OK)
+    struct http_request chat_req = *req; // what the chat template reads its messages and tools from
+    if (a) {
+        g->anthropic = true;
+        g->a = *a;
+        g->q = a->q;
+        memset(&g->a.q, 0, sizeof g->a.q);
+        memset(a, 0, sizeof *a);
+        chat_req.body = g->a.chat_json;
+        chat_req.body_len = g->a.chat_json_len;
+    } else if (openai_parse(ep, req->body, req->body_len, &lim, &g->q, oe) != CI_OK) {
         goto fail;
+    }
     struct openai_request *q = &g->q;
     g->streaming = q->stream;
     if (!model_served(r, q->model, oe))
@@ -582,7 +716,11 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         goto fail;
     }
     uint64_t id_bits = splitmix64((uint64_t)ci_now_ns() ^ atomic_fetch_add(&r->next_id, 1) << 40);
-    snprintf(g->id, sizeof g->id, "%s-%016llx", g->chat ? "chatcmpl" : "cmpl", (unsigned long long)id_bits);
+    if (g->anthropic)
+        snprintf(g->id, sizeof g->id, "msg_%016llx", (unsigned long long)id_bits);
+    else
+        snprintf(g->id, sizeof g->id, "%s-%016llx", g->chat ? "chatcmpl" : "cmpl",
+                 (unsigned long long)id_bits);
     g->created = (long long)time(NULL);
 
     struct cinfer_request_options ro;
@@ -615,7 +753,10 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         enum cinfer_status s = CINFER_OK;
         const cinfer_token *use = NULL;
         if (g->chat) {
-            if ((s = apply_template(r, req, q->messages, q->n_messages, true, &prompt, oe)) != CINFER_OK)
+            if ((s = apply_template(r, &chat_req, q->messages, q->n_messages, true, &prompt, oe)) !=
+                CINFER_OK)
+                goto fail;
+            if (g->anthropic && !add_prefill(&g->a, &prompt, oe))
                 goto fail;
             s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
             use = ids;
@@ -650,6 +791,8 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
                         : !g->chat                      ? 16
                         : r->max_tokens_cap - n_ids > 0 ? r->max_tokens_cap - n_ids
                                                         : 1;
+        if (g->anthropic && ro.max_tokens > r->max_tokens_cap - n_ids) // Anthropic's max_tokens is a ceiling
+            ro.max_tokens = r->max_tokens_cap - n_ids > 0 ? r->max_tokens_cap - n_ids : 1;
         s = cinfer_engine_submit(r->e, use, n_ids, &ro, &g->streams[p], &ce);
         if (s != CINFER_OK) {
             openai_error_from_status(oe, s, ce.message);
@@ -657,6 +800,10 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         }
         g->prompt_tokens += n_ids;
         cinfer_token last = use[n_ids - 1];
+        if (g->anthropic && q->n_stop && !anthropic_keep_token(g, last)) {
+            openai_error_set(oe, 500, NULL, NULL, "out of memory");
+            goto fail;
+        }
         cinfer_free(ids);
         ids = NULL;
         ci_free(prompt);
@@ -703,7 +850,11 @@ static bool gen_poll(void *ctx, struct http_conn *conn, struct http_response *re
                 why = g->ch[i].error;
         struct openai_error oe;
         openai_error_set(&oe, !ok ? 500 : 503, NULL, NULL, "%s", why ? why : "the request failed");
-        respond_error(res, &oe);
+        respond_api_error(res, &oe, g->anthropic);
+    } else if (g->anthropic) {
+        respond_json(res, anthropic_response(g));
+        if (!res->body) // respond_json's out-of-memory answer is OpenAI's
+            res->static_body = anthropic_oom_body;
     } else {
         respond_json(res, gen_response(g));
     }
@@ -711,13 +862,11 @@ static bool gen_poll(void *ctx, struct http_conn *conn, struct http_response *re
 }
 
 static void handle_generate(struct routes *r, enum openai_endpoint ep, const struct http_request *req,
-                            struct http_response *res) {
-    if (!check_ready(r, res))
-        return;
+                            struct anthropic_request *a, struct http_response *res) {
     struct openai_error oe;
-    struct gen *g = gen_start(r, ep, req, &oe);
+    struct gen *g = gen_start(r, ep, req, a, &oe);
     if (!g) {
-        respond_error(res, &oe);
+        respond_api_error(res, &oe, a != NULL);
         return;
     }
     // Nothing waits on a thread: the engine's events wake the connection, which then reads them.
@@ -738,11 +887,79 @@ static void handle_generate(struct routes *r, enum openai_endpoint ep, const str
 }
 
 static void on_completions(void *app, const struct http_request *req, struct http_response *res) {
-    handle_generate(app, OPENAI_COMPLETIONS, req, res);
+    if (check_ready(app, res))
+        handle_generate(app, OPENAI_COMPLETIONS, req, NULL, res);
 }
 
 static void on_chat(void *app, const struct http_request *req, struct http_response *res) {
-    handle_generate(app, OPENAI_CHAT, req, res);
+    if (check_ready(app, res))
+        handle_generate(app, OPENAI_CHAT, req, NULL, res);
+}
+
+/* ---- the Anthropic Messages API (anthropic.h) --------------------------------------------------------- */
+
+/* Parses a /v1/messages body after the readiness and model checks; false with the error answered. */
+static bool anthropic_start(struct routes *r, const struct http_request *req, bool count_only,
+                            struct anthropic_request *a, struct http_response *res) {
+    struct openai_error oe;
+    if (!atomic_load(&r->ready)) {
+        openai_error_set(&oe, 503, NULL, NULL, "the model is loading");
+        respond_api_error(res, &oe, true);
+        return false;
+    }
+    struct openai_limits lim = {r->n_vocab, r->n_ctx};
+    if (anthropic_parse(req->body, req->body_len, count_only, &lim, a, &oe) != CI_OK) {
+        respond_api_error(res, &oe, true);
+        return false;
+    }
+    if (!model_served(r, a->q.model, &oe)) {
+        anthropic_request_deinit(a);
+        respond_api_error(res, &oe, true);
+        return false;
+    }
+    return true;
+}
+
+static void on_messages(void *app, const struct http_request *req, struct http_response *res) {
+    struct anthropic_request a;
+    if (anthropic_start(app, req, false, &a, res))
+        handle_generate(app, OPENAI_CHAT, req, &a, res);
+}
+
+/* {"input_tokens"}: the prompt's tokens, counted as /v1/messages counts them (usage.input_tokens). */
+static void on_count_tokens(void *app, const struct http_request *req, struct http_response *res) {
+    struct routes *r = app;
+    struct anthropic_request a;
+    if (!anthropic_start(r, req, true, &a, res))
+        return;
+    struct http_request chat_req = *req;
+    chat_req.body = a.chat_json;
+    chat_req.body_len = a.chat_json_len;
+    struct openai_error oe;
+    struct cinfer_error ce = {0};
+    char *prompt = NULL;
+    cinfer_token *ids = NULL;
+    int n = 0;
+    enum cinfer_status s = apply_template(r, &chat_req, a.q.messages, a.q.n_messages, true, &prompt, &oe);
+    if (s == CINFER_OK && !add_prefill(&a, &prompt, &oe))
+        s = CINFER_ERR_NOMEM;
+    if (s == CINFER_OK && (s = tokenize(r, prompt, true, &ids, &n, &ce)) != CINFER_OK)
+        openai_error_from_status(&oe, s, ce.message);
+    if (s != CINFER_OK) {
+        respond_api_error(res, &oe, true);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        if (o && !cJSON_AddNumberToObject(o, "input_tokens", n)) {
+            cJSON_Delete(o);
+            o = NULL;
+        }
+        respond_json(res, o);
+        if (!res->body)
+            res->static_body = anthropic_oom_body;
+    }
+    cinfer_free(ids);
+    ci_free(prompt);
+    anthropic_request_deinit(&a);
 }
 
 /* ---- the other endpoints ------------------------------------------------------------------------------ */
@@ -1139,6 +1356,8 @@ static const struct http_route table[] = {
     {"/v1/completions", "POST", true, on_completions},
     {"/v1/chat/completions", "POST", true, on_chat},
     {"/v1/embeddings", "POST", true, on_embeddings},
+    {"/v1/messages", "POST", true, on_messages},
+    {"/v1/messages/count_tokens", "POST", true, on_count_tokens},
     {"/tokenize", "POST", true, on_tokenize},
     {"/detokenize", "POST", true, on_detokenize},
 };

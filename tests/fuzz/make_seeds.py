@@ -264,6 +264,36 @@ def openai_seeds():
     put("openai", "nul-escape", req(1, b'{"messages": [{"role": "user", "content": "a\\u0000b"}]}'))
 
 
+def anthropic_seeds():
+    def req(head, body):
+        return bytes([head]) + (body if isinstance(body, bytes) else json.dumps(body).encode())
+
+    weather = {"name": "get_weather", "description": "Weather of a city",
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    put("anthropic", "message", req(0, {
+        "model": "m", "max_tokens": 64, "system": "Be brief.", "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+        "stop_sequences": ["\n\nHuman:", "END"], "stream": True, "metadata": {"user_id": "u1"},
+        "messages": [{"role": "user", "content": "Hi \u00e9"}, {"role": "assistant", "content": "Hello"},
+                     {"role": "user", "content": [{"type": "text", "text": "Weather?"}]}]}))
+    put("anthropic", "tool-round-trip", req(0, {
+        "model": "m", "max_tokens": 8, "system": [{"type": "text", "text": "Use tools."}], "tools": [weather],
+        "tool_choice": {"type": "tool", "name": "get_weather"},
+        "messages": [{"role": "user", "content": "Weather in Paris?"},
+                     {"role": "assistant", "content": [
+                         {"type": "thinking", "thinking": "hm", "signature": "x"},
+                         {"type": "text", "text": "Checking."},
+                         {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+                     {"role": "user", "content": [
+                         {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": False,
+                          "content": [{"type": "text", "text": "21 C"}]},
+                         {"type": "text", "text": "Thanks"}]}]}))
+    put("anthropic", "count-tokens", req(1, {"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                             "tools": [weather], "tool_choice": {"type": "any"}}))
+    put("anthropic", "image", req(0, {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}))
+    put("anthropic", "bad", req(0, b'{"model": "m", "messages": [{"role": "system", "content": "a\\u0000b"}]}'))
+
+
 def chat_seeds():
     def msgs(flags, items):
         return bytes([flags]) + b"\0".join(bytes([r]) + c.encode() for r, c in items)
@@ -299,5 +329,6 @@ if __name__ == "__main__":
     detok_seeds()
     stop_seeds()
     openai_seeds()
+    anthropic_seeds()
     chat_seeds()
     sse_seeds()

@@ -416,6 +416,33 @@ TEST(auth_ok_table) {
                        cases[i].key ? cases[i].key : "(none)", cases[i].want ? "accepted" : "refused");
 }
 
+/* Anthropic's "x-api-key: <key>" (the key itself, compared exactly) is accepted as well as the Bearer
+ * header: either one holding the key passes. */
+TEST(api_key_ok_table) {
+    static const struct {
+        const char *authorization, *x_api_key, *key;
+        bool want;
+    } cases[] = {
+        {NULL, "sk-123", "sk-123", true},
+        {"Bearer sk-123", NULL, "sk-123", true},
+        {"Bearer wrong", "sk-123", "sk-123", true},
+        {"Bearer sk-123", "wrong", "sk-123", true},
+        {NULL, "sk-1234", "sk-123", false},
+        {NULL, "sk-12", "sk-123", false},
+        {NULL, " sk-123", "sk-123", false},
+        {NULL, "Bearer sk-123", "sk-123", false},
+        {NULL, "SK-123", "sk-123", false},
+        {NULL, "", "sk-123", false},
+        {"Bearer wrong", "wrong", "sk-123", false},
+        {NULL, NULL, "sk-123", false},
+        {NULL, NULL, NULL, true},
+        {NULL, "x", "", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (http_api_key_ok(cases[i].authorization, cases[i].x_api_key, cases[i].key) != cases[i].want)
+            TEST_FAILF("case %zu: want %s", i, cases[i].want ? "accepted" : "refused");
+}
+
 static struct http_server *srv; // the shared server of the routing tests
 static int port;
 
@@ -643,6 +670,8 @@ TEST(cors) {
     CHECK(strcmp(header(&r, "Access-Control-Allow-Origin", v, sizeof v), "https://example.test") == 0);
     CHECK(strstr(header(&r, "Access-Control-Allow-Methods", v, sizeof v), "POST") != NULL);
     CHECK(strstr(header(&r, "Access-Control-Allow-Headers", v, sizeof v), "Authorization") != NULL);
+    CHECK(strstr(header(&r, "Access-Control-Allow-Headers", v, sizeof v), "x-api-key") !=
+          NULL); // Anthropic clients
     request(http_server_port(s), "GET", "/get", NULL, NULL, 0, false, &r);
     CHECK(r.status == 200 &&
           strcmp(header(&r, "Access-Control-Allow-Origin", v, sizeof v), "https://example.test") == 0);
@@ -691,6 +720,7 @@ int main(int argc, char **argv) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     mem0 = ci_mem_in_use();
     RUN(auth_ok_table);
+    RUN(api_key_ok_table);
     struct http_options o = options();
     if (!(srv = start(&o)))
         return 1;

@@ -1,0 +1,171 @@
+// `cinfer serve` through the official Anthropic SDK for Node (the pinned npm package @anthropic-ai/sdk; this
+// version sends the key as Authorization: Bearer, test_anthropic.py covers x-api-key): messages.create (the
+// message object, stop reasons max_tokens and stop_sequence), messages.stream (the SDK parses the event
+// stream; its text events joined and its final message equal the non-streamed answer at temperature 0),
+// messages.countTokens (equal to the answer's usage.input_tokens), a tool_use -> tool_result round trip
+// through a real template, and the SDK's error classes for the server's Anthropic-shaped errors.  Prints
+// PASS/FAIL lines.
+//   node tests/server/anthropic_sdk.mjs SDK_DIR BASE_URL API_KEY MODEL_NAME [NPM_DIR TEMPLATE]
+// NPM_DIR (scripts/llamacpp-setup.sh's, for @huggingface/jinja) and TEMPLATE (the server's
+// --chat-template-file): the real-template round trip runs only with both.
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [sdkDir, baseURL, apiKey, model, npmDir, templatePath] = process.argv.slice(2);
+const sdk = await import(pathToFileURL(path.join(sdkDir, "node_modules/@anthropic-ai/sdk/index.mjs")).href);
+const Anthropic = sdk.default;
+
+let failed = 0;
+function check(name, ok, why = "") {
+  if (ok) console.log(`PASS ${name}`);
+  else {
+    failed++;
+    console.log(`FAIL ${name}: ${why}`);
+  }
+}
+
+async function step(name, fn) {
+  try {
+    await fn();
+  } catch (e) {
+    check(name, false, `threw ${e && e.constructor && e.constructor.name}: ${e && e.message}`);
+  }
+}
+
+async function expectError(name, fn, cls, status, type) {
+  try {
+    await fn();
+    check(name, false, "no error");
+  } catch (e) {
+    const body = e && e.error;
+    check(name, e instanceof cls && e.status === status && body && body.type === "error" && body.error &&
+      body.error.type === type, `${e && e.constructor && e.constructor.name} status ${e && e.status}: ` +
+      `${JSON.stringify(body)} ${e && e.message}`);
+  }
+}
+
+const client = new Anthropic({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
+const conversation = {
+  model,
+  system: "You tell stories.",
+  messages: [{ role: "user", content: "Once upon a time" }],
+};
+let created = null;
+
+await step("sdk_create", async () => {
+  const m = await client.messages.create({ ...conversation, max_tokens: 24, temperature: 0 });
+  created = m;
+  check("sdk_create", m.type === "message" && m.role === "assistant" && m.model === model &&
+    m.id.startsWith("msg_") && m.content.length === 1 && m.content[0].type === "text" &&
+    typeof m.content[0].text === "string" && m.content[0].text.length > 0, JSON.stringify(m));
+  check("sdk_create_max_tokens", m.stop_reason === "max_tokens" && m.stop_sequence === null &&
+    m.usage.output_tokens === 24 && m.usage.input_tokens > 0, JSON.stringify(m));
+});
+
+await step("sdk_stream", async () => {
+  let text = "";
+  const types = [];
+  const stream = client.messages.stream({ ...conversation, max_tokens: 24, temperature: 0 });
+  stream.on("text", (t) => { text += t; });
+  stream.on("streamEvent", (ev) => { types.push(ev.type); });
+  const final = await stream.finalMessage();
+  const want = created ? created.content[0].text : null;
+  check("sdk_stream_text", text === want, `${JSON.stringify(text)} vs ${JSON.stringify(want)}`);
+  check("sdk_stream_final_message", final.id.startsWith("msg_") && final.content.length === 1 &&
+    final.content[0].type === "text" && final.content[0].text === want && final.stop_reason === "max_tokens" &&
+    final.usage.output_tokens === 24 && created && final.usage.input_tokens === created.usage.input_tokens,
+    JSON.stringify(final));
+  check("sdk_stream_events", types[0] === "message_start" && types[1] === "content_block_start" &&
+    types.at(-1) === "message_stop" && types.at(-2) === "message_delta" && types.at(-3) === "content_block_stop",
+    types.join(","));
+});
+
+await step("sdk_stop_sequence", async () => {
+  const full = created.content[0].text;
+  const words = full.split(/[^A-Za-z]+/).filter((w) => w.length >= 3);
+  const seq = words[1];
+  const cut = full.indexOf(seq);
+  const m = await client.messages.create({ ...conversation, max_tokens: 24, temperature: 0, stop_sequences: [seq] });
+  check("sdk_stop_sequence", m.stop_reason === "stop_sequence" && m.stop_sequence === seq &&
+    m.content[0].text === full.slice(0, cut), `${seq} in ${JSON.stringify(full)}: ${JSON.stringify(m)}`);
+  const stream = client.messages.stream({ ...conversation, max_tokens: 24, temperature: 0, stop_sequences: [seq] });
+  const final = await stream.finalMessage();
+  check("sdk_stream_stop_sequence", final.stop_reason === "stop_sequence" && final.stop_sequence === seq &&
+    final.content[0].text === full.slice(0, cut), JSON.stringify(final));
+});
+
+await step("sdk_count_tokens", async () => {
+  const c = await client.messages.countTokens(conversation);
+  check("sdk_count_tokens", created && c.input_tokens === created.usage.input_tokens,
+    `${JSON.stringify(c)} vs ${created && created.usage.input_tokens}`);
+});
+
+// With a real template (Qwen3's, from llama.cpp) and @huggingface/jinja: the prompt of the round trip is the
+// template rendered with the conversation in OpenAI's shape, written here by hand from the Messages API's
+// documented mapping (tool_use -> an assistant tool call whose arguments are the input as JSON text;
+// tool_result -> a "tool" message); it holds the tool result, and the server's prompt has exactly its tokens
+// (count_tokens) and, at temperature 0, the same continuation as /v1/completions of it.
+await step("sdk_real_template_round_trip", async () => {
+  if (!npmDir || !templatePath) return;
+  const fs = await import("node:fs");
+  const { Template } = await import(pathToFileURL(path.join(npmDir, "node_modules/@huggingface/jinja/dist/index.js")).href);
+  const schema = { type: "object", properties: { city: { type: "string" } }, required: ["city"] };
+  const tools = [{ name: "get_weather", description: "Weather of a city", input_schema: schema }];
+  const messages = [
+    { role: "user", content: "Weather in Paris?" },
+    { role: "assistant", content: [{ type: "text", text: "Let me check." },
+      { type: "tool_use", id: "toolu_01", name: "get_weather", input: { city: "Paris" } }] },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_01", content: [{ type: "text", text: "21 C and sunny" }] }] },
+  ];
+  const openaiShape = {
+    messages: [
+      { role: "system", content: "You tell stories." },
+      { role: "user", content: "Weather in Paris?" },
+      { role: "assistant", content: "Let me check.", tool_calls: [{ id: "toolu_01", type: "function",
+        function: { name: "get_weather", arguments: JSON.stringify({ city: "Paris" }) } }] },
+      { role: "tool", tool_call_id: "toolu_01", content: "21 C and sunny" },
+    ],
+    tools: [{ type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: schema } }],
+    add_generation_prompt: true,
+  };
+  const prompt = new Template(fs.readFileSync(templatePath, "utf8")).render(openaiShape);
+  check("sdk_real_template_has_tool_result", prompt.includes("<tool_response>\n21 C and sunny\n</tool_response>") &&
+    prompt.includes('{"name": "get_weather", "arguments": {"city":"Paris"}}'), JSON.stringify(prompt));
+  const post = async (p, body) => (await fetch(baseURL + p, { method: "POST", body: JSON.stringify(body),
+    headers: { "Content-Type": "application/json", Authorization: "Bearer " + apiKey } })).json();
+  const ref = await post("/tokenize", { prompt });
+  const c = await client.messages.countTokens({ model, system: "You tell stories.", tools, messages });
+  check("sdk_real_template_count_tokens", c.input_tokens === ref.count, `${JSON.stringify(c)} vs ${ref.count}`);
+  const m = await client.messages.create({ model, system: "You tell stories.", max_tokens: 8, temperature: 0, tools,
+    tool_choice: { type: "auto" }, messages });
+  const comp = await post("/v1/completions", { prompt, max_tokens: 8, temperature: 0 });
+  check("sdk_real_template_generation", m.usage.input_tokens === ref.count &&
+    m.content[0].text === comp.choices[0].text, `${JSON.stringify(m)} vs ${JSON.stringify(comp)}`);
+});
+
+await step("sdk_tool_round_trip", async () => {
+  if (!templatePath) return; // the built-in templates have no tool role
+  const tools = [{ name: "get_weather", description: "Weather of a city",
+    input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } }];
+  const messages = [
+    { role: "user", content: "Weather in Paris?" },
+    { role: "assistant", content: [{ type: "tool_use", id: "toolu_01", name: "get_weather", input: { city: "Paris" } }] },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_01", content: "21 C and sunny" }] },
+  ];
+  const m = await client.messages.create({ model, max_tokens: 4, temperature: 0, tools, tool_choice: { type: "auto" },
+    messages });
+  const c = await client.messages.countTokens({ model, tools, messages });
+  check("sdk_tool_round_trip", m.type === "message" && m.usage.input_tokens === c.input_tokens, JSON.stringify([m, c]));
+});
+
+await expectError("sdk_error_bad_request", () => client.messages.create({ model, max_tokens: 4, messages: [
+  { role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AAAA" } }] }] }),
+  sdk.BadRequestError, 400, "invalid_request_error");
+await expectError("sdk_error_not_found", () => client.messages.create({ ...conversation, model: "claude-x",
+  max_tokens: 4 }), sdk.NotFoundError, 404, "not_found_error");
+await expectError("sdk_error_authentication", () => new Anthropic({ baseURL, apiKey: "wrong", maxRetries: 0 })
+  .messages.create({ ...conversation, max_tokens: 4 }), sdk.AuthenticationError, 401, "authentication_error");
+await expectError("sdk_error_count_tokens", () => client.messages.countTokens({ model, messages: [] }),
+  sdk.BadRequestError, 400, "invalid_request_error");
+
+process.exit(failed ? 1 : 0);
