@@ -13,7 +13,7 @@
 
 #include "core/mem.h"
 
-#define NONE ((size_t)-1)
+#define NONE           ((size_t)-1)
 #define JSON_MAX_DEPTH 128
 
 /* ---- the result being built --------------------------------------------------------------------------- */
@@ -459,11 +459,25 @@ static void parse_mistral(const struct tool_parse_opts *o, struct res *r, const 
     }
 }
 
-#define DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define DS_CALLS_END   "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define DS_CALL_BEGIN  "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define DS_CALL_END    "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define DS_SEP         "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>"
+#define DS_CALLS_BEGIN                                                                                       \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                          \
+    "calls\xe2\x96\x81"                                                                                      \
+    "begin\xef\xbd\x9c>"
+#define DS_CALLS_END                                                                                         \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                          \
+    "calls\xe2\x96\x81"                                                                                      \
+    "end\xef\xbd\x9c>"
+#define DS_CALL_BEGIN                                                                                        \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                          \
+    "call\xe2\x96\x81"                                                                                       \
+    "begin\xef\xbd\x9c>"
+#define DS_CALL_END                                                                                          \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                          \
+    "call\xe2\x96\x81"                                                                                       \
+    "end\xef\xbd\x9c>"
+#define DS_SEP                                                                                               \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                          \
+    "sep\xef\xbd\x9c>"
 
 /* One DeepSeek call, t[0..n) between <｜tool▁call▁begin｜> and <｜tool▁call▁end｜>: R1's
  * "function<｜tool▁sep｜>NAME\n```json\n{...}\n```" or V3.1's "NAME<｜tool▁sep｜>{...}". */
@@ -791,7 +805,10 @@ enum tool_format tool_format_detect(const char *src, size_t len) {
         return TOOL_FORMAT_GENERIC;
     if (has(src, len, "<|channel|>") && has(src, len, "<|message|>"))
         return TOOL_FORMAT_HARMONY;
-    if (has(src, len, DS_CALLS_BEGIN) || has(src, len, "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin"))
+    if (has(src, len, DS_CALLS_BEGIN) || has(src, len,
+                                             "tool\xe2\x96\x81"
+                                             "calls\xe2\x96\x81"
+                                             "begin"))
         return TOOL_FORMAT_DEEPSEEK;
     if (has(src, len, "[TOOL_CALLS]"))
         return TOOL_FORMAT_MISTRAL;
@@ -846,10 +863,11 @@ static uint64_t mix(uint64_t x) {
 void tool_call_id(uint64_t seed, int i, char out[30]) {
     static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     memcpy(out, "call_", 5);
-    uint64_t h = mix(seed ^ mix((uint64_t)i + 1));
+    uint64_t h = 0;
     for (int k = 0; k < 24; k++) {
-        if (k == 12)
-            h = mix(h);
+        if (k % 8 ==
+            0) // 8 letters from each 64-bit draw (62^8 < 2^64: every letter is drawn from fresh bits)
+            h = mix(seed ^ mix(((uint64_t)i << 8 | (uint64_t)k) + 1));
         out[5 + k] = al[h % 62];
         h /= 62;
     }
