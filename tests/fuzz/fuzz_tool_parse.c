@@ -70,8 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         struct tool_parse_result p;
         FUZZ_CHECK(tool_parse(&o, text, n, &p) == CI_OK, "partial parse of %zu bytes failed", n);
         check_result(&p, n);
-        FUZZ_CHECK(prefix(&p, &f), "the partial result of %zu of %zu bytes is not a prefix of the final one", n,
-                   len);
+        FUZZ_CHECK(prefix(&p, &f), "the partial result of %zu of %zu bytes is not a prefix of the final one",
+                   n, len);
         tool_parse_result_free(&p);
     }
     tool_parse_result_free(&f);
