@@ -250,6 +250,15 @@ def openai_seeds():
     put("openai", "completion-tokens", req(4 * 3, {"prompt": [[1, 2, 3], [4]], "max_tokens": 1,
                                                    "presence_penalty": -2, "frequency_penalty": 2,
                                                    "repetition_penalty": 1.1}))
+    put("openai", "chat-tools", req(1, {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d",
+                                                    "parameters": {"type": "object", "properties": {}}}}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": False,
+        "reasoning_effort": "low"}))
     put("openai", "chat", req(1, {"model": "m", "messages": [
         {"role": "system", "content": "You are helpful."},
         {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
