@@ -302,9 +302,13 @@ static cJSON *call_object(const struct gen *g, int choice, int k, const struct t
 static bool message_add_parsed(const struct gen *g, int choice, cJSON *msg,
                                const struct tool_parse_result *p) {
     int n = answer_calls(g, p);
-    if (n > 0 && p->content_len == 0 &&
-        !cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", cJSON_CreateNull()))
-        return false;
+    if (n > 0 && p->content_len == 0) {
+        cJSON *null = cJSON_CreateNull();
+        if (!null || !cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", null)) {
+            cJSON_Delete(null);
+            return false;
+        }
+    }
     if (p->reasoning_len > 0 && !sse_add_string(msg, "reasoning_content", p->reasoning, p->reasoning_len))
         return false;
     if (n == 0)
@@ -381,7 +385,11 @@ static bool emit_parsed(struct gen *g, int i, cJSON *lp, bool final) {
     for (; ok && c->sent_calls < n; c->sent_calls++) {
         int k = c->sent_calls;
         cJSON *head = call_object(g, i, k, &p.calls[k], true, true, "");
-        ok = head && emit_delta(g, i, "tool_calls", NULL, 0, head, lp, NULL);
+        if (!head) {
+            ok = false;
+            break;
+        }
+        ok = emit_delta(g, i, "tool_calls", NULL, 0, head, lp, NULL); // takes lp
         lp = NULL;
         cJSON *args = ok ? call_object(g, i, k, &p.calls[k], true, false, p.calls[k].arguments) : NULL;
         ok = ok && args && emit_delta(g, i, "tool_calls", NULL, 0, args, NULL, NULL);
