@@ -313,11 +313,22 @@ def main():
                            capture_output=True, text=True, timeout=30)
         check("reasoning_format_bad_flag", r.returncode == 2 and "--reasoning-format" in r.stderr, r.stderr)
 
-        if not os.path.exists(BUNDLE):
-            print(f"SKIP tools_real_templates: no llama.cpp bundle at {BUNDLE} (scripts/llamacpp-setup.sh)")
+        bundle = BUNDLE
+        if not os.path.exists(bundle) and "NPM_DIR" not in os.environ:
+            # the pinned packages, installed as tests/chat/test_templates.sh installs them (a no-op when cached)
+            r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "llamacpp-setup.sh")], capture_output=True,
+                               text=True, timeout=900)
+            if r.returncode == 0 and r.stdout.strip():
+                bundle = os.path.join(r.stdout.strip().splitlines()[-1], "node_modules", "node-llama-cpp", "llama",
+                                      "gitRelease.bundle")
+            elif r.returncode != 3:  # 3: node, npm or the registry is not there (an offline machine)
+                check("tools_llamacpp_setup", False, f"scripts/llamacpp-setup.sh exited {r.returncode}: "
+                      f"{r.stderr[-300:]}")
+        if not os.path.exists(bundle):
+            print(f"SKIP tools_real_templates: no llama.cpp bundle at {bundle} (scripts/llamacpp-setup.sh)")
         else:
             git = os.path.join(tmp, "llama.git")
-            subprocess.run(["git", "clone", "-q", "--bare", BUNDLE, git], check=True)
+            subprocess.run(["git", "clone", "-q", "--bare", bundle, git], check=True)
             for tname, name, raw, content, reasoning, calls, extra in REAL_CASES:
                 src = subprocess.run(["git", "--git-dir", git, "show", f"HEAD:models/templates/{tname}.jinja"],
                                      capture_output=True)
