@@ -256,6 +256,23 @@ def main():
         with Server("--chat-template-file", path) as srv:
             for case in HERMES_CASES:
                 run_case(srv, *case)
+            # n = 2 with logprobs and usage: each choice's deltas add up to its message, every token's logprob
+            # entry is streamed (on chunks whose text is held back too)
+            body = request(HERMES_CASES[2][1], n=2, logprobs=True, top_logprobs=2,
+                           stream_options={"include_usage": True})
+            st, _, j = srv.json("POST", "/v1/chat/completions", body)
+            st2, ev, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
+            ok = st == 200 and st2 == 200 and done
+            for idx in range(2 if ok else 0):
+                content, reasoning, calls, finish = assemble(
+                    [dict(e, choices=[c for c in e["choices"] if c["index"] == idx]) for e in ev])
+                m = j["choices"][idx]["message"]
+                ok = ok and not content and m["content"] is None and reasoning == m["reasoning_content"] and \
+                    [(c["name"], c["arguments"]) for c in calls] == \
+                    [(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"]] and finish == "tool_calls"
+            lp = sum(len(c["logprobs"]["content"]) for e in ev for c in e.get("choices", []) if c.get("logprobs"))
+            check("n2_logprobs_stream_equals", ok and lp == sum(len(c["logprobs"]["content"]) for c in j["choices"]) ==
+                  j["usage"]["completion_tokens"] and ev[-1].get("usage") == j["usage"], f"{lp} {j.get('usage')}")
             # the prompt opened <think>: the answer starts inside the reasoning
             run_case(srv, "hermes_opened_think", "weighing it\n</think>\n\nIt is sunny.", "It is sunny.",
                      "weighing it", [], {"chat_template_kwargs": {"open_think": True}})
