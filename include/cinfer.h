@@ -380,6 +380,10 @@ struct cinfer_request_options {
     // the text is a whole sentence of it, and a sample ends ("stop") when nothing more can follow.  An
     // invalid grammar fails the submit with CINFER_ERR_INVALID (or CINFER_ERR_LIMIT) naming the problem.
     const char *grammar;
+    // The text of special (control) tokens is part of the streamed text ("<|channel|>", "[TOOL_CALLS]"):
+    // for the servers' tool-call parsers, whose formats are made of such tokens.  End-of-generation tokens
+    // still end the text unseen.
+    bool render_special;
 };
 CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
 

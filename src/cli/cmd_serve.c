@@ -87,15 +87,18 @@ struct serve_config {
     const char *model_path, *tok_path, *served, *tmpl_name, *host, *api_key, *key_file, *max_body;
     const char *tmpl_file; // --chat-template-file
     const char *allow_origin;
+    const char *reasoning_format; // --reasoning-format
     int port, max_conn, max_conn_ip, timeout_s, request_timeout_s, http_threads, max_requests;
     // decided by serve_parse
     const char *tmpl;              // the canonical template name, when --chat-template was given
     char *key;                     // the API key or NULL (owned)
     struct cinfer_template *jinja; // the --chat-template-file template, parsed (owned)
+    char *jinja_src;               // and its text (owned)
+    size_t jinja_src_len;
     struct http_options http;
 };
 
-#define SERVE_N_SPECS 17
+#define SERVE_N_SPECS 18
 
 /* The flags of serve (before the shared engine flags), with their defaults set in c. */
 static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
@@ -143,6 +146,11 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
          "BYTES  request body limit; larger get 413 (default 1M)"},
         {"--allow-origin", NULL, ARG_STR, &c->allow_origin, 0, 0,
          "ORIGIN  send CORS headers allowing ORIGIN (default: none)"},
+        {"--reasoning-format", NULL, ARG_STR, &c->reasoning_format, 0, 0,
+         "deepseek|none  chat answers: a model's <think> block (or harmony's analysis channel) goes to "
+         "message.reasoning_content (deepseek, the default) or stays in the content (none).  Tool calls in "
+         "the model's own format (Hermes/Qwen, Llama 3, Mistral, gpt-oss, DeepSeek, JSON; told from the chat "
+         "template) become message.tool_calls when the request has tools"},
     };
     _Static_assert(CI_ARRAY_LEN(s) == SERVE_N_SPECS, "SERVE_N_SPECS counts the flags above");
     memcpy(specs, s, sizeof s);
@@ -185,6 +193,12 @@ static int serve_parse(int argc, char **argv, struct serve_config *c) {
         list_templates();
         return 2;
     }
+    if (c->reasoning_format && strcmp(c->reasoning_format, "none") != 0 &&
+        strcmp(c->reasoning_format, "deepseek") != 0 && strcmp(c->reasoning_format, "auto") != 0) {
+        fprintf(stderr, "cinfer serve: --reasoning-format: '%s' is not deepseek, auto or none\n",
+                c->reasoning_format);
+        return 2;
+    }
     if (c->tmpl_name && c->tmpl_file) {
         fprintf(stderr, "cinfer serve: give --chat-template or --chat-template-file, not both\n");
         return 2;
@@ -196,7 +210,8 @@ static int serve_parse(int argc, char **argv, struct serve_config *c) {
             return 2;
         struct cinfer_error err = {0};
         enum cinfer_status s = cinfer_template_parse(src, len, &c->jinja, &err);
-        ci_free(src);
+        c->jinja_src = src; // kept: the server reads its markers (tool-call format, <think>)
+        c->jinja_src_len = len;
         if (s != CINFER_OK) {
             fprintf(stderr, "cinfer serve: --chat-template-file %s: %s\n", c->tmpl_file, err.message);
             return s == CINFER_ERR_NOMEM ? 1 : 2;
@@ -307,6 +322,7 @@ int cmd_serve(int argc, char **argv) {
     int status = serve_parse(argc, argv, &c);
     if (status >= 0) {
         cinfer_template_free(c.jinja);
+        ci_free(c.jinja_src);
         ci_free(c.key);
         return status;
     }
@@ -358,8 +374,18 @@ int cmd_serve(int argc, char **argv) {
     if (!loaded)
         goto done;
     const char *tmpl = pick_template(&c, m, &model_jinja);
-    struct routes_config rc_cfg = {c.served, tmpl, c.max_requests, c.ea.o.max_seqs,
-                                   c.jinja ? c.jinja : model_jinja};
+    size_t model_src_len = 0;
+    const char *model_src = cinfer_model_chat_template(m, &model_src_len);
+    struct routes_config rc_cfg = {c.served,
+                                   tmpl,
+                                   c.max_requests,
+                                   c.ea.o.max_seqs,
+                                   c.jinja ? c.jinja : model_jinja,
+                                   c.jinja       ? c.jinja_src
+                                   : model_jinja ? model_src
+                                                 : NULL,
+                                   c.jinja ? c.jinja_src_len : model_src_len,
+                                   c.reasoning_format && strcmp(c.reasoning_format, "none") == 0};
     if (routes_ready(routes, m, e, &rc_cfg, &ce) != CI_OK) {
         fprintf(stderr, "cinfer serve: %s\n", ce.msg);
         goto done;
@@ -378,6 +404,7 @@ done:
     routes_free(routes);
     cinfer_template_free(model_jinja);
     cinfer_template_free(c.jinja);
+    ci_free(c.jinja_src);
     ci_free(c.key);
     if (rc == 0)
         fprintf(stderr, "cinfer serve: stopped\n");

@@ -272,6 +272,7 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.n_stop = o->n_stop;
     rp.ignore_eos = o->ignore_eos;
     rp.want_text = true;
+    rp.render_special = o->render_special;
     rp.logprobs = o->logprobs;
     if (o->grammar && o->grammar[0]) {
         rp.grammar = o->grammar;

@@ -46,6 +46,7 @@ struct engine_request {
     int n_stop;
     bool ignore_eos;
     bool want_text;
+    bool render_special;
     int logprobs;
     struct sampling_logit_bias *bias; // [sampling.n_logit_bias], the copy sampling.logit_bias points at
     enum engine_pooling pooling;      // NONE, or an embedding request
@@ -308,6 +309,7 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     r->ignore_eos = p->ignore_eos;
     r->logprobs = p->logprobs < 0 ? -1 : p->logprobs;
     r->want_text = p->want_text && !embed;
+    r->render_special = p->render_special;
     r->pooling = p->pooling;
     if (embed && !(r->embedding = ci_calloc((size_t)c->n_embd, sizeof *r->embedding)))
         goto nomem;
@@ -485,7 +487,7 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
     if (r->want_text || r->n_stop) {
         int32_t last = r->prompt[r->n_prompt - 1];
         bool at_start = r->n_prompt == 1 && last == tokenizer_bos(e->tok);
-        if ((st = detok_init(&q->detok, e->tok, at_start, false, err)))
+        if ((st = detok_init(&q->detok, e->tok, at_start, r->render_special, err)))
             goto fail;
         q->has_detok = true;
         if ((st = stop_matcher_init(&q->stop, (const char *const *)r->stop, r->n_stop,

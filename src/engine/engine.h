@@ -71,6 +71,7 @@ struct engine_request_params {
     int n_stop;
     bool ignore_eos;
     bool want_text;       // send detokenized text with each token (needs a tokenizer)
+    bool render_special;  // that text shows special tokens' text too
     int64_t t_arrival_ns; // when the request arrived (ci_now_ns clock); 0: now.  Latencies count from here.
     int logprobs; // -1: none; 0..ENGINE_MAX_LOGPROBS: the sampled token's log-probability and this many
                   // most likely alternatives per token (log-softmax of the raw logits; with a grammar, of

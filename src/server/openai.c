@@ -246,8 +246,11 @@ static enum ci_status content_parts(const cJSON *arr, const char *param, char **
     cJSON_ArrayForEach(p, arr) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
-        if (!cJSON_IsObject(p) || !cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
-            !cJSON_IsString(text))
+        if (cJSON_IsObject(p) && cJSON_IsString(type) && strcmp(type->valuestring, "text") != 0)
+            return bad(err, param,
+                       "'%s': part %d is of type '%.32s', which is not supported (only \"text\" parts are)",
+                       param, i, type->valuestring);
+        if (!cJSON_IsObject(p) || !cJSON_IsString(type) || !cJSON_IsString(text))
             return bad(err, param,
                        "'%s': part %d is not {\"type\": \"text\", \"text\": ...} (only text is supported)",
                        param, i);
@@ -280,6 +283,45 @@ static void messages_free(struct cinfer_chat_message *m, int n) {
     ci_free(m);
 }
 
+/* An assistant message's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}];
+ * their ids are added to ids[*n_ids] (pointers into the cJSON tree). */
+static enum ci_status check_tool_calls(const cJSON *calls, int i, const char ***ids, int *n_ids, int *cap,
+                                       struct openai_error *err) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+    if (!cJSON_IsArray(calls))
+        return bad(err, param, "'%s' must be an array of tool calls", param);
+    int k = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(c, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, k);
+        if (!cJSON_IsObject(c) || !cJSON_IsString(id) || !id->valuestring[0])
+            return bad(err, param, "'%s' must be an object with an \"id\" string", param);
+        if (!absent(type) && (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0))
+            return bad(err, param, "'%s': type must be \"function\"", param);
+        if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
+            return bad(err, param, "'%s' must have a function with a \"name\" string", param);
+        if (!absent(args) && !cJSON_IsString(args) && !cJSON_IsObject(args))
+            return bad(err, param, "'%s': function.arguments must be a string (JSON text)", param);
+        if (*n_ids == *cap) {
+            int nc = *cap ? *cap * 2 : 16;
+            const char **g = ci_realloc((void *)*ids, (size_t)nc * sizeof *g);
+            if (!g)
+                return nomem(err);
+            *ids = g;
+            *cap = nc;
+        }
+        (*ids)[(*n_ids)++] = id->valuestring;
+        k++;
+    }
+    return CI_OK;
+}
+
 static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_message **out, int *n_out,
                                      struct openai_error *err) {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "messages");
@@ -293,6 +335,8 @@ static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_messa
     struct cinfer_chat_message *m = ci_calloc((size_t)count, sizeof *m);
     if (!m)
         return nomem(err);
+    const char **call_ids = NULL; // every tool call id of the assistant messages so far
+    int n_ids = 0, cap_ids = 0;
     enum ci_status s = CI_OK;
     int i = 0;
     const cJSON *msg;
@@ -311,10 +355,39 @@ static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_messa
         const char *r = role->valuestring;
         if (strcmp(r, "developer") == 0) // OpenAI's newer name for the system role
             r = "system";
-        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0) {
-            s = bad(err, param, "'%s': role '%.32s' is not supported (system, developer, user, assistant)",
-                    param, role->valuestring);
+        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 &&
+            strcmp(r, "tool") != 0) {
+            s = bad(err, param,
+                    "'%s': role '%.32s' is not supported (system, developer, user, assistant, tool)", param,
+                    role->valuestring);
             goto fail;
+        }
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+        if (!absent(calls)) {
+            if (strcmp(r, "assistant") != 0) {
+                snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+                s = bad(err, param, "'%s': only assistant messages have tool calls", param);
+                goto fail;
+            }
+            if ((s = check_tool_calls(calls, i, &call_ids, &n_ids, &cap_ids, err)) != CI_OK)
+                goto fail;
+        }
+        if (strcmp(r, "tool") == 0) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
+            snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+            if (!cJSON_IsString(id)) {
+                s = bad(err, param, "'%s' is required for a tool message (the id of the call it answers)",
+                        param);
+                goto fail;
+            }
+            bool found = false;
+            for (int k = 0; k < n_ids && !found; k++)
+                found = strcmp(call_ids[k], id->valuestring) == 0;
+            if (!found) {
+                s = bad(err, param, "'%s': '%.64s' is the id of no tool call of an earlier assistant message",
+                        param, id->valuestring);
+                goto fail;
+            }
         }
         char *text = NULL;
         if ((s = dup_string(r, &text, err)) != CI_OK)
@@ -336,12 +409,134 @@ static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_messa
             goto fail;
         i++;
     }
+    ci_free((void *)call_ids);
     *out = m;
     *n_out = count;
     return CI_OK;
 fail:
+    ci_free((void *)call_ids);
     messages_free(m, count);
     return s;
+}
+
+/* ---- tools -------------------------------------------------------------------------------------------- */
+
+/* OpenAI's rule for function names: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'. */
+static bool function_name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n < 1 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+static const cJSON *tool_function(const cJSON *tools, const char *name) {
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+            return fn;
+    }
+    return NULL;
+}
+
+/* "tools", "tool_choice", "parallel_tool_calls" and "reasoning_effort". */
+static enum ci_status parse_tools(const cJSON *root, struct openai_request *r, struct openai_error *err) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    char param[64];
+    if (!absent(tools)) {
+        int count = cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : -1;
+        if (count < 0 || count > OPENAI_MAX_TOOLS)
+            return bad(err, "tools", "'tools' must be an array of at most %d tools", OPENAI_MAX_TOOLS);
+        int i = 0;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            snprintf(param, sizeof param, "tools[%d]", i);
+            if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0)
+                return bad(err, param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
+            snprintf(param, sizeof param, "tools[%d].function", i);
+            if (!cJSON_IsObject(fn))
+                return bad(err, param, "'%s' must be an object", param);
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            const cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
+            const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+            snprintf(param, sizeof param, "tools[%d].function.name", i);
+            if (!cJSON_IsString(name) || !function_name_ok(name->valuestring))
+                return bad(err, param, "'%s' is required: 1 to 64 letters, digits, '_' or '-'", param);
+            if (tool_function(tools, name->valuestring) != fn)
+                return bad(err, param, "'%s': another tool is named '%s' too", param, name->valuestring);
+            snprintf(param, sizeof param, "tools[%d].function.description", i);
+            if (!absent(desc) && !cJSON_IsString(desc))
+                return bad(err, param, "'%s' must be a string", param);
+            snprintf(param, sizeof param, "tools[%d].function.parameters", i);
+            if (!absent(params) && !cJSON_IsObject(params))
+                return bad(err, param, "'%s' must be a JSON Schema object", param);
+            i++;
+        }
+        r->n_tools = count;
+    }
+    r->tool_choice = r->n_tools > 0 ? OPENAI_TOOL_AUTO : OPENAI_TOOL_NONE;
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    if (cJSON_IsString(tc)) {
+        const char *v = tc->valuestring;
+        if (strcmp(v, "none") == 0)
+            r->tool_choice = OPENAI_TOOL_NONE;
+        else if (strcmp(v, "auto") == 0)
+            r->tool_choice = r->n_tools > 0 ? OPENAI_TOOL_AUTO : OPENAI_TOOL_NONE;
+        else if (strcmp(v, "required") == 0)
+            r->tool_choice = OPENAI_TOOL_REQUIRED;
+        else
+            return bad(err, "tool_choice",
+                       "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}");
+    } else if (!absent(tc)) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
+        const cJSON *name =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "function"), "name");
+        if (!cJSON_IsObject(tc) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 ||
+            !cJSON_IsString(name))
+            return bad(err, "tool_choice",
+                       "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}");
+        const cJSON *fn = r->n_tools > 0 ? tool_function(tools, name->valuestring) : NULL;
+        if (!fn)
+            return bad(err, "tool_choice",
+                       "'tool_choice' names the function '%.64s', which is not in 'tools'",
+                       name->valuestring);
+        r->tool_choice = OPENAI_TOOL_NAMED;
+        enum ci_status s = dup_string(name->valuestring, &r->tool_name, err);
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        if (s == CI_OK && cJSON_IsObject(params)) {
+            char *text = cJSON_PrintUnformatted(params);
+            if (!text)
+                return nomem(err);
+            s = dup_string(text, &r->tool_parameters, err);
+            cJSON_free(text);
+        }
+        if (s != CI_OK)
+            return s;
+    }
+    if (r->tool_choice == OPENAI_TOOL_REQUIRED && r->n_tools == 0)
+        return bad(err, "tool_choice", "'tool_choice' is \"required\" but the request has no 'tools'");
+    r->parallel_tool_calls = true;
+    enum ci_status s = get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, err);
+    if (s != CI_OK)
+        return s;
+    const cJSON *re = cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort");
+    if (!absent(re)) {
+        if (!cJSON_IsString(re) ||
+            (strcmp(re->valuestring, "low") != 0 && strcmp(re->valuestring, "medium") != 0 &&
+             strcmp(re->valuestring, "high") != 0))
+            return bad(err, "reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+        return dup_string(re->valuestring, &r->reasoning_effort, err);
+    }
+    return CI_OK;
 }
 
 /* ---- /v1/completions prompts -------------------------------------------------------------------------- */
@@ -535,8 +730,8 @@ enum ci_status openai_parse(enum openai_endpoint ep, const char *body, size_t le
         goto fail;
     if (ep == OPENAI_COMPLETIONS)
         s = parse_prompts(root, lim->n_vocab, out, err);
-    else
-        s = parse_messages(root, &out->messages, &out->n_messages, err);
+    else if ((s = parse_messages(root, &out->messages, &out->n_messages, err)) == CI_OK)
+        s = parse_tools(root, out, err);
     if (s != CI_OK)
         goto fail;
     int max_ctx = lim->n_ctx > 0 ? lim->n_ctx : 1;
@@ -601,6 +796,9 @@ void openai_request_deinit(struct openai_request *r) {
         ci_free(r->stop[i]);
     ci_free(r->logit_bias);
     ci_free(r->grammar);
+    ci_free(r->tool_name);
+    ci_free(r->tool_parameters);
+    ci_free(r->reasoning_effort);
     memset(r, 0, sizeof *r);
 }
 
@@ -625,6 +823,11 @@ enum ci_status openai_parse_tokenize(const char *body, size_t len, struct openai
         s = parse_messages(root, &out->messages, &out->n_messages, err);
     } else {
         s = bad(err, "prompt", "give 'prompt' (a string) or 'messages'");
+    }
+    if (s == CI_OK && out->messages) { // the tools go to the template: checked as for a chat request
+        struct openai_request tools = {0};
+        s = parse_tools(root, &tools, err);
+        openai_request_deinit(&tools);
     }
     if (s == CI_OK)
         s = get_bool(root, "add_special_tokens", &out->add_special, err);

@@ -25,8 +25,13 @@
 #define OPENAI_MAX_MESSAGES   1024      // chat messages
 #define OPENAI_MAX_GRAMMAR    (1 << 20) // bytes of a "grammar"
 #define OPENAI_MAX_INPUTS     256       // inputs in one /v1/embeddings request
+#define OPENAI_MAX_TOOLS      128       // function tools in one request
 
 enum openai_endpoint { OPENAI_COMPLETIONS, OPENAI_CHAT };
+
+/* "tool_choice": auto (the default with tools), none (the default without: the template does not see the
+ * tools and no call is parsed), required (at least one call), or one named function. */
+enum openai_tool_choice { OPENAI_TOOL_AUTO, OPENAI_TOOL_NONE, OPENAI_TOOL_REQUIRED, OPENAI_TOOL_NAMED };
 
 struct openai_prompt {
     char *text;        // a text prompt (NUL-terminated), or NULL for a token prompt
@@ -57,6 +62,14 @@ struct openai_request {
     struct cinfer_logit_bias *logit_bias; // [n_logit_bias]
     int n_logit_bias;
     char *grammar; // llama.cpp's "grammar": GBNF text (NULL when absent or empty); compiled by the engine
+    // chat: tools (validated: {"type":"function","function":{"name","description","parameters"}}, names
+    // unique; the template gets them as sent) and how the model may call them
+    int n_tools;
+    enum openai_tool_choice tool_choice;
+    char *tool_name;          // OPENAI_TOOL_NAMED: the function's name
+    char *tool_parameters;    // OPENAI_TOOL_NAMED: its "parameters" schema as JSON text (NULL: none given)
+    bool parallel_tool_calls; // default true
+    char *reasoning_effort;   // "low", "medium" or "high" (NULL when absent): passed to the template
 };
 
 /* {"prompt": "..."} or {"messages": [...], "add_generation_prompt"}, with "add_special_tokens". */

@@ -23,6 +23,7 @@
 #include "server/anthropic.h"
 #include "server/openai.h"
 #include "server/sse.h"
+#include "server/tool_parse.h"
 #include "server/webui.h"
 
 // The page is linked in only when the build found src/server/webui.html: without it, / answers 404.
@@ -38,7 +39,10 @@ struct routes {
     const struct cinfer_template *jinja; // the Jinja chat template, when there is one (the caller's)
     int max_requests, max_seqs;
     int n_ctx, n_vocab;
-    int max_tokens_cap; // the most tokens one sequence can hold: min(context, KV pool)
+    int max_tokens_cap;           // the most tokens one sequence can hold: min(context, KV pool)
+    enum tool_format tool_format; // how the model writes tool calls (from the template's text)
+    bool thinks;                  // the template writes <think> blocks
+    bool reasoning_none;          // --reasoning-format none
     atomic_int n_inflight;
     atomic_uint_fast64_t next_id;
 };
@@ -146,12 +150,18 @@ struct choice {
     long long text_offset; // bytes of the choice's text so far (echo included)
     cJSON *logprobs;       // non-streaming: every token's entry
     char error[256];
+    // parsed answers (gen.parse), streaming: how much of the partial result was sent
+    size_t sent_content, sent_reasoning;
+    int sent_calls;
 };
 
 struct gen {
     struct routes *r;
     struct openai_request q;
     bool chat, streaming;
+    bool parse;                     // chat: the text is split into content, reasoning and tool calls
+    struct tool_parse_opts popts;   // how (partial is set per call)
+    uint64_t id_bits;               // the request's random bits (call ids)
     struct cinfer_stream **streams; // [n_streams] one per prompt
     int n_streams;
     char **echo; // [n_streams] the prompt's text (completions with echo), or NULL
@@ -346,6 +356,142 @@ static bool emit_error(struct gen *g, const char *message) {
     return ok;
 }
 
+/* ---- parsed answers: content, reasoning and tool calls ------------------------------------------------ */
+
+/* The calls an answer reports: all, or the first alone when the request set parallel_tool_calls false. */
+static int answer_calls(const struct gen *g, const struct tool_parse_result *p) {
+    return !g->q.parallel_tool_calls && p->n_calls > 1 ? 1 : p->n_calls;
+}
+
+/* {"index": k, "id", "type": "function", "function": {"name", "arguments"}} (index only in a delta; with
+ * head false: {"index", "function": {"arguments"}}, a delta's later piece). */
+static cJSON *call_object(const struct gen *g, int choice, int k, const struct tool_call *c, bool delta,
+                          bool head, const char *args) {
+    char id[30];
+    tool_call_id(g->id_bits + (uint64_t)choice * 0x9E3779B97F4A7C15ull, k, id);
+    cJSON *o = cJSON_CreateObject(), *fn = NULL;
+    bool ok = o && (!delta || cJSON_AddNumberToObject(o, "index", k));
+    if (ok && head)
+        ok = cJSON_AddStringToObject(o, "id", id) && cJSON_AddStringToObject(o, "type", "function");
+    ok = ok && (fn = cJSON_AddObjectToObject(o, "function")) != NULL;
+    if (ok && head)
+        ok = sse_add_string(fn, "name", c->name, strlen(c->name));
+    ok = ok && sse_add_string(fn, "arguments", args, strlen(args));
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Adds reasoning_content and tool_calls to a message, and makes its content null when it is empty and there
+ * are calls (OpenAI's shape). */
+static bool message_add_parsed(const struct gen *g, int choice, cJSON *msg,
+                               const struct tool_parse_result *p) {
+    int n = answer_calls(g, p);
+    if (n > 0 && p->content_len == 0) {
+        cJSON *null = cJSON_CreateNull();
+        if (!null || !cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", null)) {
+            cJSON_Delete(null);
+            return false;
+        }
+    }
+    if (p->reasoning_len > 0 && !sse_add_string(msg, "reasoning_content", p->reasoning, p->reasoning_len))
+        return false;
+    if (n == 0)
+        return true;
+    cJSON *arr = cJSON_AddArrayToObject(msg, "tool_calls");
+    for (int k = 0; arr && k < n; k++) {
+        cJSON *c = call_object(g, choice, k, &p->calls[k], false, true, p->calls[k].arguments);
+        if (!c || !cJSON_AddItemToArray(arr, c)) {
+            cJSON_Delete(c);
+            return false;
+        }
+    }
+    return arr != NULL;
+}
+
+static const char *parsed_finish(const struct gen *g, const struct choice *c,
+                                 const struct tool_parse_result *p) {
+    return answer_calls(g, p) > 0 && strcmp(c->finish, "stop") == 0 ? "tool_calls" : c->finish;
+}
+
+/* Streaming: one chunk whose delta holds key: a string s[0..n), or (key "tool_calls") the array item; lp
+ * (taken) and finish as emit_chunk's. */
+static bool emit_delta(struct gen *g, int i, const char *key, const char *s, size_t n, cJSON *item, cJSON *lp,
+                       const char *finish) {
+    struct sse_head h = gen_head(g, true);
+    cJSON *obj = sse_object(&h);
+    cJSON *arr = obj ? cJSON_AddArrayToObject(obj, "choices") : NULL;
+    cJSON *choice = sse_choice(SSE_CHAT_DELTA, i, NULL, 0, false, lp, finish);
+    cJSON *delta = cJSON_GetObjectItemCaseSensitive(choice, "delta");
+    bool ok = arr && choice && cJSON_AddItemToArray(arr, choice);
+    if (!ok)
+        cJSON_Delete(choice);
+    if (ok && key && item) {
+        cJSON *calls = cJSON_AddArrayToObject(delta, key);
+        ok = calls && cJSON_AddItemToArray(calls, item);
+        item = ok ? NULL : item;
+    } else if (ok && key) {
+        ok = sse_add_string(delta, key, s, n);
+    }
+    cJSON_Delete(item);
+    ok = ok && sse_buf_event(&g->out, obj);
+    cJSON_Delete(obj);
+    return ok;
+}
+
+/* Streaming: parses choice i's text so far (final: the whole text) and sends what grew since the last time:
+ * reasoning, content, then each new call as two deltas (its head with empty arguments, then the arguments),
+ * as OpenAI streams them.  lp (taken) rides on the first chunk, or on an empty one.  On the final pass the
+ * finish reason follows in a chunk of its own. */
+static bool emit_parsed(struct gen *g, int i, cJSON *lp, bool final) {
+    struct choice *c = &g->ch[i];
+    struct tool_parse_opts o = g->popts;
+    o.partial = !final;
+    struct tool_parse_result p;
+    if (tool_parse(&o, c->text ? c->text : "", c->len, &p) != CI_OK) {
+        cJSON_Delete(lp);
+        return false;
+    }
+    bool ok = true;
+    // The parser promises each partial result is a prefix of the next: only growth is sent.
+    if (p.reasoning_len > c->sent_reasoning) {
+        ok = emit_delta(g, i, "reasoning_content", p.reasoning + c->sent_reasoning,
+                        p.reasoning_len - c->sent_reasoning, NULL, lp, NULL);
+        lp = NULL;
+        c->sent_reasoning = p.reasoning_len;
+    }
+    if (ok && p.content_len > c->sent_content) {
+        ok = emit_delta(g, i, "content", p.content + c->sent_content, p.content_len - c->sent_content, NULL,
+                        lp, NULL);
+        lp = NULL;
+        c->sent_content = p.content_len;
+    }
+    int n = answer_calls(g, &p);
+    for (; ok && c->sent_calls < n; c->sent_calls++) {
+        int k = c->sent_calls;
+        cJSON *head = call_object(g, i, k, &p.calls[k], true, true, "");
+        if (!head) {
+            ok = false;
+            break;
+        }
+        ok = emit_delta(g, i, "tool_calls", NULL, 0, head, lp, NULL); // takes lp
+        lp = NULL;
+        cJSON *args = ok ? call_object(g, i, k, &p.calls[k], true, false, p.calls[k].arguments) : NULL;
+        ok = ok && args && emit_delta(g, i, "tool_calls", NULL, 0, args, NULL, NULL);
+    }
+    if (ok && lp) {
+        ok = emit_delta(g, i, NULL, NULL, 0, NULL, lp, NULL);
+        lp = NULL;
+    }
+    if (ok && final)
+        ok = emit_delta(g, i, NULL, NULL, 0, NULL, NULL, parsed_finish(g, c, &p));
+    cJSON_Delete(lp);
+    tool_parse_result_free(&p);
+    return ok;
+}
+
 /* One event of choice i.  false: out of memory. */
 static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
     struct choice *c = &g->ch[i];
@@ -373,6 +519,13 @@ static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
         c->text_offset += (long long)ev->len;
         if (!g->streaming)
             return text_append(c, ev->text, ev->len);
+        if (g->parse) {
+            if (!text_append(c, ev->text, ev->len)) {
+                cJSON_Delete(lp);
+                return false;
+            }
+            return (ev->len == 0 && !lp) || emit_parsed(g, i, lp, false);
+        }
         if (ev->len == 0 && !lp)
             return true; // held-back bytes (a partial character or stop string): nothing to say yet
         if (g->anthropic)
@@ -391,6 +544,8 @@ static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
                      ev->kind == CINFER_EVENT_ERROR && ev->len ? ev->text : "the request was cancelled");
             return !g->streaming || emit_error(g, c->error);
         }
+        if (g->streaming && g->parse && !g->anthropic)
+            return emit_parsed(g, i, NULL, true);
         return !g->streaming || g->anthropic ||
                emit_chunk(g, i, g->chat ? NULL : "", 0, false, NULL, c->finish);
     }
@@ -522,9 +677,24 @@ static cJSON *gen_response(struct gen *g) {
         goto fail;
     for (int i = 0; i < g->n_ch; i++) {
         struct choice *c = &g->ch[i];
-        cJSON *choice = sse_choice(g->chat ? SSE_CHAT_MESSAGE : SSE_COMPLETION, i, c->text ? c->text : "",
-                                   c->len, false, c->logprobs, c->finish);
+        struct tool_parse_result p;
+        bool parsed = g->parse && tool_parse(&g->popts, c->text ? c->text : "", c->len, &p) == CI_OK;
+        if (g->parse && !parsed)
+            goto fail;
+        cJSON *choice = sse_choice(g->chat ? SSE_CHAT_MESSAGE : SSE_COMPLETION, i,
+                                   parsed    ? p.content
+                                   : c->text ? c->text
+                                             : "",
+                                   parsed ? p.content_len : c->len, false, c->logprobs,
+                                   parsed ? parsed_finish(g, c, &p) : c->finish);
         c->logprobs = NULL;
+        if (choice && parsed &&
+            !message_add_parsed(g, i, cJSON_GetObjectItemCaseSensitive(choice, "message"), &p)) {
+            cJSON_Delete(choice);
+            choice = NULL;
+        }
+        if (parsed)
+            tool_parse_result_free(&p);
         if (!choice)
             goto fail;
         if (!cJSON_AddItemToArray(arr, choice)) {
@@ -576,7 +746,12 @@ static char *jinja_context(const char *body, size_t body_len, const struct cinfe
             goto done;
     }
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
-    if (tools && !cJSON_IsNull(tools)) {
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(req, "tool_choice");
+    bool hide = cJSON_IsString(choice) && strcmp(choice->valuestring, "none") == 0; // as vLLM and llama.cpp
+    const cJSON *effort = cJSON_GetObjectItemCaseSensitive(req, "reasoning_effort");
+    if (cJSON_IsString(effort) && !cJSON_AddStringToObject(ctx, "reasoning_effort", effort->valuestring))
+        goto done;
+    if (tools && !cJSON_IsNull(tools) && !hide) {
         cJSON *t = cJSON_Duplicate(tools, true);
         if (!t || !cJSON_AddItemToObject(ctx, "tools", t)) {
             cJSON_Delete(t);
@@ -643,6 +818,17 @@ static bool take_request_slot(struct routes *r, struct openai_error *oe) {
     openai_error_set(oe, 429, NULL, "rate_limit_exceeded",
                      "too many requests in flight (%d, --max-requests): retry later", r->max_requests);
     return false;
+}
+
+/* The hook for tool_choice "required" and a named function: a GBNF grammar that lets the model write only a
+ * call (of that function, with arguments following its "parameters" schema: q->tool_parameters) in the
+ * template's format (r->tool_format), given to the engine as a request's "grammar" is.  Pending: it needs the
+ * JSON-schema-to-grammar compiler (issue 14, part 4); until then NULL, and such a request runs as "auto" (the
+ * calls the model writes are parsed, none is forced).  A request's own "grammar" wins over this one. */
+static char *tool_choice_grammar(const struct routes *r, const struct openai_request *q) {
+    (void)r;
+    (void)q;
+    return NULL;
 }
 
 /* /v1/messages: the rendered prompt followed by the request's prefill (anthropic.h), replacing *prompt.
@@ -722,6 +908,7 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         snprintf(g->id, sizeof g->id, "%s-%016llx", g->chat ? "chatcmpl" : "cmpl",
                  (unsigned long long)id_bits);
     g->created = (long long)time(NULL);
+    g->id_bits = id_bits;
 
     struct cinfer_request_options ro;
     cinfer_request_options_default(&ro);
@@ -736,6 +923,13 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
     ro.n_logit_bias = q->n_logit_bias;
     ro.logprobs = q->logprobs;
     ro.grammar = q->grammar;
+    // The formats made of special tokens need their text (parsed away again: tool_parse.h).
+    ro.render_special = g->chat && tool_format_needs_special(r->tool_format) &&
+                        ((q->n_tools > 0 && q->tool_choice != OPENAI_TOOL_NONE) ||
+                         (r->tool_format == TOOL_FORMAT_HARMONY && !r->reasoning_none));
+    if (!q->grammar && (q->tool_choice == OPENAI_TOOL_REQUIRED || q->tool_choice == OPENAI_TOOL_NAMED) &&
+        (q->grammar = tool_choice_grammar(r, q)) != NULL)
+        ro.grammar = q->grammar; // owned by the request from here on
     if (q->grammar) { // compiled (and cached) before anything is submitted, so a bad one is a 400 naming it
         struct cinfer_error ce = {0};
         enum cinfer_status s = cinfer_engine_check_grammar(r->e, q->grammar, &ce);
@@ -758,6 +952,16 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
                 goto fail;
             if (g->anthropic && !add_prefill(&g->a, &prompt, oe))
                 goto fail;
+            // How the answer is split (tool_parse.h): calls when the request has tools it lets the model
+            // use, reasoning when the template thinks (or its prompt opened <think>) unless turned off.
+            bool opens = tool_prompt_opens_think(prompt, strlen(prompt));
+            g->popts.format = r->tool_format;
+            g->popts.tools = q->n_tools > 0 && q->tool_choice != OPENAI_TOOL_NONE;
+            g->popts.reasoning =
+                !r->reasoning_none && (r->thinks || opens || r->tool_format == TOOL_FORMAT_HARMONY);
+            g->popts.in_reasoning = g->popts.reasoning && opens;
+            // /v1/messages answers with text blocks for now (anthropic_output_blocks is its parser hook).
+            g->parse = !g->anthropic && (g->popts.tools || g->popts.reasoning);
             s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
             use = ids;
         } else if (q->prompts[p].text) {
@@ -1398,6 +1602,9 @@ enum ci_status routes_ready(struct routes *r, const struct cinfer_model *m, stru
     r->n_vocab = mi.n_vocab;
     int64_t pool = (int64_t)ei.kv_blocks * ei.kv_block_size;
     r->max_tokens_cap = pool < ei.n_ctx ? (int)pool : ei.n_ctx;
+    r->tool_format = c->jinja ? tool_format_detect(c->jinja_src, c->jinja_src_len) : TOOL_FORMAT_GENERIC;
+    r->thinks = c->jinja && tool_template_thinks(c->jinja_src, c->jinja_src_len);
+    r->reasoning_none = c->reasoning_none;
     atomic_store(&r->ready, true); // publishes the fields above to the connection threads
     return CI_OK;
 }

@@ -22,6 +22,11 @@ struct routes_config {
     // A Jinja chat template (the model's own or --chat-template-file's; NULL: use chat_template), rendered
     // with the request's messages, tools and chat_template_kwargs.  The caller's, outliving the server.
     const struct cinfer_template *jinja;
+    // The Jinja template's source (NULL: none), read for the markers that tell how the model writes tool
+    // calls and whether it thinks (tool_parse.h); the caller's, outliving the server.
+    const char *jinja_src;
+    size_t jinja_src_len;
+    bool reasoning_none; // --reasoning-format none: <think> blocks stay in the content
 };
 
 struct routes;

@@ -250,6 +250,15 @@ def openai_seeds():
     put("openai", "completion-tokens", req(4 * 3, {"prompt": [[1, 2, 3], [4]], "max_tokens": 1,
                                                    "presence_penalty": -2, "frequency_penalty": 2,
                                                    "repetition_penalty": 1.1}))
+    put("openai", "chat-tools", req(1, {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d",
+                                                    "parameters": {"type": "object", "properties": {}}}}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "parallel_tool_calls": False,
+        "reasoning_effort": "low"}))
     put("openai", "chat", req(1, {"model": "m", "messages": [
         {"role": "system", "content": "You are helpful."},
         {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
@@ -321,6 +330,28 @@ def sse_seeds():
         bytes([6, 1, 0, 6, 2, 0, 2]) + lstr(b"\r\n\t\x7f\x01") + b"\x00")
 
 
+def tool_parse_seeds():
+    # byte 0: format (0 generic, 1 hermes, 2 llama3, 3 mistral, 4 harmony, 5 deepseek) | 8 tools | 16 reasoning
+    # | 32 starts inside <think>; then the generated text
+    ds = lambda s: "<\uff5ctool\u2581" + s + "\uff5c>"
+    put("tool_parse", "hermes", bytes([1 | 8 | 16]) + '<think>\nhm\n</think>\n\nOk <tool_call>\n{"name": "f", '
+        '"arguments": {"a": 1}}\n</tool_call>\n<tool_call>{"name": "g", "arguments": "{}"}</tool_call>'.encode())
+    put("tool_parse", "hermes-bad", bytes([1 | 8]) + b'<tool_call>{"name": 3}</tool_call><tool_call>{"na')
+    put("tool_parse", "llama3", bytes([2 | 8]) + b'{"name": "a", "parameters": {}}; {"name": "b", "parameters": {"x": [1]}}')
+    put("tool_parse", "llama3-tag", bytes([2 | 8]) + b'hi <|python_tag|>{"name": "a", "parameters": {}}')
+    put("tool_parse", "mistral", bytes([3 | 8]) + b'x[TOOL_CALLS][{"name": "a", "arguments": {}}][TOOL_CALLS]b[ARGS]{"k": "v"}')
+    put("tool_parse", "mistral-id", bytes([3 | 8]) + b'[TOOL_CALLS]f[CALL_ID]abc123XYZ[ARGS]{}')
+    put("tool_parse", "harmony", bytes([4 | 8 | 16]) + b'<|channel|>analysis<|message|>think<|end|><|start|>assistant'
+        b'<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>')
+    put("tool_parse", "harmony-final", bytes([4 | 16]) + b'<|channel|>final<|message|>answer<|return|>')
+    put("tool_parse", "deepseek", bytes([5 | 8 | 16]) + ("<think>r</think>" + ds("calls\u2581begin") + ds("call\u2581begin") +
+        "function" + ds("sep") + 'f\n```json\n{"a": 1}\n```' + ds("call\u2581end") + ds("calls\u2581end")).encode())
+    put("tool_parse", "deepseek-v3", bytes([5 | 8]) + (ds("calls\u2581begin") + ds("call\u2581begin") + "f" + ds("sep") +
+        '{"a": 1}' + ds("call\u2581end")).encode())
+    put("tool_parse", "generic", bytes([0 | 8]) + b'{"tool_calls": [{"name": "f", "arguments": {}}]}')
+    put("tool_parse", "in-think", bytes([1 | 8 | 16 | 32]) + b'reasoning</think>answer')
+
+
 if __name__ == "__main__":
     gguf_seeds()
     llama2c_seeds()
@@ -332,3 +363,4 @@ if __name__ == "__main__":
     anthropic_seeds()
     chat_seeds()
     sse_seeds()
+    tool_parse_seeds()

@@ -46,44 +46,75 @@ if ! have; then
 fi
 echo "PASS openai_sdk_setup (openai@$VERSION)"
 
-"$BIN" serve -m "$MODELS/stories260K.gguf" --port 0 --threads 1 --api-key "$KEY" --served-model-name "$NAME" \
-    2>"$T/serve.log" &
-PID=$!
-PORT=
-for _ in $(seq 200); do
-    grep -q ' ready ' "$T/serve.log" && PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$T/serve.log")
-    [ -n "$PORT" ] && break
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.05
-done
-if [ -z "$PORT" ]; then
-    echo "FAIL openai_sdk_server: cinfer serve did not start: $(tail -3 "$T/serve.log" | tr '\n' ' ')"
-    exit 1
-fi
+# start_server ARGS...: a server on a free port (PID and PORT set), or a FAIL line and exit.
+start_server() {
+    "$BIN" serve -m "$MODELS/stories260K.gguf" --port 0 --threads 1 --api-key "$KEY" --served-model-name "$NAME" \
+        "$@" 2>"$T/serve.log" &
+    PID=$!
+    PORT=
+    for _ in $(seq 200); do
+        grep -q ' ready ' "$T/serve.log" && PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$T/serve.log")
+        [ -n "$PORT" ] && break
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    if [ -z "$PORT" ]; then
+        echo "FAIL openai_sdk_server: cinfer serve did not start: $(tail -3 "$T/serve.log" | tr '\n' ' ')"
+        exit 1
+    fi
+}
 
-node tests/server/openai_sdk.mjs "$DIR" "http://127.0.0.1:$PORT" "$KEY" "$NAME"
-rc=$?
-
-kill -TERM "$PID"
-for _ in $(seq 100); do
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.05
-done
-if kill -0 "$PID" 2>/dev/null; then
-    echo "FAIL openai_sdk_server_exit: still running 5 s after SIGTERM"
-    rc=1
-else
-    wait "$PID"
-    src=$?
-    PID=
-    if [ "$src" -ne 0 ]; then
-        echo "FAIL openai_sdk_server_exit: exit status $src after SIGTERM: $(tail -3 "$T/serve.log" | tr '\n' ' ')"
-        rc=1
-    elif grep -qE 'Sanitizer|runtime error' "$T/serve.log"; then
-        echo "FAIL openai_sdk_server_exit: sanitizer report: $(grep -m3 -E 'Sanitizer|runtime error' "$T/serve.log")"
+# stop_server NAME: SIGTERM, then the exit status and the log checked (sets rc=1 on a problem).
+stop_server() {
+    kill -TERM "$PID"
+    for _ in $(seq 100); do
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    if kill -0 "$PID" 2>/dev/null; then
+        echo "FAIL $1: still running 5 s after SIGTERM"
         rc=1
     else
-        echo "PASS openai_sdk_server_exit"
+        wait "$PID"
+        src=$?
+        PID=
+        if [ "$src" -ne 0 ]; then
+            echo "FAIL $1: exit status $src after SIGTERM: $(tail -3 "$T/serve.log" | tr '\n' ' ')"
+            rc=1
+        elif grep -qE 'Sanitizer|runtime error' "$T/serve.log"; then
+            echo "FAIL $1: sanitizer report: $(grep -m3 -E 'Sanitizer|runtime error' "$T/serve.log")"
+            rc=1
+        else
+            echo "PASS $1"
+        fi
     fi
-fi
+}
+
+rc=0
+start_server
+node tests/server/openai_sdk.mjs "$DIR" "http://127.0.0.1:$PORT" "$KEY" "$NAME" || rc=1
+stop_server openai_sdk_server_exit
+
+# Tool calling and reasoning: a Hermes/Qwen-style template (tools in the system prompt, <tool_call> blocks,
+# <tool_response> for tool messages).
+cat >"$T/hermes.jinja" <<'JINJA'
+{%- if tools %}<|im_start|>system
+<tools>{% for tool in tools %}{{ tool | tojson }}{% endfor %}</tools>
+Call a function with <tool_call>{"name": ..., "arguments": ...}</tool_call>; think in <think></think> first.<|im_end|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == "tool" %}<|im_start|>user
+<tool_response>{{ m.content }}</tool_response><|im_end|>
+{% elif m.tool_calls %}<|im_start|>assistant
+{% for tc in m.tool_calls %}<tool_call>{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments }}}</tool_call>{% endfor %}<|im_end|>
+{% else %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}
+JINJA
+start_server --chat-template-file "$T/hermes.jinja"
+node tests/server/openai_sdk_tools.mjs "$DIR" "http://127.0.0.1:$PORT" "$KEY" "$NAME" || rc=1
+stop_server openai_sdk_tools_server_exit
 exit "$rc"

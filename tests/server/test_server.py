@@ -233,7 +233,7 @@ def test_errors(s):
     expect_error(s, "error_400_messages_missing", "POST", "/v1/chat/completions", {"prompt": "x"}, 400,
                  param="messages")
     expect_error(s, "error_400_message_role", "POST", "/v1/chat/completions",
-                 {"messages": [{"role": "tool", "content": "x"}]}, 400, param="messages[0].role")
+                 {"messages": [{"role": "tool", "content": "x"}]}, 400, param="messages[0].tool_call_id")
     expect_error(s, "error_400_too_many_prompts", "POST", "/v1/completions", {"prompt": ["x"] * 33}, 400,
                  param="prompt")
     st, hd, j = expect_error(s, "error_400_context_length", "POST", "/v1/completions",

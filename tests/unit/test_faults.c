@@ -633,7 +633,8 @@ TEST(server_requests) {
         TEST_FAILF("model and engine: %s", ce.message);
         goto done;
     }
-    struct routes_config rc = {NULL, CINFER_CHAT_TEMPLATE_DEFAULT, 8, eo.max_seqs, NULL};
+    struct routes_config rc = {
+        .chat_template = CINFER_CHAT_TEMPLATE_DEFAULT, .max_requests = 8, .max_seqs = eo.max_seqs};
     if (routes_create(&routes, &err) != CI_OK ||
         http_server_start(&ho, table, n_routes, routes, &http, &err) != CI_OK ||
         routes_ready(routes, m, e, &rc, &err) != CI_OK) {

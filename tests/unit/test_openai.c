@@ -100,7 +100,7 @@ TEST(error_param_cut_inside_a_character) {
 TEST(error_param_plain) {
     char param[64];
     char *json =
-        error_body("{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", param, sizeof param);
+        error_body("{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", param, sizeof param);
     ASSERT(json);
     ASSERT(strcmp(param, "messages[0].role") == 0);
     check_body(json, "messages[0].role");
@@ -157,12 +157,65 @@ static const struct bad_case bad_cases[] = {
     {H, "{\"messages\": [5]}", "messages", "element 0 is not an object"},
     {H, "{\"messages\": [{\"content\": \"hi\"}]}", "messages[0].role", "must be a string"},
     {H,
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"robot\", \"content\": \"b\"}]}",
+     "messages[1].role", "role 'robot' is not supported"},
+    // tools and tool messages (OpenAI's chat API reference: tools, tool_choice, tool_calls, tool_call_id)
+    {H,
      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"tool\", \"content\": \"b\"}]}",
-     "messages[1].role", "role 'tool' is not supported"},
+     "messages[1].tool_call_id", "is required for a tool message"},
+    {H,
+     "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", "
+     "\"type\": "
+     "\"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}]}, {\"role\": \"tool\", "
+     "\"tool_call_id\": \"c2\", \"content\": \"b\"}]}",
+     "messages[1].tool_call_id", "'c2' is the id of no tool call"},
+    {H,
+     "{\"messages\": [{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"b\"}, {\"role\": "
+     "\"assistant\", \"tool_calls\": [{\"id\": \"c1\", \"function\": {\"name\": \"f\"}}]}]}",
+     "messages[0].tool_call_id", "no tool call of an earlier"},
+    {H, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": {}}]}", "messages[0].tool_calls",
+     "must be an array"},
+    {H, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]}]}",
+     "messages[0].tool_calls[0]", "\"id\" string"},
+    {H, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"id\": \"x\", \"function\": {}}]}]}",
+     "messages[0].tool_calls[0]", "\"name\" string"},
+    {H, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": []}]}",
+     "messages[0].tool_calls", "only assistant messages"},
+    {H, "{" MSG ", \"tools\": {}}", "tools", "must be an array"},
+    {H, "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"description\": \"d\"}}]}",
+     "tools[0].function.name", "is required"},
+    {H, "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}",
+     "tools[0].function.name", "letters, digits"},
+    {H, "{" MSG ", \"tools\": [{\"type\": \"retrieval\"}]}", "tools[0]", "\"type\": \"function\""},
+    {H, "{" MSG ", \"tools\": [{\"type\": \"function\"}]}", "tools[0].function", "must be an object"},
+    {H,
+     "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": 3}}]}",
+     "tools[0].function.parameters", "JSON Schema object"},
+    {H,
+     "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": 1}}]}",
+     "tools[0].function.description", "must be a string"},
+    {H,
+     "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": "
+     "\"function\", \"function\": {\"name\": \"f\"}}]}",
+     "tools[1].function.name", "another tool is named 'f'"},
+    {H,
+     "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": "
+     "{\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
+     "tool_choice", "names the function 'g', which is not in 'tools'"},
+    {H, "{" MSG ", \"tool_choice\": \"always\"}", "tool_choice", "must be \"none\", \"auto\""},
+    {H, "{" MSG ", \"tool_choice\": \"required\"}", "tool_choice", "has no 'tools'"},
+    {H, "{" MSG ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
+     "tool_choice", "not in 'tools'"},
+    {H, "{" MSG ", \"parallel_tool_calls\": 1}", "parallel_tool_calls", "must be a boolean"},
+    {H, "{" MSG ", \"reasoning_effort\": \"max\"}", "reasoning_effort", "\"low\", \"medium\" or \"high\""},
     {H, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages[0].content",
      "string or an array of text parts"},
     {H, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
-     "messages[0].content", "part 0 is not"},
+     "messages[0].content", "part 0 is of type 'image_url', which is not supported"},
+    {H,
+     "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"type\": "
+     "\"input_audio\"}]}]}",
+     "messages[0].content", "part 1 is of type 'input_audio'"},
     {H, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}", "messages[0].content",
      "only text is supported"},
     // max_tokens / max_completion_tokens
@@ -323,6 +376,44 @@ TEST(chat_fields_come_through) {
     openai_request_deinit(&r);
     ASSERT(parse_ok(H, "{" MSG ", \"max_tokens\": 7, \"logprobs\": false, \"top_logprobs\": 0}", &r));
     CHECK(r.max_tokens == 7 && r.logprobs == -1);
+    openai_request_deinit(&r);
+    // tools: the defaults (auto with tools, none without), a named function with its schema, a round trip
+    // assistant tool_calls → tool message, parallel_tool_calls and reasoning_effort
+    ASSERT(parse_ok(H, "{" MSG "}", &r));
+    CHECK(r.n_tools == 0 && r.tool_choice == OPENAI_TOOL_NONE && r.parallel_tool_calls);
+    openai_request_deinit(&r);
+    ASSERT(parse_ok(
+        H,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", "
+        "\"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", "
+        "\"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": [{\"type\": \"text\", "
+        "\"text\": \"sunny\"}]}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+        "\"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+        "{\"type\": \"string\"}}}}}, {\"type\": \"function\", \"function\": {\"name\": \"t-2\"}}], "
+        "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}, "
+        "\"parallel_tool_calls\": false, \"reasoning_effort\": \"low\"}",
+        &r));
+    CHECK(r.n_messages == 3 && !strcmp(r.messages[2].role, "tool") &&
+          !strcmp(r.messages[2].content, "sunny"));
+    CHECK(!strcmp(r.messages[1].content, "")); // null content with tool calls
+    CHECK(r.n_tools == 2 && r.tool_choice == OPENAI_TOOL_NAMED && !strcmp(r.tool_name, "get_weather"));
+    CHECK(
+        r.tool_parameters &&
+        !strcmp(r.tool_parameters, "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}"));
+    CHECK(!r.parallel_tool_calls && !strcmp(r.reasoning_effort, "low"));
+    openai_request_deinit(&r);
+    ASSERT(parse_ok(H,
+                    "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+                    "\"tool_choice\": \"none\"}",
+                    &r));
+    CHECK(r.n_tools == 1 && r.tool_choice == OPENAI_TOOL_NONE);
+    openai_request_deinit(&r);
+    ASSERT(parse_ok(H,
+                    "{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+                    "\"tool_choice\": \"required\"}",
+                    &r));
+    CHECK(r.tool_choice == OPENAI_TOOL_REQUIRED && r.tool_name == NULL);
     openai_request_deinit(&r);
     // echo is a completions parameter: chat ignores it, as OpenAI does with unknown fields.
     ASSERT(parse_ok(H, "{" MSG ", \"echo\": 5, \"unknown\": {\"x\": 1}}", &r));

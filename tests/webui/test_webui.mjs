@@ -329,6 +329,40 @@ try {
         check(r.text === "partial", `text '${r.text}'`);
     });
 
+    // Reasoning and tool calls, streamed in OpenAI's delta shapes: the reasoning in a collapsed block above
+    // the reply, each call (its arguments arriving in pieces) below it, and the call kept in the history the
+    // next request sends.
+    await step("chat_reasoning_and_tool_calls_shown", async () => {
+        const ev = (d, finish = null) => "data: " + JSON.stringify({ choices: [{ index: 0, delta: d, finish_reason: finish }] }) + "\n\n";
+        let second = null;
+        await page.route("**/v1/chat/completions", (route) => {
+            if (second === null) second = false;
+            else second = JSON.parse(route.request().postData());
+            route.fulfill({ status: 200, contentType: "text/event-stream",
+                body: ev({ role: "assistant", content: "" }) + ev({ reasoning_content: "The user wants" }) +
+                    ev({ reasoning_content: " the weather." }) +
+                    ev({ tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "get_weather", arguments: "" } }] }) +
+                    ev({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }) +
+                    ev({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }) + ev({}, "tool_calls") +
+                    "data: [DONE]\n\n" });
+        });
+        await page.fill("#prompt", "");
+        const r = await chat("weather?");
+        const m = lastReply();
+        const think = (await m.locator("details").count()) ? await m.locator("details > div").textContent() : "";
+        const open = await m.locator("details").evaluate((e) => e.open).catch(() => null);
+        const calls = (await m.locator(".calls").count()) ? await m.locator(".calls").textContent() : "";
+        check(r.state === "done" && r.text === "", `state '${r.state}', text '${r.text}'`);
+        check(think === "The user wants the weather." && open === false, `reasoning '${think}', open ${open}`);
+        check(calls.includes('get_weather({"city":"Paris"})'), `calls '${calls}'`);
+        check(/tool_calls/.test(r.stats), `stats '${r.stats}'`);
+        await chat("and tomorrow?");
+        await page.unrouteAll();
+        const prev = second && second.messages[second.messages.length - 2];
+        check(prev && prev.role === "assistant" && prev.tool_calls && prev.tool_calls[0].function.name === "get_weather" &&
+            prev.tool_calls[0].function.arguments === '{"city":"Paris"}', JSON.stringify(second && second.messages));
+    });
+
     await step("api_key_sent_and_stored", async () => {
         let auth = null;
         await page.route("**/v1/chat/completions", (route) => {
