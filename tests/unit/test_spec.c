@@ -490,11 +490,11 @@ TEST(sampler_draft_keeps_the_distribution) {
 /* Through the engine: 32 requests of 64 seeded samples at temperature 1 (plain softmax, or the default
  * top-k/top-p/min-p chain at 0.8), output tokens 1..3 (the first one is sampled from the prompt without
  * drafts).  Plain run first; the speculative run's proposer then proposes, after each output token, the plain
- * run's most frequent next token and the one after, so drafts are accepted and rejected often. */
+ * run's second most frequent next token (so drafts are accepted and rejected often) and so on. */
 enum { S_REQ = 32, S_N = 64, S_T = 4 };
 static int32_t mode_next[S_T][512]; // plain run: most frequent token at output index j+1 after token a at j
-static int spec_prop(void *ctx, const struct engine_request *r, int sample, const int32_t *tokens, int n_tokens,
-                     int k, int32_t *out) {
+static int spec_prop(void *ctx, const struct engine_request *r, int sample, const int32_t *tokens,
+                     int n_tokens, int k, int32_t *out) {
     (void)ctx;
     (void)r;
     (void)sample;
@@ -594,8 +594,8 @@ static void compare(const char *label, int32_t (*a)[S_T], int32_t (*b)[S_T], int
         df++;
     }
     if (df < 1 || chi > chi2_crit(df))
-        TEST_FAILF("%s, output tokens %d,%d: chi-square %.1f with %d degrees of freedom (limit %.1f)", label, j,
-                   j + 1, chi, df, df > 0 ? chi2_crit(df) : 0.0);
+        TEST_FAILF("%s, output tokens %d,%d: chi-square %.1f with %d degrees of freedom (limit %.1f)", label,
+                   j, j + 1, chi, df, df > 0 ? chi2_crit(df) : 0.0);
 }
 
 TEST(engine_sampling_keeps_the_distribution) {
@@ -613,17 +613,24 @@ TEST(engine_sampling_keeps_the_distribution) {
                 cnt[j][plain[i][j]][plain[i][j + 1]]++;
         for (int j = 0; j < S_T; j++)
             for (int a = 0; a < 512; a++) {
-                mode_next[j][a] = -1;
-                int best = 0;
-                for (int b = 0; j + 1 < S_T && b < 512; b++)
-                    if (cnt[j][a][b] > best) {
-                        best = cnt[j][a][b];
-                        mode_next[j][a] = b;
+                // The second most frequent continuation where there is one (rejections are frequent and
+                // the residual is drawn from), else the most frequent.
+                int best = -1, second = -1;
+                for (int b = 0; j + 1 < S_T && b < 512; b++) {
+                    if (cnt[j][a][b] == 0)
+                        continue;
+                    if (best < 0 || cnt[j][a][b] > cnt[j][a][best]) {
+                        second = best;
+                        best = b;
+                    } else if (second < 0 || cnt[j][a][b] > cnt[j][a][second]) {
+                        second = b;
                     }
+                }
+                mode_next[j][a] = second >= 0 ? second : best;
             }
         sample_run(true, temp, chain, spec, &d, &acc);
         printf("  %s: %lld drafts, %lld accepted\n", label, (long long)d, (long long)acc);
-        CHECK(d > 1000 && acc > d / 10 && acc < d);
+        CHECK(d > 1000 && acc > d / 50 && acc < d / 2); // both outcomes, often
         for (int j = 0; j + 1 < S_T; j++)
             compare(label, plain, spec, j);
     }
