@@ -68,6 +68,10 @@ struct eseq {
     bool has_detok, has_stop;
     struct gram_matcher *gm; // the grammar's state after this sample's generated tokens (NULL: none)
     int gslot;               // the engine's gslots entry gm lives in (-1: gm has a space of its own)
+    // Draft model proposer: the draft's KV of tokens[0, d_computed) in its own pool, and this step's k.
+    struct kv_seq_blocks dblocks;
+    int d_computed;
+    int d_k;
 };
 
 struct engine {
@@ -86,6 +90,10 @@ struct engine {
     struct prefix_cache *pc;
     struct forward *fwd;
     struct ci_kv_layer *layers; // [n_layer]
+    // Speculative decoding with a draft model: its pool (same block size and count), forward and KV views.
+    struct kv_pool *dpool;
+    struct forward *dfwd;
+    struct ci_kv_layer *dlayers; // [draft n_layer]
     struct ci_queue *queue;
 
     struct sched_state st;
@@ -425,6 +433,10 @@ static void seq_destroy(struct eseq *q) {
     if (q->gm && q->gslot >= 0)
         q->s.req->e->gslots[q->gslot].users--;
     kv_seq_deinit(&q->s.blocks);
+    if (q->dblocks.ids) {
+        kv_seq_release(q->s.req->e->dpool, &q->dblocks);
+        kv_seq_deinit(&q->dblocks);
+    }
     ci_free(q->s.tokens);
     ci_free(q);
 }
@@ -515,6 +527,8 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
         goto fail;
     }
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
+    if (e->dpool && (st = kv_seq_init(&q->dblocks, (int)blocks_for(e, s->cap), err)))
+        goto fail;
     if ((st = kv_seq_init(&s->blocks, (int)blocks_for(e, s->cap), err)) ||
         (st = sampler_create(&sp, e->m->config.n_vocab, &s->sampler, err)))
         goto fail;
@@ -850,6 +864,8 @@ static void verify_drafts(struct engine *e, struct seq *q, const float *rows, st
     }
     q->n_computed = q->n_tokens - 1;
     kv_seq_shrink(e->pool, &q->blocks, q->n_tokens);
+    struct eseq *eq = (struct eseq *)q; // the draft's KV holds the accepted drafts, not what follows
+    eq->d_computed = eq->d_computed < q->n_computed ? eq->d_computed : q->n_computed;
     q->spec_k =
         spec_adapt_k(q->spec_k, nd, accepted,
                      e->p.spec_k_min < q->req->spec_k ? e->p.spec_k_min : q->req->spec_k, q->req->spec_k);
@@ -1031,6 +1047,14 @@ static void check_invariants(struct engine *e) {
     if (e->pad.n)
         live[n++] = &e->pad;
     kv_pool_check(e->pool, live, n, NULL);
+    if (e->dpool) { // the draft's tables: running and waiting sequences hold blocks there
+        n = 0;
+        for (int i = 0; i < e->st.n_running; i++)
+            live[n++] = &((struct eseq *)e->st.running[i])->dblocks;
+        for (int i = 0; i < e->st.n_waiting && n < e->cap + 1; i++)
+            live[n++] = &((struct eseq *)e->st.waiting[i])->dblocks;
+        kv_pool_check(e->dpool, live, n, NULL);
+    }
     if (e->pc)
         prefix_cache_check(e->pc);
 }
@@ -1051,9 +1075,111 @@ static void log_step(const struct engine *e, const struct step_metrics *m) {
 
 /* Speculative decoding: proposals for the decoding sequences (their drafts go to tokens[n_tokens..]).  A
  * proposal leaves room for every token it may emit (1 + k within max_tokens) and fits one forward pass. */
+/* The draft model's pass over the tokens gathered in b_*: each row's argmax becomes its sequence's next
+ * draft.  On an error (a position past the draft model's tables) the pass's sequences get no drafts. */
+static void draft_pass(struct engine *e, struct pass *ps) {
+    if (ps->n_tokens == 0)
+        return;
+    struct fwd_batch b = {.n_tokens = ps->n_tokens,
+                          .token = e->b_tok,
+                          .pos = e->b_pos,
+                          .seq = e->b_seq,
+                          .logits = e->b_want,
+                          .n_seqs = ps->n_seqs,
+                          .seqs = e->b_seqs};
+    const float *logits;
+    int rows;
+    struct ci_err err = {0};
+    int n_vocab = e->m->config.n_vocab;
+    if (forward_batch(e->dfwd, &b, e->dlayers, &logits, &rows, &err) != CI_OK) {
+        CI_LOG_WARN("draft model: %s (no drafts this step)", err.msg);
+        for (int i = 0; i < ps->n_seqs; i++) {
+            struct eseq *q = (struct eseq *)e->b_owner[i];
+            q->d_k = 0;
+            q->s.n_draft = 0;
+            kv_seq_release(e->dpool, &q->dblocks);
+            q->d_computed = 0;
+        }
+    } else {
+        for (int r = 0; r < rows; r++) {
+            struct eseq *q = (struct eseq *)e->b_row_seq[r];
+            if (q->d_k == 0)
+                continue;
+            const float *row = logits + (size_t)r * n_vocab;
+            int best = 0;
+            for (int i = 1; i < n_vocab; i++)
+                best = row[i] > row[best] ? i : best;
+            q->s.tokens[q->s.n_tokens + q->s.n_draft++] = best;
+        }
+    }
+    ps->n_tokens = ps->n_rows = ps->n_seqs = 0;
+}
+
+/* Adds positions [from, to) of q's tokens (drafts included) to the draft pass, running it when full; the
+ * last one wants logits. */
+static void draft_add(struct engine *e, struct pass *ps, struct eseq *q, int from, int to) {
+    int cap_rows = e->p.sched.max_seqs;
+    while (from < to) {
+        if (ps->n_tokens == e->max_pass_tokens || ps->n_seqs == cap_rows || ps->n_rows == cap_rows)
+            draft_pass(e, ps);
+        if (q->d_k == 0)
+            return; // a failed pass dropped it
+        int si = -1;
+        for (int i = 0; i < ps->n_seqs && si < 0; i++)
+            si = e->b_owner[i] == &q->s ? i : -1;
+        if (si < 0) {
+            si = ps->n_seqs++;
+            e->b_owner[si] = &q->s;
+            e->b_seqs[si].block_table = q->dblocks.ids;
+            e->b_seqs[si].n_blocks = q->dblocks.n;
+        }
+        int room = e->max_pass_tokens - ps->n_tokens, take = to - from < room ? to - from : room;
+        for (int k = 0; k < take; k++) {
+            int t = ps->n_tokens++;
+            e->b_tok[t] = q->s.tokens[from + k];
+            e->b_pos[t] = from + k;
+            e->b_seq[t] = si;
+            e->b_want[t] = 0;
+        }
+        from += take;
+        q->d_computed = from;
+        if (from == to) {
+            e->b_want[ps->n_tokens - 1] = 1;
+            e->b_row_seq[ps->n_rows++] = &q->s;
+        }
+    }
+}
+
+/* Draft-model proposals: the draft catches up on each sequence's tokens it has not seen (its KV rolled back
+ * past rejected drafts), then proposes greedily, one batched draft pass per draft position. */
+static void propose_with_draft(struct engine *e, struct eseq **cand, int n_cand) {
+    struct pass ps = {0};
+    int max_k = 0;
+    for (int i = 0; i < n_cand; i++) {
+        struct eseq *q = cand[i];
+        if (q->d_computed > q->s.n_tokens - 1)
+            q->d_computed = q->s.n_tokens - 1; // the last token's logits are wanted
+        max_k = q->d_k > max_k ? q->d_k : max_k;
+        draft_add(e, &ps, q, q->d_computed, q->s.n_tokens);
+    }
+    draft_pass(e, &ps);
+    for (int j = 1; j < max_k; j++) {
+        for (int i = 0; i < n_cand; i++) {
+            struct eseq *q = cand[i];
+            if (q->d_k > j && q->s.n_draft == j)
+                draft_add(e, &ps, q, q->s.n_tokens + j - 1, q->s.n_tokens + j);
+        }
+        if (ps.n_tokens == 0)
+            break;
+        draft_pass(e, &ps);
+    }
+}
+
 static void propose(struct engine *e) {
     if (e->p.spec == ENGINE_SPEC_NONE)
         return;
+    struct eseq **cand = (struct eseq **)e->items; // the scheduler's plan is made after this
+    int n_cand = 0;
     int limit = e->max_pass_tokens - 1 < e->max_rows - 1 ? e->max_pass_tokens - 1 : e->max_rows - 1;
     for (int i = 0; i < e->st.n_running; i++) {
         struct seq *s = e->st.running[i];
@@ -1066,7 +1192,15 @@ static void propose(struct engine *e) {
         k = k < limit ? k : limit;
         if (k <= 0)
             continue;
-        if (e->proposer) {
+        if (e->dpool && !e->proposer) {
+            struct eseq *q = (struct eseq *)s;
+            // Room in the draft's pool for the positions it will write (n_tokens + k - 1); when the pool is
+            // short the sequence decodes without drafts this step.
+            if (kv_seq_reserve(e->dpool, &q->dblocks, s->n_tokens + k - 1) != CI_OK)
+                continue;
+            q->d_k = k;
+            cand[n_cand++] = q;
+        } else if (e->proposer) {
             s->n_draft = e->proposer(e->proposer_ctx, s->req, s->sample, s->tokens, s->n_tokens, k,
                                      s->tokens + s->n_tokens);
             CI_ASSERT(s->n_draft >= 0 && s->n_draft <= k);
@@ -1074,6 +1208,8 @@ static void propose(struct engine *e) {
             s->n_draft =
                 spec_ngram_propose(s->tokens, s->n_tokens, e->p.spec_ngram_n, k, s->tokens + s->n_tokens);
     }
+    if (n_cand > 0)
+        propose_with_draft(e, cand, n_cand);
 }
 
 /* Ends every sequence, running or waiting, with status and msg. */
@@ -1126,8 +1262,16 @@ bool engine_step(struct engine *e) {
                     seq_finish(e, (struct eseq *)res.items[i], ENGINE_FINISH_ERROR, CI_ERR_INTERNAL, err.msg);
         }
     }
-    for (int i = 0; i < e->st.n_running; i++) // drafts the step did not verify (not scheduled) are dropped
-        e->st.running[i]->n_draft = 0;
+    for (int i = 0; i < e->st.n_running; i++) { // drafts the step did not verify (not scheduled) are dropped
+        struct eseq *q = (struct eseq *)e->st.running[i];
+        q->s.n_draft = 0;
+        q->d_computed = q->d_computed < q->s.n_tokens ? q->d_computed : q->s.n_tokens;
+    }
+    for (int i = 0; e->dpool && i < e->st.n_waiting; i++) { // preempted: the draft's KV goes back too
+        struct eseq *q = (struct eseq *)e->st.waiting[i];
+        kv_seq_release(e->dpool, &q->dblocks);
+        q->d_computed = 0;
+    }
     drop_out_of_window(e);
     sm.t_end_ns = ci_now_ns();
     sm.n_tokens = res.n_tokens;
@@ -1337,6 +1481,26 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         (s = ci_queue_create(queue_capacity, &e->queue, err)))
         goto fail;
     forward_set_n_ctx(e->fwd, e->n_ctx); // Phi-3 LongRoPE: long or short factors by the served context
+    if (e->p.spec == ENGINE_SPEC_DRAFT) {
+        const struct model_config *dc = &p->draft->config;
+        if (dc->n_vocab != c->n_vocab) {
+            s = ci_err_set(err, CI_ERR_INVALID, "the draft model's vocabulary has %d tokens, the model's %d",
+                           dc->n_vocab, c->n_vocab);
+            goto fail;
+        }
+        struct kv_pool_params dp = {dc->n_layer,   dc->n_kv_head, dc->head_dim,
+                                    e->block_size, kp.n_blocks,   p->kv_type};
+        if ((s = kv_pool_create(&dp, &e->dpool, err)) ||
+            (s = forward_create(p->draft, e->max_pass_tokens, sp.max_seqs, e->tp, &e->dfwd, err)))
+            goto fail;
+        forward_set_n_ctx(e->dfwd, e->n_ctx);
+        if (!(e->dlayers = ci_calloc((size_t)dc->n_layer, sizeof *e->dlayers))) {
+            s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int il = 0; il < dc->n_layer; il++)
+            kv_pool_layer(e->dpool, il, &e->dlayers[il]);
+    }
     e->cap = sp.max_seqs + queue_capacity * SEQS_PER_QUEUED_REQUEST + MAX_SAMPLES;
     size_t T = (size_t)e->max_pass_tokens, R = (size_t)e->max_rows;
     e->layers = ci_calloc((size_t)c->n_layer, sizeof *e->layers);
@@ -1397,6 +1561,9 @@ void engine_free(struct engine *e) {
     prefix_cache_free(e->pc);
     forward_free(e->fwd);
     kv_pool_free(e->pool);
+    forward_free(e->dfwd);
+    kv_pool_free(e->dpool);
+    ci_free(e->dlayers);
     ci_threadpool_free(e->tp);
     ci_queue_free(e->queue);
     ci_free(e->layers);

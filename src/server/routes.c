@@ -597,6 +597,7 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
     ro.logit_bias = q->logit_bias;
     ro.n_logit_bias = q->n_logit_bias;
     ro.logprobs = q->logprobs;
+    ro.spec_k = q->spec_k;
     ro.grammar = q->grammar;
     if (q->grammar) { // compiled (and cached) before anything is submitted, so a bad one is a 400 naming it
         struct cinfer_error ce = {0};
