@@ -22,7 +22,9 @@ bool engine_args_load_draft(struct engine_args *a, struct cinfer_error *err) {
     if (!a->draft_path || a->draft)
         return true;
     if (cinfer_model_load(a->draft_path, NULL, &a->draft, err) != CINFER_OK) {
-        fprintf(stderr, "--draft-model %s:\n", a->draft_path); // err->message says what is wrong
+        char msg[sizeof err->message];
+        snprintf(msg, sizeof msg, "--draft-model: %.*s", (int)sizeof msg - 32, err->message);
+        memcpy(err->message, msg, sizeof msg);
         return false;
     }
     a->o.draft_model = a->draft;
