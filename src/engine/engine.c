@@ -94,6 +94,7 @@ struct engine {
     struct kv_pool *dpool;
     struct forward *dfwd;
     struct ci_kv_layer *dlayers; // [draft n_layer]
+    bool draft_warned;
     struct ci_queue *queue;
 
     struct sched_state st;
@@ -1092,7 +1093,9 @@ static void draft_pass(struct engine *e, struct pass *ps) {
     struct ci_err err = {0};
     int n_vocab = e->m->config.n_vocab;
     if (forward_batch(e->dfwd, &b, e->dlayers, &logits, &rows, &err) != CI_OK) {
-        CI_LOG_WARN("draft model: %s (no drafts this step)", err.msg);
+        if (!e->draft_warned)
+            CI_LOG_WARN("draft model: %s (no drafts for these sequences this step)", err.msg);
+        e->draft_warned = true;
         for (int i = 0; i < ps->n_seqs; i++) {
             struct eseq *q = (struct eseq *)e->b_owner[i];
             q->d_k = 0;
@@ -1474,7 +1477,7 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     if (e->p.spec != ENGINE_SPEC_NONE) { // rows for the drafts of some sequences (more split the pass)
         int64_t want = (int64_t)sp.max_seqs * (e->p.spec_k + 1);
         want = want < e->max_pass_tokens ? want : e->max_pass_tokens;
-        want = want < 256 ? want : 256;
+        want = want < 128 ? want : 128; // logits rows cost n_vocab floats each
         e->max_rows = want > e->max_rows ? (int)want : e->max_rows;
     }
     if ((s = forward_create(m, e->max_pass_tokens, e->max_rows, e->tp, &e->fwd, err)) ||
