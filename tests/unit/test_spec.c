@@ -1,15 +1,16 @@
 /* Speculative decoding (engine/spec.h, sampler_sample_draft, the engine's verification and KV rollback).
  *
  * Greedy: with speculation the tokens are exactly the plain decode's (the reference is the single-request
- * generate() path, no engine), for the n-gram proposer and for an oracle proposer that proposes the
- * reference continuation with a wrong token planted every few positions (so acceptance, rejection and the
- * bonus token all happen), under every policy, block sizes 1/16/contiguous, a prefix-cache hit, preemption
+ * generate() path, no engine), for the n-gram proposer, the draft-model proposer (a Q4_0 quantization of the
+ * model, made here with quantize_model) and an oracle proposer that proposes the reference continuation with
+ * a wrong token planted every few positions (so acceptance, rejection and the bonus token all happen), under
+ * every policy, block sizes 1/16/contiguous, a prefix-cache hit, preemption
  * in a tiny KV pool, n > 1 and stop strings, on stories260K (a real trained model, 512 tokens).
  *
  * Sampling: sampler_sample_draft's output is distributed as the softmax of the logits (computed here in
  * double, chi-square over 40000 seeded draws) whatever the draft; and through the engine, the first tokens
  * of 2048 seeded samples at temperature 1 with drafts (the plain run's most frequent continuation) follow
- * the same distribution as 2048 without (two-sample chi-square). */
+ * the same distribution as 2048 without (two-sample chi-square), and so do those of the draft-model proposer. */
 #include "test_util.h"
 
 #include <math.h>
@@ -522,16 +523,17 @@ static int spec_prop(void *ctx, const struct engine_request *r, int sample, cons
     return got;
 }
 
-static void sample_run(bool spec, float temp, bool chain, int32_t (*outs)[S_T], int64_t *drafts,
-                       int64_t *accepted) {
+static void sample_run(int spec, float temp, bool chain, int32_t (*outs)[S_T], int64_t *drafts,
+                       int64_t *accepted) { // spec: 0 off, 1 the proposer above, 2 the draft model
     struct engine_params p = base();
     p.sched.max_seqs = S_N;
     p.sched.max_batch_tokens = 512;
-    p.spec = spec ? ENGINE_SPEC_NGRAM : ENGINE_SPEC_NONE;
+    p.spec = spec == 2 ? ENGINE_SPEC_DRAFT : spec ? ENGINE_SPEC_NGRAM : ENGINE_SPEC_NONE;
+    p.draft = draft;
     struct engine *e = NULL;
     struct ci_err err = {0};
     CI_ASSERT(engine_create(model, tok, &p, &e, &err) == CI_OK);
-    if (spec)
+    if (spec == 1)
         engine_set_proposer(e, spec_prop, NULL);
     for (int q = 0; q < S_REQ; q++) {
         struct engine_request_params rp = {0};
@@ -546,7 +548,7 @@ static void sample_run(bool spec, float temp, bool chain, int32_t (*outs)[S_T], 
             rp.sampling.top_p = 1.0f;
             rp.sampling.min_p = 0.0f;
         }
-        rp.sampling.seed = 777 + (uint64_t)q * S_N + (spec ? 1000000 : 0);
+        rp.sampling.seed = 777 + (uint64_t)q * S_N + (uint64_t)spec * 1000000;
         rp.ignore_eos = true;
         struct engine_request *h = NULL;
         CI_ASSERT(engine_submit(e, &rp, &h, &err) == CI_OK);
@@ -620,7 +622,7 @@ TEST(engine_sampling_keeps_the_distribution) {
         bool chain = variant == 1;
         const char *label = variant ? "t=0.8 top-k/top-p/min-p" : "t=1 softmax";
         int64_t d, acc;
-        sample_run(false, temp, chain, plain, &d, &acc);
+        sample_run(0, temp, chain, plain, &d, &acc);
         static int cnt[S_T][512][512];
         memset(cnt, 0, sizeof cnt);
         for (int i = 0; i < S_REQ * S_N; i++)
@@ -643,9 +645,14 @@ TEST(engine_sampling_keeps_the_distribution) {
                 }
                 mode_next[j][a] = second >= 0 ? second : best;
             }
-        sample_run(true, temp, chain, spec, &d, &acc);
+        sample_run(1, temp, chain, spec, &d, &acc);
         printf("  %s: %lld drafts, %lld accepted\n", label, (long long)d, (long long)acc);
         CHECK(d > 1000 && acc > d / 50 && acc < d / 2); // both outcomes, often
+        for (int j = 0; j + 1 < S_T; j++)
+            compare(label, plain, spec, j);
+        sample_run(2, temp, chain, spec, &d, &acc);
+        printf("  %s, draft model: %lld drafts, %lld accepted\n", label, (long long)d, (long long)acc);
+        CHECK(d > 1000 && acc > 0 && acc < d);
         for (int j = 0; j + 1 < S_T; j++)
             compare(label, plain, spec, j);
     }
