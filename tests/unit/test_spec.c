@@ -5,7 +5,9 @@
  * model, made here with quantize_model) and an oracle proposer that proposes the reference continuation with
  * a wrong token planted every few positions (so acceptance, rejection and the bonus token all happen), under
  * every policy, block sizes 1/16/contiguous, a prefix-cache hit, preemption
- * in a tiny KV pool, n > 1 and stop strings, on stories260K (a real trained model, 512 tokens).
+ * in a tiny KV pool, n > 1, an f16 KV cache, stop strings, max_tokens and EOS inside accepted drafts (EOS
+ * biased up so that samples end on it; the oracle proposes it followed by tokens that must never appear), on
+ * stories260K (a real trained model, 512 tokens).
  *
  * Sampling: sampler_sample_draft's output is distributed as the softmax of the logits (computed here in
  * double, chi-square over 40000 seeded draws) whatever the draft; and through the engine, the first tokens
@@ -153,6 +155,8 @@ TEST(ngram_proposals) {
 
 /* The oracle: the reference continuation, with a wrong token wherever (output index) % 4 == 2. */
 static struct engine_request *oracle_handles[N_REQ];
+static float eos_bias; // > 0: EOS counts (not ignored) and gets this logit bias, so samples end on it
+static int want_finish[N_REQ];
 static int oracle_first;
 static int oracle(void *ctx, const struct engine_request *r, int sample, const int32_t *tokens, int n_tokens,
                   int k, int32_t *out) {
@@ -167,7 +171,10 @@ static int oracle(void *ctx, const struct engine_request *r, int sample, const i
         return 0;
     int n_out = n_tokens - reqs[q].n_prompt, got = 0;
     for (int j = n_out; j < n_want[q] && got < k; j++)
-        out[got++] = j % 4 == 2 ? (want[q][j] + 1) % 512 : want[q][j];
+        out[got++] = j % 4 == 2 && eos_bias <= 0 ? (want[q][j] + 1) % 512 : want[q][j];
+    // Ending on EOS (not streamed, so not in want): propose it, and tokens after it that must never appear.
+    for (int j = 0; eos_bias > 0 && want_finish[q] == ENGINE_FINISH_STOP && got < k; j++)
+        out[got++] = j == 0 ? tokenizer_eos(tok) : want[q][0];
     return got;
 }
 
@@ -224,7 +231,12 @@ static bool run_and_check(const char *label, struct engine_params p, enum propos
             rp.n = n_samples;
             rp.sampling = sampling_params_default();
             rp.sampling.temperature = 0;
-            rp.ignore_eos = true;
+            rp.ignore_eos = eos_bias <= 0;
+            struct sampling_logit_bias eb = {tokenizer_eos(tok), eos_bias};
+            if (eos_bias > 0) {
+                rp.sampling.logit_bias = &eb;
+                rp.sampling.n_logit_bias = 1;
+            }
             if (engine_submit(e, &rp, &h[r], &err) != CI_OK) {
                 TEST_FAILF("%s: submit %d: %s", label, r, err.msg);
                 ok = false;
@@ -253,8 +265,10 @@ static bool run_and_check(const char *label, struct engine_params p, enum propos
             if (recording && done[r][j] && n_got[r][j] <= MAX_OUT) {
                 memcpy(want[r], got[r][j], sizeof(int32_t) * (size_t)n_got[r][j]);
                 n_want[r] = n_got[r][j];
+                want_finish[r] = finish[r][j];
             }
-            if (!done[r][j] || finish[r][j] != ENGINE_FINISH_LENGTH || n_got[r][j] != n_want[r] ||
+            int fin_want = eos_bias > 0 ? want_finish[r] : ENGINE_FINISH_LENGTH;
+            if (!done[r][j] || finish[r][j] != fin_want || n_got[r][j] != n_want[r] ||
                 memcmp(got[r][j], want[r], sizeof(int32_t) * (size_t)n_want[r]) != 0) {
                 int at = 0;
                 while (at < n_got[r][j] && at < n_want[r] && got[r][j][at] == want[r][at])
@@ -369,6 +383,34 @@ TEST(greedy_identical_with_f16_kv) {
         if (run_and_check(label, p, (enum proposer)prop, 0, N_REQ, 1, 1, &st))
             check_spec_happened(label, &st, prop);
     }
+    memcpy(want, saved, sizeof want);
+    memcpy(n_want, n_saved, sizeof n_want);
+}
+
+/* EOS inside a run of accepted drafts: with EOS biased up, the plain engine's samples end on it (the
+ * reference, recorded); the oracle then proposes continuations that hold the EOS, and every proposer must end
+ * each sample at the same token with the same finish. */
+TEST(greedy_identical_ending_on_eos) {
+    static int32_t saved[N_REQ][MAX_OUT];
+    int n_saved[N_REQ];
+    memcpy(saved, want, sizeof want);
+    memcpy(n_saved, n_want, sizeof n_want);
+    struct engine_params p = base();
+    eos_bias = 20.0f; // EOS wins at a sentence end (stories260K)
+    recording = true;
+    bool ok = run_and_check("eos-plain", p, PROP_NONE, 0, N_REQ, 0, 1, NULL);
+    recording = false;
+    int stops = 0;
+    for (int r = 0; r < N_REQ; r++)
+        stops += want_finish[r] == ENGINE_FINISH_STOP && n_want[r] < reqs[r].max_tokens; // EOS: not streamed
+    printf("  %d of %d reference samples end on EOS\n", stops, N_REQ);
+    CHECK(stops >= N_REQ / 2);
+    for (int prop = 0; ok && prop < 3; prop++) {
+        char label[48];
+        snprintf(label, sizeof label, "%s-eos", prop_names[prop]);
+        run_and_check(label, p, (enum proposer)prop, 0, N_REQ, 1, 1, NULL);
+    }
+    eos_bias = 0;
     memcpy(want, saved, sizeof want);
     memcpy(n_want, n_saved, sizeof n_want);
 }
@@ -719,6 +761,7 @@ int main(int argc, char **argv) {
     RUN(greedy_identical_across_policies);
     RUN(greedy_identical_across_block_sizes);
     RUN(greedy_identical_with_f16_kv);
+    RUN(greedy_identical_ending_on_eos);
     RUN(greedy_identical_with_prefix_hits_and_preemption);
     RUN(greedy_identical_for_n_samples);
     RUN(stop_strings_and_max_tokens);
