@@ -326,12 +326,20 @@ struct cinfer_engine_options {
     bool prefix_cache;    // share full prompt blocks across requests (default on)
     int n_ctx;            // context limit (0: the model's)
     const char *pooling;  // embedding requests' default pooling (NULL: cinfer_model_embedding_pooling's)
+    // Speculative decoding: "ngram" (prompt lookup in each sequence's own tokens), "draft" (draft_model
+    // proposes), NULL or "none": off.  Greedy output is unchanged; sampled output keeps its distribution.
+    const char *spec;
+    int spec_k;                             // longest proposal, 1..32 (0: 8); adaptive per sequence
+    int spec_k_min;                         // shortest (0: 1)
+    int spec_ngram_n;                       // ngram: longest suffix looked up (0: 3)
+    const struct cinfer_model *draft_model; // "draft": same vocabulary (n_vocab and every token's text)
 };
 CINFER_API void cinfer_engine_options_default(struct cinfer_engine_options *o);
 /* Whether name is a policy ("naive", "static", "continuous") or a KV element type ("f32", "f16", "q8_0")
  * that cinfer_engine_create accepts: lets a front end check its flags before loading anything. */
 CINFER_API bool cinfer_policy_known(const char *name);
 CINFER_API bool cinfer_kv_type_known(const char *name);
+CINFER_API bool cinfer_spec_known(const char *name); // "none", "ngram", "draft"
 
 struct cinfer_engine;
 CINFER_API enum cinfer_status cinfer_engine_create(const struct cinfer_model *m,
@@ -352,6 +360,12 @@ CINFER_API void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_
 /* NULL while the engine works; otherwise why it cannot go on (the model file changed on disk while in use),
  * and every request fails with that message.  Any thread. */
 CINFER_API const char *cinfer_engine_failure(const struct cinfer_engine *e);
+/* Speculative decoding since the engine started: drafts verified and accepted, and the decoding
+ * sequence-steps with the tokens they gained (tokens per step = decode_tokens / decode_steps). */
+struct cinfer_spec_stats {
+    int64_t draft_tokens, accepted_tokens, decode_steps, decode_tokens;
+};
+CINFER_API void cinfer_engine_spec_stats(const struct cinfer_engine *e, struct cinfer_spec_stats *out);
 /* Synchronous mode: one step; false if there was nothing to do. */
 CINFER_API bool cinfer_engine_step(struct cinfer_engine *e);
 
@@ -384,6 +398,9 @@ struct cinfer_request_options {
     // for the servers' tool-call parsers, whose formats are made of such tokens.  End-of-generation tokens
     // still end the text unseen.
     bool render_special;
+    // Speculative decoding on an engine that has it: 0: the engine's longest proposal; > 0: at most this
+    // many drafts per step; < 0: off for this request.
+    int spec_k;
 };
 CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
 

@@ -210,6 +210,15 @@ static int run_set(const struct bench_offline_opts *o, const struct model *m, co
     }
     printf("\n");
     bench_print_table(stdout, sums, n);
+    for (int i = 0; base->spec != ENGINE_SPEC_NONE && i < n; i++) {
+        const struct engine_totals *t = &runs[i].totals;
+        printf("%s speculative %s: %lld of %lld drafts accepted (%.1f%%), %.2f tokens per decode step\n",
+               sums[i].label, engine_spec_name(base->spec), (long long)t->spec_accepted_tokens,
+               (long long)t->spec_draft_tokens,
+               t->spec_draft_tokens ? 100.0 * (double)t->spec_accepted_tokens / (double)t->spec_draft_tokens
+                                    : 0.0,
+               t->decode_seq_steps ? (double)t->decode_emitted / (double)t->decode_seq_steps : 0.0);
+    }
     printf("\nKV pools (same budget): ");
     for (int i = 0; i < n; i++)
         printf("%s%s %d x %d tokens", i ? "; " : "", sums[i].label, sums[i].n_kv_blocks, sums[i].block_size);
@@ -399,7 +408,25 @@ int bench_offline_run(struct bench_offline_opts *o) {
     w.long_index = -1;
     int model_ctx = m->config.n_ctx_train;
     struct bench_engine_config ec = {o->threads,    o->ctx, o->max_seqs, o->max_batch_tokens,
-                                     o->block_size, 0,      kv_type};
+                                     o->block_size, 0,      kv_type,     ENGINE_SPEC_NONE,
+                                     o->spec_k,     NULL};
+    struct model *draft = NULL;
+    if (o->spec && !engine_spec_parse(o->spec, &ec.spec)) {
+        fprintf(stderr, "cinfer bench: --spec: '%s' is not one of none, ngram, draft\n", o->spec);
+        model_free(m);
+        return 2;
+    }
+    if ((ec.spec == ENGINE_SPEC_DRAFT) != (o->draft_path != NULL)) {
+        fprintf(stderr, "cinfer bench: --spec draft and --draft-model FILE go together\n");
+        model_free(m);
+        return 2;
+    }
+    if (o->draft_path && model_load(o->draft_path, &draft, &err) != CI_OK) {
+        fprintf(stderr, "cinfer bench: --draft-model: %s\n", err.msg);
+        model_free(m);
+        return 1;
+    }
+    ec.draft = draft;
     int64_t bpt = model_kv_bytes_per_token(m, kv_type);
     if (bpt <= 0) {
         fprintf(stderr, "cinfer bench: --kv-type q8_0 needs head_dim a multiple of 32 (the model's is %d)\n",
@@ -501,6 +528,7 @@ int bench_offline_run(struct bench_offline_opts *o) {
     }
 done:
     bench_workload_free(&w);
+    model_free(draft);
     model_free(m);
     return rc;
 }

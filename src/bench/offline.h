@@ -33,6 +33,9 @@ struct bench_offline_opts {
     uint64_t seed;
     int sweep_steps, threads, ctx, max_seqs, max_batch_tokens, block_size;
     bool quiet, no_plots;
+    const char *spec;       // speculative decoding: "none" (NULL), "ngram" or "draft"
+    int spec_k;             // longest proposal (0: 8)
+    const char *draft_path; // "draft": the draft model
 };
 
 void bench_offline_opts_default(struct bench_offline_opts *o);

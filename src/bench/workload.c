@@ -331,6 +331,9 @@ struct engine_params bench_policy_params(enum bench_policy p, const struct bench
     ep.sched.max_seqs = c->max_seqs;
     ep.sched.max_batch_tokens = c->max_batch_tokens;
     ep.block_size = c->block_size;
+    ep.spec = c->spec;
+    ep.spec_k = c->spec_k;
+    ep.draft = c->draft;
     ep.contiguous_kv = p < BENCH_POLICY_PAGED;
     ep.prefix_cache = p == BENCH_POLICY_PREFIX;
     ep.sched.chunked_prefill = p >= BENCH_POLICY_CHUNKED;

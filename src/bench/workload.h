@@ -127,7 +127,10 @@ struct bench_engine_config {
     int max_batch_tokens; // chunked prefill's per-step budget
     int block_size;       // paged KV
     int64_t kv_mem_bytes;
-    uint32_t kv_type; // KV element type (engine_params.kv_type)
+    uint32_t kv_type;          // KV element type (engine_params.kv_type)
+    enum engine_spec spec;     // speculative decoding (engine.h)
+    int spec_k;                // longest proposal (0: the engine's default)
+    const struct model *draft; // ENGINE_SPEC_DRAFT
 };
 
 struct engine_params bench_policy_params(enum bench_policy p, const struct bench_engine_config *c);

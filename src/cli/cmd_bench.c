@@ -63,6 +63,10 @@ int cmd_bench(int argc, char **argv) {
         {"--max-batch-tokens", NULL, ARG_INT, &o.max_batch_tokens, 1, 1 << 20,
          "N  chunked prefill budget per step (default 128)"},
         {"--block-size", NULL, ARG_INT, &o.block_size, 1, 1 << 16, "N  paged KV block (default 16)"},
+        {"--spec", NULL, ARG_STR, &o.spec, 0, 0,
+         "MODE  speculative decoding: none|ngram|draft (acceptance and tokens/step reported)"},
+        {"--spec-k", NULL, ARG_INT, &o.spec_k, 1, 32, "N  longest proposal (default 8)"},
+        {"--draft-model", NULL, ARG_STR, &o.draft_path, 0, 0, "FILE  --spec draft: the draft model"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 2)) {

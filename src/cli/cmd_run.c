@@ -93,6 +93,9 @@ int cmd_run(int argc, char **argv) {
             goto fail;
         ro.grammar = grammar;
     }
+    if (!engine_args_load_draft(&ea, &err))
+        goto fail;
+    eo.draft_model = ea.o.draft_model;
     if (cinfer_model_load(model_path, tok_path, &m, &err) != CINFER_OK ||
         cinfer_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err) != CINFER_OK ||
         cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK)
@@ -151,6 +154,14 @@ int cmd_run(int argc, char **argv) {
             mt.n_prompt, mt.n_generated, mt.finish_reason, eo.policy, eo.n_threads,
             (double)mt.kv_bytes / 1024, mt.ttft_ms, mt.prefill_tps, mt.tbt_ms, mt.tbt_p50_ms, mt.tbt_p99_ms,
             mt.tps, mt.latency_ms, mt.n_generated);
+    if (eo.spec && strcmp(eo.spec, "none") != 0) {
+        struct cinfer_spec_stats ss;
+        cinfer_engine_spec_stats(e, &ss);
+        fprintf(stderr, "  spec     %s: %lld of %lld drafts accepted (%.1f%%), %.2f tokens per step\n",
+                eo.spec, (long long)ss.accepted_tokens, (long long)ss.draft_tokens,
+                ss.draft_tokens ? 100.0 * (double)ss.accepted_tokens / (double)ss.draft_tokens : 0.0,
+                ss.decode_steps ? (double)ss.decode_tokens / (double)ss.decode_steps : 0.0);
+    }
     rc = 0;
     goto done;
 fail:
@@ -160,6 +171,7 @@ done:
     cinfer_engine_free(e);
     cinfer_free(ids);
     cinfer_model_free(m);
+    engine_args_free(&ea);
     free(grammar);
     return rc;
 }

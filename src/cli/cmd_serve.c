@@ -65,7 +65,8 @@ static const char *detect_template(const struct cinfer_model *m) {
 struct loader {
     const char *model_path, *tok_path;
     struct cinfer_engine_options eo;
-    pthread_t main; // signalled with SIGUSR1 when done
+    struct engine_args *ea; // --draft-model is loaded with the model
+    pthread_t main;         // signalled with SIGUSR1 when done
     struct cinfer_model *m;
     struct cinfer_engine *e;
     struct cinfer_error err;
@@ -74,7 +75,9 @@ struct loader {
 
 static void *load_model(void *arg) {
     struct loader *ld = arg;
-    ld->ok = cinfer_model_load(ld->model_path, ld->tok_path, &ld->m, &ld->err) == CINFER_OK &&
+    ld->ok = engine_args_load_draft(ld->ea, &ld->err) &&
+             ((ld->eo.draft_model = ld->ea->o.draft_model), true) &&
+             cinfer_model_load(ld->model_path, ld->tok_path, &ld->m, &ld->err) == CINFER_OK &&
              cinfer_engine_create(ld->m, &ld->eo, &ld->e, &ld->err) == CINFER_OK &&
              cinfer_engine_start(ld->e, &ld->err) == CINFER_OK;
     pthread_kill(ld->main, SIGUSR1);
@@ -355,6 +358,7 @@ int cmd_serve(int argc, char **argv) {
     ld->model_path = c.model_path;
     ld->tok_path = c.tok_path;
     ld->eo = c.ea.o;
+    ld->ea = &c.ea;
     int sig = load_or_stop(ld, &wait_signals);
     if (sig != SIGUSR1) { // the loader still runs and owns ld: both are left to the process exit
         fprintf(stderr, "cinfer serve: %s while loading the model: stopped\n",
@@ -401,6 +405,7 @@ done:
     http_server_free(http);
     cinfer_engine_free(e);
     cinfer_model_free(m);
+    engine_args_free(&c.ea);
     routes_free(routes);
     cinfer_template_free(model_jinja);
     cinfer_template_free(c.jinja);

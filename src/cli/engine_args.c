@@ -14,6 +14,27 @@ void engine_args_init(struct engine_args *a) {
     a->kv_mem = NULL;
     a->no_chunked_prefill = false;
     a->no_prefix_cache = false;
+    a->draft_path = NULL;
+    a->draft = NULL;
+}
+
+bool engine_args_load_draft(struct engine_args *a, struct cinfer_error *err) {
+    if (!a->draft_path || a->draft)
+        return true;
+    if (cinfer_model_load(a->draft_path, NULL, &a->draft, err) != CINFER_OK) {
+        char msg[sizeof err->message];
+        snprintf(msg, sizeof msg, "--draft-model: %.*s", (int)sizeof msg - 32, err->message);
+        memcpy(err->message, msg, sizeof msg);
+        return false;
+    }
+    a->o.draft_model = a->draft;
+    return true;
+}
+
+void engine_args_free(struct engine_args *a) {
+    cinfer_model_free(a->draft);
+    a->draft = NULL;
+    a->o.draft_model = NULL;
 }
 
 void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
@@ -39,6 +60,15 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
         {"--ctx", "-c", ARG_INT, &p->n_ctx, 0, 1 << 24, "N  context limit (default: the model's)"},
         {"--pooling", NULL, ARG_STR, &p->pooling, 0, 0,
          "P  embeddings: mean|cls|last (default: the file's pooling_type, else last)"},
+        {"--spec", NULL, ARG_STR, &p->spec, 0, 0,
+         "MODE  speculative decoding: none|ngram|draft (ngram: prompt lookup; draft: --draft-model)"},
+        {"--spec-k", NULL, ARG_INT, &p->spec_k, 1, 32,
+         "N  longest proposal per sequence and step (default 8; adapts from N/2 by acceptance)"},
+        {"--spec-k-min", NULL, ARG_INT, &p->spec_k_min, 1, 32, "N  shortest proposal (default 1)"},
+        {"--spec-ngram", NULL, ARG_INT, &p->spec_ngram_n, 1, 64,
+         "N  ngram: longest suffix looked up (default 3)"},
+        {"--draft-model", NULL, ARG_STR, &a->draft_path, 0, 0,
+         "FILE  --spec draft: a small model with the same vocabulary"},
     };
     _Static_assert(CI_ARRAY_LEN(specs) == ENGINE_ARGS_N_SPECS, "ENGINE_ARGS_N_SPECS counts the flags above");
     memcpy(out, specs, sizeof specs);
@@ -96,6 +126,16 @@ bool engine_args_finish(const char *cmd, struct engine_args *a) {
     }
     if (a->o.pooling && !cinfer_pooling_known(a->o.pooling)) {
         fprintf(stderr, "cinfer %s: --pooling: '%s' is not one of mean, cls, last\n", cmd, a->o.pooling);
+        return false;
+    }
+    if (a->o.spec && !cinfer_spec_known(a->o.spec)) {
+        fprintf(stderr, "cinfer %s: --spec: '%s' is not one of none, ngram, draft\n", cmd, a->o.spec);
+        return false;
+    }
+    bool draft = a->o.spec && !strcmp(a->o.spec, "draft");
+    if (draft != (a->draft_path != NULL)) {
+        fprintf(stderr, "cinfer %s: %s\n", cmd,
+                draft ? "--spec draft needs --draft-model FILE" : "--draft-model needs --spec draft");
         return false;
     }
     a->o.chunked_prefill = !a->no_chunked_prefill;

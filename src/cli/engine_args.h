@@ -15,9 +15,11 @@ struct engine_args {
     const char *kv_mem;
     bool no_chunked_prefill;
     bool no_prefix_cache;
+    const char *draft_path; // --draft-model
+    struct cinfer_model *draft;
 };
 
-#define ENGINE_ARGS_N_SPECS 13
+#define ENGINE_ARGS_N_SPECS 18
 
 void engine_args_init(struct engine_args *a);
 /* Writes ENGINE_ARGS_N_SPECS flag specs bound to a into out. */
@@ -25,6 +27,10 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out);
 /* After parsing: checks the names and resolves the sizes into a->o.  Prints the error and returns false on
  * bad values. */
 bool engine_args_finish(const char *cmd, struct engine_args *a);
+/* --spec draft: loads the --draft-model file into a->o.draft_model (true with nothing to do otherwise).
+ * engine_args_free frees it after the engine. */
+bool engine_args_load_draft(struct engine_args *a, struct cinfer_error *err);
+void engine_args_free(struct engine_args *a);
 /* Parses "64M", "1.5G", "4096", "512K" (binary multiples) into bytes; false if malformed or not positive. */
 bool engine_args_parse_bytes(const char *s, int64_t *out);
 

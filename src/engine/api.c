@@ -162,6 +162,33 @@ bool cinfer_policy_known(const char *name) {
     return name && sched_policy_parse(name, &p);
 }
 
+bool cinfer_spec_known(const char *name) {
+    enum engine_spec sp;
+    return name && engine_spec_parse(name, &sp);
+}
+
+/* A draft model must speak the target's vocabulary: the same size and the same text for every token. */
+static enum ci_status check_draft_vocab(const struct cinfer_model *m, const struct cinfer_model *d,
+                                        struct ci_err *e) {
+    int nv = m->model->config.n_vocab, nd = d->model->config.n_vocab;
+    if (nv != nd)
+        return ci_err_set(e, CI_ERR_INVALID, "the draft model's vocabulary has %d tokens, the model's %d", nd,
+                          nv);
+    if (!m->tok || !d->tok)
+        return CI_OK; // no texts to compare (llama2.c checkpoints without a tokenizer)
+    if (tokenizer_n_vocab(m->tok) != tokenizer_n_vocab(d->tok))
+        return ci_err_set(e, CI_ERR_INVALID, "the draft model's tokenizer has %d tokens, the model's %d",
+                          tokenizer_n_vocab(d->tok), tokenizer_n_vocab(m->tok));
+    for (int i = 0; i < tokenizer_n_vocab(m->tok); i++) {
+        size_t la, lb;
+        const char *a = tokenizer_piece(m->tok, i, &la), *b = tokenizer_piece(d->tok, i, &lb);
+        if (la != lb || (la && memcmp(a, b, la) != 0))
+            return ci_err_set(e, CI_ERR_INVALID,
+                              "the draft model's vocabulary differs from the model's at token %d", i);
+    }
+    return CI_OK;
+}
+
 bool cinfer_kv_type_known(const char *name) {
     uint32_t t;
     return name && kv_type_parse(name, &t);
@@ -189,6 +216,22 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     }
     p.kv_blocks = o->kv_blocks;
     p.prefix_cache = o->prefix_cache;
+    if (o->spec && !engine_spec_parse(o->spec, &p.spec)) {
+        ci_err_set(&e, CI_ERR_INVALID, "unknown speculative decoding '%s' (none, ngram, draft)", o->spec);
+        return api_fail(err, &e);
+    }
+    p.spec_k = o->spec_k;
+    p.spec_k_min = o->spec_k_min;
+    p.spec_ngram_n = o->spec_ngram_n;
+    if (p.spec == ENGINE_SPEC_DRAFT) {
+        if (!o->draft_model) {
+            ci_err_set(&e, CI_ERR_INVALID, "speculative decoding with a draft model needs the draft model");
+            return api_fail(err, &e);
+        }
+        if (check_draft_vocab(m, o->draft_model, &e) != CI_OK)
+            return api_fail(err, &e);
+        p.draft = o->draft_model->model;
+    }
     p.n_ctx = o->n_ctx;
     if (o->pooling && !cinfer_pooling_known(o->pooling)) {
         ci_err_set(&e, CI_ERR_INVALID, "unknown pooling '%s' (mean, cls, last)", o->pooling);
@@ -236,6 +279,15 @@ void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info
     out->full_context_seqs = info.full_context_seqs;
 }
 
+void cinfer_engine_spec_stats(const struct cinfer_engine *e, struct cinfer_spec_stats *out) {
+    struct engine_totals t;
+    engine_totals(e->e, &t);
+    out->draft_tokens = t.spec_draft_tokens;
+    out->accepted_tokens = t.spec_accepted_tokens;
+    out->decode_steps = t.decode_seq_steps;
+    out->decode_tokens = t.decode_emitted;
+}
+
 bool cinfer_engine_step(struct cinfer_engine *e) {
     return engine_step(e->e);
 }
@@ -274,6 +326,7 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     rp.want_text = true;
     rp.render_special = o->render_special;
     rp.logprobs = o->logprobs;
+    rp.spec_k = o->spec_k;
     if (o->grammar && o->grammar[0]) {
         rp.grammar = o->grammar;
         rp.grammar_len = strlen(o->grammar);

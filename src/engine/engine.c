@@ -18,6 +18,7 @@
 #include "grammar/matcher.h"
 #include "engine/metrics.h"
 #include "engine/prefix_cache.h"
+#include "engine/spec.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -48,6 +49,7 @@ struct engine_request {
     bool want_text;
     bool render_special;
     int logprobs;
+    int spec_k;                       // this request's longest proposal (0: no speculation)
     struct sampling_logit_bias *bias; // [sampling.n_logit_bias], the copy sampling.logit_bias points at
     enum engine_pooling pooling;      // NONE, or an embedding request
     float *embedding;                 // [n_embd] the pooled hidden states (embedding requests)
@@ -67,6 +69,10 @@ struct eseq {
     bool has_detok, has_stop;
     struct gram_matcher *gm; // the grammar's state after this sample's generated tokens (NULL: none)
     int gslot;               // the engine's gslots entry gm lives in (-1: gm has a space of its own)
+    // Draft model proposer: the draft's KV of tokens[0, d_computed) in its own pool, and this step's k.
+    struct kv_seq_blocks dblocks;
+    int d_computed;
+    int d_k;
 };
 
 struct engine {
@@ -85,6 +91,11 @@ struct engine {
     struct prefix_cache *pc;
     struct forward *fwd;
     struct ci_kv_layer *layers; // [n_layer]
+    // Speculative decoding with a draft model: its pool (same block size and count), forward and KV views.
+    struct kv_pool *dpool;
+    struct forward *dfwd;
+    struct ci_kv_layer *dlayers; // [draft n_layer]
+    bool draft_warned;
     struct ci_queue *queue;
 
     struct sched_state st;
@@ -129,13 +140,16 @@ struct engine {
 
     engine_step_fn hook;
     void *hook_ctx;
+    engine_propose_fn proposer; // tests
+    void *proposer_ctx;
     bool debug_sched; // CINFER_DEBUG contains "sched"
     pthread_t thread;
     bool started;
     atomic_bool stop_thread;
 
     atomic_llong t_steps, t_finished, t_preempt, t_prompt, t_gen, t_pad, t_pq, t_ph;
-    atomic_llong t_finish[ENGINE_FINISH_ERROR + 1]; // finished samples by reason
+    atomic_llong t_spec_draft, t_spec_acc, t_dec_steps, t_dec_emitted; // speculative decoding
+    atomic_llong t_finish[ENGINE_FINISH_ERROR + 1];                    // finished samples by reason
     atomic_int live_running, live_waiting, live_blocks;
     struct histogram h_ttft, h_itl, h_e2e, h_queue;
 };
@@ -150,7 +164,32 @@ struct engine_params engine_params_default(void) {
     p.block_size = 16;
     p.prefix_cache = true;
     p.queue_capacity = 1024;
+    p.spec = ENGINE_SPEC_NONE;
+    p.spec_k = 8;
+    p.spec_k_min = 1;
+    p.spec_ngram_n = 3;
     return p;
+}
+
+const char *engine_spec_name(enum engine_spec sp) {
+    switch (sp) {
+    case ENGINE_SPEC_NONE:
+        return "none";
+    case ENGINE_SPEC_NGRAM:
+        return "ngram";
+    case ENGINE_SPEC_DRAFT:
+        return "draft";
+    }
+    return "unknown";
+}
+
+bool engine_spec_parse(const char *name, enum engine_spec *out) {
+    for (int i = ENGINE_SPEC_NONE; i <= ENGINE_SPEC_DRAFT; i++)
+        if (name && !strcmp(name, engine_spec_name((enum engine_spec)i))) {
+            *out = (enum engine_spec)i;
+            return true;
+        }
+    return false;
 }
 
 const char *engine_pooling_str(enum engine_pooling p) {
@@ -308,6 +347,9 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     r->sampling.n_logit_bias = 0;
     r->ignore_eos = p->ignore_eos;
     r->logprobs = p->logprobs < 0 ? -1 : p->logprobs;
+    r->spec_k = e->p.spec == ENGINE_SPEC_NONE || p->spec_k < 0 ? 0
+                : p->spec_k > 0 && p->spec_k < e->p.spec_k     ? p->spec_k
+                                                               : e->p.spec_k;
     r->want_text = p->want_text && !embed;
     r->render_special = p->render_special;
     r->pooling = p->pooling;
@@ -394,6 +436,10 @@ static void seq_destroy(struct eseq *q) {
     if (q->gm && q->gslot >= 0)
         q->s.req->e->gslots[q->gslot].users--;
     kv_seq_deinit(&q->s.blocks);
+    if (q->dblocks.ids) {
+        kv_seq_release(q->s.req->e->dpool, &q->dblocks);
+        kv_seq_deinit(&q->dblocks);
+    }
     ci_free(q->s.tokens);
     ci_free(q);
 }
@@ -473,6 +519,9 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
     s->n_prompt = s->n_tokens = r->n_prompt;
     s->cap = r->n_prompt + r->max_tokens;
     s->no_prefix_match = r->pooling == ENGINE_POOLING_MEAN || r->pooling == ENGINE_POOLING_CLS;
+    s->spec_k = r->spec_k > 0 ? (r->spec_k + 1) / 2 : 0; // adapts from half the longest proposal
+    if (s->spec_k > 0 && s->spec_k < e->p.spec_k_min)
+        s->spec_k = r->spec_k < e->p.spec_k_min ? r->spec_k : e->p.spec_k_min;
     enum ci_status st = CI_OK;
     struct sampling_params sp = r->sampling;
     sp.seed = r->sampling.seed + (uint64_t)sample;
@@ -481,6 +530,8 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
         goto fail;
     }
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
+    if (e->dpool && (st = kv_seq_init(&q->dblocks, (int)blocks_for(e, s->cap), err)))
+        goto fail;
     if ((st = kv_seq_init(&s->blocks, (int)blocks_for(e, s->cap), err)) ||
         (st = sampler_create(&sp, e->m->config.n_vocab, &s->sampler, err)))
         goto fail;
@@ -665,7 +716,8 @@ static void handle_cancellations(struct engine *e) {
 
 /* Samples the next token of s from its logits row and, when the request asks, records the log-probabilities
  * (log-softmax of the raw logits) of the sampled token and of the most likely alternatives. */
-static int32_t sample_token(struct engine *e, struct seq *s, const float *row, float *logprob) {
+static int32_t sample_token(struct engine *e, struct seq *s, const float *row, int32_t draft,
+                            float *logprob) {
     int n_vocab = e->m->config.n_vocab;
     struct gram_matcher *gm = ((struct eseq *)s)->gm;
     *logprob = 0.0f;
@@ -683,7 +735,8 @@ static int32_t sample_token(struct engine *e, struct seq *s, const float *row, f
             return -1; // no token of the vocabulary can continue the grammar
         row = e->grow;
     }
-    int32_t tok = sampler_sample(s->sampler, row, n_vocab, s->tokens, s->n_tokens);
+    int32_t tok = draft >= 0 ? sampler_sample_draft(s->sampler, row, n_vocab, s->tokens, s->n_tokens, draft)
+                             : sampler_sample(s->sampler, row, n_vocab, s->tokens, s->n_tokens);
     if (gm && !gram_matcher_accept_token(gm, tok))
         return -1; // cannot happen: the sampler picks an allowed token (NaN logits aside)
     struct engine_request *r = s->req;
@@ -732,7 +785,7 @@ static void fork_siblings(struct engine *e, struct seq *leader, const float *row
         s->state = SEQ_STATE_RUNNING;
         s->req->metrics[s->sample].t_scheduled_ns = leader->req->metrics[leader->sample].t_scheduled_ns;
         float lp;
-        int32_t tok = sample_token(e, s, row, &lp);
+        int32_t tok = sample_token(e, s, row, -1, &lp);
         enum engine_finish f = seq_emit(e, (struct eseq *)s, tok, lp);
         if (f != ENGINE_FINISH_NONE) {
             seq_finish(e, (struct eseq *)s, f, f == ENGINE_FINISH_ERROR ? CI_ERR_INTERNAL : CI_OK, NULL);
@@ -782,6 +835,45 @@ static void pool_hidden(struct engine *e) {
     e->n_hid = e->n_embed_done = 0;
 }
 
+/* Samples the rows of a decoding sequence that brought drafts: row j is the target's distribution after
+ * the last token and drafts 0..j-1.  Each draft is verified in order (sampler_sample_draft) and emitted while
+ * accepted; the first rejection emits the target's token instead, and with every draft accepted the last
+ * row gives one more (the bonus).  Emission stops early where the sequence ends (EOS, a stop string,
+ * max_tokens, the grammar).  Then the KV of the rejected positions is given up: n_computed = n_tokens - 1
+ * (the last emitted token is computed next step), blocks past the tokens released. */
+static void verify_drafts(struct engine *e, struct seq *q, const float *rows, struct step_metrics *sm) {
+    int n_vocab = e->m->config.n_vocab, nd = q->n_draft, accepted = 0, emitted = 0;
+    int32_t draft[SPEC_MAX_K];
+    CI_ASSERT(nd <= SPEC_MAX_K);
+    memcpy(draft, q->tokens + q->n_tokens, (size_t)nd * sizeof *draft);
+    q->n_draft = 0;
+    enum engine_finish f = ENGINE_FINISH_NONE;
+    for (int j = 0; j <= nd; j++) {
+        float lp;
+        int32_t tok = sample_token(e, q, rows + (size_t)j * n_vocab, j < nd ? draft[j] : -1, &lp);
+        bool ok = j < nd && tok == draft[j];
+        accepted += ok;
+        emitted += tok >= 0;
+        if ((f = seq_emit(e, (struct eseq *)q, tok, lp)) != ENGINE_FINISH_NONE || !ok)
+            break;
+    }
+    sm->n_draft_tokens += nd;
+    sm->n_accepted_tokens += accepted;
+    sm->n_decode_seqs++;
+    sm->n_decode_emitted += emitted;
+    if (f != ENGINE_FINISH_NONE) {
+        seq_finish(e, (struct eseq *)q, f, f == ENGINE_FINISH_ERROR ? CI_ERR_INTERNAL : CI_OK, NULL);
+        return;
+    }
+    q->n_computed = q->n_tokens - 1;
+    kv_seq_shrink(e->pool, &q->blocks, q->n_tokens);
+    struct eseq *eq = (struct eseq *)q; // the draft's KV holds the accepted drafts, not what follows
+    eq->d_computed = eq->d_computed < q->n_computed ? eq->d_computed : q->n_computed;
+    q->spec_k =
+        spec_adapt_k(q->spec_k, nd, accepted,
+                     e->p.spec_k_min < q->req->spec_k ? e->p.spec_k_min : q->req->spec_k, q->req->spec_k);
+}
+
 /* Runs the pass built so far, then samples its rows.  Returns the number of sequences that finished. */
 static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_metrics *sm,
                                struct ci_err *err) {
@@ -806,9 +898,20 @@ static enum ci_status run_pass(struct engine *e, struct pass *ps, struct step_me
     for (int r = 0; r < rows; r++) {
         struct seq *q = e->b_row_seq[r];
         const float *row = logits + (size_t)r * n_vocab;
+        if (q->n_draft > 0) { // rows r .. r + n_draft: the last token's and each draft's
+            int nd = q->n_draft;
+            verify_drafts(e, q, row, sm);
+            r += nd;
+            continue;
+        }
         bool first = q->n_tokens == q->n_prompt;
+        bool decode = !first && q->n_computed == q->n_tokens;
         float lp;
-        int32_t tok = sample_token(e, q, row, &lp);
+        int32_t tok = sample_token(e, q, row, -1, &lp);
+        if (decode) {
+            sm->n_decode_seqs++;
+            sm->n_decode_emitted += tok >= 0;
+        }
         if (first && q->sample == 0 && q->req->n > 1)
             fork_siblings(e, q, row);
         enum engine_finish f = seq_emit(e, (struct eseq *)q, tok, lp);
@@ -841,6 +944,7 @@ static enum ci_status execute(struct engine *e, const struct sched_result *res, 
             mt->t_scheduled_ns = ci_now_ns();
         if (q->n_cached > mt->n_cached)
             mt->n_cached = q->n_cached;
+        int end = q->n_tokens + q->n_draft, tail = 1 + q->n_draft; // the rows sampled share one pass
         while (left > 0) {
             if (ps.n_tokens == e->max_pass_tokens || ps.n_seqs == e->max_rows + 1 ||
                 ps.n_rows == e->max_rows) {
@@ -848,6 +952,13 @@ static enum ci_status execute(struct engine *e, const struct sched_result *res, 
                     return s;
             }
             int room = e->max_pass_tokens - ps.n_tokens, take = left < room ? left : room;
+            if (q->n_draft > 0 && take < left && left - take < tail)
+                take = left - tail; // leave the sampled tail whole for the next pass
+            if (q->n_draft > 0 && (take <= 0 || (take == left && ps.n_rows + tail > e->max_rows))) {
+                if ((s = run_pass(e, &ps, sm, err)) != CI_OK) // (proposals fit an empty pass)
+                    return s;
+                continue;
+            }
             int si = pass_seq_index(e, &ps, q);
             enum engine_pooling pool = q->req->pooling;
             if (pool == ENGINE_POOLING_MEAN && from == 0) // a recompute after preemption starts the sum over
@@ -869,14 +980,18 @@ static enum ci_status execute(struct engine *e, const struct sched_result *res, 
             q->n_computed = from;
             if (left == 0 && from == q->n_tokens && pool != ENGINE_POOLING_NONE) {
                 e->b_embed_done[e->n_embed_done++] = q; // nothing to sample: ends after the pass
-            } else if (left == 0 && from == q->n_tokens) {
-                e->b_want[ps.n_tokens - 1] = 1;
-                e->b_row_seq[ps.n_rows++] = q;
-                sm->flops += 2.0 * e->m->config.n_embd * e->m->config.n_vocab;
+            } else if (left == 0 && from == end) {
+                for (int j = tail; j >= 1; j--) {
+                    e->b_want[ps.n_tokens - j] = 1;
+                    e->b_row_seq[ps.n_rows++] = q;
+                    sm->flops += 2.0 * e->m->config.n_embd * e->m->config.n_vocab;
+                }
             }
         }
+        // Only real tokens are registered (drafts may be rejected and their positions rewritten).
         if (e->pc && q->state == SEQ_STATE_RUNNING)
-            prefix_cache_insert(e->pc, q->tokens, q->n_computed, &q->blocks);
+            prefix_cache_insert(e->pc, q->tokens, q->n_computed < q->n_tokens ? q->n_computed : q->n_tokens,
+                                &q->blocks);
     }
     // Static batching's padding: real tokens through the model whose results are thrown away.
     for (int i = 0; i < res->n_pad_tokens; i++) {
@@ -935,6 +1050,14 @@ static void check_invariants(struct engine *e) {
     if (e->pad.n)
         live[n++] = &e->pad;
     kv_pool_check(e->pool, live, n, NULL);
+    if (e->dpool) { // the draft's tables: running and waiting sequences hold blocks there
+        n = 0;
+        for (int i = 0; i < e->st.n_running; i++)
+            live[n++] = &((struct eseq *)e->st.running[i])->dblocks;
+        for (int i = 0; i < e->st.n_waiting && n < e->cap + 1; i++)
+            live[n++] = &((struct eseq *)e->st.waiting[i])->dblocks;
+        kv_pool_check(e->dpool, live, n, NULL);
+    }
     if (e->pc)
         prefix_cache_check(e->pc);
 }
@@ -951,6 +1074,147 @@ static void log_step(const struct engine *e, const struct step_metrics *m) {
             m->n_decode_tokens, m->n_pad_tokens, m->n_passes, m->n_running, m->n_waiting, m->kv_blocks_used,
             (long long)waste, m->n_preempted, m->n_prefix_hit_tokens, s > 0 ? m->flops / s / 1e9 : 0,
             s > 0 ? m->bytes / s / 1e9 : 0, m->bytes > 0 ? m->flops / m->bytes : 0);
+}
+
+/* Speculative decoding: proposals for the decoding sequences (their drafts go to tokens[n_tokens..]).  A
+ * proposal leaves room for every token it may emit (1 + k within max_tokens) and fits one forward pass. */
+/* The draft model's pass over the tokens gathered in b_*: each row's argmax becomes its sequence's next
+ * draft.  On an error (a position past the draft model's tables) the pass's sequences get no drafts. */
+static void draft_pass(struct engine *e, struct pass *ps) {
+    if (ps->n_tokens == 0)
+        return;
+    struct fwd_batch b = {.n_tokens = ps->n_tokens,
+                          .token = e->b_tok,
+                          .pos = e->b_pos,
+                          .seq = e->b_seq,
+                          .logits = e->b_want,
+                          .n_seqs = ps->n_seqs,
+                          .seqs = e->b_seqs};
+    const float *logits;
+    int rows;
+    struct ci_err err = {0};
+    int n_vocab = e->m->config.n_vocab;
+    if (forward_batch(e->dfwd, &b, e->dlayers, &logits, &rows, &err) != CI_OK) {
+        if (!e->draft_warned)
+            CI_LOG_WARN("draft model: %s (no drafts for these sequences this step)", err.msg);
+        e->draft_warned = true;
+        for (int i = 0; i < ps->n_seqs; i++) {
+            struct eseq *q = (struct eseq *)e->b_owner[i];
+            q->d_k = 0;
+            q->s.n_draft = 0;
+            kv_seq_release(e->dpool, &q->dblocks);
+            q->d_computed = 0;
+        }
+    } else {
+        for (int r = 0; r < rows; r++) {
+            struct eseq *q = (struct eseq *)e->b_row_seq[r];
+            if (q->d_k == 0)
+                continue;
+            const float *row = logits + (size_t)r * n_vocab;
+            int best = 0;
+            for (int i = 1; i < n_vocab; i++)
+                best = row[i] > row[best] ? i : best;
+            q->s.tokens[q->s.n_tokens + q->s.n_draft++] = best;
+        }
+    }
+    ps->n_tokens = ps->n_rows = ps->n_seqs = 0;
+}
+
+/* Adds positions [from, to) of q's tokens (drafts included) to the draft pass, running it when full; the
+ * last one wants logits. */
+static void draft_add(struct engine *e, struct pass *ps, struct eseq *q, int from, int to) {
+    int cap_rows = e->p.sched.max_seqs;
+    while (from < to) {
+        if (ps->n_tokens == e->max_pass_tokens || ps->n_seqs == cap_rows || ps->n_rows == cap_rows)
+            draft_pass(e, ps);
+        if (q->d_k == 0)
+            return; // a failed pass dropped it
+        int si = -1;
+        for (int i = 0; i < ps->n_seqs && si < 0; i++)
+            si = e->b_owner[i] == &q->s ? i : -1;
+        if (si < 0) {
+            si = ps->n_seqs++;
+            e->b_owner[si] = &q->s;
+            e->b_seqs[si].block_table = q->dblocks.ids;
+            e->b_seqs[si].n_blocks = q->dblocks.n;
+        }
+        int room = e->max_pass_tokens - ps->n_tokens, take = to - from < room ? to - from : room;
+        for (int k = 0; k < take; k++) {
+            int t = ps->n_tokens++;
+            e->b_tok[t] = q->s.tokens[from + k];
+            e->b_pos[t] = from + k;
+            e->b_seq[t] = si;
+            e->b_want[t] = 0;
+        }
+        from += take;
+        q->d_computed = from;
+        if (from == to) {
+            e->b_want[ps->n_tokens - 1] = 1;
+            e->b_row_seq[ps->n_rows++] = &q->s;
+        }
+    }
+}
+
+/* Draft-model proposals: the draft catches up on each sequence's tokens it has not seen (its KV rolled back
+ * past rejected drafts), then proposes greedily, one batched draft pass per draft position. */
+static void propose_with_draft(struct engine *e, struct eseq **cand, int n_cand) {
+    struct pass ps = {0};
+    int max_k = 0;
+    for (int i = 0; i < n_cand; i++) {
+        struct eseq *q = cand[i];
+        if (q->d_computed > q->s.n_tokens - 1)
+            q->d_computed = q->s.n_tokens - 1; // the last token's logits are wanted
+        max_k = q->d_k > max_k ? q->d_k : max_k;
+        draft_add(e, &ps, q, q->d_computed, q->s.n_tokens);
+    }
+    draft_pass(e, &ps);
+    for (int j = 1; j < max_k; j++) {
+        for (int i = 0; i < n_cand; i++) {
+            struct eseq *q = cand[i];
+            if (q->d_k > j && q->s.n_draft == j)
+                draft_add(e, &ps, q, q->s.n_tokens + j - 1, q->s.n_tokens + j);
+        }
+        if (ps.n_tokens == 0)
+            break;
+        draft_pass(e, &ps);
+    }
+}
+
+static void propose(struct engine *e) {
+    if (e->p.spec == ENGINE_SPEC_NONE)
+        return;
+    struct eseq **cand = (struct eseq **)e->items; // the scheduler's plan is made after this
+    int n_cand = 0;
+    int limit = e->max_pass_tokens - 1 < e->max_rows - 1 ? e->max_pass_tokens - 1 : e->max_rows - 1;
+    for (int i = 0; i < e->st.n_running; i++) {
+        struct seq *s = e->st.running[i];
+        s->n_draft = 0;
+        if (s->state != SEQ_STATE_RUNNING || s->n_tokens <= s->n_prompt || s->n_computed != s->n_tokens - 1 ||
+            s->spec_k <= 0)
+            continue;
+        int k = s->spec_k, left = s->req->max_tokens - seq_n_output(s) - 1;
+        k = k < left ? k : left;
+        k = k < limit ? k : limit;
+        if (k <= 0)
+            continue;
+        if (e->dpool && !e->proposer) {
+            struct eseq *q = (struct eseq *)s;
+            // Room in the draft's pool for the positions it will write (n_tokens + k - 1); when the pool is
+            // short the sequence decodes without drafts this step.
+            if (kv_seq_reserve(e->dpool, &q->dblocks, s->n_tokens + k - 1) != CI_OK)
+                continue;
+            q->d_k = k;
+            cand[n_cand++] = q;
+        } else if (e->proposer) {
+            s->n_draft = e->proposer(e->proposer_ctx, s->req, s->sample, s->tokens, s->n_tokens, k,
+                                     s->tokens + s->n_tokens);
+            CI_ASSERT(s->n_draft >= 0 && s->n_draft <= k);
+        } else if (e->p.spec == ENGINE_SPEC_NGRAM)
+            s->n_draft =
+                spec_ngram_propose(s->tokens, s->n_tokens, e->p.spec_ngram_n, k, s->tokens + s->n_tokens);
+    }
+    if (n_cand > 0)
+        propose_with_draft(e, cand, n_cand);
 }
 
 /* Ends every sequence, running or waiting, with status and msg. */
@@ -987,6 +1251,7 @@ bool engine_step(struct engine *e) {
     int before = e->st.n_running + e->st.n_waiting;
     drain_queue(e);
     handle_cancellations(e);
+    propose(e);
     struct sched_result res = {.items = e->items};
     sched_step(&e->p.sched, &e->st, &res);
     bool work = res.n_items > 0 || res.n_pad_tokens > 0;
@@ -1001,6 +1266,16 @@ bool engine_step(struct engine *e) {
                 if (res.items[i]->state == SEQ_STATE_RUNNING)
                     seq_finish(e, (struct eseq *)res.items[i], ENGINE_FINISH_ERROR, CI_ERR_INTERNAL, err.msg);
         }
+    }
+    for (int i = 0; i < e->st.n_running; i++) { // drafts the step did not verify (not scheduled) are dropped
+        struct eseq *q = (struct eseq *)e->st.running[i];
+        q->s.n_draft = 0;
+        q->d_computed = q->d_computed < q->s.n_tokens ? q->d_computed : q->s.n_tokens;
+    }
+    for (int i = 0; e->dpool && i < e->st.n_waiting; i++) { // preempted: the draft's KV goes back too
+        struct eseq *q = (struct eseq *)e->st.waiting[i];
+        kv_seq_release(e->dpool, &q->dblocks);
+        q->d_computed = 0;
     }
     drop_out_of_window(e);
     sm.t_end_ns = ci_now_ns();
@@ -1017,6 +1292,10 @@ bool engine_step(struct engine *e) {
         atomic_fetch_add(&e->t_steps, 1);
         atomic_fetch_add(&e->t_preempt, res.n_preempted);
         atomic_fetch_add(&e->t_pad, res.n_pad_tokens);
+        atomic_fetch_add(&e->t_spec_draft, sm.n_draft_tokens);
+        atomic_fetch_add(&e->t_spec_acc, sm.n_accepted_tokens);
+        atomic_fetch_add(&e->t_dec_steps, sm.n_decode_seqs);
+        atomic_fetch_add(&e->t_dec_emitted, sm.n_decode_emitted);
         if (e->hook)
             e->hook(e->hook_ctx, &sm);
         if (e->debug_sched)
@@ -1072,6 +1351,11 @@ void engine_stop(struct engine *e) {
 
 /* ---- creation ------------------------------------------------------------------------------------------ */
 
+void engine_set_proposer(struct engine *e, engine_propose_fn fn, void *ctx) {
+    e->proposer = fn;
+    e->proposer_ctx = ctx;
+}
+
 void engine_set_step_hook(struct engine *e, engine_step_fn fn, void *ctx) {
     e->hook = fn;
     e->hook_ctx = ctx;
@@ -1097,6 +1381,19 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         return ci_err_set(err, CI_ERR_INVALID, "token budget %d outside [1, 1048576]", sp.max_batch_tokens);
     if (p->n_ctx < 0 || p->block_size < 0 || p->kv_blocks < 0 || p->kv_mem_bytes < 0)
         return ci_err_set(err, CI_ERR_INVALID, "negative context, block size or KV size");
+    if (p->spec < ENGINE_SPEC_NONE || p->spec > ENGINE_SPEC_DRAFT)
+        return ci_err_set(err, CI_ERR_INVALID, "unknown speculative decoding mode %d", (int)p->spec);
+    if (p->spec != ENGINE_SPEC_NONE &&
+        (p->spec_k < 0 || p->spec_k > SPEC_MAX_K || p->spec_k_min < 0 || p->spec_k_min > SPEC_MAX_K ||
+         p->spec_ngram_n < 0 || p->spec_ngram_n > 64))
+        return ci_err_set(
+            err, CI_ERR_INVALID,
+            "speculative decoding: k %d and k_min %d must be in [1, %d], the n-gram length %d in "
+            "[1, 64]",
+            p->spec_k, p->spec_k_min, SPEC_MAX_K, p->spec_ngram_n);
+    if (p->spec == ENGINE_SPEC_DRAFT && !p->draft)
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "speculative decoding with a draft model needs the draft model");
     struct engine *e = ci_calloc(1, sizeof *e);
     if (!e)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
@@ -1104,6 +1401,10 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     e->m = m;
     e->tok = tok;
     e->p = *p;
+    e->p.spec_k = p->spec_k ? p->spec_k : 8;
+    e->p.spec_k_min = p->spec_k_min ? p->spec_k_min : 1;
+    e->p.spec_k_min = e->p.spec_k_min < e->p.spec_k ? e->p.spec_k_min : e->p.spec_k;
+    e->p.spec_ngram_n = p->spec_ngram_n ? p->spec_ngram_n : 3;
     e->n_ctx = p->n_ctx > 0 && p->n_ctx < c->n_ctx_train ? p->n_ctx : c->n_ctx_train;
     e->block_size = p->contiguous_kv ? e->n_ctx : (p->block_size > 0 ? p->block_size : 16);
     if (p->sched.policy == SCHED_POLICY_NAIVE)
@@ -1175,10 +1476,36 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     int queue_capacity = p->queue_capacity > 0 ? p->queue_capacity : DEFAULT_QUEUE_CAPACITY;
     e->max_rows = sp.max_seqs;
     e->max_pass_tokens = sp.max_batch_tokens > sp.max_seqs ? sp.max_batch_tokens : sp.max_seqs;
+    if (e->p.spec != ENGINE_SPEC_NONE) { // rows for the drafts of some sequences (more split the pass)
+        int64_t want = (int64_t)sp.max_seqs * (e->p.spec_k + 1);
+        want = want < e->max_pass_tokens ? want : e->max_pass_tokens;
+        want = want < 128 ? want : 128; // logits rows cost n_vocab floats each
+        e->max_rows = want > e->max_rows ? (int)want : e->max_rows;
+    }
     if ((s = forward_create(m, e->max_pass_tokens, e->max_rows, e->tp, &e->fwd, err)) ||
         (s = ci_queue_create(queue_capacity, &e->queue, err)))
         goto fail;
     forward_set_n_ctx(e->fwd, e->n_ctx); // Phi-3 LongRoPE: long or short factors by the served context
+    if (e->p.spec == ENGINE_SPEC_DRAFT) {
+        const struct model_config *dc = &p->draft->config;
+        if (dc->n_vocab != c->n_vocab) {
+            s = ci_err_set(err, CI_ERR_INVALID, "the draft model's vocabulary has %d tokens, the model's %d",
+                           dc->n_vocab, c->n_vocab);
+            goto fail;
+        }
+        struct kv_pool_params dp = {dc->n_layer,   dc->n_kv_head, dc->head_dim,
+                                    e->block_size, kp.n_blocks,   p->kv_type};
+        if ((s = kv_pool_create(&dp, &e->dpool, err)) ||
+            (s = forward_create(p->draft, e->max_pass_tokens, sp.max_seqs, e->tp, &e->dfwd, err)))
+            goto fail;
+        forward_set_n_ctx(e->dfwd, e->n_ctx);
+        if (!(e->dlayers = ci_calloc((size_t)dc->n_layer, sizeof *e->dlayers))) {
+            s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int il = 0; il < dc->n_layer; il++)
+            kv_pool_layer(e->dpool, il, &e->dlayers[il]);
+    }
     e->cap = sp.max_seqs + queue_capacity * SEQS_PER_QUEUED_REQUEST + MAX_SAMPLES;
     size_t T = (size_t)e->max_pass_tokens, R = (size_t)e->max_rows;
     e->layers = ci_calloc((size_t)c->n_layer, sizeof *e->layers);
@@ -1239,6 +1566,9 @@ void engine_free(struct engine *e) {
     prefix_cache_free(e->pc);
     forward_free(e->fwd);
     kv_pool_free(e->pool);
+    forward_free(e->dfwd);
+    kv_pool_free(e->dpool);
+    ci_free(e->dlayers);
     ci_threadpool_free(e->tp);
     ci_queue_free(e->queue);
     ci_free(e->layers);
@@ -1289,6 +1619,10 @@ void engine_totals(const struct engine *e, struct engine_totals *out) {
     out->n_running = atomic_load(&e->live_running);
     out->n_waiting = atomic_load(&e->live_waiting);
     out->kv_blocks_used = atomic_load(&e->live_blocks);
+    out->spec_draft_tokens = atomic_load(&e->t_spec_draft);
+    out->spec_accepted_tokens = atomic_load(&e->t_spec_acc);
+    out->decode_seq_steps = atomic_load(&e->t_dec_steps);
+    out->decode_emitted = atomic_load(&e->t_dec_emitted);
 }
 
 bool engine_metrics_text(const struct engine *e, char *buf, size_t cap, size_t *len) {
@@ -1313,6 +1647,19 @@ bool engine_metrics_text(const struct engine *e, char *buf, size_t cap, size_t *
         {"generation_tokens_total", "counter", "Tokens generated.", (double)atomic_load(&e->t_gen)},
         {"num_preemptions_total", "counter", "Sequences preempted by recompute.",
          (double)atomic_load(&e->t_preempt)},
+        {"spec_decode_num_draft_tokens_total", "counter", "Speculative draft tokens verified.",
+         (double)atomic_load(&e->t_spec_draft)},
+        {"spec_decode_num_accepted_tokens_total", "counter", "Speculative draft tokens accepted.",
+         (double)atomic_load(&e->t_spec_acc)},
+        {"spec_decode_acceptance_rate", "gauge", "Accepted / verified draft tokens since start (0: none).",
+         atomic_load(&e->t_spec_draft) > 0
+             ? (double)atomic_load(&e->t_spec_acc) / (double)atomic_load(&e->t_spec_draft)
+             : 0},
+        {"decode_tokens_per_step", "gauge",
+         "Tokens a decoding sequence gains per step since start (1 without speculation).",
+         atomic_load(&e->t_dec_steps) > 0
+             ? (double)atomic_load(&e->t_dec_emitted) / (double)atomic_load(&e->t_dec_steps)
+             : 0},
     };
     for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
         if (!metrics_appendf(buf, cap, len, "# HELP cinfer:%s %s\n# TYPE cinfer:%s %s\ncinfer:%s %.17g\n",

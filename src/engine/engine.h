@@ -27,7 +27,26 @@ struct engine;
 struct engine_request;
 struct ci_channel;
 
+/* Speculative decoding (spec.h): who proposes drafts for the decoding sequences.  Each step a decoding
+ * sequence with a proposal of k tokens contributes k + 1 tokens to the batch (its last token and the drafts)
+ * and all k + 1 positions are sampled in order with its own sampler (sampler_sample_draft): drafts are kept
+ * while accepted, then the target's own token is appended (or, after all k, the bonus token), so greedy
+ * output is the plain decode's and sampled output keeps the target distribution.  The KV of rejected
+ * positions is rolled back (n_computed = n_tokens - 1, blocks past the tokens given back). */
+enum engine_spec {
+    ENGINE_SPEC_NONE,
+    ENGINE_SPEC_NGRAM, // prompt lookup in the sequence's own tokens
+    ENGINE_SPEC_DRAFT, // a small model of the same vocabulary proposes greedily
+};
+const char *engine_spec_name(enum engine_spec s);
+bool engine_spec_parse(const char *name, enum engine_spec *out);
+
 struct engine_params {
+    enum engine_spec spec;
+    int spec_k;                // longest proposal (1..SPEC_MAX_K; 0: 8)
+    int spec_k_min;            // shortest proposal the adaptive length goes down to (0: 1)
+    int spec_ngram_n;          // ngram: longest suffix looked up (0: 3)
+    const struct model *draft; // ENGINE_SPEC_DRAFT: the proposer (same vocabulary as the model)
     int n_threads;
     struct sched_params sched; // policy, chunked prefill, token budget, max running sequences
     int block_size;            // tokens per KV block (0: 16)
@@ -82,6 +101,9 @@ struct engine_request_params {
     // batched like any other) and its final hidden states pooled; nothing is sampled.  The sample's stream
     // ends with DONE (finish "stop"), after which engine_request_embedding holds the vector.
     enum engine_pooling pooling;
+    // Speculative decoding for this request when the engine has a proposer: 0: the engine's k; > 0: at
+    // most this many drafts; < 0: off.
+    int spec_k;
 };
 
 #define ENGINE_MAX_LOGPROBS 20
@@ -112,6 +134,10 @@ struct step_metrics {
     int n_passes; // forward passes the step needed
     int n_preempted;
     int n_prefix_hit_tokens;
+    int n_draft_tokens;         // speculative drafts verified
+    int n_accepted_tokens;      // of which accepted
+    int n_decode_seqs;          // decoding sequences that sampled (each emits 1 + its accepted drafts)
+    int n_decode_emitted;       // tokens they emitted
     int kv_blocks_used;         // blocks referenced by sequences
     int64_t kv_slots_used;      // token positions stored
     int64_t kv_slots_allocated; // blocks_used * block_size (allocated - used = waste)
@@ -120,6 +146,12 @@ struct step_metrics {
 };
 
 typedef void (*engine_step_fn)(void *ctx, const struct step_metrics *m);
+
+/* Tests: a proposer that replaces the engine's (with speculation on): up to k drafts continuing the
+ * sample's tokens[0..n_tokens) (prompt then output) into out; returns how many. */
+typedef int (*engine_propose_fn)(void *ctx, const struct engine_request *r, int sample, const int32_t *tokens,
+                                 int n_tokens, int k, int32_t *out);
+void engine_set_proposer(struct engine *e, engine_propose_fn fn, void *ctx);
 
 /* tok may be NULL (no text, no stop strings). */
 enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
@@ -171,6 +203,9 @@ struct engine_totals {
     int64_t n_steps, n_requests_finished, n_preemptions;
     int64_t n_prompt_tokens, n_generated_tokens, n_pad_tokens;
     int64_t prefix_query_tokens, prefix_hit_tokens;
+    // Speculative decoding: drafts verified and accepted; decoding sequence-steps and the tokens they gave
+    // (tokens per step = decode_emitted / decode_seq_steps: 1 without speculation).
+    int64_t spec_draft_tokens, spec_accepted_tokens, decode_seq_steps, decode_emitted;
     int n_running, n_waiting, kv_blocks_used;
 };
 /* A snapshot (engine thread, or any thread for the approximate live values). */

@@ -270,8 +270,9 @@ static int nucleus_buckets(struct sampler *s, struct cand *c, int n, float max, 
     return m;
 }
 
-int32_t sampler_sample(struct sampler *s, const float *logits, int n_vocab, const int32_t *history,
-                       int n_history) {
+/* The pipeline of sampler.h; with draft >= 0 the speculative verification of sampler_sample_draft. */
+static int32_t sample_impl(struct sampler *s, const float *logits, int n_vocab, const int32_t *history,
+                           int n_history, int32_t draft) {
     const struct sampling_params *p = &s->p;
     CI_ASSERT(n_vocab == s->n_vocab);
     float *x = s->work;
@@ -327,15 +328,41 @@ int32_t sampler_sample(struct sampler *s, const float *logits, int n_vocab, cons
         c[i].logit = expf((c[i].logit - max) * inv_t);
         total += (double)c[i].logit;
     }
+    if (draft >= 0) {
+        // Speculative sampling with a one-hot draft: accept it with probability p(draft), else draw from the
+        // residual max(0, p - onehot(draft)) normalized, i.e. p without the draft.  The mix is exactly p.
+        double w = 0.0;
+        for (int i = 0; i < n; i++)
+            if (c[i].id == draft)
+                w = (double)c[i].logit;
+        if (ci_rng_f64(&s->rng) * total < w)
+            return draft;
+        total -= w;
+        if (!(total > 0.0))
+            return draft; // p(draft) == 1 up to rounding
+    }
     double u = ci_rng_f64(&s->rng) * total, cum = 0.0;
-    int last = 0;
+    int last = -1;
     for (int i = 0; i < n; i++) {
-        if (c[i].logit <= 0.0f)
+        if (c[i].logit <= 0.0f || c[i].id == draft)
             continue;
         last = i;
         cum += (double)c[i].logit;
         if (cum > u)
             return c[i].id;
     }
-    return c[last].id; // u landed in the rounding gap at the very top
+    return last >= 0    ? c[last].id
+           : draft >= 0 ? draft
+                        : c[0].id; // u landed in the rounding gap at the very top
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits, int n_vocab, const int32_t *history,
+                       int n_history) {
+    return sample_impl(s, logits, n_vocab, history, n_history, -1);
+}
+
+int32_t sampler_sample_draft(struct sampler *s, const float *logits, int n_vocab, const int32_t *history,
+                             int n_history, int32_t draft) {
+    CI_ASSERT(draft >= 0 && draft < n_vocab);
+    return sample_impl(s, logits, n_vocab, history, n_history, draft);
 }

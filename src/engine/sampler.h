@@ -73,6 +73,15 @@ void sampler_reset(struct sampler *s, uint64_t seed);
 int32_t sampler_sample(struct sampler *s, const float *logits, int n_vocab, const int32_t *history,
                        int n_history);
 
+/* Speculative verification of a proposed token draft (0 <= draft < n_vocab) against these logits, with the
+ * same pipeline as sampler_sample.  Greedy: the argmax (the draft is accepted iff it is the argmax).
+ * Otherwise, with p the final distribution (after steps 1-7): the draft with probability p(draft), else a
+ * token drawn from p with the draft removed and renormalized (the residual of speculative sampling for a
+ * deterministic draft), so the result is distributed exactly as p.  The draft is accepted iff the result
+ * equals it.  Uses up to two RNG draws. */
+int32_t sampler_sample_draft(struct sampler *s, const float *logits, int n_vocab, const int32_t *history,
+                             int n_history, int32_t draft);
+
 /* Steps 1-2 above in place on logits [n_vocab]: what sampler_sample starts from (for logprobs and tests). */
 void sampler_apply_penalties(struct sampler *s, float *logits, int n_vocab, const int32_t *history,
                              int n_history);

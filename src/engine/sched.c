@@ -59,16 +59,23 @@ static void insert_waiting(struct sched_state *st, struct seq *s) {
     st->n_waiting++;
 }
 
+/* A decode: the sequence's last token (and its drafts, if it has any). */
+static bool is_decode(const struct seq *s, int from, int count) {
+    return from + 1 == s->n_tokens && count == 1 + s->n_draft && s->n_tokens > s->n_prompt;
+}
+
 static void plan(struct sched_result *r, struct seq *s, int from, int count) {
     if (s->sched_count == 0)
         r->items[r->n_items++] = s;
     s->sched_from = from;
     s->sched_count = count;
     r->n_tokens += count;
-    if (from + count == s->n_tokens && count == 1 && s->n_tokens > s->n_prompt)
-        r->n_decode_tokens++;
-    else
+    if (is_decode(s, from, count)) {
+        r->n_decode_tokens += count;
+        r->n_draft_tokens += s->n_draft;
+    } else {
         r->n_prefill_tokens += count;
+    }
 }
 
 static void unplan(struct sched_result *r, struct seq *s) {
@@ -78,15 +85,18 @@ static void unplan(struct sched_result *r, struct seq *s) {
     CI_ASSERT(i >= 0);
     remove_at(r->items, &r->n_items, i);
     r->n_tokens -= s->sched_count;
-    if (s->sched_count == 1 && s->sched_from + 1 == s->n_tokens && s->n_tokens > s->n_prompt)
-        r->n_decode_tokens--;
-    else
+    if (is_decode(s, s->sched_from, s->sched_count)) {
+        r->n_decode_tokens -= s->sched_count;
+        r->n_draft_tokens -= s->n_draft;
+    } else {
         r->n_prefill_tokens -= s->sched_count;
+    }
     s->sched_count = 0;
 }
 
 static void preempt(struct sched_state *st, struct sched_result *r, struct seq *s) {
     unplan(r, s);
+    s->n_draft = 0;
     kv_seq_release(st->pool, &s->blocks);
     s->n_computed = 0;
     s->state = SEQ_STATE_WAITING;
@@ -206,12 +216,14 @@ static void step_continuous(const struct sched_params *p, struct sched_state *st
         struct seq *s = st->running[i];
         if (s->state != SEQ_STATE_RUNNING || !seq_is_decoding(s) || s->sched_count)
             continue;
-        if (!make_room(st, r, s, s->n_computed, s->n_tokens)) {
+        if (s->n_draft > budget - 1) // drafts only where the budget has room for them
+            s->n_draft = budget - 1;
+        if (!make_room(st, r, s, s->n_computed, s->n_tokens + s->n_draft)) {
             i = -1; // the running list changed under us: rescan (scheduled sequences are skipped)
             continue;
         }
-        plan(r, s, s->n_computed, 1);
-        budget--;
+        plan(r, s, s->n_computed, 1 + s->n_draft);
+        budget -= 1 + s->n_draft;
     }
     // 2. Prompt chunks of admitted sequences still computing their prompt (or recomputing after preemption).
     bool unchunked = !p->chunked_prefill;
@@ -245,12 +257,12 @@ static void step_naive(const struct sched_params *p, struct sched_state *st, str
         if (s->state != SEQ_STATE_RUNNING)
             continue;
         s->n_computed = 0;
-        if (!make_room(st, r, s, 0, s->n_tokens)) {
+        if (!make_room(st, r, s, 0, s->n_tokens + s->n_draft)) {
             i = -1;
             continue;
         }
         if (!s->sched_count)
-            plan(r, s, 0, s->n_tokens);
+            plan(r, s, 0, s->n_tokens + s->n_draft);
     }
     int budget = NO_TOKEN_BUDGET; // a naive step is as long as its prefixes
     while (st->n_waiting > 0 && r->n_preempted == 0)
@@ -287,7 +299,10 @@ static void step_static(const struct sched_params *p, struct sched_state *st, st
         if (s->state != SEQ_STATE_RUNNING || s->sched_count)
             continue;
         int count = s->n_tokens - s->n_computed; // 1 when decoding; more after a preemption
-        if (!make_room(st, r, s, s->n_computed, s->n_tokens)) {
+        if (count != 1)
+            s->n_draft = 0;
+        count += s->n_draft;
+        if (!make_room(st, r, s, s->n_computed, s->n_computed + count)) {
             i = -1;
             continue;
         }

@@ -54,8 +54,9 @@ struct sched_result {
     int n_items;
     int n_tokens;         // real tokens scheduled
     int n_prefill_tokens; // of which prompt (or recompute) tokens
-    int n_decode_tokens;
-    int n_pad_tokens; // static batching: padding and straggler tokens computed for nothing
+    int n_decode_tokens;  // of which decoding sequences' last tokens and their drafts
+    int n_draft_tokens;   // of which speculative drafts to verify
+    int n_pad_tokens;     // static batching: padding and straggler tokens computed for nothing
     int n_preempted;
     int n_admitted; // sequences admitted this step
     int n_prefix_hit_tokens;

@@ -47,6 +47,12 @@ struct seq {
     // The prefix cache must not supply this sequence's prompt (an embedding that pools every token, or the
     // first, needs their hidden states computed).
     bool no_prefix_match;
+    // Speculative decoding: n_draft proposed tokens wait in tokens[n_tokens, n_tokens + n_draft) (the array
+    // has room: a proposal never reaches cap).  A decoding sequence with drafts is planned 1 + n_draft tokens
+    // (its last token and the drafts); the engine verifies them, keeps the accepted ones and rolls n_computed
+    // back to n_tokens - 1.  Preemption drops the drafts.
+    int n_draft;
+    int spec_k; // the sequence's current proposal length (adaptive, 0: speculation off for it)
 };
 
 static inline int seq_n_output(const struct seq *s) {

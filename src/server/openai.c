@@ -700,6 +700,35 @@ static enum ci_status parse_logprobs(const cJSON *root, enum openai_endpoint ep,
     return CI_OK;
 }
 
+/* Speculative decoding per request: {"speculative": {"n_max": N}} or llama.cpp's flat "speculative.n_max":
+ * at most N drafts per step (0 turns it off for the request). */
+static enum ci_status parse_speculative(const cJSON *root, struct openai_request *r,
+                                        struct openai_error *err) {
+    int n = 0;
+    bool given = false;
+    enum ci_status s = get_int(root, "speculative.n_max", 0, 32, &n, &given, err);
+    if (s != CI_OK)
+        return s;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "speculative");
+    if (!absent(o)) {
+        if (!cJSON_IsObject(o))
+            return bad(err, "speculative", "'speculative' must be an object such as {\"n_max\": 4}");
+        for (const cJSON *it = o->child; it; it = it->next)
+            if (!it->string || strcmp(it->string, "n_max") != 0)
+                return bad(err, "speculative", "'speculative' knows only 'n_max', not '%s'",
+                           it->string ? it->string : "");
+        bool in_object = false;
+        if ((s = get_int(o, "n_max", 0, 32, &n, &in_object, err)) != CI_OK) {
+            snprintf(err->param, sizeof err->param, "speculative.n_max");
+            return s;
+        }
+        given = given || in_object;
+    }
+    if (given)
+        r->spec_k = n > 0 ? n : -1;
+    return CI_OK;
+}
+
 enum ci_status openai_parse(enum openai_endpoint ep, const char *body, size_t len,
                             const struct openai_limits *lim, struct openai_request *out,
                             struct openai_error *err) {
@@ -755,7 +784,7 @@ enum ci_status openai_parse(enum openai_endpoint ep, const char *body, size_t le
         (s = get_bool(root, "stream", &out->stream, err)) != CI_OK ||
         (s = parse_logprobs(root, ep, out, err)) != CI_OK ||
         (s = parse_logit_bias(root, lim->n_vocab, out, err)) != CI_OK ||
-        (s = parse_grammar(root, out, err)) != CI_OK)
+        (s = parse_grammar(root, out, err)) != CI_OK || (s = parse_speculative(root, out, err)) != CI_OK)
         goto fail;
     sp->top_k = top_k < 0 ? 0 : top_k; // vLLM's -1 means off, as 0 does here
     if (ep == OPENAI_COMPLETIONS && (s = get_bool(root, "echo", &out->echo, err)) != CI_OK)

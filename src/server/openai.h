@@ -58,6 +58,7 @@ struct openai_request {
     bool stream;
     bool include_usage; // stream_options.include_usage
     bool echo;          // completions: the prompt's text before the completion
+    int spec_k;         // speculative decoding: 0: the server's; > 0: at most this many drafts; -1: off
     int logprobs;       // -1: none; otherwise the top alternatives per token (0..OPENAI_MAX_LOGPROBS)
     struct cinfer_logit_bias *logit_bias; // [n_logit_bias]
     int n_logit_bias;

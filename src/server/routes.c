@@ -922,6 +922,7 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
     ro.logit_bias = q->logit_bias;
     ro.n_logit_bias = q->n_logit_bias;
     ro.logprobs = q->logprobs;
+    ro.spec_k = q->spec_k;
     ro.grammar = q->grammar;
     // The formats made of special tokens need their text (parsed away again: tool_parse.h).
     ro.render_special = g->chat && tool_format_needs_special(r->tool_format) &&

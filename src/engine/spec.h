@@ -1,0 +1,25 @@
+/* Speculative decoding's proposers and its adaptive draft length (the engine verifies; see engine.h).
+ *
+ * N-gram (prompt lookup) proposal: the sequence's last n tokens (n from n_max down to 1) are looked up in
+ * the sequence itself (prompt and output); at the longest n that occurs earlier, the most recent earlier
+ * occurrence is taken and the tokens that followed it (up to k, never past the end) are the proposal.  No
+ * extra model; it pays on text that repeats its context (summaries, edits, code, quotes).
+ *
+ * Adaptive length (as Hugging Face's assisted generation): after each verification the sequence's k grows by
+ * 2 when every draft was accepted and shrinks by 1 otherwise, within [k_min, k_max]. */
+#ifndef CINFER_ENGINE_SPEC_H
+#define CINFER_ENGINE_SPEC_H
+
+#include <stdint.h>
+
+#define SPEC_MAX_K 32 // the longest proposal the engine accepts as a setting
+
+/* Writes up to k proposed tokens continuing tokens[0..n) to out; returns how many (0: no match).  Bounded
+ * work: the search looks back at most SPEC_NGRAM_WINDOW tokens. */
+#define SPEC_NGRAM_WINDOW 8192
+int spec_ngram_propose(const int32_t *tokens, int n, int n_max, int k, int32_t *out);
+
+/* The next k after a verification that accepted `accepted` of `proposed` drafts. */
+int spec_adapt_k(int k, int proposed, int accepted, int k_min, int k_max);
+
+#endif
