@@ -582,6 +582,50 @@ bool anthropic_output_blocks(const struct anthropic_request *r, const char *text
     return true;
 }
 
+void anthropic_tool_use_id(uint64_t seed, int k, char out[32]) {
+    char call[30];
+    tool_call_id(seed, k, call); // "call_" and 24 characters
+    snprintf(out, 32, "toolu_%s", call + 5);
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = ci_malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+bool anthropic_blocks_from_parse(const struct tool_parse_result *p, int n_calls, uint64_t seed,
+                                 struct anthropic_block **out, int *n) {
+    bool text = p->content_len > 0 || n_calls == 0;
+    int total = (text ? 1 : 0) + n_calls;
+    struct anthropic_block *b = ci_calloc((size_t)total, sizeof *b);
+    *out = b;
+    *n = 0;
+    if (!b)
+        return false;
+    if (text) {
+        b[0].type = ANTHROPIC_BLOCK_TEXT;
+        if (!(b[0].text = dup_n(p->content, p->content_len)))
+            return false;
+        b[0].len = p->content_len;
+        *n = 1;
+    }
+    for (int k = 0; k < n_calls; k++) {
+        struct anthropic_block *t = &b[(*n)++];
+        char id[32];
+        anthropic_tool_use_id(seed, k, id);
+        t->type = ANTHROPIC_BLOCK_TOOL_USE;
+        if (!(t->id = dup_n(id, strlen(id))) ||
+            !(t->name = dup_n(p->calls[k].name, strlen(p->calls[k].name))) ||
+            !(t->input_json = dup_n(p->calls[k].arguments, strlen(p->calls[k].arguments))))
+            return false;
+    }
+    return true;
+}
+
 void anthropic_blocks_free(struct anthropic_block *b, int n) {
     for (int i = 0; b && i < n; i++) {
         ci_free(b[i].text);
@@ -721,7 +765,50 @@ static cJSON *event_object(const char *type, int index) {
     return o;
 }
 
-bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info) {
+/* content_block_start of blk at index (a tool_use block with input {}, then its input as one delta). */
+static void block_start(struct events *ev, int index, const struct anthropic_block *blk) {
+    cJSON *cb = event_object("content_block_start", index), *block = NULL;
+    if (cb && blk->type == ANTHROPIC_BLOCK_TOOL_USE) {
+        char empty[] = "{}";
+        struct anthropic_block head = *blk;
+        head.input_json = empty;
+        block = block_json(&head);
+    } else if (cb) {
+        block = cJSON_CreateObject();
+        if (block && (!cJSON_AddStringToObject(block, "type", "text") ||
+                      !cJSON_AddStringToObject(block, "text", ""))) {
+            cJSON_Delete(block);
+            block = NULL;
+        }
+    }
+    if (!block || !cJSON_AddItemToObject(cb, "content_block", block)) {
+        cJSON_Delete(block);
+        cJSON_Delete(cb);
+        cb = NULL;
+    }
+    events_add(ev, "content_block_start", cb);
+    if (blk->type != ANTHROPIC_BLOCK_TOOL_USE)
+        return;
+    cJSON *o = event_object("content_block_delta", index),
+          *d = o ? cJSON_AddObjectToObject(o, "delta") : NULL;
+    const char *json = blk->input_json ? blk->input_json : "{}";
+    if (!d || !cJSON_AddStringToObject(d, "type", "input_json_delta") ||
+        !sse_add_string(d, "partial_json", json, strlen(json))) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    events_add(ev, "content_block_delta", o);
+}
+
+bool anthropic_stream_block(struct sse_buf *b, int stop, const struct anthropic_block *blk) {
+    struct events ev = {.ok = true};
+    if (stop >= 0)
+        events_add(&ev, "content_block_stop", event_object("content_block_stop", stop));
+    block_start(&ev, stop + 1, blk);
+    return events_flush(&ev, b);
+}
+
+bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info, bool open_text) {
     struct events ev = {.ok = true};
     cJSON *start = event_object("message_start", -1), *msg = message_object(info, NULL, 0, true);
     if (!start || !msg || !cJSON_AddItemToObject(start, "message", msg)) {
@@ -731,21 +818,17 @@ bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info
         start = NULL;
     }
     events_add(&ev, "message_start", start);
-    cJSON *cb = event_object("content_block_start", 0),
-          *block = cb ? cJSON_AddObjectToObject(cb, "content_block") : NULL;
-    if (!block || !cJSON_AddStringToObject(block, "type", "text") ||
-        !cJSON_AddStringToObject(block, "text", "")) {
-        cJSON_Delete(cb);
-        cb = NULL;
-    }
-    events_add(&ev, "content_block_start", cb);
+    const struct anthropic_block text = {.type = ANTHROPIC_BLOCK_TEXT};
+    if (open_text)
+        block_start(&ev, 0, &text);
     events_add(&ev, "ping", event_object("ping", -1));
     return events_flush(&ev, b);
 }
 
-bool anthropic_stream_text(struct sse_buf *b, const char *text, size_t n) {
+bool anthropic_stream_text(struct sse_buf *b, int index, const char *text, size_t n) {
     struct events ev = {.ok = true};
-    cJSON *o = event_object("content_block_delta", 0), *d = o ? cJSON_AddObjectToObject(o, "delta") : NULL;
+    cJSON *o = event_object("content_block_delta", index),
+          *d = o ? cJSON_AddObjectToObject(o, "delta") : NULL;
     if (!d || !cJSON_AddStringToObject(d, "type", "text_delta") || !sse_add_string(d, "text", text, n)) {
         cJSON_Delete(o);
         o = NULL;
@@ -754,9 +837,14 @@ bool anthropic_stream_text(struct sse_buf *b, const char *text, size_t n) {
     return events_flush(&ev, b);
 }
 
-bool anthropic_stream_end(struct sse_buf *b, const struct anthropic_info *info) {
+bool anthropic_stream_end(struct sse_buf *b, const struct anthropic_info *info, int last) {
     struct events ev = {.ok = true};
-    events_add(&ev, "content_block_stop", event_object("content_block_stop", 0));
+    const struct anthropic_block text = {.type = ANTHROPIC_BLOCK_TEXT};
+    if (last < 0) {
+        block_start(&ev, 0, &text);
+        last = 0;
+    }
+    events_add(&ev, "content_block_stop", event_object("content_block_stop", last));
     cJSON *md = event_object("message_delta", -1), *d = md ? cJSON_AddObjectToObject(md, "delta") : NULL,
           *u = d ? cJSON_AddObjectToObject(md, "usage") : NULL;
     if (!u || !add_or_null(d, "stop_reason", info->stop_reason) ||

@@ -18,6 +18,7 @@
 #include "core/status.h"
 #include "server/openai.h"
 #include "server/sse.h"
+#include "server/tool_parse.h"
 
 #define ANTHROPIC_MAX_TOOLS 128 // tools in one request
 
@@ -75,16 +76,18 @@ struct anthropic_block {
     char *input_json; // TOOL_USE: the input object as JSON text
 };
 
-/* THE HOOK from generated text to content blocks: the assistant's text → the answer's content blocks.
- * Today it returns one text block holding the whole text.  A tool-call output parser (the model's own
- * format: Hermes <tool_call>, Llama 3 JSON, ...) plugs in here and returns TOOL_USE blocks (with a text
- * block for any text around them); the caller then answers stop_reason "tool_use".  The request says what
- * may be called: n_tools, tool_choice, tool_name, and the tools themselves in chat_json's "tools" (r->q may
- * be empty here: the server moves it into the generation).  A streamed answer's text deltas bypass this
- * hook today (routes.c on_event); a streaming parser would emit tool_use blocks there (content_block_start
- * with the block, input_json_delta deltas).  false: out of memory. */
+/* The answer's content blocks when the request offers no tools: one text block holding the whole text.
+ * false: out of memory. */
 bool anthropic_output_blocks(const struct anthropic_request *r, const char *text, size_t len,
                              struct anthropic_block **out, int *n);
+/* The content blocks of an answer split by the tool-call parser (tool_parse.h, the model's own format): a
+ * text block with the content when there is any (or when there are no calls), then a tool_use block for each
+ * of the first n_calls calls, ids from seed (anthropic_tool_use_id); the caller answers stop_reason "tool_use"
+ * when there is one.  false: out of memory. */
+bool anthropic_blocks_from_parse(const struct tool_parse_result *p, int n_calls, uint64_t seed,
+                                 struct anthropic_block **out, int *n);
+/* "toolu_" and 24 letters and digits derived from seed and the call's index k (tool_call_id's bits). */
+void anthropic_tool_use_id(uint64_t seed, int k, char out[32]);
 void anthropic_blocks_free(struct anthropic_block *b, int n);
 
 /* Which stop string ended a generation: the engine held back the first one to appear in the generated text,
@@ -110,13 +113,17 @@ struct anthropic_info {
 cJSON *anthropic_message(const struct anthropic_info *info, const struct anthropic_block *b, int n);
 
 /* Streaming: each call queues whole events ("event: <type>\ndata: <json>\n\n") or, out of memory (false),
- * none.  start: message_start (the message with empty content, stop_reason null, usage), then
- * content_block_start of text block 0 and a ping; text: a content_block_delta text_delta of block 0 (n > 0);
- * end: content_block_stop, message_delta {stop_reason, stop_sequence, usage.output_tokens}, message_stop;
- * error: an error event. */
-bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info);
-bool anthropic_stream_text(struct sse_buf *b, const char *text, size_t n);
-bool anthropic_stream_end(struct sse_buf *b, const struct anthropic_info *info);
+ * none.  start: message_start (the message with empty content, stop_reason null, usage), then (open_text)
+ * content_block_start of text block 0, and a ping; text: a content_block_delta text_delta of block index
+ * (n > 0); block: content_block_stop of block stop (when >= 0), then content_block_start of blk at index
+ * stop + 1 (a text block starts empty; a tool_use block starts with input {} and its input follows as one
+ * input_json_delta); end: content_block_stop of block last (last < 0: no block was opened, so an empty text
+ * block 0 is opened and closed, as the answer's content is never empty), message_delta {stop_reason,
+ * stop_sequence, usage.output_tokens}, message_stop; error: an error event. */
+bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info, bool open_text);
+bool anthropic_stream_text(struct sse_buf *b, int index, const char *text, size_t n);
+bool anthropic_stream_block(struct sse_buf *b, int stop, const struct anthropic_block *blk);
+bool anthropic_stream_end(struct sse_buf *b, const struct anthropic_info *info, int last);
 bool anthropic_stream_error(struct sse_buf *b, const struct openai_error *e);
 
 #endif

@@ -153,6 +153,9 @@ struct choice {
     // parsed answers (gen.parse), streaming: how much of the partial result was sent
     size_t sent_content, sent_reasoning;
     int sent_calls;
+    // /v1/messages streaming: the content block now open (-1: none yet) and whether it is a text block
+    int a_block;
+    bool a_in_text;
 };
 
 struct gen {
@@ -291,7 +294,17 @@ static cJSON *anthropic_response(struct gen *g) {
     bool tool_use = false;
     cJSON *o = NULL;
     struct anthropic_info info;
-    if (anthropic_output_blocks(&g->a, c->text ? c->text : "", c->len, &b, &n)) {
+    bool made;
+    if (g->parse) { // the request offers tools: the answer split by the model's tool-call format
+        struct tool_parse_result p;
+        if (tool_parse(&g->popts, c->text ? c->text : "", c->len, &p) != CI_OK)
+            return NULL;
+        made = anthropic_blocks_from_parse(&p, p.n_calls, g->id_bits, &b, &n);
+        tool_parse_result_free(&p);
+    } else {
+        made = anthropic_output_blocks(&g->a, c->text ? c->text : "", c->len, &b, &n);
+    }
+    if (made) {
         for (int i = 0; i < n; i++)
             tool_use = tool_use || b[i].type == ANTHROPIC_BLOCK_TOOL_USE;
         if (gen_anthropic_info(g, tool_use, &info))
@@ -492,6 +505,43 @@ static bool emit_parsed(struct gen *g, int i, cJSON *lp, bool final) {
     return ok;
 }
 
+/* /v1/messages streaming with tools: as emit_parsed, in Anthropic's events: the content's growth as text
+ * deltas (a text block opened first when none is open), each new call as a tool_use block (the block before
+ * it stopped).  The blocks and their order are those of the non-streamed answer (anthropic_blocks_from_parse). */
+static bool emit_parsed_anthropic(struct gen *g, int i, bool final) {
+    struct choice *c = &g->ch[i];
+    struct tool_parse_opts o = g->popts;
+    o.partial = !final;
+    struct tool_parse_result p;
+    if (tool_parse(&o, c->text ? c->text : "", c->len, &p) != CI_OK)
+        return false;
+    bool ok = true;
+    if (p.content_len > c->sent_content) {
+        if (!c->a_in_text) {
+            const struct anthropic_block text = {.type = ANTHROPIC_BLOCK_TEXT};
+            ok = anthropic_stream_block(&g->out, c->a_block, &text);
+            c->a_block++;
+            c->a_in_text = true;
+        }
+        ok = ok && anthropic_stream_text(&g->out, c->a_block, p.content + c->sent_content,
+                                         p.content_len - c->sent_content);
+        c->sent_content = p.content_len;
+    }
+    for (; ok && c->sent_calls < p.n_calls; c->sent_calls++) {
+        char id[32];
+        anthropic_tool_use_id(g->id_bits, c->sent_calls, id);
+        const struct anthropic_block call = {.type = ANTHROPIC_BLOCK_TOOL_USE,
+                                             .id = id,
+                                             .name = p.calls[c->sent_calls].name,
+                                             .input_json = p.calls[c->sent_calls].arguments};
+        ok = anthropic_stream_block(&g->out, c->a_block, &call);
+        c->a_block++;
+        c->a_in_text = false;
+    }
+    tool_parse_result_free(&p);
+    return ok;
+}
+
 /* One event of choice i.  false: out of memory. */
 static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
     struct choice *c = &g->ch[i];
@@ -524,12 +574,14 @@ static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
                 cJSON_Delete(lp);
                 return false;
             }
+            if (g->anthropic)
+                return ev->len == 0 || emit_parsed_anthropic(g, i, false);
             return (ev->len == 0 && !lp) || emit_parsed(g, i, lp, false);
         }
         if (ev->len == 0 && !lp)
             return true; // held-back bytes (a partial character or stop string): nothing to say yet
         if (g->anthropic)
-            return anthropic_stream_text(&g->out, ev->text, ev->len);
+            return anthropic_stream_text(&g->out, 0, ev->text, ev->len);
         return emit_chunk(g, i, ev->text, ev->len, false, lp, NULL);
     }
     case CINFER_EVENT_DONE:
@@ -544,8 +596,8 @@ static bool on_event(struct gen *g, int i, const struct cinfer_event *ev) {
                      ev->kind == CINFER_EVENT_ERROR && ev->len ? ev->text : "the request was cancelled");
             return !g->streaming || emit_error(g, c->error);
         }
-        if (g->streaming && g->parse && !g->anthropic)
-            return emit_parsed(g, i, NULL, true);
+        if (g->streaming && g->parse)
+            return g->anthropic ? emit_parsed_anthropic(g, i, true) : emit_parsed(g, i, NULL, true);
         return !g->streaming || g->anthropic ||
                emit_chunk(g, i, g->chat ? NULL : "", 0, false, NULL, c->finish);
     }
@@ -581,7 +633,9 @@ static bool gen_pump(struct gen *g, bool *progress) {
 static bool gen_begin(struct gen *g) {
     if (g->anthropic) {
         struct anthropic_info info = {g->id, g->r->name, NULL, NULL, g->prompt_tokens, 0};
-        return anthropic_stream_start(&g->out, &info);
+        g->ch[0].a_block = g->parse ? -1 : 0; // with tools the first block waits for what the answer holds
+        g->ch[0].a_in_text = !g->parse;
+        return anthropic_stream_start(&g->out, &info, !g->parse);
     }
     for (int i = 0; i < g->n_ch; i++) {
         const char *echo = g->echo ? g->echo[g->ch[i].stream] : NULL;
@@ -604,7 +658,9 @@ static bool gen_end(struct gen *g) {
     if (g->anthropic) { // after an error event the stream just ends
         struct anthropic_info info;
         g->ended = true;
-        return g->any_failed || (gen_anthropic_info(g, false, &info) && anthropic_stream_end(&g->out, &info));
+        const struct choice *c = &g->ch[0];
+        return g->any_failed || (gen_anthropic_info(g, g->parse && c->sent_calls > 0, &info) &&
+                                 anthropic_stream_end(&g->out, &info, c->a_block));
     }
     if (g->q.include_usage) {
         struct sse_head h = gen_head(g, true);
@@ -961,8 +1017,11 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
             g->popts.reasoning =
                 !r->reasoning_none && (r->thinks || opens || r->tool_format == TOOL_FORMAT_HARMONY);
             g->popts.in_reasoning = g->popts.reasoning && opens;
-            // /v1/messages answers with text blocks for now (anthropic_output_blocks is its parser hook).
-            g->parse = !g->anthropic && (g->popts.tools || g->popts.reasoning);
+            if (g->anthropic) { // tool_use blocks; reasoning stays in the text (no thinking blocks yet)
+                g->popts.tools = g->a.n_tools > 0 && g->a.tool_choice != ANTHROPIC_TOOL_NONE;
+                g->popts.reasoning = g->popts.in_reasoning = false;
+            }
+            g->parse = g->popts.tools || g->popts.reasoning;
             s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
             use = ids;
         } else if (q->prompts[p].text) {

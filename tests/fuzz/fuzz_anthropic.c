@@ -168,11 +168,39 @@ static void check_answer(const struct anthropic_request *a, const char *text, si
     sse_buf_init(&buf);
     struct openai_error e;
     openai_error_set(&e, 500, NULL, NULL, "%.*s", (int)(len < 100 ? len : 100), text);
-    FUZZ_CHECK(anthropic_stream_start(&buf, &info) && (len == 0 || anthropic_stream_text(&buf, text, len)) &&
-                   anthropic_stream_end(&buf, &info) && anthropic_stream_error(&buf, &e),
+    FUZZ_CHECK(anthropic_stream_start(&buf, &info, true) &&
+                   (len == 0 || anthropic_stream_text(&buf, 0, text, len)) &&
+                   anthropic_stream_end(&buf, &info, 0) && anthropic_stream_error(&buf, &e),
                "stream events");
     check_events(&buf);
     sse_buf_deinit(&buf);
+
+    // With tools: the text split by a tool-call format into text and tool_use blocks, as a message and as
+    // the events of a stream that opens each block in turn.
+    struct tool_parse_opts po = {.format = len % 2 ? TOOL_FORMAT_HERMES : TOOL_FORMAT_GENERIC, .tools = true};
+    struct tool_parse_result p;
+    if (tool_parse(&po, text, len, &p) != CI_OK)
+        return;
+    FUZZ_CHECK(anthropic_blocks_from_parse(&p, p.n_calls, 42, &b, &n) && n >= 1 &&
+                   n == p.n_calls + (p.content_len > 0 || p.n_calls == 0),
+               "blocks from a parse");
+    m = anthropic_message(&info, b, n);
+    FUZZ_CHECK(m && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content")) == n,
+               "message object");
+    check_json_strings(m);
+    cJSON_Delete(m);
+    sse_buf_init(&buf);
+    bool ok = anthropic_stream_start(&buf, &info, false);
+    for (int k = 0; ok && k < n; k++) {
+        ok = anthropic_stream_block(&buf, k - 1, &b[k]);
+        if (ok && b[k].type == ANTHROPIC_BLOCK_TEXT && b[k].len)
+            ok = anthropic_stream_text(&buf, k, b[k].text, b[k].len);
+    }
+    FUZZ_CHECK(ok && anthropic_stream_end(&buf, &info, n - 1), "stream events with blocks");
+    check_events(&buf);
+    sse_buf_deinit(&buf);
+    anthropic_blocks_free(b, n);
+    tool_parse_result_free(&p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -280,6 +280,46 @@ def test_prefill(s):
               and j.get("stop_sequence") == seq and j["content"][0]["text"] == "", f"{seq!r}: {j}")
 
 
+
+def gbnf_literal(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def test_tool_use(s):
+    """The model's tool call as tool_use blocks (Anthropic's shape): the template above shows no tool-call
+    markers, so the answer is read as a generic JSON call (the whole text one object {"name", "arguments"});
+    a grammar makes the random model write one.  Non-streamed: one tool_use block (id toolu_..., name, input
+    the arguments as an object) and stop_reason tool_use; streamed: no text block, the tool_use block opened
+    with input {} and its input as input_json_delta pieces that join into the same object; tool_choice none:
+    the same text is plain text (end_turn)."""
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    body = dict(SIMPLE, max_tokens=60, temperature=0, tools=[WEATHER], grammar="root ::= " + gbnf_literal(call))
+    st, _, j = message(s, body)
+    content = j.get("content") if isinstance(j, dict) else None
+    ok = (st == 200 and j.get("stop_reason") == "tool_use" and isinstance(content, list) and len(content) == 1
+          and content[0].get("type") == "tool_use" and content[0].get("name") == "get_weather"
+          and content[0].get("input") == {"city": "Paris"} and str(content[0].get("id", "")).startswith("toolu_")
+          and len(content[0]["id"]) == 30)
+    check("tool_use_block", ok, f"{st} {j}")
+    st, ctype, text = stream(s, body)
+    ev = parse_events(text) if st == 200 else []
+    names = [n for n, _ in ev]
+    starts = [d for n, d in ev if n == "content_block_start"]
+    pieces = "".join(d["delta"].get("partial_json", "") for n, d in ev
+                     if n == "content_block_delta" and d["delta"].get("type") == "input_json_delta")
+    md = [d for n, d in ev if n == "message_delta"]
+    ok = (st == 200 and names[0] == "message_start" and names[-1] == "message_stop" and len(starts) == 1
+          and starts[0]["index"] == 0  # the id is the request's own: a second request draws another
+          and starts[0]["content_block"] == dict(content[0], input={}, id=starts[0]["content_block"].get("id"))
+          and str(starts[0]["content_block"]["id"]).startswith("toolu_")
+          and json.loads(pieces or "null") == {"city": "Paris"}
+          and [d["index"] for n, d in ev if n == "content_block_stop"] == [0]
+          and md and md[0]["delta"]["stop_reason"] == "tool_use") if content else False
+    check("tool_use_stream", ok, f"{st} {names} {starts} {pieces!r} {md}")
+    st, _, j = message(s, dict(body, tool_choice={"type": "none"}))
+    ok = (st == 200 and j.get("stop_reason") == "end_turn" and j.get("content") == [{"type": "text", "text": call}])
+    check("tool_choice_none_is_text", ok, f"{st} {j}")
+
 def test_errors(s):
     base = dict(SIMPLE, max_tokens=4)
     cases = [
@@ -397,6 +437,7 @@ def main():
             test_count_tokens(s)
             test_round_trip(s)
             test_prefill(s)
+            test_tool_use(s)
             test_errors(s)
         finally:
             rc, _ = s.stop()
