@@ -106,6 +106,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each repetition's ratio")
     a = ap.parse_args()
     batches = [int(x) for x in a.batch.split(",")]
     grammars = []
@@ -136,6 +137,8 @@ def main():
                     if k:  # this repetition's pair: the ratio of its medians
                         ratios.append(statistics.median(x[0] for x in got[True][:k]) /
                                       statistics.median(x[0] for x in got[False][:k]))
+                if a.verbose:
+                    print(f"  {name} n={n} per-repetition ratios: " + " ".join(f"{r:.3f}" for r in ratios))
                 if not plain or not gram or not ratios:
                     print(f"{name:<18} {n:>3} no full decode steps (plain {len(plain)}, grammar {len(gram)})")
                     continue
