@@ -325,16 +325,19 @@ static enum ci_status write_steps_csv(const char *dir, const struct bench_run *r
     FILE *f = open_in(dir, name, ".csv", err);
     if (!f)
         return CI_ERR_IO;
-    fputs("t_start_ms,t_end_ms,dur_ms,tokens,prefill_tokens,decode_tokens,pad_tokens,running,waiting,passes,"
-          "preempted,prefix_hit_tokens,kv_blocks_used,kv_slots_used,kv_slots_allocated,flops,bytes\n",
-          f);
+    fputs(
+        "t_start_ms,t_end_ms,dur_ms,tokens,prefill_tokens,decode_tokens,pad_tokens,running,waiting,passes,"
+        "preempted,prefix_hit_tokens,kv_blocks_used,kv_slots_used,kv_slots_allocated,flops,bytes,grammar_ms,"
+        "grammar_masks\n",
+        f);
     for (int i = 0; i < r->n_steps; i++) {
         const struct step_metrics *m = &r->steps[i];
-        fprintf(f, "%.3f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%lld,%lld,%.6g,%.6g\n", ms(m->t_start_ns),
-                ms(m->t_end_ns), ms(m->t_end_ns - m->t_start_ns), m->n_tokens, m->n_prefill_tokens,
-                m->n_decode_tokens, m->n_pad_tokens, m->n_running, m->n_waiting, m->n_passes, m->n_preempted,
-                m->n_prefix_hit_tokens, m->kv_blocks_used, (long long)m->kv_slots_used,
-                (long long)m->kv_slots_allocated, m->flops, m->bytes);
+        fprintf(f, "%.3f,%.3f,%.3f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%lld,%lld,%.6g,%.6g,%.4f,%d\n",
+                ms(m->t_start_ns), ms(m->t_end_ns), ms(m->t_end_ns - m->t_start_ns), m->n_tokens,
+                m->n_prefill_tokens, m->n_decode_tokens, m->n_pad_tokens, m->n_running, m->n_waiting,
+                m->n_passes, m->n_preempted, m->n_prefix_hit_tokens, m->kv_blocks_used,
+                (long long)m->kv_slots_used, (long long)m->kv_slots_allocated, m->flops, m->bytes,
+                (double)m->grammar_ns / 1e6, m->n_grammar_masks);
     }
     strcat(name, ".csv");
     return close_file(f, dir, name, err);

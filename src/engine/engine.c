@@ -142,7 +142,9 @@ struct engine {
     void *hook_ctx;
     engine_propose_fn proposer; // tests
     void *proposer_ctx;
-    bool debug_sched; // CINFER_DEBUG contains "sched"
+    bool debug_sched;        // CINFER_DEBUG contains "sched"
+    int64_t step_grammar_ns; // this step's grammar time and masks (step_metrics)
+    int step_grammar_masks;
     pthread_t thread;
     bool started;
     atomic_bool stop_thread;
@@ -722,6 +724,7 @@ static int32_t sample_token(struct engine *e, struct seq *s, const float *row, i
     struct gram_matcher *gm = ((struct eseq *)s)->gm;
     *logprob = 0.0f;
     if (gm) { // the grammar's mask first: every sampler setting and the logprobs see only allowed tokens
+        int64_t t0 = ci_now_ns();
         struct ci_err err = {0};
         if (gram_matcher_mask(gm, e->gmask, &err) != CI_OK)
             return -1;
@@ -731,14 +734,21 @@ static int32_t sample_token(struct engine *e, struct seq *s, const float *row, i
             e->grow[i] = ok ? row[i] : -INFINITY;
             any |= ok;
         }
+        e->step_grammar_ns += ci_now_ns() - t0;
+        e->step_grammar_masks++;
         if (!any)
             return -1; // no token of the vocabulary can continue the grammar
         row = e->grow;
     }
     int32_t tok = draft >= 0 ? sampler_sample_draft(s->sampler, row, n_vocab, s->tokens, s->n_tokens, draft)
                              : sampler_sample(s->sampler, row, n_vocab, s->tokens, s->n_tokens);
-    if (gm && !gram_matcher_accept_token(gm, tok))
-        return -1; // cannot happen: the sampler picks an allowed token (NaN logits aside)
+    if (gm) {
+        int64_t t0 = ci_now_ns();
+        bool ok = gram_matcher_accept_token(gm, tok);
+        e->step_grammar_ns += ci_now_ns() - t0;
+        if (!ok)
+            return -1; // cannot happen: the sampler picks an allowed token (NaN logits aside)
+    }
     struct engine_request *r = s->req;
     if (r->logprobs < 0)
         return tok;
@@ -1069,11 +1079,12 @@ static void log_step(const struct engine *e, const struct step_metrics *m) {
     fprintf(stderr,
             "step %lld: %.2f ms, %d tokens (%d prefill, %d decode, %d pad) in %d pass(es), %d running, %d "
             "waiting, KV %d blocks (%lld slots unused), %d preempted, %d prefix-hit tokens, %.2f GFLOP/s, "
-            "%.2f GB/s, %.1f FLOP/byte\n",
+            "%.2f GB/s, %.1f FLOP/byte, grammar %.3f ms (%d masks)\n",
             (long long)atomic_load(&e->t_steps), s * 1e3, m->n_tokens, m->n_prefill_tokens,
             m->n_decode_tokens, m->n_pad_tokens, m->n_passes, m->n_running, m->n_waiting, m->kv_blocks_used,
             (long long)waste, m->n_preempted, m->n_prefix_hit_tokens, s > 0 ? m->flops / s / 1e9 : 0,
-            s > 0 ? m->bytes / s / 1e9 : 0, m->bytes > 0 ? m->flops / m->bytes : 0);
+            s > 0 ? m->bytes / s / 1e9 : 0, m->bytes > 0 ? m->flops / m->bytes : 0,
+            (double)m->grammar_ns / 1e6, m->n_grammar_masks);
 }
 
 /* Speculative decoding: proposals for the decoding sequences (their drafts go to tokens[n_tokens..]).  A
@@ -1248,6 +1259,8 @@ bool engine_step(struct engine *e) {
     }
     struct step_metrics sm = {0};
     sm.t_start_ns = ci_now_ns();
+    e->step_grammar_ns = 0;
+    e->step_grammar_masks = 0;
     int before = e->st.n_running + e->st.n_waiting;
     drain_queue(e);
     handle_cancellations(e);
@@ -1287,6 +1300,8 @@ bool engine_step(struct engine *e) {
     sm.n_prefix_hit_tokens = res.n_prefix_hit_tokens;
     sm.n_running = e->st.n_running;
     sm.n_waiting = e->st.n_waiting;
+    sm.grammar_ns = e->step_grammar_ns;
+    sm.n_grammar_masks = e->step_grammar_masks;
     kv_usage(e, &sm);
     if (work) {
         atomic_fetch_add(&e->t_steps, 1);

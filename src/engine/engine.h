@@ -142,7 +142,9 @@ struct step_metrics {
     int64_t kv_slots_used;      // token positions stored
     int64_t kv_slots_allocated; // blocks_used * block_size (allocated - used = waste)
     double flops; // estimated: linear 2·params·tokens (+ output head per sampled row) + attention 4·L·d·ctx
-    double bytes; // estimated: weights once per pass + KV read and written
+    double bytes;        // estimated: weights once per pass + KV read and written
+    int64_t grammar_ns;  // time spent on grammar masks (computing and applying them) and advancing matchers
+    int n_grammar_masks; // samples drawn under a grammar
 };
 
 typedef void (*engine_step_fn)(void *ctx, const struct step_metrics *m);

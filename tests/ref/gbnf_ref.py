@@ -3,9 +3,16 @@ its README, not from cinfer's code) and an Earley recognizer over Unicode code p
 
     g = parse(text)                  # {"root": [[sym, ...], ...], ...}
     recognize(g, s) -> "full" | "prefix" | "no"
+    derive(g, rng, max_len) -> a random sentence of g (rng: random.Random)
+
+    python3 gbnf_ref.py derive FILE N SEED   prints N random sentences of the grammar in FILE, one per line as
+                                             hex of their UTF-8 bytes (for the C tests)
 
 A symbol is ("ref", name) or ("cls", negated, [(lo, hi), ...]).  Repetitions become extra rules here the
 plain way (x* -> r ::= x r | "", x{m,n} -> m copies then nested optionals).  Standard library only."""
+
+
+import sys
 
 
 class GrammarError(Exception):
@@ -247,7 +254,87 @@ def recognize(g, s, start="root"):
     return "prefix"
 
 
-if __name__ == "__main__":  # self-check
+# Code points a negated class or '.' draws from (then filtered by the class): ASCII, Latin-1, Greek, CJK, emoji,
+# and the edges of the UTF-8 length classes.  No NUL and no surrogates (not encodable as UTF-8).
+_POOL = ([c for c in range(0x20, 0x7F)] * 4 + [9, 10, 13, 0x1F, 0x7F, 0x80, 0xA0, 0xE9, 0xFF, 0x100, 0x3B1, 0x7FF,
+         0x800, 0x4E2D, 0x65E5, 0xFFFD, 0xFFFF, 0x10000, 0x1F600, 0x1F44D, 0x10FFFF])
+
+
+def _heights(g):
+    """The least derivation depth of each rule (every rule of a valid grammar derives some string)."""
+    h = {}
+    changed = True
+    while changed:
+        changed = False
+        for name, alts in g.items():
+            best = None
+            for alt in alts:
+                d = 0
+                for s in alt:
+                    if s[0] == "ref":
+                        if s[1] not in h:
+                            d = None
+                            break
+                        d = max(d, h[s[1]])
+                if d is not None and (best is None or d + 1 < best):
+                    best = d + 1
+            if best is not None and h.get(name) != best:
+                h[name] = best
+                changed = True
+    return h
+
+
+def _pick_cp(sym, rng):
+    _, neg, ranges = sym
+    if not neg:
+        lo, hi = rng.choice(ranges)
+        while True:
+            cp = rng.randint(lo, hi)
+            if not (0xD800 <= cp <= 0xDFFF) and cp != 0:
+                return cp
+    for _ in range(1000):
+        cp = rng.choice(_POOL)
+        if _matches(sym, cp):
+            return cp
+    raise GrammarError("no code point found for a negated class")
+
+
+def derive(g, rng, max_len=60, start="root"):
+    """A random sentence of g: alternatives drawn uniformly while the text is short and the derivation shallow,
+    then the shortest-terminating ones."""
+    h = _heights(g)
+    out = []
+
+    def alt_height(alt):
+        return max([h[s[1]] for s in alt if s[0] == "ref"], default=0)
+
+    def expand(name, depth):
+        alts = g[name]
+        if len(out) >= max_len or depth > 40:
+            m = min(alt_height(a) for a in alts)
+            choices = [a for a in alts if alt_height(a) == m]
+        else:
+            choices = alts
+        for s in rng.choice(choices):
+            if s[0] == "ref":
+                expand(s[1], depth + 1)
+            else:
+                out.append(chr(_pick_cp(s, rng)))
+
+    expand(start, 0)
+    return "".join(out)
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "derive":
+    import random
+    with open(sys.argv[2], encoding="utf-8") as f:
+        g = parse(f.read())
+    rng = random.Random(int(sys.argv[4]))
+    for _ in range(int(sys.argv[3])):
+        s = derive(g, rng)
+        assert recognize(g, s) == "full", s
+        print(s.encode("utf-8").hex())
+elif __name__ == "__main__":  # self-check
     g = parse('root ::= "a"{2,3} b* | "x" ( "y" | "z" )+\nb ::= [^a-c]\n')
     assert recognize(g, "aa") == "full"
     assert recognize(g, "aaa") == "full"

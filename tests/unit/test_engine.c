@@ -751,6 +751,52 @@ TEST(sliding_window_frees_blocks_early) {
     unlink(path);
 }
 
+/* Each step reports the grammar's time and one mask per sample drawn under a grammar (step_metrics, what
+ * bench/grammar.py and the steps CSV read); a request without a grammar reports none. */
+static int64_t g_masks, g_ns;
+static void count_grammar(void *ctx, const struct step_metrics *m) {
+    (void)ctx;
+    g_masks += m->n_grammar_masks;
+    g_ns += m->grammar_ns;
+}
+
+TEST(steps_count_grammar_masks) {
+    struct engine_params p = base();
+    struct engine *e = NULL;
+    struct ci_err err = {0};
+    ASSERT_STATUS(engine_create(model, tok, &p, &e, &err), CI_OK);
+    engine_set_step_hook(e, count_grammar, NULL);
+    static const char gbnf[] = "root ::= [a-z ]+\n";
+    struct engine_request *h[2] = {0};
+    struct engine_request_params rp = {0};
+    rp.prompt = reqs[0].prompt;
+    rp.n_prompt = reqs[0].n_prompt;
+    rp.max_tokens = 6;
+    rp.n = 2;
+    rp.sampling = sampling_params_default();
+    rp.sampling.temperature = 1.0f;
+    rp.ignore_eos = true;
+    rp.grammar = gbnf;
+    rp.grammar_len = strlen(gbnf);
+    ASSERT_STATUS(engine_submit(e, &rp, &h[0], &err), CI_OK);
+    int32_t got[2][MAX_OUT];
+    int n[2] = {0};
+    g_masks = g_ns = 0;
+    run_all(e, h, 1, got, n);
+    if (!(g_masks == n[0] + n[1] && n[0] == 6 && n[1] == 6 && g_ns > 0))
+        TEST_FAILF("%lld masks, %lld ns for %d + %d tokens", (long long)g_masks, (long long)g_ns, n[0], n[1]);
+    engine_request_release(h[0]);
+    rp.grammar = NULL;
+    rp.grammar_len = 0;
+    ASSERT_STATUS(engine_submit(e, &rp, &h[0], &err), CI_OK);
+    g_masks = g_ns = 0;
+    run_all(e, h, 1, got, n);
+    if (!(g_masks == 0 && g_ns == 0))
+        TEST_FAILF("no grammar: %lld masks, %lld ns", (long long)g_masks, (long long)g_ns);
+    engine_request_release(h[0]);
+    engine_free(e);
+}
+
 int main(int argc, char **argv) {
     test_main(argc, argv);
     struct ci_err err = {0};
@@ -778,6 +824,7 @@ int main(int argc, char **argv) {
     RUN(stop_strings_and_text);
     RUN(engine_thread_serves_concurrent_clients);
     RUN(sliding_window_frees_blocks_early);
+    RUN(steps_count_grammar_masks);
     tokenizer_free(tok);
     model_free(model);
     return test_exit_code();
