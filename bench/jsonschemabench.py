@@ -37,8 +37,12 @@ DATA = os.environ.get("JSONSCHEMABENCH") or os.path.join(ROOT, "..", "shared", "
 
 
 def load(subset, every=1, offset=0):
+    return load_file(os.path.join(DATA, subset + ".jsonl"), every, offset)
+
+
+def load_file(path, every=1, offset=0):
     out = []
-    with open(os.path.join(DATA, subset + ".jsonl")) as f:
+    with open(path) as f:
         for i, line in enumerate(f):
             if line.strip() and (i - offset) % every == 0 and i >= offset:
                 d = json.loads(line)

@@ -15,10 +15,27 @@
 #include "core/mem.h"
 #include "grammar/grammar.h"
 
-enum { P_WS = 1, P_VALUE = 2, P_STRING = 4, P_NUMBER = 8, P_INTEGER = 16, P_BOOL = 32, P_NULL = 64, P_FRAC = 128 };
+enum {
+    P_WS = 1,
+    P_VALUE = 2,
+    P_STRING = 4,
+    P_NUMBER = 8,
+    P_INTEGER = 16,
+    P_BOOL = 32,
+    P_NULL = 64,
+    P_FRAC = 128
+};
 
-enum { T_NULL = 1, T_BOOL = 2, T_OBJECT = 4, T_ARRAY = 8, T_STRING = 16, T_NUMBER = 32, T_INTEGER = 64,
-       T_ALL = 127 };
+enum {
+    T_NULL = 1,
+    T_BOOL = 2,
+    T_OBJECT = 4,
+    T_ARRAY = 8,
+    T_STRING = 16,
+    T_NUMBER = 32,
+    T_INTEGER = 64,
+    T_ALL = 127
+};
 
 static const char *const TYPE_NAMES[] = {"null", "boolean", "object", "array", "string", "number", "integer"};
 
@@ -74,7 +91,8 @@ static cJSON *own(struct jsc *c, cJSON *j) {
 
 static enum ci_status new_rule(struct jsc *c, const char *path, char name[16]) {
     if (c->n_rules >= GRAM_SCHEMA_MAX_RULES)
-        return sfail(c, CI_ERR_LIMIT, path, "the schema needs more than %d grammar rules", GRAM_SCHEMA_MAX_RULES);
+        return sfail(c, CI_ERR_LIMIT, path, "the schema needs more than %d grammar rules",
+                     GRAM_SCHEMA_MAX_RULES);
     snprintf(name, 16, "r%d", c->n_rules++);
     return CI_OK;
 }
@@ -94,21 +112,69 @@ static bool in_list(const char *k, const char *const *list) {
     return false;
 }
 
-static const char *const ANNOTATIONS[] = {
-    "title", "description", "$schema", "$id", "id", "examples", "example", "default", "$comment", "deprecated",
-    "readOnly", "writeOnly", "$anchor", "$vocabulary", "contentEncoding", "contentMediaType",
-    "contentSchema", "$defs", "definitions", "discriminator", "xml", "externalDocs", "markdownDescription",
-    "enumDescriptions", "errorMessage", "then", "else", NULL};
-static const char *const UNSUPPORTED[] = {"not", "patternProperties", "dependencies", "dependentRequired",
-                                          "dependentSchemas", "propertyNames", "contains", "minContains",
-                                          "maxContains", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
-                                          "$dynamicAnchor", "$recursiveAnchor", NULL};
-static const char *const KNOWN[] = {"type", "enum", "const", "properties", "required", "additionalProperties",
-                                    "unevaluatedProperties", "items", "prefixItems", "additionalItems",
-                                    "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern",
-                                    "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                    "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "nullable", "minProperties",
-                                    "maxProperties", "if", NULL};
+static const char *const ANNOTATIONS[] = {"title",
+                                          "description",
+                                          "$schema",
+                                          "$id",
+                                          "id",
+                                          "examples",
+                                          "example",
+                                          "default",
+                                          "$comment",
+                                          "deprecated",
+                                          "readOnly",
+                                          "writeOnly",
+                                          "$anchor",
+                                          "$vocabulary",
+                                          "contentEncoding",
+                                          "contentMediaType",
+                                          "contentSchema",
+                                          "$defs",
+                                          "definitions",
+                                          "discriminator",
+                                          "xml",
+                                          "externalDocs",
+                                          "markdownDescription",
+                                          "enumDescriptions",
+                                          "errorMessage",
+                                          "then",
+                                          "else",
+                                          NULL};
+static const char *const UNSUPPORTED[] = {
+    "not",           "patternProperties", "dependencies",   "dependentRequired", "dependentSchemas",
+    "propertyNames", "contains",          "minContains",    "maxContains",       "unevaluatedItems",
+    "$dynamicRef",   "$recursiveRef",     "$dynamicAnchor", "$recursiveAnchor",  NULL};
+static const char *const KNOWN[] = {"type",
+                                    "enum",
+                                    "const",
+                                    "properties",
+                                    "required",
+                                    "additionalProperties",
+                                    "unevaluatedProperties",
+                                    "items",
+                                    "prefixItems",
+                                    "additionalItems",
+                                    "minItems",
+                                    "maxItems",
+                                    "uniqueItems",
+                                    "minLength",
+                                    "maxLength",
+                                    "pattern",
+                                    "format",
+                                    "minimum",
+                                    "maximum",
+                                    "exclusiveMinimum",
+                                    "exclusiveMaximum",
+                                    "multipleOf",
+                                    "anyOf",
+                                    "oneOf",
+                                    "allOf",
+                                    "$ref",
+                                    "nullable",
+                                    "minProperties",
+                                    "maxProperties",
+                                    "if",
+                                    NULL};
 
 /* Whether key constrains instances (something a merge must honour). */
 static bool constraining(const char *k) {
@@ -119,8 +185,8 @@ static enum ci_status check_keywords(struct jsc *c, const cJSON *s, const char *
     for (const cJSON *k = s->child; k; k = k->next) {
         if (in_list(k->string, UNSUPPORTED))
             return sfail(c, CI_ERR_UNSUPPORTED, path, "the keyword '%s' is not supported", k->string);
-        if (!strcmp(k->string, "if") && (cJSON_GetObjectItemCaseSensitive(s, "then") ||
-                                         cJSON_GetObjectItemCaseSensitive(s, "else")))
+        if (!strcmp(k->string, "if") &&
+            (cJSON_GetObjectItemCaseSensitive(s, "then") || cJSON_GetObjectItemCaseSensitive(s, "else")))
             return sfail(c, CI_ERR_UNSUPPORTED, path, "the keyword 'if' (with then/else) is not supported");
     }
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
@@ -132,7 +198,8 @@ static enum ci_status check_keywords(struct jsc *c, const cJSON *s, const char *
     }
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(s, "unevaluatedProperties");
     if (u && !cJSON_IsFalse(u) && !cJSON_IsTrue(u))
-        return sfail(c, CI_ERR_UNSUPPORTED, path, "the keyword 'unevaluatedProperties' (a schema) is not supported");
+        return sfail(c, CI_ERR_UNSUPPORTED, path,
+                     "the keyword 'unevaluatedProperties' (a schema) is not supported");
     return CI_OK;
 }
 
@@ -272,9 +339,10 @@ static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const 
             cJSON *next = k->next;
             if (!cJSON_GetObjectItemCaseSensitive(pb, k->string)) {
                 if (has_string(cJSON_GetObjectItemCaseSensitive(m, "required"), k->string))
-                    return sfail(c, CI_ERR_UNSUPPORTED, path,
-                                 "'allOf': required property '%.60s' is forbidden by additionalProperties false",
-                                 k->string);
+                    return sfail(
+                        c, CI_ERR_UNSUPPORTED, path,
+                        "'allOf': required property '%.60s' is forbidden by additionalProperties false",
+                        k->string);
                 cJSON_DeleteItemFromObjectCaseSensitive(pm, k->string);
             }
             k = next;
@@ -291,10 +359,11 @@ static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const 
             for (const cJSON *p = k->child; p && v; p = p->next) {
                 if (cJSON_IsFalse(ap_m) && !cJSON_GetObjectItemCaseSensitive(props_m0, p->string)) {
                     if (has_string(cJSON_GetObjectItemCaseSensitive(b, "required"), p->string))
-                        return sfail(c, CI_ERR_UNSUPPORTED, path,
-                                     "'allOf': required property '%.60s' is forbidden by additionalProperties "
-                                     "false",
-                                     p->string);
+                        return sfail(
+                            c, CI_ERR_UNSUPPORTED, path,
+                            "'allOf': required property '%.60s' is forbidden by additionalProperties "
+                            "false",
+                            p->string);
                     continue;
                 }
                 cJSON *e = cJSON_GetObjectItemCaseSensitive(v, p->string);
@@ -374,7 +443,8 @@ static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const 
 static enum ci_status flatten(struct jsc *c, const cJSON *s, const char *path, int depth, const cJSON **out) {
     enum ci_status st;
     if (depth > GRAM_SCHEMA_MAX_DEPTH)
-        return sfail(c, CI_ERR_LIMIT, path, "schemas and references nested deeper than %d", GRAM_SCHEMA_MAX_DEPTH);
+        return sfail(c, CI_ERR_LIMIT, path, "schemas and references nested deeper than %d",
+                     GRAM_SCHEMA_MAX_DEPTH);
     if (!cJSON_IsObject(s)) {
         *out = s;
         return CI_OK;
@@ -456,14 +526,18 @@ static enum ci_status gen_enum(struct jsc *c, const cJSON *s, const cJSON *vals,
             return sfail(c, CI_ERR_UNSUPPORTED, path, "'%s' beside enum/const is not supported", k->string);
     int n = 0;
     for (const cJSON *v = vals->child; v; v = v->next) {
-        unsigned vm = cJSON_IsNull(v) ? T_NULL : cJSON_IsBool(v) ? T_BOOL : cJSON_IsObject(v) ? T_OBJECT
-                      : cJSON_IsArray(v) ? T_ARRAY : cJSON_IsString(v) ? T_STRING
-                      : (v->valuedouble == floor(v->valuedouble) ? T_INTEGER | T_NUMBER : T_NUMBER);
+        unsigned vm = cJSON_IsNull(v)     ? T_NULL
+                      : cJSON_IsBool(v)   ? T_BOOL
+                      : cJSON_IsObject(v) ? T_OBJECT
+                      : cJSON_IsArray(v)  ? T_ARRAY
+                      : cJSON_IsString(v)
+                          ? T_STRING
+                          : (v->valuedouble == floor(v->valuedouble) ? T_INTEGER | T_NUMBER : T_NUMBER);
         if (!(vm & tm))
             continue;
         if (cJSON_IsNumber(v) && !num_ok(v->valuedouble))
-            return sfail(c, CI_ERR_UNSUPPORTED, path, "enum/const number %g is too large to reproduce exactly",
-                         v->valuedouble);
+            return sfail(c, CI_ERR_UNSUPPORTED, path,
+                         "enum/const number %g is too large to reproduce exactly", v->valuedouble);
         char *txt = cJSON_PrintUnformatted(v);
         if (!txt)
             return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
@@ -714,10 +788,10 @@ static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, co
 
 static const char *format_gbnf(const char *f) {
     static const char *const FORMATS[][2] = {
-        {"date", "fmt-date"},     {"time", "fmt-time"},         {"date-time", "fmt-date \"T\" fmt-time"},
-        {"uuid", "fmt-uuid"},     {"email", "fmt-email"},       {"ipv4", "fmt-ipv4"},
-        {"hostname", "fmt-host"}, {"uri", "fmt-uri"},           {"uri-reference", "fmt-uri"},
-        {"iri", "fmt-uri"},       {"iri-reference", "fmt-uri"}, {"idn-hostname", "fmt-host"},
+        {"date", "fmt-date"},      {"time", "fmt-time"},         {"date-time", "fmt-date \"T\" fmt-time"},
+        {"uuid", "fmt-uuid"},      {"email", "fmt-email"},       {"ipv4", "fmt-ipv4"},
+        {"hostname", "fmt-host"},  {"uri", "fmt-uri"},           {"uri-reference", "fmt-uri"},
+        {"iri", "fmt-uri"},        {"iri-reference", "fmt-uri"}, {"idn-hostname", "fmt-host"},
         {"idn-email", "fmt-email"}};
     for (size_t i = 0; i < sizeof FORMATS / sizeof *FORMATS; i++)
         if (!strcmp(f, FORMATS[i][0]))
@@ -743,7 +817,8 @@ static enum ci_status gen_string(struct jsc *c, const cJSON *s, const char *path
     if (fmt) {
         const char *g = format_gbnf(fmt->valuestring);
         if (!g)
-            return sfail(c, CI_ERR_UNSUPPORTED, path, "the format '%.60s' is not supported", fmt->valuestring);
+            return sfail(c, CI_ERR_UNSUPPORTED, path, "the format '%.60s' is not supported",
+                         fmt->valuestring);
         if (pat || lens)
             return sfail(c, CI_ERR_UNSUPPORTED, path, "'format' together with '%s' is not supported",
                          pat ? "pattern" : "minLength/maxLength");
@@ -753,11 +828,12 @@ static enum ci_status gen_string(struct jsc *c, const cJSON *s, const char *path
     }
     if (pat) {
         if (lens)
-            return sfail(c, CI_ERR_UNSUPPORTED, path, "'pattern' together with minLength/maxLength is not supported");
+            return sfail(c, CI_ERR_UNSUPPORTED, path,
+                         "'pattern' together with minLength/maxLength is not supported");
         gtext_put(body, "\"\\\"\" ", 5);
         struct ci_err e2;
-        st = gram_regex_expr(pat->valuestring, strlen(pat->valuestring), GRAM_REGEX_SEARCH | GRAM_REGEX_JSON_STRING,
-                             body, &e2);
+        st = gram_regex_expr(pat->valuestring, strlen(pat->valuestring),
+                             GRAM_REGEX_SEARCH | GRAM_REGEX_JSON_STRING, body, &e2);
         if (st != CI_OK)
             return sfail(c, st, path, "'pattern': %s", e2.msg);
         gtext_put(body, " \"\\\"\"", 5);
@@ -823,7 +899,8 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
         bool r = has_string(req, p->string);
         if (cJSON_IsFalse(p)) {
             if (r) {
-                st = sfail(c, CI_ERR_UNSUPPORTED, path, "required property '%.60s' has the schema false", p->string);
+                st = sfail(c, CI_ERR_UNSUPPORTED, path, "required property '%.60s' has the schema false",
+                           p->string);
                 goto out;
             }
             continue;
@@ -898,7 +975,8 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
     }
     if (maxp >= 0) {
         if (n_req > maxp) {
-            st = sfail(c, CI_ERR_UNSUPPORTED, path, "'maxProperties' %ld below the required properties", maxp);
+            st =
+                sfail(c, CI_ERR_UNSUPPORTED, path, "'maxProperties' %ld below the required properties", maxp);
             goto out;
         }
         long room = maxp - n_req;
@@ -945,7 +1023,8 @@ out:
     return st;
 }
 
-static enum ci_status gen_array(struct jsc *c, const cJSON *s, const char *path, int depth, struct gtext *body) {
+static enum ci_status gen_array(struct jsc *c, const cJSON *s, const char *path, int depth,
+                                struct gtext *body) {
     enum ci_status st;
     const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
@@ -1034,10 +1113,15 @@ static enum ci_status gen_array(struct jsc *c, const cJSON *s, const char *path,
 /* The types a schema's keywords imply when it names none (a subset: only those its keywords speak of). */
 static unsigned implied_types(const cJSON *s) {
     unsigned m = 0;
-    static const char *const OBJ[] = {"properties", "required", "additionalProperties", "minProperties",
-                                      "maxProperties", "unevaluatedProperties", NULL};
-    static const char *const ARR[] = {"items", "prefixItems", "minItems", "maxItems", "uniqueItems",
-                                      "additionalItems", NULL};
+    static const char *const OBJ[] = {"properties",
+                                      "required",
+                                      "additionalProperties",
+                                      "minProperties",
+                                      "maxProperties",
+                                      "unevaluatedProperties",
+                                      NULL};
+    static const char *const ARR[] = {"items",       "prefixItems",     "minItems", "maxItems",
+                                      "uniqueItems", "additionalItems", NULL};
     static const char *const STR[] = {"minLength", "maxLength", "pattern", "format", NULL};
     static const char *const NUM[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
     for (const cJSON *k = s->child; k; k = k->next) {
@@ -1098,8 +1182,12 @@ static bool excludes(const cJSON *a, const cJSON *b) {
     if (va) {
         ga = 0;
         for (const cJSON *x = va; x; x = one_a ? NULL : x->next)
-            ga |= cJSON_IsNull(x) ? T_NULL : cJSON_IsBool(x) ? T_BOOL : cJSON_IsObject(x) ? T_OBJECT
-                  : cJSON_IsArray(x) ? T_ARRAY : cJSON_IsString(x) ? T_STRING : T_NUMBER | T_INTEGER;
+            ga |= cJSON_IsNull(x)     ? T_NULL
+                  : cJSON_IsBool(x)   ? T_BOOL
+                  : cJSON_IsObject(x) ? T_OBJECT
+                  : cJSON_IsArray(x)  ? T_ARRAY
+                  : cJSON_IsString(x) ? T_STRING
+                                      : T_NUMBER | T_INTEGER;
     }
     if (!(ga & gb))
         return true;
@@ -1123,7 +1211,8 @@ static bool excludes(const cJSON *a, const cJSON *b) {
     }
     const cJSON *rb = cJSON_GetObjectItemCaseSensitive(b, "required");
     const cJSON *apa = cJSON_GetObjectItemCaseSensitive(a, "additionalProperties");
-    bool a_extras = !pa && !cJSON_IsFalse(apa); // gen_object writes other keys only when no properties are listed
+    bool a_extras =
+        !pa && !cJSON_IsFalse(apa); // gen_object writes other keys only when no properties are listed
     for (const cJSON *r = rb ? rb->child : NULL; r; r = r->next)
         if (cJSON_IsString(r) && !a_extras && !cJSON_GetObjectItemCaseSensitive(pa, r->valuestring) &&
             !has_string(ra, r->valuestring))
@@ -1131,8 +1220,8 @@ static bool excludes(const cJSON *a, const cJSON *b) {
     return false;
 }
 
-static enum ci_status gen_alternatives(struct jsc *c, const cJSON *s, const char *kw, const char *path, int depth,
-                                       struct gtext *body) {
+static enum ci_status gen_alternatives(struct jsc *c, const cJSON *s, const char *kw, const char *path,
+                                       int depth, struct gtext *body) {
     enum ci_status st;
     const cJSON *alts = cJSON_GetObjectItemCaseSensitive(s, kw);
     if (!cJSON_IsArray(alts) || !alts->child)
@@ -1170,7 +1259,8 @@ static enum ci_status gen_alternatives(struct jsc *c, const cJSON *s, const char
                 st = ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
                 break;
             }
-            if ((st = flatten(c, a, sub, depth + 1, &fa)) != CI_OK || (st = merge_into(c, m, fa, sub)) != CI_OK)
+            if ((st = flatten(c, a, sub, depth + 1, &fa)) != CI_OK ||
+                (st = merge_into(c, m, fa, sub)) != CI_OK)
                 break;
             alt = m;
         }
@@ -1254,7 +1344,8 @@ static enum ci_status gen(struct jsc *c, const cJSON *s, const char *path, int d
     struct gtext body = {0};
     if ((st = new_rule(c, path, name)) != CI_OK)
         return st;
-    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"),
+                *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
     if (en || cn) {
         if (en && !cJSON_IsArray(en)) {
             st = sfail(c, CI_ERR_INVALID, path, "'enum' must be an array");
@@ -1341,13 +1432,15 @@ done:
 static const char PRIM_WS[] = "ws ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
 static const char PRIM_STRING[] =
     "string ::= \"\\\"\" char* \"\\\"\"\n"
-    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] "
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | "
+    "[dD] "
     "[0-7] [0-9a-fA-F]{2}))\n"
     "fmt-date ::= [1-9] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (day30 | \"31\") | (\"0\" [469] | "
     "\"11\") \"-\" day30 | \"02-\" day28)\n"
     "day28 ::= \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]\n"
     "day30 ::= day28 | \"29\" | \"30\"\n"
-    "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? (\"Z\" | "
+    "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? (\"Z\" "
+    "| "
     "[+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
     "fmt-uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n"
     "hex ::= [0-9a-f]\n"
@@ -1412,8 +1505,8 @@ static int json_depth(const char *s, size_t n) {
 
 enum ci_status gram_json_schema_to_gbnf(const char *text, size_t len, struct gtext *out, struct ci_err *err) {
     if (len > GRAM_SCHEMA_MAX_BYTES)
-        return ci_err_set(err, CI_ERR_LIMIT, "json_schema: the schema is %zu bytes, at most %u are allowed", len,
-                          GRAM_SCHEMA_MAX_BYTES);
+        return ci_err_set(err, CI_ERR_LIMIT, "json_schema: the schema is %zu bytes, at most %u are allowed",
+                          len, GRAM_SCHEMA_MAX_BYTES);
     if (json_depth(text, len) > GRAM_SCHEMA_MAX_JSON_NESTING)
         return ci_err_set(err, CI_ERR_LIMIT, "json_schema: the schema nests deeper than %d",
                           GRAM_SCHEMA_MAX_JSON_NESTING);

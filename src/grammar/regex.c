@@ -82,9 +82,9 @@ enum ci_status gtext_status(const struct gtext *t, struct ci_err *err) {
 
 /* One code point inside a GBNF literal or class. */
 static void put_cp(struct gtext *t, uint32_t cp, bool in_class) {
-    if (cp == '"' || cp == '\\' || (in_class && (cp == ']' || cp == '-' || cp == '[' || cp == '^')))
+    if (cp == '"' || cp == '\\' || (in_class && (cp == ']' || cp == '-' || cp == '[')))
         gtext_printf(t, "\\%c", (char)cp);
-    else if (cp < 0x20 || cp == 0x7F)
+    else if (cp < 0x20 || cp == 0x7F || (in_class && cp == '^'))
         gtext_printf(t, "\\x%02X", (unsigned)cp);
     else if (cp < 0x80)
         gtext_printf(t, "%c", (char)cp);
@@ -375,7 +375,10 @@ static enum ci_status rx_utf8(struct rx *p, uint32_t *cp) {
 }
 
 static int hexval(int c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 static bool rx_hex(struct rx *p, int digits, uint32_t *v) {
@@ -658,8 +661,8 @@ static enum ci_status rx_quant(struct rx *p) {
     if (rx_peek(p) == '?') // lazy: the same language
         p->pos++;
     c = rx_peek(p);
-    if (c == '*' || c == '+' || c == '?' || (c == '{' && p->pos + 1 < p->n && p->s[p->pos + 1] >= '0' &&
-                                             p->s[p->pos + 1] <= '9'))
+    if (c == '*' || c == '+' || c == '?' ||
+        (c == '{' && p->pos + 1 < p->n && p->s[p->pos + 1] >= '0' && p->s[p->pos + 1] <= '9'))
         return rx_fail(p, CI_ERR_INVALID, "nothing to repeat before '%c'", c);
     return CI_OK;
 }
@@ -759,9 +762,11 @@ static enum ci_status rx_branch(struct rx *p, int depth) {
             p->pos++;
             if (top && (rx_peek(p) < 0 || rx_peek(p) == '|'))
                 return CI_OK; // anchored end
-            return rx_fail(p, CI_ERR_UNSUPPORTED, "the anchor '$' is supported only at the end of the pattern");
+            return rx_fail(p, CI_ERR_UNSUPPORTED,
+                           "the anchor '$' is supported only at the end of the pattern");
         case '^':
-            return rx_fail(p, CI_ERR_UNSUPPORTED, "the anchor '^' is supported only at the start of the pattern");
+            return rx_fail(p, CI_ERR_UNSUPPORTED,
+                           "the anchor '^' is supported only at the start of the pattern");
         case '*':
         case '+':
         case '?':
@@ -826,7 +831,8 @@ enum ci_status gram_regex_expr(const char *re, size_t len, int flags, struct gte
     return gtext_status(out, err);
 }
 
-enum ci_status gram_regex_to_gbnf(const char *re, size_t len, int flags, struct gtext *out, struct ci_err *err) {
+enum ci_status gram_regex_to_gbnf(const char *re, size_t len, int flags, struct gtext *out,
+                                  struct ci_err *err) {
     gtext_put(out, "root ::= ", 9);
     enum ci_status s = gram_regex_expr(re, len, flags, out, err);
     if (s != CI_OK)

@@ -52,6 +52,7 @@ enum gram_regex_flags {
 enum ci_status gram_regex_expr(const char *re, size_t len, int flags, struct gtext *out, struct ci_err *err);
 
 /* A whole GBNF grammar ("root ::= ...") for the pattern (flags as above). */
-enum ci_status gram_regex_to_gbnf(const char *re, size_t len, int flags, struct gtext *out, struct ci_err *err);
+enum ci_status gram_regex_to_gbnf(const char *re, size_t len, int flags, struct gtext *out,
+                                  struct ci_err *err);
 
 #endif
