@@ -430,8 +430,8 @@ static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const 
                     cJSON_AddItemToArray(n, cJSON_Duplicate(e, true));
             }
             cJSON_ReplaceItemInObjectCaseSensitive(m, key, n);
-        } else if (!strcmp(key, "nullable") || !strcmp(key, "uniqueItems")) {
-            cJSON_ReplaceItemInObjectCaseSensitive(m, key, cJSON_CreateBool(!strcmp(key, "uniqueItems")));
+        } else if (!strcmp(key, "uniqueItems")) {
+            cJSON_ReplaceItemInObjectCaseSensitive(m, key, cJSON_CreateBool(true));
         } else {
             return sfail(c, CI_ERR_UNSUPPORTED, path, "'allOf': cannot merge two different '%s'", key);
         }
@@ -517,12 +517,9 @@ static enum ci_status gen_enum(struct jsc *c, const cJSON *s, const cJSON *vals,
                                struct gtext *body) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
     unsigned tm = type_mask(t);
-    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(s, "nullable");
-    if (cJSON_IsTrue(nl))
-        tm |= T_NULL;
     for (const cJSON *k = s->child; k; k = k->next)
         if (constraining(k->string) && strcmp(k->string, "enum") && strcmp(k->string, "const") &&
-            strcmp(k->string, "type") && strcmp(k->string, "nullable"))
+            strcmp(k->string, "type"))
             return sfail(c, CI_ERR_UNSUPPORTED, path, "'%s' beside enum/const is not supported", k->string);
     int n = 0;
     for (const cJSON *v = vals->child; v; v = v->next) {
@@ -1147,8 +1144,6 @@ static unsigned accepted_types(const cJSON *s) {
         m |= T_INTEGER;
     if (m & T_INTEGER)
         m |= T_NUMBER; // 1.0 is an integer too
-    if (t && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "nullable")))
-        m |= T_NULL;
     return m;
 }
 
@@ -1380,8 +1375,6 @@ static enum ci_status gen(struct jsc *c, const cJSON *s, const char *path, int d
         } else {
             m = implied_types(s);
         }
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "nullable")))
-            m |= T_NULL;
         if (!m) {
             c->prims |= P_VALUE;
             gtext_put(&body, "value", 5);

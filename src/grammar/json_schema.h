@@ -12,7 +12,8 @@
  * semantics), format (date, time, date-time, uuid, email, ipv4, hostname, uri: fixed well-formed shapes),
  * integer and number minimum / maximum / exclusiveMinimum / exclusiveMaximum (integer bounds exactly,
  * non-integer ones rounded inward), anyOf, oneOf (when the alternatives provably exclude one another),
- * allOf (merged), $ref to "#..." JSON pointers ($defs, definitions, recursion), nullable (OpenAPI),
+ * allOf (merged), $ref to "#..." JSON pointers ($defs, definitions, recursion), OpenAPI's nullable ignored (as
+ * JSON Schema validators do),
  * minProperties / maxProperties (by choosing which properties to produce).
  *
  * Output shape: compact JSON with optional bounded whitespace after `{ [ , :`; properties in `properties`
