@@ -53,7 +53,7 @@ def load_file(path, every=1, offset=0):
 BIAS = {}  # token id -> logit bias (closing_bias)
 
 
-def closing_bias(srv, value=8.0):
+def closing_bias(srv, value=10.0):
     """A logit_bias making the tokens for '"', '}' and ']' likely: a random-weight model has no prior, so
     without it free strings and lists run to max_tokens (a string ends only when the one '"' token of 1024 is
     drawn).  The grammar still decides where they may appear; validity does not depend on it."""
@@ -209,7 +209,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--bin", default=server_util.BIN)
     ap.add_argument("--show-invalid", action="store_true")
-    ap.add_argument("--bias", type=float, default=8.0, help="logit bias of the closing tokens (0: none)")
+    ap.add_argument("--bias", type=float, default=10.0, help="logit bias of the closing tokens (0: none)")
     a = ap.parse_args()
     server_util.BIN = a.bin
     tmp = tempfile.mkdtemp(prefix="cinfer-jsb-")

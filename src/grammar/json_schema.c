@@ -42,6 +42,7 @@ static const char *const TYPE_NAMES[] = {"null", "boolean", "object", "array", "
 struct refname {
     char *ref;
     char name[16];
+    bool failed, unsat; // its target did not compile (unsat: because it matches nothing)
 };
 
 struct jsc {
@@ -54,6 +55,7 @@ struct jsc {
     int n_refs, cap_refs;
     cJSON **owned;
     int n_owned, cap_owned;
+    bool unsat; // the last error: a schema that matches nothing (an optional property with it is left out)
 };
 
 #define MAX_PATH 200
@@ -67,6 +69,9 @@ __attribute__((format(printf, 4, 5))) static enum ci_status sfail(struct jsc *c,
     va_end(ap);
     return ci_err_set(c->err, code, "json_schema: %s (at '%s')", msg, path[0] ? path : "#");
 }
+
+/* An error for a schema that matches nothing. */
+#define unsat_fail(c, path, ...) ((c)->unsat = true, sfail((c), CI_ERR_UNSUPPORTED, (path), __VA_ARGS__))
 
 static void subpath(char *dst, const char *path, const char *a, const char *b) {
     snprintf(dst, MAX_PATH, "%s/%s%s%s", path[0] ? path : "#", a, b ? "/" : "", b ? b : "");
@@ -141,10 +146,13 @@ static const char *const ANNOTATIONS[] = {"title",
                                           "else",
                                           NULL};
 static const char *const UNSUPPORTED[] = {
-    "not",           "patternProperties", "dependencies",   "dependentRequired", "dependentSchemas",
-    "propertyNames", "contains",          "minContains",    "maxContains",       "unevaluatedItems",
-    "$dynamicRef",   "$recursiveRef",     "$dynamicAnchor", "$recursiveAnchor",  NULL};
+    "not",           "patternProperties", "propertyNames",    "contains",
+    "minContains",   "maxContains",       "unevaluatedItems", "$dynamicRef",
+    "$recursiveRef", "$dynamicAnchor",    "$recursiveAnchor", NULL};
 static const char *const KNOWN[] = {"type",
+                                    "dependencies",
+                                    "dependentRequired",
+                                    "dependentSchemas",
                                     "enum",
                                     "const",
                                     "properties",
@@ -325,7 +333,7 @@ static cJSON *all_of2(const cJSON *a, const cJSON *b) {
 /* m := m ∧ b (m is owned and mutable; b flattened). */
 static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const char *path) {
     if (cJSON_IsFalse(b))
-        return sfail(c, CI_ERR_UNSUPPORTED, path, "'allOf' with a false schema matches nothing");
+        return unsat_fail(c, path, "'allOf' with a false schema matches nothing");
     if (cJSON_IsTrue(b))
         return CI_OK;
     const cJSON *ap_m = cJSON_GetObjectItemCaseSensitive(m, "additionalProperties");
@@ -387,7 +395,7 @@ static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const 
             if ((bm & T_NUMBER) && (a & T_INTEGER))
                 both |= T_INTEGER;
             if (!both)
-                return sfail(c, CI_ERR_UNSUPPORTED, path, "'allOf' with types that exclude one another");
+                return unsat_fail(c, path, "'allOf' with types that exclude one another");
             cJSON_ReplaceItemInObjectCaseSensitive(m, "type", type_json(both));
         } else if (!strcmp(key, "required")) {
             for (const cJSON *e = k->child; e; e = e->next)
@@ -544,7 +552,7 @@ static enum ci_status gen_enum(struct jsc *c, const cJSON *s, const cJSON *vals,
         cJSON_free(txt);
     }
     if (!n)
-        return sfail(c, CI_ERR_UNSUPPORTED, path, "no value of 'enum'/'const' fits the schema");
+        return unsat_fail(c, path, "no value of 'enum'/'const' fits the schema");
     return CI_OK;
 }
 
@@ -779,22 +787,34 @@ static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, co
     }
     gtext_put(body, ")", 1);
     if (!n)
-        return sfail(c, CI_ERR_UNSUPPORTED, path, "no %s fits the bounds", integer ? "integer" : "number");
+        return unsat_fail(c, path, "no %s fits the bounds", integer ? "integer" : "number");
     return CI_OK;
 }
 
-static const char *format_gbnf(const char *f) {
-    static const char *const FORMATS[][2] = {
-        {"date", "fmt-date"},      {"time", "fmt-time"},         {"date-time", "fmt-date \"T\" fmt-time"},
-        {"uuid", "fmt-uuid"},      {"email", "fmt-email"},       {"ipv4", "fmt-ipv4"},
-        {"hostname", "fmt-host"},  {"uri", "fmt-uri"},           {"uri-reference", "fmt-uri"},
-        {"iri", "fmt-uri"},        {"iri-reference", "fmt-uri"}, {"idn-hostname", "fmt-host"},
-        {"idn-email", "fmt-email"}};
-    for (size_t i = 0; i < sizeof FORMATS / sizeof *FORMATS; i++)
-        if (!strcmp(f, FORMATS[i][0]))
-            return FORMATS[i][1];
-    return NULL;
-}
+/* The formats produced: their grammar and the lengths (in characters) of what it produces. */
+struct format {
+    const char *name, *gbnf;
+    int min_len, max_len;
+};
+static const struct format FORMATS[] = {
+    {"date", "fmt-date", 10, 10},
+    {"time", "fmt-time", 9, 21},
+    {"date-time", "fmt-date \"T\" fmt-time", 20, 32},
+    {"uuid", "fmt-uuid", 36, 36},
+    {"email", "fmt-email", 6, 59},
+    {"idn-email", "fmt-email", 6, 59},
+    {"ipv4", "fmt-ipv4", 7, 15},
+    {"hostname", "fmt-host", 1, 83},
+    {"idn-hostname", "fmt-host", 1, 83},
+    {"uri", "fmt-uri", 9, 175},
+    {"uri-reference", "fmt-uri", 9, 175},
+    {"iri", "fmt-uri", 9, 175},
+    {"iri-reference", "fmt-uri", 9, 175},
+};
+/* Formats of the JSON Schema vocabulary not produced (a validator may assert them).  Any other format name
+ * is no assertion for a validator (unknown formats are ignored), so it is ignored here too. */
+static const char *const FORMATS_UNSUPPORTED[] = {
+    "duration", "ipv6", "uri-template", "json-pointer", "relative-json-pointer", "regex", NULL};
 
 static enum ci_status gen_string(struct jsc *c, const cJSON *s, const char *path, struct gtext *body) {
     enum ci_status st;
@@ -803,7 +823,7 @@ static enum ci_status gen_string(struct jsc *c, const cJSON *s, const char *path
         (st = get_count(c, s, "maxLength", path, -1, &mx)) != CI_OK)
         return st;
     if (mx >= 0 && mn > mx)
-        return sfail(c, CI_ERR_UNSUPPORTED, path, "minLength %ld > maxLength %ld", mn, mx);
+        return unsat_fail(c, path, "minLength %ld > maxLength %ld", mn, mx);
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     bool lens = mn > 0 || mx >= 0;
@@ -811,16 +831,22 @@ static enum ci_status gen_string(struct jsc *c, const cJSON *s, const char *path
         return sfail(c, CI_ERR_INVALID, path, "'format' must be a string");
     if (pat && !cJSON_IsString(pat))
         return sfail(c, CI_ERR_INVALID, path, "'pattern' must be a string");
-    if (fmt) {
-        const char *g = format_gbnf(fmt->valuestring);
-        if (!g)
-            return sfail(c, CI_ERR_UNSUPPORTED, path, "the format '%.60s' is not supported",
-                         fmt->valuestring);
-        if (pat || lens)
-            return sfail(c, CI_ERR_UNSUPPORTED, path, "'format' together with '%s' is not supported",
-                         pat ? "pattern" : "minLength/maxLength");
+    if (fmt && in_list(fmt->valuestring, FORMATS_UNSUPPORTED))
+        return sfail(c, CI_ERR_UNSUPPORTED, path, "the format '%.60s' is not supported", fmt->valuestring);
+    const struct format *f = NULL;
+    for (size_t i = 0; fmt && i < sizeof FORMATS / sizeof *FORMATS; i++)
+        if (!strcmp(fmt->valuestring, FORMATS[i].name))
+            f = &FORMATS[i];
+    if (f) {
+        if (pat)
+            return sfail(c, CI_ERR_UNSUPPORTED, path, "'format' together with 'pattern' is not supported");
+        if (mn > f->min_len || (mx >= 0 && mx < f->max_len))
+            return sfail(
+                c, CI_ERR_UNSUPPORTED, path,
+                "'format' '%s' with minLength/maxLength narrower than %d..%d characters is not supported",
+                f->name, f->min_len, f->max_len);
         c->prims |= P_STRING; // the format rules live with the string rules
-        gtext_printf(body, "\"\\\"\" %s \"\\\"\"", g);
+        gtext_printf(body, "\"\\\"\" %s \"\\\"\"", f->gbnf);
         return CI_OK;
     }
     if (pat) {
@@ -855,8 +881,65 @@ static enum ci_status gen_string(struct jsc *c, const cJSON *s, const char *path
 struct member {
     const char *key;
     char rule[16];
-    bool req;
+    bool req, drop;
 };
+
+static int find_member(const struct member *m, int n, const char *key) {
+    for (int i = 0; i < n; i++)
+        if (!m[i].drop && !strcmp(m[i].key, key))
+            return i;
+    return -1;
+}
+
+/* dependencies / dependentRequired / dependentSchemas over the properties to produce: an optional property
+ * whose dependencies are not all produced is left out; a required one makes its dependencies required. */
+static enum ci_status apply_dependencies(struct jsc *c, const cJSON *s, const char *path, struct member *m,
+                                         int n) {
+    static const char *const KW[] = {"dependencies", "dependentRequired", "dependentSchemas"};
+    for (int round = 0; round < n + 1; round++) {
+        bool changed = false;
+        for (int w = 0; w < 3; w++) {
+            const cJSON *d = cJSON_GetObjectItemCaseSensitive(s, KW[w]);
+            if (!d)
+                continue;
+            if (!cJSON_IsObject(d))
+                return sfail(c, CI_ERR_INVALID, path, "'%s' must be an object", KW[w]);
+            for (const cJSON *e = d->child; e; e = e->next) {
+                int k = find_member(m, n, e->string);
+                if (k < 0 || cJSON_IsTrue(e))
+                    continue;
+                if (cJSON_IsArray(e)) {
+                    for (const cJSON *x = e->child; x && !m[k].drop; x = x->next) {
+                        if (!cJSON_IsString(x))
+                            return sfail(c, CI_ERR_INVALID, path, "'%s' lists must hold strings", KW[w]);
+                        int j = find_member(m, n, x->valuestring);
+                        if (j >= 0 && (m[j].req || !m[k].req))
+                            continue;
+                        if (j >= 0 && m[k].req) {
+                            m[j].req = changed = true;
+                        } else if (!m[k].req) {
+                            m[k].drop = changed = true;
+                        } else {
+                            return sfail(
+                                c, CI_ERR_UNSUPPORTED, path,
+                                "'%s': required property '%.60s' needs '%.60s', which is not produced", KW[w],
+                                e->string, x->valuestring);
+                        }
+                    }
+                } else if (!m[k].req) { // a schema the object must then match: not produced
+                    m[k].drop = changed = true;
+                } else {
+                    return sfail(c, CI_ERR_UNSUPPORTED, path,
+                                 "the keyword '%s' with a schema for a required property is not supported",
+                                 KW[w]);
+                }
+            }
+        }
+        if (!changed)
+            break;
+    }
+    return CI_OK;
+}
 
 static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path, int depth,
                                  struct gtext *body) {
@@ -910,8 +993,14 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
         subpath(sub, path, "properties", p->string);
         mem[n].key = p->string;
         mem[n].req = r;
-        if ((st = gen(c, p, sub, depth + 1, mem[n].rule)) != CI_OK)
+        c->unsat = false;
+        if ((st = gen(c, p, sub, depth + 1, mem[n].rule)) != CI_OK) {
+            if (!r && c->unsat && st == CI_ERR_UNSUPPORTED) { // no value fits: the property never appears
+                st = CI_OK;
+                continue;
+            }
             goto out;
+        }
         n_req += r;
         n++;
     }
@@ -934,8 +1023,25 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
         n_req++;
         n++;
     }
+    if ((st = apply_dependencies(c, s, path, mem, n)) != CI_OK)
+        goto out;
+    n_req = 0;
+    {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (!mem[i].drop) {
+                n_req += mem[i].req;
+                mem[k++] = mem[i];
+            }
+        n = k;
+    }
     gtext_put(body, "\"{\" ws ", 7);
     c->prims |= P_WS;
+    if (n == 0 && extras &&
+        (cJSON_GetObjectItemCaseSensitive(s, "dependencies") ||
+         cJSON_GetObjectItemCaseSensitive(s, "dependentRequired") ||
+         cJSON_GetObjectItemCaseSensitive(s, "dependentSchemas")))
+        extras = false;     // keys of its own could call for others
     if (n == 0 && extras) { // any keys
         c->prims |= P_STRING;
         if (maxp == 0) {
@@ -943,7 +1049,7 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
             goto out;
         }
         char kv[64];
-        snprintf(kv, sizeof kv, "string ws \":\" ws %s ws", apname);
+        snprintf(kv, sizeof kv, "string \":\" ws %s ws", apname);
         long lo = minp > 0 ? minp - 1 : 0, hi = maxp > 0 ? maxp - 1 : -1;
         if (hi > 1000)
             hi = 1000;
@@ -997,7 +1103,7 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
             goto out;
         struct gtext m = {0}, ta = {0}, tb = {0};
         lit_key(&m, mem[i].key);
-        gtext_printf(&m, " ws \":\" ws %s ws", mem[i].rule);
+        gtext_printf(&m, " \":\" ws %s ws", mem[i].rule);
         gtext_printf(&ta, "\",\" ws %s %s", m.s ? m.s : "", a_next);
         if (!mem[i].req)
             gtext_printf(&ta, " | %s", a_next[0] ? a_next : "\"\"");
@@ -1049,7 +1155,7 @@ static enum ci_status gen_array(struct jsc *c, const cJSON *s, const char *path,
         mx = 1; // at most one item: unique
     }
     if (mx >= 0 && mn > mx)
-        return sfail(c, CI_ERR_UNSUPPORTED, path, "minItems %ld > maxItems %ld", mn, mx);
+        return unsat_fail(c, path, "minItems %ld > maxItems %ld", mn, mx);
     int k = cJSON_GetArraySize(prefix);
     if (mx >= 0 && k > mx)
         k = (int)mx;
@@ -1237,16 +1343,16 @@ static enum ci_status gen_alternatives(struct jsc *c, const cJSON *s, const char
     int n = cJSON_GetArraySize(alts);
     if (n > 256)
         return sfail(c, CI_ERR_LIMIT, path, "'%s' with more than 256 alternatives", kw);
-    const cJSON **flat = ci_calloc((size_t)n, sizeof *flat);
+    const cJSON **flat = ci_calloc(2 * (size_t)n, sizeof *flat), **prod = flat + n;
     if (!flat)
         return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
     int i = 0;
     st = CI_OK;
-    for (const cJSON *a = alts->child; a; a = a->next, i++) {
-        char sub[MAX_PATH], idx[16];
+    char sub[MAX_PATH], idx[16];
+    for (const cJSON *a = alts->child; a && st == CI_OK; a = a->next, i++) {
         snprintf(idx, sizeof idx, "%d", i);
         subpath(sub, path, kw, idx);
-        const cJSON *alt = a;
+        prod[i] = a;
         if (base) {
             const cJSON *fa;
             cJSON *m = own(c, cJSON_Duplicate(base, true));
@@ -1257,22 +1363,60 @@ static enum ci_status gen_alternatives(struct jsc *c, const cJSON *s, const char
             if ((st = flatten(c, a, sub, depth + 1, &fa)) != CI_OK ||
                 (st = merge_into(c, m, fa, sub)) != CI_OK)
                 break;
-            alt = m;
+            prod[i] = m;
         }
-        if (one && (st = flatten(c, alt, sub, depth + 1, &flat[i])) != CI_OK)
-            break;
+        if (one)
+            st = flatten(c, prod[i], sub, depth + 1, &flat[i]);
+    }
+    bool exclusive = true;
+    for (int x = 0; st == CI_OK && one && x < n && exclusive; x++)
+        for (int y = 0; y < n && exclusive; y++)
+            exclusive = x == y || excludes(flat[x], flat[y]);
+    if (st == CI_OK && one && !exclusive) {
+        // Objects told apart by their required keys: produce only those keys (no optional ones, no others),
+        // so that an output lacks what the other alternatives require.
+        for (int x = 0; x < n && st == CI_OK; x++) {
+            const cJSON *f = flat[x];
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "type");
+            if (!cJSON_IsObject(f) || (t ? type_mask(t) != T_OBJECT : implied_types(f) != T_OBJECT) ||
+                cJSON_GetObjectItemCaseSensitive(f, "enum") || cJSON_GetObjectItemCaseSensitive(f, "const") ||
+                cJSON_GetObjectItemCaseSensitive(f, "anyOf") || cJSON_GetObjectItemCaseSensitive(f, "oneOf"))
+                continue;
+            cJSON *m = own(c, cJSON_Duplicate(f, true));
+            if (!m) {
+                st = ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+                break;
+            }
+            const cJSON *req = cJSON_GetObjectItemCaseSensitive(m, "required");
+            cJSON *props = cJSON_GetObjectItemCaseSensitive(m, "properties");
+            for (cJSON *k = props ? props->child : NULL; k;) {
+                cJSON *next = k->next;
+                if (!has_string(req, k->string))
+                    cJSON_DeleteItemFromObjectCaseSensitive(props, k->string);
+                k = next;
+            }
+            cJSON_DeleteItemFromObjectCaseSensitive(m, "additionalProperties");
+            cJSON_AddFalseToObject(m, "additionalProperties");
+            cJSON_DeleteItemFromObjectCaseSensitive(m, "unevaluatedProperties");
+            prod[x] = m;
+        }
+        exclusive = true;
+        for (int x = 0; st == CI_OK && x < n && exclusive; x++)
+            for (int y = 0; y < n && exclusive; y++)
+                if (x != y && !excludes(prod[x], flat[y])) {
+                    exclusive = false;
+                    st = sfail(c, CI_ERR_UNSUPPORTED, path,
+                               "'oneOf' whose alternatives %d and %d may both match is not supported", x, y);
+                }
+    }
+    for (i = 0; st == CI_OK && i < n; i++) {
+        snprintf(idx, sizeof idx, "%d", i);
+        subpath(sub, path, kw, idx);
         char name[16];
-        if ((st = gen(c, alt, sub, depth + 1, name)) != CI_OK)
+        if ((st = gen(c, prod[i], sub, depth + 1, name)) != CI_OK)
             break;
         gtext_printf(body, "%s%s", i ? " | " : "", name);
     }
-    for (int x = 0; st == CI_OK && one && x < n; x++)
-        for (int y = 0; y < n; y++)
-            if (x != y && !excludes(flat[x], flat[y])) {
-                st = sfail(c, CI_ERR_UNSUPPORTED, path,
-                           "'oneOf' whose alternatives %d and %d may both match is not supported", x, y);
-                break;
-            }
     ci_free(flat);
     return st;
 }
@@ -1288,7 +1432,7 @@ static enum ci_status gen(struct jsc *c, const cJSON *s, const char *path, int d
         return CI_OK;
     }
     if (cJSON_IsFalse(s))
-        return sfail(c, CI_ERR_UNSUPPORTED, path, "the schema false matches nothing");
+        return unsat_fail(c, path, "the schema false matches nothing");
     if (!cJSON_IsObject(s))
         return sfail(c, CI_ERR_INVALID, path, "a schema must be an object or a boolean");
     if ((st = check_keywords(c, s, path)) != CI_OK)
@@ -1299,6 +1443,11 @@ static enum ci_status gen(struct jsc *c, const cJSON *s, const char *path, int d
             return sfail(c, CI_ERR_INVALID, path, "'$ref' must be a string");
         for (int i = 0; i < c->n_refs; i++)
             if (!strcmp(c->refs[i].ref, ref->valuestring)) {
+                if (c->refs[i].failed) {
+                    c->unsat = c->refs[i].unsat;
+                    return sfail(c, CI_ERR_UNSUPPORTED, path, "'$ref' \"%.80s\" does not compile",
+                                 ref->valuestring);
+                }
                 memcpy(name, c->refs[i].name, 16);
                 return CI_OK;
             }
@@ -1317,16 +1466,21 @@ static enum ci_status gen(struct jsc *c, const cJSON *s, const char *path, int d
         if (!copy)
             return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
         strcpy(copy, ref->valuestring);
-        struct refname *rn = &c->refs[c->n_refs++];
-        rn->ref = copy;
-        if ((st = new_rule(c, path, rn->name)) != CI_OK)
+        int ri = c->n_refs++;
+        c->refs[ri] = (struct refname){.ref = copy};
+        if ((st = new_rule(c, path, c->refs[ri].name)) != CI_OK)
             return st;
-        memcpy(name, rn->name, 16);
+        memcpy(name, c->refs[ri].name, 16);
         char target[16];
         char sub[MAX_PATH];
         snprintf(sub, sizeof sub, "%.190s", ref->valuestring);
-        if ((st = gen(c, t, sub, depth + 1, target)) != CI_OK)
+        if ((st = gen(c, t, sub, depth + 1, target)) != CI_OK) {
+            // rules written meanwhile may refer to it (recursion); they are unreachable now, but defined
+            c->refs[ri].failed = true;
+            c->refs[ri].unsat = c->unsat;
+            gtext_printf(c->out, "%s ::= \"\\x00\"\n", name);
             return st;
+        }
         gtext_printf(c->out, "%s ::= %s\n", name, target);
         return CI_OK;
     }
@@ -1344,9 +1498,14 @@ static enum ci_status gen(struct jsc *c, const cJSON *s, const char *path, int d
     if (en || cn) {
         if (en && !cJSON_IsArray(en)) {
             st = sfail(c, CI_ERR_INVALID, path, "'enum' must be an array");
-        } else if (en && cn) {
-            st = sfail(c, CI_ERR_UNSUPPORTED, path, "'enum' and 'const' together are not supported");
         } else if (cn) {
+            bool in = !en;
+            for (const cJSON *v = en ? en->child : NULL; v && !in; v = v->next)
+                in = cJSON_Compare(v, cn, true);
+            if (!in) {
+                st = unsat_fail(c, path, "'const' is not among the 'enum' values");
+                goto done;
+            }
             cJSON *arr = own(c, cJSON_CreateArray());
             if (!arr || !cJSON_AddItemToArray(arr, cJSON_Duplicate(cn, true)))
                 st = ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
@@ -1449,7 +1608,7 @@ static const char PRIM_NUMBER[] =
 static const char PRIM_FRAC[] = "frac ::= \".\" [0-9]{0,5} [1-9]\n";
 static const char PRIM_VALUE[] =
     "value ::= object-any | array-any | string | number | boolean | null\n"
-    "object-any ::= \"{\" ws (string ws \":\" ws value ws (\",\" ws string ws \":\" ws value ws)*)? \"}\"\n"
+    "object-any ::= \"{\" ws (string \":\" ws value ws (\",\" ws string \":\" ws value ws)*)? \"}\"\n"
     "array-any ::= \"[\" ws (value ws (\",\" ws value ws)*)? \"]\"\n";
 
 static void emit_prims(struct jsc *c) {

@@ -128,6 +128,26 @@ RECURSIVE = [
                                                            "maxItems": 2}, "maxItems": 2}, "maxItems": 2},
 ]
 
+RECURSIVE += [
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 3},
+                                      "c": {"type": "boolean"}},
+     "required": ["a"], "dependencies": {"a": ["c"], "b": ["d"]}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+     "dependentRequired": {"b": ["a"]}, "dependentSchemas": {"a": {"required": ["zz"]}}},
+    {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}, "z": {"type": "number"}},
+     "oneOf": [{"required": ["x"]}, {"required": ["y", "z"]}]},
+    {"type": "object", "properties": {"kind": {"enum": ["a", "b", "c"], "const": "b"}}, "required": ["kind"]},
+    {"type": "object", "properties": {"s": {"type": "string", "format": "color-hex", "maxLength": 4},
+                                      "d": {"type": "string", "format": "date", "minLength": 10}},
+     "required": ["s", "d"]},
+    {"type": "object", "properties": {"never": {"type": "string", "enum": [1, 2]}, "ok": {"type": "null"},
+                                      "neither": {"allOf": [{"type": "string"}, {"type": "integer"}]}},
+     "required": ["ok"]},
+    {"type": "object", "properties": {"a": {"$ref": "#/$defs/bad"}, "b": {"$ref": "#/$defs/bad"},
+                                      "c": {"type": "integer"}},
+     "required": ["c"], "$defs": {"bad": {"type": "integer", "minimum": 5, "maximum": 4}}},
+]
+
 corpus = [{"schema": s} for s in LEAVES]
 corpus += [{"schema": {"type": "object", "properties": {"v": s}, "required": ["v"]}} for s in LEAVES]
 corpus += [{"schema": {"type": "array", "items": s, "maxItems": 3}} for s in LEAVES[:40]]
