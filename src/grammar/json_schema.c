@@ -4,7 +4,9 @@
  * the shared pieces (strings, numbers, any value, whitespace) are rules written once at the end. */
 #include "grammar/json_schema.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <cjson/cJSON.h>
+#include <pcre2.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -146,10 +148,10 @@ static const char *const ANNOTATIONS[] = {"title",
                                           "else",
                                           NULL};
 static const char *const UNSUPPORTED[] = {
-    "not",           "patternProperties", "propertyNames",    "contains",
-    "minContains",   "maxContains",       "unevaluatedItems", "$dynamicRef",
-    "$recursiveRef", "$dynamicAnchor",    "$recursiveAnchor", NULL};
+    "not",         "propertyNames", "contains",       "minContains",      "maxContains", "unevaluatedItems",
+    "$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor", NULL};
 static const char *const KNOWN[] = {"type",
+                                    "patternProperties",
                                     "dependencies",
                                     "dependentRequired",
                                     "dependentSchemas",
@@ -878,6 +880,47 @@ static enum ci_status gen_string(struct jsc *c, const cJSON *s, const char *path
     return CI_OK;
 }
 
+/* The schema a listed property p must match given patternProperties pp: p's own, with the schema of every
+ * pattern its name matches (searched, as validators do) merged in.  Names are matched with PCRE2, which
+ * agrees with ECMAScript and Python on ASCII names; a non-ASCII name is refused. */
+static enum ci_status pattern_schema(struct jsc *c, const cJSON *pp, const cJSON *p, const char *path,
+                                     const cJSON **out) {
+    *out = p;
+    cJSON *m = NULL;
+    for (const unsigned char *k = (const unsigned char *)p->string; *k; k++)
+        if (*k >= 0x80)
+            return sfail(c, CI_ERR_UNSUPPORTED, path,
+                         "'patternProperties' with the non-ASCII property name '%.60s' is not supported",
+                         p->string);
+    for (const cJSON *e = pp->child; e; e = e->next) {
+        int code;
+        PCRE2_SIZE off;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)e->string, PCRE2_ZERO_TERMINATED, 0, &code, &off, NULL);
+        if (!re)
+            return sfail(c, CI_ERR_UNSUPPORTED, path,
+                         "'patternProperties': the pattern '%.60s' is not supported", e->string);
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+        int rc = md ? pcre2_match(re, (PCRE2_SPTR)p->string, strlen(p->string), 0, 0, md, NULL) : -1;
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            continue;
+        if (rc < 0)
+            return sfail(c, CI_ERR_UNSUPPORTED, path, "'patternProperties': matching '%.60s' failed",
+                         e->string);
+        if (!m) {
+            m = own(c, cJSON_CreateObject());
+            cJSON *all = m ? cJSON_AddArrayToObject(m, "allOf") : NULL;
+            if (!all || !cJSON_AddItemToArray(all, cJSON_Duplicate(p, true)))
+                return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+        }
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(m, "allOf"), cJSON_Duplicate(e, true));
+    }
+    if (m)
+        *out = m;
+    return CI_OK;
+}
+
 struct member {
     const char *key;
     char rule[16];
@@ -957,7 +1000,13 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
             return sfail(c, CI_ERR_INVALID, path, "'required' must hold strings");
     if (ap && !cJSON_IsBool(ap) && !cJSON_IsObject(ap))
         return sfail(c, CI_ERR_INVALID, path, "'additionalProperties' must be a schema");
-    bool extras = !cJSON_IsFalse(ap) && !cJSON_IsFalse(up);
+    const cJSON *pp = cJSON_GetObjectItemCaseSensitive(s, "patternProperties");
+    if (pp && !cJSON_IsObject(pp))
+        return sfail(c, CI_ERR_INVALID, path, "'patternProperties' must be an object");
+    if (pp && !pp->child)
+        pp = NULL;
+    // with patternProperties, keys of its own would need matching against the patterns: none are produced
+    bool extras = !cJSON_IsFalse(ap) && !cJSON_IsFalse(up) && !pp;
     long minp, maxp;
     if ((st = get_count(c, s, "minProperties", path, 0, &minp)) != CI_OK ||
         (st = get_count(c, s, "maxProperties", path, -1, &maxp)) != CI_OK)
@@ -994,7 +1043,10 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
         mem[n].key = p->string;
         mem[n].req = r;
         c->unsat = false;
-        if ((st = gen(c, p, sub, depth + 1, mem[n].rule)) != CI_OK) {
+        const cJSON *ps = p;
+        if (pp && (st = pattern_schema(c, pp, p, path, &ps)) != CI_OK)
+            goto out;
+        if ((st = gen(c, ps, sub, depth + 1, mem[n].rule)) != CI_OK) {
             if (!r && c->unsat && st == CI_ERR_UNSUPPORTED) { // no value fits: the property never appears
                 st = CI_OK;
                 continue;

@@ -4,7 +4,7 @@
  * schema allows more than the grammar produces (properties not listed in `properties`, key orders other than
  * the listed one, numbers of more digits) the grammar produces less; where a constraining keyword cannot be
  * honoured exactly (multipleOf, not, if/then/else, patternProperties, dependencies, ...) the compile fails
- * naming it.  Pure annotations (title, description, examples, default, $comment, ...) are ignored.
+ * naming it.  An optional property whose schema matches nothing is left out.  Pure annotations (title, description, examples, default, $comment, ...) are ignored.
  *
  * Supported: type (and type lists), enum, const, properties / required / additionalProperties (false,
  * true or a schema), items / prefixItems (and draft 4's array-form items with additionalItems), minItems /
@@ -14,7 +14,9 @@
  * non-integer ones rounded inward), anyOf, oneOf (when the alternatives provably exclude one another),
  * allOf (merged), $ref to "#..." JSON pointers ($defs, definitions, recursion), OpenAPI's nullable ignored (as
  * JSON Schema validators do),
- * minProperties / maxProperties (by choosing which properties to produce).
+ * minProperties / maxProperties (by choosing which properties to produce), dependencies /
+ * dependentRequired / dependentSchemas (optional properties whose dependencies are not produced are left
+ * out), patternProperties (merged into the listed properties whose names match; no other keys produced).
  *
  * Output shape: compact JSON with optional bounded whitespace after `{ [ , :`; properties in `properties`
  * order, optional ones may be omitted.  Bounded work: the schema's nesting, the rules made and the text

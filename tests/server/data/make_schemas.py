@@ -148,6 +148,16 @@ RECURSIVE += [
      "required": ["c"], "$defs": {"bad": {"type": "integer", "minimum": 5, "maximum": 4}}},
 ]
 
+RECURSIVE += [
+    {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+    {"type": "object", "properties": {"x-a": {"type": "integer"}, "y": {"type": "string", "maxLength": 2},
+                                      "x-b": {"type": "number"}},
+     "patternProperties": {"^x-": {"minimum": 10, "maximum": 20}, "b$": {"type": "integer"}},
+     "required": ["x-a", "y", "x-b"]},
+    {"type": "object", "properties": {"id": {"type": "string"}},
+     "patternProperties": {"\\d": {"type": "null"}, "^i": {"maxLength": 3}}, "required": ["id"]},
+]
+
 corpus = [{"schema": s} for s in LEAVES]
 corpus += [{"schema": {"type": "object", "properties": {"v": s}, "required": ["v"]}} for s in LEAVES]
 corpus += [{"schema": {"type": "array", "items": s, "maxItems": 3}} for s in LEAVES[:40]]
