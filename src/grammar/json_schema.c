@@ -956,7 +956,7 @@ static enum ci_status apply_dependencies(struct jsc *c, const cJSON *s, const ch
                         if (!cJSON_IsString(x))
                             return sfail(c, CI_ERR_INVALID, path, "'%s' lists must hold strings", KW[w]);
                         int j = find_member(m, n, x->valuestring);
-                        if (j >= 0 && (m[j].req || !m[k].req))
+                        if (j >= 0 && m[j].req)
                             continue;
                         if (j >= 0 && m[k].req) {
                             m[j].req = changed = true;

@@ -150,6 +150,10 @@ RECURSIVE += [
 
 RECURSIVE += [
     {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "null"}},
+     "dependentRequired": {"a": ["b"], "c": ["a"]}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+     "dependencies": {"b": ["a"]}},
     {"type": "object", "properties": {"x-a": {"type": "integer"}, "y": {"type": "string", "maxLength": 2},
                                       "x-b": {"type": "number"}},
      "patternProperties": {"^x-": {"minimum": 10, "maximum": 20}, "b$": {"type": "integer"}},
