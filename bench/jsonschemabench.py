@@ -191,6 +191,32 @@ def summarize(subset, results, n):
     return {"total": total, "compiled": len(compiled), "invalid": invalid, "covered": covered, "text": text}
 
 
+def mask_overhead(srv, schemas, k=30, max_tokens=200):
+    """Per-token cost of the constraint: for the first k schemas that compile, one sample (n 1) with the
+    schema, then one without it of the same length (ignore_eos); the difference over the tokens, in ms."""
+    rows = []
+    for i, (sid, schema) in enumerate(schemas):
+        if len(rows) >= k:
+            break
+        st, j, t1 = request(srv, schema, 1, 7 + i, max_tokens)
+        if st != 200 or j["usage"]["completion_tokens"] < 20:
+            continue
+        n = j["usage"]["completion_tokens"]
+        body = {"prompt": "x", "n": 1, "seed": 7 + i, "temperature": 1.0, "max_tokens": n, "ignore_eos": True}
+        t0 = time.monotonic()
+        st2, _, j2 = srv.json("POST", "/v1/completions", body, timeout=600)
+        t2 = time.monotonic() - t0
+        if st2 == 200 and j2["usage"]["completion_tokens"] == n:
+            rows.append(((t1 - t2) / n * 1000, t2 / n * 1000))
+    if not rows:
+        return "mask overhead: no sample"
+    rows.sort()
+    d = [r[0] for r in rows]
+    return (f"mask overhead over {len(rows)} schemas: {sum(d) / len(d):.3f} ms/token mean, p50 {d[len(d) // 2]:.3f}, "
+            f"max {d[-1]:.3f} (unconstrained {sum(r[1] for r in rows) / len(rows):.3f} ms/token, request "
+            f"overheads included)")
+
+
 def synth_model(bin_path, tmp):
     model = os.path.join(tmp, "tiny.gguf")
     r = subprocess.run([bin_path, "synth", "--preset", "tiny", "--seed", "7", "-o", model], capture_output=True,
@@ -209,6 +235,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--bin", default=server_util.BIN)
     ap.add_argument("--show-invalid", action="store_true")
+    ap.add_argument("--overhead", action="store_true", help="also time the mask per token (30 schemas)")
     ap.add_argument("--bias", type=float, default=10.0, help="logit bias of the closing tokens (0: none)")
     a = ap.parse_args()
     server_util.BIN = a.bin
@@ -222,6 +249,8 @@ def main():
         for subset in a.subset.split(","):
             s, _ = run_subset(srv, subset, load(subset, a.every), a.n, a.max_tokens, a.jobs, a.show_invalid)
             bad += s["invalid"]
+            if a.overhead:
+                print(mask_overhead(srv, load(subset, a.every)))
     finally:
         srv.kill()
         os.remove(model)
