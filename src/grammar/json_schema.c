@@ -752,7 +752,7 @@ static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, co
         if (hi > lim)
             hi_inf = true;
     }
-    long long L = (long long)lo, H = (long long)hi;
+    long long L = lo_inf ? 0 : (long long)lo, H = hi_inf ? 0 : (long long)hi;
     int n = 0;
     gtext_put(body, "(", 1);
     if (integer) {
@@ -1011,6 +1011,8 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
     if ((st = get_count(c, s, "minProperties", path, 0, &minp)) != CI_OK ||
         (st = get_count(c, s, "maxProperties", path, -1, &maxp)) != CI_OK)
         return st;
+    if (maxp >= 0 && minp > maxp)
+        return unsat_fail(c, path, "minProperties %ld > maxProperties %ld", minp, maxp);
     int n_props = cJSON_GetArraySize(props) + cJSON_GetArraySize(req);
     struct member *mem = ci_calloc((size_t)n_props + 1, sizeof *mem);
     if (!mem)

@@ -710,9 +710,11 @@ static enum ci_status rx_branch(struct rx *p, int depth) {
                     p->pos++;
                 } else if (k == '=' || k == '!') {
                     return rx_fail(p, CI_ERR_UNSUPPORTED, "lookahead '(?%c' is not supported", k);
-                } else if (k == '<') {
+                } else if (k == '<' && p->pos + 1 < p->n) {
                     return rx_fail(p, CI_ERR_UNSUPPORTED, "lookbehind '(?<%c' is not supported",
                                    p->s[p->pos + 1]);
+                } else if (k == '<') {
+                    return rx_fail(p, CI_ERR_INVALID, "unterminated group name");
                 } else {
                     return rx_fail(p, CI_ERR_UNSUPPORTED, "the group '(?%c' (inline flags) is not supported",
                                    k < 0 ? ' ' : k);

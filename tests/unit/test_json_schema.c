@@ -113,9 +113,9 @@ TEST(regex_language) {
         {"\\d", 0, "\xd9\xa3", 0}, // ARABIC-INDIC DIGIT THREE: only [0-9]
         {"\\D", 0, "a", 1},
         {"\\D", 0, "5", 0},
-        {"\\D", 0, "\xd9\xa3", 0}, // a digit to Python: never produced by \D
-        {"\\W", 0, "\xc3\xa9", 0}, // a word character to Python
-        {"\\S", 0, "\x1c", 0},     // whitespace to Python's str.isspace
+        {"\\D", 0, "\xd9\xa3", 0},     // a digit to Python: never produced by \D
+        {"\\W", 0, "\xc3\xa9", 0},     // a word character to Python
+        {"\\S", 0, "\x1c", 0},         // whitespace to Python's str.isspace
         {"\\s", 0, "\xef\xbb\xbf", 0}, // U+FEFF: whitespace to ECMAScript, not to Python
         {"[^\\d]", 0, "x", 1},
         {"[^\\d]", 0, "7", 0},
@@ -153,14 +153,30 @@ TEST(regex_errors) {
         const char *re;
         const char *needle;
     } cases[] = {
-        {"(a)\\1", "backreferences"},   {"(?<n>a)\\k<n>", "backreferences"}, {"(?=a)", "lookahead"},
-        {"(?!a)", "lookahead"},         {"(?<=a)b", "lookbehind"},           {"(?<!a)b", "lookbehind"},
-        {"\\bx", "word boundary"},      {"\\Bx", "non-word-boundary"},      {"\\p{L}", "Unicode property"},
-        {"(?i)a", "inline flags"},      {"a^b", "anchor '^'"},               {"a$b", "anchor '$'"},
-        {"(ab", "missing ')'"},         {"ab)", "unmatched ')'"},            {"[ab", "unterminated"},
-        {"*a", "nothing to repeat"},    {"a**", "nothing to repeat"},        {"a{3,2}", "out of order"},
-        {"[z-a]", "out of order"},      {"a{10001}", "above"},               {"\\", "lone"},
-        {"[]", "empty class"},          {"\\e", "'\\e'"},                    {"\\uD800", "surrogate"},
+        {"(a)\\1", "backreferences"},
+        {"(?<n>a)\\k<n>", "backreferences"},
+        {"(?=a)", "lookahead"},
+        {"(?!a)", "lookahead"},
+        {"(?<=a)b", "lookbehind"},
+        {"(?<!a)b", "lookbehind"},
+        {"\\bx", "word boundary"},
+        {"\\Bx", "non-word-boundary"},
+        {"\\p{L}", "Unicode property"},
+        {"(?i)a", "inline flags"},
+        {"a^b", "anchor '^'"},
+        {"a$b", "anchor '$'"},
+        {"(ab", "missing ')'"},
+        {"ab)", "unmatched ')'"},
+        {"[ab", "unterminated"},
+        {"*a", "nothing to repeat"},
+        {"a**", "nothing to repeat"},
+        {"a{3,2}", "out of order"},
+        {"[z-a]", "out of order"},
+        {"a{10001}", "above"},
+        {"\\", "lone"},
+        {"[]", "empty class"},
+        {"\\e", "'\\e'"},
+        {"\\uD800", "surrogate"},
         {"\\0123", "octal"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -226,24 +242,30 @@ TEST(schema_language) {
         {"{\"enum\":[\"a\\\"b\",1.5,null,[1]]}", 0, "1", 2},
         {"{\"enum\":[\"a\\\"b\",1.5,null,[1]]}", 0, "2", 0},
         {"{\"type\":\"string\",\"enum\":[\"x\",2]}", 0, "2", 0},
-        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}", 0,
-         "{\"a\":1,\"b\":true}", 1},
-        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}", 0,
-         "{\"b\":false}", 1},
-        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}", 0,
-         "{\"a\":1}", 0},
-        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}", 0,
-         "{\"b\":true,\"c\":1}", 0},
-        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"null\"}}", 0, "{\"k\": null, \"j\":null}", 1},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}",
+         0, "{\"a\":1,\"b\":true}", 1},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}",
+         0, "{\"b\":false}", 1},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}",
+         0, "{\"a\":1}", 0},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}",
+         0, "{\"b\":true,\"c\":1}", 0},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"null\"}}", 0, "{\"k\": null, \"j\":null}",
+         1},
         {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"null\"}}", 0, "{\"k\": 1}", 0},
-        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}", 0, "[1, 2]", 1},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}", 0, "[1, 2]",
+         1},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}", 0, "[1]", 0},
-        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}", 0, "[1,2,3,4]", 0},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}", 0,
+         "[1,2,3,4]", 0},
         {"{\"type\":\"array\",\"uniqueItems\":true}", 0, "[1,2]", 0},
         {"{\"type\":\"array\",\"uniqueItems\":true}", 0, "[1]", 1},
-        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", 0, "[1,\"x\"]", 1},
-        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", 0, "[1,\"x\",2]", 0},
-        {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#/$defs/n\"}}}},\"$ref\":\"#/$defs/n\"}",
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", 0, "[1,\"x\"]",
+         1},
+        {"{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false}", 0, "[1,\"x\",2]",
+         0},
+        {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#/$defs/"
+         "n\"}}}},\"$ref\":\"#/$defs/n\"}",
          0, "{\"c\":{\"c\":{}}}", 1},
         {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}]}", 0, "null", 1},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}", 0, "\"s\"", 1},
@@ -282,7 +304,8 @@ TEST(schema_errors) {
         {"{\"type\":", "not valid JSON"},
         {"false", "false"},
         {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer"},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"],\"additionalProperties\":false}",
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"],\"additionalProperties\":"
+         "false}",
          "'b'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
