@@ -57,7 +57,8 @@ struct jsc {
     int n_refs, cap_refs;
     cJSON **owned;
     int n_owned, cap_owned;
-    bool unsat; // the last error: a schema that matches nothing (an optional property with it is left out)
+    long copied; // schema nodes copied by merges (GRAM_SCHEMA_MAX_COPIED)
+    bool unsat;  // the last error: a schema that matches nothing (an optional property with it is left out)
 };
 
 #define MAX_PATH 200
@@ -94,6 +95,36 @@ static cJSON *own(struct jsc *c, cJSON *j) {
     }
     c->owned[c->n_owned++] = j;
     return j;
+}
+
+/* Charges the nodes of j to the copying budget (merges copy schemas): false once it is spent. */
+static bool charge(struct jsc *c, const cJSON *j) {
+    for (; j; j = j->next) {
+        if (++c->copied > GRAM_SCHEMA_MAX_COPIED)
+            return false;
+        if (j->child && !charge(c, j->child))
+            return false;
+    }
+    return true;
+}
+
+/* An owned copy of j (NULL: the copying budget is spent, or out of memory: see copy_fail). */
+static cJSON *dup_owned(struct jsc *c, const cJSON *j) {
+    if (!cJSON_IsObject(j) && !cJSON_IsArray(j)) {
+        if (++c->copied > GRAM_SCHEMA_MAX_COPIED)
+            return NULL;
+    } else if ((j->child && !charge(c, j->child)) || ++c->copied > GRAM_SCHEMA_MAX_COPIED) {
+        return NULL;
+    }
+    return own(c, cJSON_Duplicate(j, true));
+}
+
+static enum ci_status copy_fail(struct jsc *c, const char *path) {
+    if (c->copied > GRAM_SCHEMA_MAX_COPIED)
+        return sfail(c, CI_ERR_LIMIT, path,
+                     "merging the schema's allOf/anyOf/oneOf/$ref copies more than %d nodes",
+                     GRAM_SCHEMA_MAX_COPIED);
+    return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
 }
 
 static enum ci_status new_rule(struct jsc *c, const char *path, char name[16]) {
@@ -338,6 +369,8 @@ static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const 
         return unsat_fail(c, path, "'allOf' with a false schema matches nothing");
     if (cJSON_IsTrue(b))
         return CI_OK;
+    if (b->child && !charge(c, b->child))
+        return copy_fail(c, path);
     const cJSON *ap_m = cJSON_GetObjectItemCaseSensitive(m, "additionalProperties");
     const cJSON *ap_b = cJSON_GetObjectItemCaseSensitive(b, "additionalProperties");
     const cJSON *props_m0 = cJSON_GetObjectItemCaseSensitive(m, "properties");
@@ -467,9 +500,9 @@ static enum ci_status flatten(struct jsc *c, const cJSON *s, const char *path, i
     }
     if (all && !cJSON_IsArray(all))
         return sfail(c, CI_ERR_INVALID, path, "'allOf' must be an array");
-    cJSON *m = own(c, cJSON_Duplicate(s, true));
+    cJSON *m = dup_owned(c, s);
     if (!m)
-        return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+        return copy_fail(c, path);
     cJSON_DeleteItemFromObjectCaseSensitive(m, "$ref");
     cJSON_DeleteItemFromObjectCaseSensitive(m, "allOf");
     if (ref) {
@@ -1389,9 +1422,9 @@ static enum ci_status gen_alternatives(struct jsc *c, const cJSON *s, const char
     // the siblings apply to every alternative
     cJSON *base = NULL;
     if (has_constraints_besides(s, kw)) {
-        base = own(c, cJSON_Duplicate(s, true));
+        base = dup_owned(c, s);
         if (!base)
-            return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+            return copy_fail(c, path);
         cJSON_DeleteItemFromObjectCaseSensitive(base, kw);
     }
     int n = cJSON_GetArraySize(alts);
@@ -1409,9 +1442,9 @@ static enum ci_status gen_alternatives(struct jsc *c, const cJSON *s, const char
         prod[i] = a;
         if (base) {
             const cJSON *fa;
-            cJSON *m = own(c, cJSON_Duplicate(base, true));
+            cJSON *m = dup_owned(c, base);
             if (!m) {
-                st = ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+                st = copy_fail(c, sub);
                 break;
             }
             if ((st = flatten(c, a, sub, depth + 1, &fa)) != CI_OK ||
@@ -1436,9 +1469,9 @@ static enum ci_status gen_alternatives(struct jsc *c, const cJSON *s, const char
                 cJSON_GetObjectItemCaseSensitive(f, "enum") || cJSON_GetObjectItemCaseSensitive(f, "const") ||
                 cJSON_GetObjectItemCaseSensitive(f, "anyOf") || cJSON_GetObjectItemCaseSensitive(f, "oneOf"))
                 continue;
-            cJSON *m = own(c, cJSON_Duplicate(f, true));
+            cJSON *m = dup_owned(c, f);
             if (!m) {
-                st = ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+                st = copy_fail(c, path);
                 break;
             }
             const cJSON *req = cJSON_GetObjectItemCaseSensitive(m, "required");

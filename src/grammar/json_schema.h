@@ -33,6 +33,7 @@
 #define GRAM_SCHEMA_MAX_DEPTH        64         // schemas nested inside one another (refs aside)
 #define GRAM_SCHEMA_MAX_RULES        4000       // rules the compiler makes
 #define GRAM_SCHEMA_MAX_JSON_NESTING 128        // JSON nesting of the schema text
+#define GRAM_SCHEMA_MAX_COPIED       200000 // schema nodes merges may copy (allOf, anyOf/oneOf siblings, $ref)
 
 /* The GBNF grammar for the schema text[0..len) (JSON).  Errors (CI_ERR_INVALID: not a schema;
  * CI_ERR_UNSUPPORTED: a keyword that cannot be honoured; CI_ERR_LIMIT) begin "json_schema: " and name the

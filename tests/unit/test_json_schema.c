@@ -4,6 +4,7 @@
 #include "grammar/json_schema.h" // first: the headers must compile on their own
 #include "grammar/regex.h"
 
+#include "core/clock.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 #include "test_util.h"
@@ -331,6 +332,22 @@ TEST(schema_errors) {
            err.msg);
     gtext_free(&t);
     free(deep);
+    // merges that would copy a large sibling schema into each of 256 alternatives: refused, quickly
+    size_t cap = 1u << 20;
+    char *wide = malloc(cap);
+    n = (size_t)sprintf(wide, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 20000; i++)
+        n += (size_t)sprintf(wide + n, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+    n += (size_t)sprintf(wide + n, "},\"anyOf\":[");
+    for (int i = 0; i < 256; i++)
+        n += (size_t)sprintf(wide + n, "%s{\"required\":[\"p%d\"]}", i ? "," : "", i);
+    n += (size_t)sprintf(wide + n, "]}");
+    int64_t t0 = ci_now_ns();
+    CHECKF(gram_json_schema_to_gbnf(wide, n, &t, &err) == CI_ERR_LIMIT && strstr(err.msg, "copies"), "%s",
+           err.msg);
+    CHECKF(ci_now_ns() - t0 < 2000000000, "took %.1f s", (double)(ci_now_ns() - t0) / 1e9);
+    gtext_free(&t);
+    free(wide);
 }
 
 int main(int argc, char **argv) {
