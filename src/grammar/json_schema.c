@@ -885,13 +885,18 @@ static enum ci_status gen_string(struct jsc *c, const cJSON *s, const char *path
         return CI_OK;
     }
     if (pat) {
-        if (lens)
-            return sfail(c, CI_ERR_UNSUPPORTED, path,
-                         "'pattern' together with minLength/maxLength is not supported");
         gtext_put(body, "\"\\\"\" ", 5);
         struct ci_err e2;
+        long plo = 0, phi = -1;
         st = gram_regex_expr(pat->valuestring, strlen(pat->valuestring),
-                             GRAM_REGEX_SEARCH | GRAM_REGEX_JSON_STRING, body, &e2);
+                             GRAM_REGEX_SEARCH | GRAM_REGEX_JSON_STRING, body, &plo, &phi, &e2);
+        // lengths beside a pattern: only when every match already fits them
+        if (st == CI_OK && lens && (plo < mn || (mx >= 0 && (phi < 0 || phi > mx))))
+            return sfail(
+                c, CI_ERR_UNSUPPORTED, path,
+                "'pattern' together with minLength/maxLength is supported only when every match fits "
+                "them (matches hold %ld to %ld characters, -1: unbounded)",
+                plo, phi);
         if (st != CI_OK)
             return sfail(c, st, path, "'pattern': %s", e2.msg);
         gtext_put(body, " \"\\\"\"", 5);

@@ -621,12 +621,30 @@ static bool rx_int(struct rx *p, long *v) {
     return true;
 }
 
-/* A quantifier at p->pos, if any, appended to the output. */
-static enum ci_status rx_quant(struct rx *p) {
+/* The lengths (in characters) of the strings a piece matches; hi RX_INF: unbounded. */
+struct rlen {
+    long lo, hi;
+};
+#define RX_INF (1L << 40)
+
+static long len_add(long a, long b) {
+    return a + b >= RX_INF ? RX_INF : a + b;
+}
+
+static long len_mul(long a, long b) {
+    if (a == 0 || b == 0)
+        return 0;
+    return a >= RX_INF || b >= RX_INF || a > RX_INF / b ? RX_INF : a * b;
+}
+
+/* A quantifier at p->pos, if any, appended to the output; *a (the atom's lengths) scaled by it. */
+static enum ci_status rx_quant(struct rx *p, struct rlen *a) {
     int c = rx_peek(p);
     if (c == '*' || c == '+' || c == '?') {
         p->pos++;
         gtext_put(p->out, (const char *)&(char){(char)c}, 1);
+        a->lo = c == '+' ? a->lo : 0;
+        a->hi = c == '?' ? a->hi : len_mul(a->hi, RX_INF);
     } else if (c == '{') {
         size_t save = p->pos;
         p->pos++;
@@ -655,6 +673,8 @@ static enum ci_status rx_quant(struct rx *p) {
             gtext_printf(p->out, "{%ld,}", m);
         else
             gtext_printf(p->out, "{%ld,%ld}", m, n);
+        a->lo = len_mul(a->lo, m);
+        a->hi = len_mul(a->hi, n == -2 ? RX_INF : n);
     } else {
         return CI_OK;
     }
@@ -667,17 +687,19 @@ static enum ci_status rx_quant(struct rx *p) {
     return CI_OK;
 }
 
-static enum ci_status rx_alt(struct rx *p, int depth);
+static enum ci_status rx_alt(struct rx *p, int depth, struct rlen *out);
 
-/* One alternative: atoms until '|', ')' or the end. */
-static enum ci_status rx_branch(struct rx *p, int depth) {
+/* One alternative: atoms until '|', ')' or the end; *out: its lengths. */
+static enum ci_status rx_branch(struct rx *p, int depth, struct rlen *out) {
     bool top = depth == 0, search = (p->flags & GRAM_REGEX_SEARCH) != 0;
     bool any = false;
     enum ci_status s;
+    struct rlen tot = {0, 0};
     if (rx_peek(p) == '^' && top) {
         p->pos++;
     } else if (top && search) {
         emit_any(p);
+        tot.hi = RX_INF;
         any = true;
     }
     for (;;) {
@@ -687,6 +709,7 @@ static enum ci_status rx_branch(struct rx *p, int depth) {
         if (any)
             gtext_put(p->out, " ", 1);
         any = true;
+        struct rlen a = {1, 1};
         switch (c) {
         case '(':
             p->pos++;
@@ -722,7 +745,7 @@ static enum ci_status rx_branch(struct rx *p, int depth) {
             }
             if (depth + 1 > GRAM_REGEX_MAX_NESTING)
                 return rx_fail(p, CI_ERR_LIMIT, "groups nested deeper than %d", GRAM_REGEX_MAX_NESTING);
-            if ((s = rx_alt(p, depth + 1)) != CI_OK)
+            if ((s = rx_alt(p, depth + 1, &a)) != CI_OK)
                 return s;
             if (rx_peek(p) != ')')
                 return rx_fail(p, CI_ERR_INVALID, "missing ')'");
@@ -762,8 +785,10 @@ static enum ci_status rx_branch(struct rx *p, int depth) {
         }
         case '$':
             p->pos++;
-            if (top && (rx_peek(p) < 0 || rx_peek(p) == '|'))
+            if (top && (rx_peek(p) < 0 || rx_peek(p) == '|')) {
+                *out = tot;
                 return CI_OK; // anchored end
+            }
             return rx_fail(p, CI_ERR_UNSUPPORTED,
                            "the anchor '$' is supported only at the end of the pattern");
         case '^':
@@ -791,26 +816,34 @@ static enum ci_status rx_branch(struct rx *p, int depth) {
             break;
         }
         }
-        if ((s = rx_quant(p)) != CI_OK)
+        if ((s = rx_quant(p, &a)) != CI_OK)
             return s;
+        tot.lo = len_add(tot.lo, a.lo);
+        tot.hi = len_add(tot.hi, a.hi);
     }
     if (top && search) {
         if (any)
             gtext_put(p->out, " ", 1);
         emit_any(p);
+        tot.hi = RX_INF;
         any = true;
     }
+    *out = tot;
     if (!any)
         gtext_put(p->out, "\"\"", 2);
     return CI_OK;
 }
 
-static enum ci_status rx_alt(struct rx *p, int depth) {
+static enum ci_status rx_alt(struct rx *p, int depth, struct rlen *out) {
     gtext_put(p->out, "(", 1);
     enum ci_status s;
+    *out = (struct rlen){RX_INF, 0};
     for (;;) {
-        if ((s = rx_branch(p, depth)) != CI_OK)
+        struct rlen b = {0, 0};
+        if ((s = rx_branch(p, depth, &b)) != CI_OK)
             return s;
+        out->lo = b.lo < out->lo ? b.lo : out->lo;
+        out->hi = b.hi > out->hi ? b.hi : out->hi;
         if (rx_peek(p) != '|')
             break;
         p->pos++;
@@ -820,14 +853,20 @@ static enum ci_status rx_alt(struct rx *p, int depth) {
     return CI_OK;
 }
 
-enum ci_status gram_regex_expr(const char *re, size_t len, int flags, struct gtext *out, struct ci_err *err) {
+enum ci_status gram_regex_expr(const char *re, size_t len, int flags, struct gtext *out, long *min_len,
+                               long *max_len, struct ci_err *err) {
     struct rx p = {re, len, 0, flags, out, err};
+    struct rlen l;
     if (len > GRAM_REGEX_MAX_LEN)
         return ci_err_set(err, CI_ERR_LIMIT, "regex: the pattern is %zu bytes, at most %u are allowed", len,
                           GRAM_REGEX_MAX_LEN);
-    enum ci_status s = rx_alt(&p, 0);
+    enum ci_status s = rx_alt(&p, 0, &l);
     if (s != CI_OK)
         return s;
+    if (min_len)
+        *min_len = l.lo;
+    if (max_len)
+        *max_len = l.hi >= RX_INF ? -1 : l.hi;
     if (p.pos < p.n)
         return rx_fail(&p, CI_ERR_INVALID, "unmatched ')'");
     return gtext_status(out, err);
@@ -836,7 +875,7 @@ enum ci_status gram_regex_expr(const char *re, size_t len, int flags, struct gte
 enum ci_status gram_regex_to_gbnf(const char *re, size_t len, int flags, struct gtext *out,
                                   struct ci_err *err) {
     gtext_put(out, "root ::= ", 9);
-    enum ci_status s = gram_regex_expr(re, len, flags, out, err);
+    enum ci_status s = gram_regex_expr(re, len, flags, out, NULL, NULL, err);
     if (s != CI_OK)
         return s;
     gtext_put(out, "\n", 1);

@@ -48,8 +48,10 @@ enum gram_regex_flags {
 };
 
 /* Appends to out a GBNF expression (one parenthesized group, no rule definition) for the pattern
- * re[0..len).  Errors: CI_ERR_INVALID / CI_ERR_UNSUPPORTED with "regex: " and what and where. */
-enum ci_status gram_regex_expr(const char *re, size_t len, int flags, struct gtext *out, struct ci_err *err);
+ * re[0..len), and (when not NULL) the least and most characters a match holds (*max_len -1: unbounded).
+ * Errors: CI_ERR_INVALID / CI_ERR_UNSUPPORTED with "regex: " and what and where. */
+enum ci_status gram_regex_expr(const char *re, size_t len, int flags, struct gtext *out, long *min_len,
+                               long *max_len, struct ci_err *err);
 
 /* A whole GBNF grammar ("root ::= ...") for the pattern (flags as above). */
 enum ci_status gram_regex_to_gbnf(const char *re, size_t len, int flags, struct gtext *out,

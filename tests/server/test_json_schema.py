@@ -6,7 +6,7 @@ independent references: python3-jsonschema with strict format checks (tests/ref/
 output's shape comes from the grammar; a logit_bias on the '"', '}' and ']' tokens stands in for a prior that
 closes strings and lists (bench/jsonschemabench.py's closing_bias), or free strings would run to max_tokens.
 
-- the corpus tests/server/data/schemas.jsonl (246 schemas: every type, bounds, patterns, formats, enums,
+- the corpus tests/server/data/schemas.jsonl (248 schemas: every type, bounds, patterns, formats, enums,
   $ref recursion, allOf/anyOf/oneOf, drafts 4/7/2020-12): every one compiles, 3 seeded samples each, every
   finished output validates (no exception), and at most 5% of outputs are cut by max_tokens;
 - a fixed subset of JSONSchemaBench (every 40th schema of Glaiveai2K, Github_trivial, Github_easy): no

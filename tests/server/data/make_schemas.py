@@ -150,6 +150,8 @@ RECURSIVE += [
 
 RECURSIVE += [
     {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": False},
+    {"type": "string", "pattern": "^[a-f]{3,6}(-[0-9]{2})?$", "minLength": 3, "maxLength": 9},
+    {"type": "array", "items": {"type": "string", "pattern": "^(ab|c){1,3}$", "minLength": 1, "maxLength": 6}},
     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "null"}},
      "dependentRequired": {"a": ["b"], "c": ["a"]}},
     {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
