@@ -401,6 +401,14 @@ struct cinfer_request_options {
     // Speculative decoding on an engine that has it: 0: the engine's longest proposal; > 0: at most this
     // many drafts per step; < 0: off for this request.
     int spec_k;
+    // What `grammar` is written in: GBNF (0, the default), a JSON Schema (the output is one JSON value the
+    // schema accepts; keywords that cannot be honoured exactly fail the submit naming them), or a regular
+    // expression the whole output matches (ECMAScript subset; unsupported constructs are named).
+    enum cinfer_grammar_kind {
+        CINFER_GRAMMAR_GBNF = 0,
+        CINFER_GRAMMAR_JSON_SCHEMA,
+        CINFER_GRAMMAR_REGEX
+    } grammar_kind;
 };
 CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
 
@@ -409,6 +417,10 @@ CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o)
  * and column, undefined rules, no root, left recursion, an empty language, the size limits).  Any thread. */
 CINFER_API enum cinfer_status cinfer_engine_check_grammar(struct cinfer_engine *e, const char *grammar,
                                                           struct cinfer_error *err);
+/* The same for a grammar in any of the kinds above (cached by kind and text). */
+CINFER_API enum cinfer_status cinfer_engine_check_grammar_kind(struct cinfer_engine *e,
+                                                               enum cinfer_grammar_kind kind,
+                                                               const char *text, struct cinfer_error *err);
 
 struct cinfer_stream;
 /* Any thread.  CINFER_ERR_LIMIT: the request can never fit (context or KV pool); CINFER_ERR_BUSY: queue full.

@@ -12,11 +12,11 @@
 #include "cli/engine_args.h"
 #include "core/check.h"
 
-/* The whole grammar file as a string (NULL with the reason in msg). */
-static char *read_grammar(const char *path, char *msg, size_t n) {
+/* The whole grammar file as a string (NULL with the reason in msg); opt names the option. */
+static char *read_grammar(const char *opt, const char *path, char *msg, size_t n) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(msg, n, "--grammar %s: %s", path, strerror(errno));
+        snprintf(msg, n, "%s %s: %s", opt, path, strerror(errno));
         return NULL;
     }
     size_t cap = (1u << 20) + 2, len; // the grammar limit is 1 MiB: one byte more is reported by the parser
@@ -25,8 +25,7 @@ static char *read_grammar(const char *path, char *msg, size_t n) {
         len = fread(buf, 1, cap - 1, f);
         buf[len] = '\0';
         if (ferror(f) || memchr(buf, '\0', len)) {
-            snprintf(msg, n, "--grammar %s: %s", path,
-                     ferror(f) ? "read error" : "the file holds a NUL byte");
+            snprintf(msg, n, "%s %s: %s", opt, path, ferror(f) ? "read error" : "the file holds a NUL byte");
             free(buf);
             buf = NULL;
         }
@@ -42,7 +41,8 @@ int cmd_run(int argc, char **argv) {
     cinfer_request_options_default(&ro);
     struct engine_args ea;
     engine_args_init(&ea);
-    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *grammar_path = NULL;
+    const char *model_path = NULL, *tok_path = NULL, *prompt = "", *grammar_path = NULL, *schema_path = NULL,
+               *regex = NULL;
     char *grammar = NULL;
     bool print_ids = false;
     struct cinfer_sampling *sp = &ro.sampling;
@@ -63,6 +63,11 @@ int cmd_run(int argc, char **argv) {
         {"--ids", NULL, ARG_FLAG, &print_ids, 0, 0, "    print generated token ids instead of text"},
         {"--grammar", NULL, ARG_STR, &grammar_path, 0, 0,
          "FILE  constrain the output to this GBNF grammar (llama.cpp's format)"},
+        {"--json-schema", NULL, ARG_STR, &schema_path, 0, 0,
+         "FILE  constrain the output to one JSON value this JSON Schema accepts (keywords it cannot honour "
+         "exactly are errors)"},
+        {"--regex", NULL, ARG_STR, &regex, 0, 0,
+         "RE  constrain the whole output to match this regular expression (ECMAScript subset)"},
     };
     struct arg_spec specs[CI_ARRAY_LEN(own) + ENGINE_ARGS_N_SPECS];
     memcpy(specs, own, sizeof own);
@@ -88,10 +93,20 @@ int cmd_run(int argc, char **argv) {
     cinfer_token *ids = NULL;
     int n_ids = 0;
     struct cinfer_engine_options eo = ea.o;
-    if (grammar_path) {
-        if (!(grammar = read_grammar(grammar_path, err.message, sizeof err.message)))
+    const char *gopt = grammar_path ? "--grammar" : schema_path ? "--json-schema" : "--regex";
+    const char *garg = grammar_path ? grammar_path : schema_path ? schema_path : regex;
+    if (!!grammar_path + !!schema_path + !!regex > 1) {
+        fprintf(stderr, "cinfer run: give at most one of --grammar, --json-schema, --regex\n");
+        return 2;
+    }
+    if (grammar_path || schema_path) {
+        if (!(grammar = read_grammar(gopt, garg, err.message, sizeof err.message)))
             goto fail;
         ro.grammar = grammar;
+        ro.grammar_kind = schema_path ? CINFER_GRAMMAR_JSON_SCHEMA : CINFER_GRAMMAR_GBNF;
+    } else if (regex) {
+        ro.grammar = regex;
+        ro.grammar_kind = CINFER_GRAMMAR_REGEX;
     }
     if (!engine_args_load_draft(&ea, &err))
         goto fail;
@@ -105,8 +120,8 @@ int cmd_run(int argc, char **argv) {
                  "the prompt is empty and the vocabulary adds no BOS: give -p");
         goto fail;
     }
-    if (ro.grammar && cinfer_engine_check_grammar(e, ro.grammar, &err) != CINFER_OK) {
-        fprintf(stderr, "cinfer run: --grammar %s: %s\n", grammar_path, err.message);
+    if (ro.grammar && cinfer_engine_check_grammar_kind(e, ro.grammar_kind, ro.grammar, &err) != CINFER_OK) {
+        fprintf(stderr, "cinfer run: %s %s: %s\n", gopt, garg, err.message);
         rc = 1;
         goto done;
     }

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/kv_pool.h"
+#include "grammar/cache.h"
 #include "engine/metrics.h"
 #include "format/gguf.h"
 #include "model/model.h"
@@ -292,10 +293,22 @@ bool cinfer_engine_step(struct cinfer_engine *e) {
     return engine_step(e->e);
 }
 
+static int grammar_front(enum cinfer_grammar_kind k) {
+    return k == CINFER_GRAMMAR_JSON_SCHEMA ? GRAM_FRONT_JSON_SCHEMA
+           : k == CINFER_GRAMMAR_REGEX     ? GRAM_FRONT_REGEX
+           : k == CINFER_GRAMMAR_GBNF      ? GRAM_FRONT_GBNF
+                                           : GRAM_FRONT_COUNT; // refused by the cache
+}
+
 enum cinfer_status cinfer_engine_check_grammar(struct cinfer_engine *e, const char *grammar,
                                                struct cinfer_error *err) {
+    return cinfer_engine_check_grammar_kind(e, CINFER_GRAMMAR_GBNF, grammar, err);
+}
+
+enum cinfer_status cinfer_engine_check_grammar_kind(struct cinfer_engine *e, enum cinfer_grammar_kind kind,
+                                                    const char *text, struct cinfer_error *err) {
     struct ci_err ce = {0};
-    if (engine_check_grammar(e->e, grammar, strlen(grammar), &ce) != CI_OK)
+    if (engine_check_grammar(e->e, grammar_front(kind), text, strlen(text), &ce) != CI_OK)
         return api_fail(err, &ce);
     return CINFER_OK;
 }
@@ -330,6 +343,7 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
     if (o->grammar && o->grammar[0]) {
         rp.grammar = o->grammar;
         rp.grammar_len = strlen(o->grammar);
+        rp.grammar_front = grammar_front(o->grammar_kind);
     }
     rp.sampling.logit_bias = (const struct sampling_logit_bias *)o->logit_bias;
     rp.sampling.n_logit_bias = o->n_logit_bias;

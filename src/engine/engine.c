@@ -375,8 +375,8 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     for (int i = 0; i < p->n_stop; i++, r->n_stop++)
         if (!(r->stop[i] = ci_strdup(p->stop[i])))
             goto nomem;
-    if (p->grammar &&
-        (s = gram_cache_get_gbnf(e->gcache, p->grammar, p->grammar_len, &r->grammar, err)) != CI_OK)
+    if (p->grammar && (s = gram_cache_get(e->gcache, (enum gram_front)p->grammar_front, p->grammar,
+                                          p->grammar_len, &r->grammar, err)) != CI_OK)
         goto fail;
     int64_t now = p->t_arrival_ns > 0 ? p->t_arrival_ns : ci_now_ns();
     for (int i = 0; i < p->n; i++) {
@@ -417,11 +417,12 @@ fail:
     return s;
 }
 
-enum ci_status engine_check_grammar(struct engine *e, const char *text, size_t len, struct ci_err *err) {
+enum ci_status engine_check_grammar(struct engine *e, int front, const char *text, size_t len,
+                                    struct ci_err *err) {
     if (!e->tok)
         return ci_err_set(err, CI_ERR_INVALID, "a grammar needs the model's tokenizer");
     struct gram_ref *r = NULL;
-    enum ci_status s = gram_cache_get_gbnf(e->gcache, text, len, &r, err);
+    enum ci_status s = gram_cache_get(e->gcache, (enum gram_front)front, text, len, &r, err);
     gram_ref_release(r);
     return s;
 }

@@ -97,6 +97,7 @@ struct engine_request_params {
                   // the logits it allows)
     const char *grammar; // GBNF text [grammar_len] constraining every sample (NULL: none); compiled at submit
     size_t grammar_len;  // (CI_ERR_INVALID / CI_ERR_LIMIT naming the problem), cached by its text
+    int grammar_front;   // what the text is: enum gram_front (grammar/cache.h; 0: GBNF)
     // Not NONE: an embedding request (max_tokens 0, n 1): the prompt is computed (a prefill, chunked and
     // batched like any other) and its final hidden states pooled; nothing is sampled.  The sample's stream
     // ends with DONE (finish "stop"), after which engine_request_embedding holds the vector.
@@ -166,8 +167,9 @@ void engine_set_step_hook(struct engine *e, engine_step_fn fn, void *ctx);
  * max_tokens beyond the context or the whole KV pool), CI_ERR_BUSY when the queue is full. */
 enum ci_status engine_submit(struct engine *e, const struct engine_request_params *p,
                              struct engine_request **out, struct ci_err *err);
-/* Compiles GBNF text into the engine's grammar cache (any thread): CI_OK, or the error naming the problem. */
-enum ci_status engine_check_grammar(struct engine *e, const char *text, size_t len, struct ci_err *err);
+/* Compiles a grammar's text (front: enum gram_front) into the engine's grammar cache (any thread): CI_OK, or the error naming the problem. */
+enum ci_status engine_check_grammar(struct engine *e, int front, const char *text, size_t len,
+                                    struct ci_err *err);
 struct ci_channel *engine_request_channel(struct engine_request *r, int sample);
 const struct request_metrics *engine_request_metrics(const struct engine_request *r, int sample);
 int engine_request_n(const struct engine_request *r);

@@ -7,6 +7,8 @@
 
 #include "core/hash.h"
 #include "core/mem.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex.h"
 
 struct gram_ref {
     atomic_int refs;
@@ -15,6 +17,7 @@ struct gram_ref {
 
 struct entry {
     uint64_t hash;
+    enum gram_front front;
     char *text;
     size_t len;
     struct gram_ref *ref;
@@ -72,13 +75,37 @@ void gram_cache_free(struct gram_cache *c) {
     ci_free(c);
 }
 
+/* The grammar for text in a front end other than GBNF: its GBNF text, parsed. */
+static enum ci_status compile(enum gram_front front, const char *text, size_t len, struct grammar **g,
+                              struct ci_err *err) {
+    if (front == GRAM_FRONT_GBNF)
+        return gram_parse_gbnf(text, len, g, err);
+    struct gtext t = {0};
+    enum ci_status s = front == GRAM_FRONT_JSON_SCHEMA ? gram_json_schema_to_gbnf(text, len, &t, err)
+                       : front == GRAM_FRONT_REGEX
+                           ? gram_regex_to_gbnf(text, len, 0, &t, err)
+                           : ci_err_set(err, CI_ERR_INVALID, "unknown grammar front end");
+    if (s == CI_OK)
+        s = gram_parse_gbnf(t.s, t.n, g, err);
+    gtext_free(&t);
+    return s;
+}
+
 enum ci_status gram_cache_get_gbnf(struct gram_cache *c, const char *text, size_t len, struct gram_ref **out,
                                    struct ci_err *err) {
+    return gram_cache_get(c, GRAM_FRONT_GBNF, text, len, out, err);
+}
+
+enum ci_status gram_cache_get(struct gram_cache *c, enum gram_front front, const char *text, size_t len,
+                              struct gram_ref **out, struct ci_err *err) {
     *out = NULL;
-    uint64_t h = ci_hash_bytes(0x9b7f, text, len);
+    if ((unsigned)front >= GRAM_FRONT_COUNT)
+        return ci_err_set(err, CI_ERR_INVALID, "unknown grammar front end %d", (int)front);
+    uint64_t h = ci_hash_bytes(0x9b7f + (uint64_t)front, text, len);
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->n; i++)
-        if (c->e[i].hash == h && c->e[i].len == len && memcmp(c->e[i].text, text, len) == 0) {
+        if (c->e[i].hash == h && c->e[i].front == front && c->e[i].len == len &&
+            memcmp(c->e[i].text, text, len) == 0) {
             c->e[i].used = ++c->tick;
             c->hits++;
             *out = gram_ref_retain(c->e[i].ref);
@@ -90,7 +117,7 @@ enum ci_status gram_cache_get_gbnf(struct gram_cache *c, const char *text, size_
     // Compiled outside the lock: two threads may compile the same text at once; the second insert wins a
     // slot too, which is harmless.
     struct grammar *g = NULL;
-    enum ci_status s = gram_parse_gbnf(text, len, &g, err);
+    enum ci_status s = compile(front, text, len, &g, err);
     if (s != CI_OK)
         return s;
     struct gram_ref *r = ci_calloc(1, sizeof *r);
@@ -116,7 +143,7 @@ enum ci_status gram_cache_get_gbnf(struct gram_cache *c, const char *text, size_
     } else {
         c->n++;
     }
-    c->e[slot] = (struct entry){h, copy, len, r, ++c->tick};
+    c->e[slot] = (struct entry){h, front, copy, len, r, ++c->tick};
     pthread_mutex_unlock(&c->mu);
     *out = r;
     return CI_OK;

@@ -20,6 +20,20 @@ enum ci_status gram_cache_create(int capacity, struct gram_cache **out, struct c
 /* The cache's own references are released; references handed out stay valid until released. */
 void gram_cache_free(struct gram_cache *c);
 
+/* The front ends a grammar's text may be written in (each compiled to GBNF text first: regex.h,
+ * json_schema.h). */
+enum gram_front {
+    GRAM_FRONT_GBNF = 0,
+    GRAM_FRONT_JSON_SCHEMA, // a JSON Schema (JSON text)
+    GRAM_FRONT_REGEX,       // a regular expression the whole output matches
+    GRAM_FRONT_COUNT
+};
+
+/* The compiled grammar for text[0..len) in front end `front` (the cache is keyed by both): a new reference,
+ * or the front end's or the GBNF parser's error. */
+enum ci_status gram_cache_get(struct gram_cache *c, enum gram_front front, const char *text, size_t len,
+                              struct gram_ref **out, struct ci_err *err);
+
 /* The compiled GBNF grammar text[0..len): a new reference (release with gram_ref_release), or the parse
  * error (CI_ERR_INVALID / CI_ERR_LIMIT, the message naming the problem). */
 enum ci_status gram_cache_get_gbnf(struct gram_cache *c, const char *text, size_t len, struct gram_ref **out,

@@ -644,20 +644,197 @@ static enum ci_status parse_logit_bias(const cJSON *root, int n_vocab, struct op
     return CI_OK;
 }
 
-/* llama.cpp's "grammar" (GBNF text; "" or null: none).  Its syntax and meaning are checked by the engine
- * (cinfer_engine_check_grammar), whose errors the route reports against this parameter. */
-static enum ci_status parse_grammar(const cJSON *root, struct openai_request *r, struct openai_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "grammar");
-    if (absent(v))
-        return CI_OK;
+/* One output constraint found in a request field. */
+struct constraint {
+    const char *param;
+    enum cinfer_grammar_kind kind;
+    char *text; // owned
+};
+
+/* A GBNF literal holding s (UTF-8; the GBNF parser checks it). */
+static void gbnf_literal(char *dst, const char *s) {
+    char *d = dst;
+    *d++ = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            *d++ = '\\';
+            *d++ = (char)*p;
+        } else if (*p < 0x20 || *p == 0x7F) {
+            d += sprintf(d, "\\x%02X", *p);
+        } else {
+            *d++ = (char)*p;
+        }
+    }
+    *d++ = '"';
+    *d = 0;
+}
+
+/* vLLM's guided_choice: a list of strings, the output exactly one of them. */
+static enum ci_status choice_grammar(const cJSON *v, const char *param, char **out,
+                                     struct openai_error *err) {
+    if (!cJSON_IsArray(v) || !v->child)
+        return bad(err, param, "'%s' must be a non-empty array of strings", param);
+    size_t need = 16;
+    for (const cJSON *e = v->child; e; e = e->next) {
+        if (!cJSON_IsString(e))
+            return bad(err, param, "'%s' must be a non-empty array of strings", param);
+        need += 4 * strlen(e->valuestring) + 8;
+        if (need > OPENAI_MAX_GRAMMAR)
+            return bad(err, param, "'%s' is too large", param);
+    }
+    char *g = ci_malloc(need);
+    if (!g)
+        return nomem(err);
+    char *d = g + sprintf(g, "root ::= ");
+    for (const cJSON *e = v->child; e; e = e->next) {
+        if (e != v->child)
+            d += sprintf(d, " | ");
+        gbnf_literal(d, e->valuestring);
+        d += strlen(d);
+    }
+    *d = 0;
+    *out = g;
+    return CI_OK;
+}
+
+/* A JSON Schema given as an object (or, as vLLM allows, JSON text): its text. */
+static enum ci_status schema_text(const cJSON *v, const char *param, char **out, struct openai_error *err) {
+    if (cJSON_IsString(v)) {
+        if (strlen(v->valuestring) > OPENAI_MAX_GRAMMAR)
+            return bad(err, param, "'%s' is larger than %d bytes", param, OPENAI_MAX_GRAMMAR);
+        return dup_string(v->valuestring, out, err);
+    }
+    if (!cJSON_IsObject(v) && !cJSON_IsBool(v))
+        return bad(err, param, "'%s' must be a JSON Schema (an object)", param);
+    char *t = cJSON_PrintUnformatted(v);
+    if (!t)
+        return nomem(err);
+    size_t n = strlen(t);
+    if (n > OPENAI_MAX_GRAMMAR) {
+        cJSON_free(t);
+        return bad(err, param, "'%s' is larger than %d bytes", param, OPENAI_MAX_GRAMMAR);
+    }
+    enum ci_status s = dup_string(t, out, err);
+    cJSON_free(t);
+    return s;
+}
+
+static enum ci_status text_field(const cJSON *v, const char *param, const char *what, char **out,
+                                 struct openai_error *err) {
     if (!cJSON_IsString(v))
-        return bad(err, "grammar", "'grammar' must be a string (a GBNF grammar)");
+        return bad(err, param, "'%s' must be a string (%s)", param, what);
     size_t n = strlen(v->valuestring);
     if (n > OPENAI_MAX_GRAMMAR)
-        return bad(err, "grammar", "'grammar' is %zu bytes, at most %d are allowed", n, OPENAI_MAX_GRAMMAR);
-    if (n == 0)
+        return bad(err, param, "'%s' is %zu bytes, at most %d are allowed", param, n, OPENAI_MAX_GRAMMAR);
+    return dup_string(v->valuestring, out, err);
+}
+
+/* The constraint a field gives (c->text NULL: none, as for "" or response_format text). */
+static enum ci_status parse_constraint(const cJSON *root, const char *param, struct constraint *c,
+                                       struct openai_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, param);
+    c->param = param;
+    c->text = NULL;
+    if (absent(v))
         return CI_OK;
-    return dup_string(v->valuestring, &r->grammar, err);
+    if (!strcmp(param, "grammar") || !strcmp(param, "guided_grammar")) {
+        c->kind = CINFER_GRAMMAR_GBNF;
+        if (cJSON_IsString(v) && !v->valuestring[0])
+            return CI_OK;
+        return text_field(v, param, "a GBNF grammar", &c->text, err);
+    }
+    if (!strcmp(param, "guided_regex")) {
+        c->kind = CINFER_GRAMMAR_REGEX;
+        return text_field(v, param, "a regular expression", &c->text, err);
+    }
+    if (!strcmp(param, "guided_choice")) {
+        c->kind = CINFER_GRAMMAR_GBNF;
+        return choice_grammar(v, param, &c->text, err);
+    }
+    if (!strcmp(param, "json_schema") || !strcmp(param, "guided_json")) {
+        c->kind = CINFER_GRAMMAR_JSON_SCHEMA;
+        return schema_text(v, param, &c->text, err);
+    }
+    if (!strcmp(param, "response_format")) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+        if (!cJSON_IsObject(v) || !cJSON_IsString(t))
+            return bad(err, param, "'response_format' must be an object with a 'type'");
+        c->kind = CINFER_GRAMMAR_JSON_SCHEMA;
+        if (!strcmp(t->valuestring, "text"))
+            return CI_OK;
+        if (!strcmp(t->valuestring, "json_object")) { // llama.cpp's extension: an optional "schema"
+            const cJSON *sc = cJSON_GetObjectItemCaseSensitive(v, "schema");
+            if (!absent(sc))
+                return schema_text(sc, param, &c->text, err);
+            return dup_string("{\"type\":\"object\"}", &c->text, err);
+        }
+        if (!strcmp(t->valuestring, "json_schema")) {
+            const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+            if (!cJSON_IsObject(js))
+                return bad(err, param, "'response_format.json_schema' must be an object with a 'schema'");
+            const cJSON *sc = cJSON_GetObjectItemCaseSensitive(js, "schema");
+            if (absent(sc))
+                return bad(err, param, "'response_format.json_schema.schema' is missing");
+            return schema_text(sc, param, &c->text, err);
+        }
+        return bad(err, param, "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
+    }
+    // vLLM's structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...}
+    if (!cJSON_IsObject(v))
+        return bad(err, param, "'structured_outputs' must be an object");
+    static const char *const KEYS[] = {"json", "regex", "choice", "grammar", "json_object"};
+    int found = 0;
+    for (const cJSON *k = v->child; k; k = k->next) {
+        int i = 0;
+        while (i < 5 && strcmp(k->string, KEYS[i]))
+            i++;
+        if (i == 5 || absent(k))
+            continue;
+        if (found++) {
+            ci_free(c->text);
+            c->text = NULL;
+            return bad(err, param, "'structured_outputs' may give only one of json, regex, choice, grammar");
+        }
+        enum ci_status s;
+        c->kind = i == 0 || i == 4 ? CINFER_GRAMMAR_JSON_SCHEMA
+                  : i == 1         ? CINFER_GRAMMAR_REGEX
+                                   : CINFER_GRAMMAR_GBNF;
+        s = i == 0   ? schema_text(k, param, &c->text, err)
+            : i == 1 ? text_field(k, param, "a regular expression", &c->text, err)
+            : i == 2 ? choice_grammar(k, param, &c->text, err)
+            : i == 3 ? text_field(k, param, "a GBNF grammar", &c->text, err)
+                     : (cJSON_IsTrue(k) ? dup_string("{\"type\":\"object\"}", &c->text, err) : CI_OK);
+        if (s != CI_OK)
+            return s;
+    }
+    return CI_OK;
+}
+
+/* The output constraint: at most one of the fields that give one.  Its syntax and meaning are checked by
+ * the engine (cinfer_engine_check_grammar_kind), whose errors the route reports against the field. */
+static enum ci_status parse_grammar(const cJSON *root, struct openai_request *r, struct openai_error *err) {
+    static const char *const FIELDS[] = {"grammar",        "json_schema",       "response_format",
+                                         "guided_json",    "guided_regex",      "guided_choice",
+                                         "guided_grammar", "structured_outputs"};
+    const char *first = NULL;
+    for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS; i++) {
+        struct constraint c;
+        enum ci_status s = parse_constraint(root, FIELDS[i], &c, err);
+        if (s != CI_OK)
+            return s;
+        if (!c.text)
+            continue;
+        if (first) {
+            ci_free(c.text);
+            return bad(err, FIELDS[i], "'%s' and '%s' both constrain the output: give at most one", first,
+                       FIELDS[i]);
+        }
+        first = FIELDS[i];
+        r->grammar = c.text;
+        r->grammar_kind = c.kind;
+        snprintf(r->grammar_param, sizeof r->grammar_param, "%s", FIELDS[i]);
+    }
+    return CI_OK;
 }
 
 static enum ci_status parse_seed(const cJSON *root, struct openai_request *r, struct openai_error *err) {

@@ -62,7 +62,12 @@ struct openai_request {
     int logprobs;       // -1: none; otherwise the top alternatives per token (0..OPENAI_MAX_LOGPROBS)
     struct cinfer_logit_bias *logit_bias; // [n_logit_bias]
     int n_logit_bias;
-    char *grammar; // llama.cpp's "grammar": GBNF text (NULL when absent or empty); compiled by the engine
+    // The output constraint, from whichever one request field gave it (at most one may): llama.cpp's
+    // "grammar" / "json_schema", OpenAI's "response_format", vLLM's "guided_json" / "guided_regex" /
+    // "guided_choice" / "guided_grammar" / "structured_outputs".  Compiled by the engine.
+    char *grammar;                         // its text (NULL: none)
+    enum cinfer_grammar_kind grammar_kind; // what the text is (GBNF, JSON Schema, regex)
+    char grammar_param[32];                // the field it came from, for errors
     // chat: tools (validated: {"type":"function","function":{"name","description","parameters"}}, names
     // unique; the template gets them as sent) and how the model may call them
     int n_tools;

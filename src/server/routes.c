@@ -980,6 +980,7 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
     ro.logprobs = q->logprobs;
     ro.spec_k = q->spec_k;
     ro.grammar = q->grammar;
+    ro.grammar_kind = q->grammar_kind;
     // The formats made of special tokens need their text (parsed away again: tool_parse.h).
     ro.render_special = g->chat && tool_format_needs_special(r->tool_format) &&
                         ((q->n_tools > 0 && q->tool_choice != OPENAI_TOOL_NONE) ||
@@ -989,10 +990,10 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
         ro.grammar = q->grammar; // owned by the request from here on
     if (q->grammar) { // compiled (and cached) before anything is submitted, so a bad one is a 400 naming it
         struct cinfer_error ce = {0};
-        enum cinfer_status s = cinfer_engine_check_grammar(r->e, q->grammar, &ce);
+        enum cinfer_status s = cinfer_engine_check_grammar_kind(r->e, q->grammar_kind, q->grammar, &ce);
         if (s != CINFER_OK) {
             if (openai_http_status(s) == 400) // a limit of the grammar is no context_length_exceeded
-                openai_error_set(oe, 400, "grammar", NULL, "%s", ce.message);
+                openai_error_set(oe, 400, q->grammar_param, NULL, "%s", ce.message);
             else
                 openai_error_from_status(oe, s, ce.message);
             goto fail;

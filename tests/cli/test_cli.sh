@@ -280,3 +280,22 @@ fi
 printf 'root ::= num\n' >"$T/bad.gbnf"
 expect run_grammar_undefined 1 "undefined rule 'num'" "$BIN" run -m "$M/stories260K.gguf" --grammar "$T/bad.gbnf"
 expect run_grammar_missing 1 "--grammar $T/none.gbnf" "$BIN" run -m "$M/stories260K.gguf" --grammar "$T/none.gbnf"
+# --json-schema / --regex: the output is a JSON value of the schema / matches the regex (checked here with
+# python3's json and re); an unsupported keyword is refused naming it.
+printf '{"type":"object","properties":{"n":{"type":"integer","minimum":3,"maximum":7}},"required":["n"],"additionalProperties":false}' >"$T/s.json"
+if out=$("$BIN" run -m "$M/stories260K.gguf" -p "" -n 40 --temp 1 --seed 4 --json-schema "$T/s.json" 2>"$T/err") &&
+    python3 -c 'import json,sys; v=json.loads(sys.argv[1]); assert set(v)=={"n"} and 3<=v["n"]<=7' "$out" &&
+    grep -q 'finish: stop' "$T/err"; then
+    pass run_json_schema
+else
+    fail run_json_schema "$out $(cat "$T/err")"
+fi
+if out=$("$BIN" run -m "$M/stories260K.gguf" -p "" -n 40 --temp 1 --seed 5 --regex '[a-c]{2}-\d{3}' 2>"$T/err") &&
+    python3 -c 'import re,sys; assert re.fullmatch(r"[a-c]{2}-\d{3}", sys.argv[1])' "$out"; then
+    pass run_regex
+else
+    fail run_regex "$out $(cat "$T/err")"
+fi
+printf '{"type":"number","multipleOf":3}' >"$T/s2.json"
+expect run_json_schema_unsupported 1 "multipleOf" "$BIN" run -m "$M/stories260K.gguf" --json-schema "$T/s2.json"
+expect run_regex_unsupported 1 "lookahead" "$BIN" run -m "$M/stories260K.gguf" --regex '(?=a)a'
