@@ -421,6 +421,12 @@ CINFER_API enum cinfer_status cinfer_engine_check_grammar(struct cinfer_engine *
 CINFER_API enum cinfer_status cinfer_engine_check_grammar_kind(struct cinfer_engine *e,
                                                                enum cinfer_grammar_kind kind,
                                                                const char *text, struct cinfer_error *err);
+/* GBNF rules "schema0" ... "schema<n-1>", rule i producing the JSON values that JSON Schema schemas[i] accepts
+ * (the structured-output compiler), and the shared rules they use; no "root": for a caller that writes its own
+ * grammar around them (a tool call whose arguments follow one tool's schema).  *out is allocated (cinfer_free),
+ * *len excludes its NUL.  CINFER_ERR_INVALID / CINFER_ERR_UNSUPPORTED / CINFER_ERR_LIMIT name the keyword. */
+CINFER_API enum cinfer_status cinfer_json_schemas_gbnf(const char *const *schemas, int n, char **out,
+                                                       size_t *len, struct cinfer_error *err);
 
 struct cinfer_stream;
 /* Any thread.  CINFER_ERR_LIMIT: the request can never fit (context or KV pool); CINFER_ERR_BUSY: queue full.

@@ -12,6 +12,7 @@
 #include "engine/generate.h"
 #include "engine/kv_pool.h"
 #include "grammar/cache.h"
+#include "grammar/json_schema.h"
 #include "engine/metrics.h"
 #include "format/gguf.h"
 #include "model/model.h"
@@ -310,6 +311,38 @@ enum cinfer_status cinfer_engine_check_grammar_kind(struct cinfer_engine *e, enu
     struct ci_err ce = {0};
     if (engine_check_grammar(e->e, grammar_front(kind), text, strlen(text), &ce) != CI_OK)
         return api_fail(err, &ce);
+    return CINFER_OK;
+}
+
+enum cinfer_status cinfer_json_schemas_gbnf(const char *const *schemas, int n, char **out, size_t *len,
+                                            struct cinfer_error *err) {
+    struct ci_err ce = {0};
+    struct gtext t = {0};
+    size_t *lens = n > 0 ? ci_calloc((size_t)n, sizeof *lens) : NULL;
+    *out = NULL;
+    *len = 0;
+    if (n > 0 && !lens) {
+        ci_err_set(&ce, CI_ERR_NOMEM, "out of memory");
+        return api_fail(err, &ce);
+    }
+    for (int i = 0; i < n; i++)
+        lens[i] = strlen(schemas[i]);
+    enum ci_status st = gram_json_schemas_gbnf(schemas, lens, n, &t, &ce);
+    ci_free(lens);
+    if (st != CI_OK) {
+        gtext_free(&t);
+        return api_fail(err, &ce);
+    }
+    if (!t.s) { // no schema: an empty text
+        ci_free(t.s);
+        t.s = ci_calloc(1, 1);
+        if (!t.s) {
+            ci_err_set(&ce, CI_ERR_NOMEM, "out of memory");
+            return api_fail(err, &ce);
+        }
+    }
+    *out = t.s;
+    *len = t.n;
     return CINFER_OK;
 }
 

@@ -59,6 +59,7 @@ struct jsc {
     int n_owned, cap_owned;
     long copied; // schema nodes copied by merges (GRAM_SCHEMA_MAX_COPIED)
     bool unsat;  // the last error: a schema that matches nothing (an optional property with it is left out)
+    const char *prefix; // of the rules' names, so that several schemas share one grammar ("" alone)
 };
 
 #define MAX_PATH 200
@@ -131,7 +132,7 @@ static enum ci_status new_rule(struct jsc *c, const char *path, char name[16]) {
     if (c->n_rules >= GRAM_SCHEMA_MAX_RULES)
         return sfail(c, CI_ERR_LIMIT, path, "the schema needs more than %d grammar rules",
                      GRAM_SCHEMA_MAX_RULES);
-    snprintf(name, 16, "r%d", c->n_rules++);
+    snprintf(name, 16, "%sr%d", c->prefix ? c->prefix : "", c->n_rules++);
     return CI_OK;
 }
 
@@ -1747,7 +1748,10 @@ static int json_depth(const char *s, size_t n) {
     return mx;
 }
 
-enum ci_status gram_json_schema_to_gbnf(const char *text, size_t len, struct gtext *out, struct ci_err *err) {
+/* Compiles one schema into out: its rules (named with prefix), "<start> ::= <its first rule>\n", and *prims
+ * gains the primitive rules it uses (emitted once by the caller). */
+static enum ci_status compile_schema(const char *text, size_t len, const char *prefix, const char *start,
+                                     struct gtext *out, unsigned *prims, struct ci_err *err) {
     if (len > GRAM_SCHEMA_MAX_BYTES)
         return ci_err_set(err, CI_ERR_LIMIT, "json_schema: the schema is %zu bytes, at most %u are allowed",
                           len, GRAM_SCHEMA_MAX_BYTES);
@@ -1760,17 +1764,12 @@ enum ci_status gram_json_schema_to_gbnf(const char *text, size_t len, struct gte
         return ci_err_set(err, CI_ERR_INVALID, "json_schema: the schema is not valid JSON");
     c.out = out;
     c.err = err;
+    c.prefix = prefix;
     char name[16];
     enum ci_status st = gen(&c, c.doc, "", 0, name);
     if (st == CI_OK) {
-        gtext_printf(out, "root ::= %s\n", name);
-        emit_prims(&c);
-        st = gtext_status(out, err);
-        if (st != CI_OK) {
-            char m[256];
-            snprintf(m, sizeof m, "%s", err ? err->msg : "");
-            ci_err_set(err, st, "json_schema: %s", m);
-        }
+        gtext_printf(out, "%s ::= %s\n", start, name);
+        *prims |= c.prims;
     }
     for (int i = 0; i < c.n_refs; i++)
         ci_free(c.refs[i].ref);
@@ -1780,6 +1779,39 @@ enum ci_status gram_json_schema_to_gbnf(const char *text, size_t len, struct gte
     ci_free(c.owned);
     cJSON_Delete(c.doc);
     return st;
+}
+
+/* The primitive rules prims asks for, then out's status (a failure named as the schema compiler's). */
+static enum ci_status finish_prims(unsigned prims, struct gtext *out, struct ci_err *err) {
+    struct jsc c = {.out = out, .prims = prims};
+    emit_prims(&c);
+    enum ci_status st = gtext_status(out, err);
+    if (st != CI_OK) {
+        char m[256];
+        snprintf(m, sizeof m, "%s", err ? err->msg : "");
+        ci_err_set(err, st, "json_schema: %s", m);
+    }
+    return st;
+}
+
+enum ci_status gram_json_schema_to_gbnf(const char *text, size_t len, struct gtext *out, struct ci_err *err) {
+    unsigned prims = 0;
+    enum ci_status st = compile_schema(text, len, "", "root", out, &prims, err);
+    return st == CI_OK ? finish_prims(prims, out, err) : st;
+}
+
+enum ci_status gram_json_schemas_gbnf(const char *const *texts, const size_t *lens, int n, struct gtext *out,
+                                      struct ci_err *err) {
+    unsigned prims = 0;
+    for (int i = 0; i < n; i++) {
+        char prefix[16], start[24];
+        snprintf(prefix, sizeof prefix, "s%d", i);
+        snprintf(start, sizeof start, "schema%d", i);
+        enum ci_status st = compile_schema(texts[i], lens[i], prefix, start, out, &prims, err);
+        if (st != CI_OK)
+            return st;
+    }
+    return finish_prims(prims, out, err);
 }
 
 enum ci_status gram_json_object_gbnf(struct gtext *out, struct ci_err *err) {

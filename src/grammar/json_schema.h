@@ -40,6 +40,12 @@
  * keyword and where (a JSON pointer into the schema). */
 enum ci_status gram_json_schema_to_gbnf(const char *text, size_t len, struct gtext *out, struct ci_err *err);
 
+/* Several schemas in one grammar, for a caller that writes its own root around them (a tool call whose
+ * arguments follow one of the tools' schemas): schema i's value is rule "schema<i>"; no "root" rule is
+ * written.  Errors as gram_json_schema_to_gbnf's, for the first schema that fails. */
+enum ci_status gram_json_schemas_gbnf(const char *const *texts, const size_t *lens, int n, struct gtext *out,
+                                      struct ci_err *err);
+
 /* Any JSON object (OpenAI's response_format json_object). */
 enum ci_status gram_json_object_gbnf(struct gtext *out, struct ci_err *err);
 

@@ -454,6 +454,9 @@ static enum ci_status parse_tools(const cJSON *root, struct openai_request *r, s
             return bad(err, "tools", "'tools' must be an array of at most %d tools", OPENAI_MAX_TOOLS);
         int i = 0;
         const cJSON *t;
+        if (count > 0 && (!(r->tool_names = ci_calloc((size_t)count, sizeof *r->tool_names)) ||
+                          !(r->tool_params = ci_calloc((size_t)count, sizeof *r->tool_params))))
+            return nomem(err);
         cJSON_ArrayForEach(t, tools) {
             const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
@@ -477,6 +480,16 @@ static enum ci_status parse_tools(const cJSON *root, struct openai_request *r, s
             snprintf(param, sizeof param, "tools[%d].function.parameters", i);
             if (!absent(params) && !cJSON_IsObject(params))
                 return bad(err, param, "'%s' must be a JSON Schema object", param);
+            r->n_tools = i + 1; // what deinit frees
+            if (dup_string(name->valuestring, &r->tool_names[i], err) != CI_OK)
+                return CI_ERR_NOMEM;
+            if (cJSON_IsObject(params)) {
+                char *text = cJSON_PrintUnformatted(params);
+                enum ci_status s = text ? dup_string(text, &r->tool_params[i], err) : nomem(err);
+                cJSON_free(text);
+                if (s != CI_OK)
+                    return s;
+            }
             i++;
         }
         r->n_tools = count;
@@ -511,14 +524,6 @@ static enum ci_status parse_tools(const cJSON *root, struct openai_request *r, s
                        name->valuestring);
         r->tool_choice = OPENAI_TOOL_NAMED;
         enum ci_status s = dup_string(name->valuestring, &r->tool_name, err);
-        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-        if (s == CI_OK && cJSON_IsObject(params)) {
-            char *text = cJSON_PrintUnformatted(params);
-            if (!text)
-                return nomem(err);
-            s = dup_string(text, &r->tool_parameters, err);
-            cJSON_free(text);
-        }
         if (s != CI_OK)
             return s;
     }
@@ -1003,7 +1008,12 @@ void openai_request_deinit(struct openai_request *r) {
     ci_free(r->logit_bias);
     ci_free(r->grammar);
     ci_free(r->tool_name);
-    ci_free(r->tool_parameters);
+    for (int i = 0; i < r->n_tools; i++) {
+        ci_free(r->tool_names ? r->tool_names[i] : NULL);
+        ci_free(r->tool_params ? r->tool_params[i] : NULL);
+    }
+    ci_free(r->tool_names);
+    ci_free(r->tool_params);
     ci_free(r->reasoning_effort);
     memset(r, 0, sizeof *r);
 }

@@ -73,7 +73,8 @@ struct openai_request {
     int n_tools;
     enum openai_tool_choice tool_choice;
     char *tool_name;          // OPENAI_TOOL_NAMED: the function's name
-    char *tool_parameters;    // OPENAI_TOOL_NAMED: its "parameters" schema as JSON text (NULL: none given)
+    char **tool_names;        // [n_tools] each tool's function name
+    char **tool_params;       // [n_tools] its "parameters" schema as JSON text (NULL: none given)
     bool parallel_tool_calls; // default true
     char *reasoning_effort;   // "low", "medium" or "high" (NULL when absent): passed to the template
 };

@@ -876,15 +876,73 @@ static bool take_request_slot(struct routes *r, struct openai_error *oe) {
     return false;
 }
 
-/* The hook for tool_choice "required" and a named function: a GBNF grammar that lets the model write only a
- * call (of that function, with arguments following its "parameters" schema: q->tool_parameters) in the
- * template's format (r->tool_format), given to the engine as a request's "grammar" is.  Pending: it needs the
- * JSON-schema-to-grammar compiler (issue 14, part 4); until then NULL, and such a request runs as "auto" (the
- * calls the model writes are parsed, none is forced).  A request's own "grammar" wins over this one. */
-static char *tool_choice_grammar(const struct routes *r, const struct openai_request *q) {
-    (void)r;
-    (void)q;
-    return NULL;
+/* tool_choice "required" or a named function: a GBNF grammar that lets the model write only calls (of that
+ * function, or of any of the tools) in the template's format (r->tool_format), each call's arguments one JSON
+ * object its "parameters" schema accepts (any object when it has none), given to the engine as a request's
+ * "grammar" is; with parallel_tool_calls, one call or more.  Forced for the formats written in plain text:
+ * Hermes/Qwen <tool_call> blocks, Llama 3's {"name", "parameters"} object and the generic {"name",
+ * "arguments"} object; the formats made of special tokens (harmony, Mistral, DeepSeek) are not, and such a
+ * request runs as "auto" (the calls the model writes are parsed).  A request's own "grammar" wins over this
+ * one.  *out: the grammar (ci_malloc'ed) or NULL; false: a schema that cannot be compiled (400 naming tools,
+ * or 500) in oe. */
+static bool tool_choice_grammar(const struct routes *r, const struct openai_request *q, char **out,
+                                struct openai_error *oe) {
+    *out = NULL;
+    const char *open = NULL, *close = NULL, *args_key = "arguments";
+    switch (r->tool_format) {
+    case TOOL_FORMAT_HERMES:
+        open = "\"<tool_call>\\n\" ";
+        close = " \"\\n</tool_call>\"";
+        break;
+    case TOOL_FORMAT_LLAMA3:
+        args_key = "parameters";
+        break;
+    case TOOL_FORMAT_GENERIC:
+        break;
+    default:
+        return true;
+    }
+    const char *any = "{\"type\":\"object\"}";
+    const char **schemas = ci_calloc((size_t)q->n_tools, sizeof *schemas);
+    if (!schemas) {
+        openai_error_set(oe, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    for (int i = 0; i < q->n_tools; i++)
+        schemas[i] = q->tool_params[i] ? q->tool_params[i] : any;
+    char *rules = NULL;
+    size_t n_rules = 0;
+    struct cinfer_error ce = {0};
+    enum cinfer_status s = cinfer_json_schemas_gbnf(schemas, q->n_tools, &rules, &n_rules, &ce);
+    ci_free(schemas);
+    if (s != CINFER_OK) {
+        openai_error_set(oe, s == CINFER_ERR_NOMEM ? 500 : 400, s == CINFER_ERR_NOMEM ? NULL : "tools", NULL,
+                         "a tool's parameters cannot be enforced for tool_choice: %s", ce.message);
+        return false;
+    }
+    // call ::= one alternative per allowed tool: {"name": "NAME", "arguments": <its schema's value>}
+    size_t cap = n_rules + 256 + (size_t)q->n_tools * 256, n = 0;
+    char *g = ci_malloc(cap);
+    if (!g) {
+        cinfer_free(rules);
+        openai_error_set(oe, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    n += (size_t)snprintf(g + n, cap - n, "root ::= call%s\ncall ::= %s(",
+                          q->parallel_tool_calls ? " (\"\\n\" call)*" : "", open ? open : "");
+    bool first = true;
+    for (int i = 0; i < q->n_tools; i++) {
+        if (q->tool_choice == OPENAI_TOOL_NAMED && strcmp(q->tool_names[i], q->tool_name) != 0)
+            continue; // names are [A-Za-z0-9_-]: no escaping inside the literal
+        n += (size_t)snprintf(g + n, cap - n, "%s\"{\\\"name\\\": \\\"%s\\\", \\\"%s\\\": \" schema%d \"}\"",
+                              first ? "" : " | ", q->tool_names[i], args_key, i);
+        first = false;
+    }
+    n += (size_t)snprintf(g + n, cap - n, ")%s\n", close ? close : "");
+    memcpy(g + n, rules, n_rules + 1);
+    cinfer_free(rules);
+    *out = g;
+    return true;
 }
 
 /* /v1/messages: the rendered prompt followed by the request's prefill (anthropic.h), replacing *prompt.
@@ -985,9 +1043,14 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
     ro.render_special = g->chat && tool_format_needs_special(r->tool_format) &&
                         ((q->n_tools > 0 && q->tool_choice != OPENAI_TOOL_NONE) ||
                          (r->tool_format == TOOL_FORMAT_HARMONY && !r->reasoning_none));
-    if (!q->grammar && (q->tool_choice == OPENAI_TOOL_REQUIRED || q->tool_choice == OPENAI_TOOL_NAMED) &&
-        (q->grammar = tool_choice_grammar(r, q)) != NULL)
+    if (!q->grammar && (q->tool_choice == OPENAI_TOOL_REQUIRED || q->tool_choice == OPENAI_TOOL_NAMED)) {
+        if (!tool_choice_grammar(r, q, &q->grammar, oe))
+            goto fail;
+        q->grammar_kind = CINFER_GRAMMAR_GBNF;
+        snprintf(q->grammar_param, sizeof q->grammar_param, "tool_choice");
         ro.grammar = q->grammar; // owned by the request from here on
+        ro.grammar_kind = q->grammar_kind;
+    }
     if (q->grammar) { // compiled (and cached) before anything is submitted, so a bad one is a 400 naming it
         struct cinfer_error ce = {0};
         enum cinfer_status s = cinfer_engine_check_grammar_kind(r->e, q->grammar_kind, q->grammar, &ce);

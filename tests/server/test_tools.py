@@ -246,6 +246,81 @@ def bad_requests(srv):
     check("bad_image_part_named", "image_url" in j.get("error", {}).get("message", ""), str(j))
 
 
+
+# tool_choice "required" / a named function, forced without any "grammar" of the request: the server builds
+# one from the template's format and the tools' parameters schemas.  Bounded schemas, so a random model at
+# temperature 1 finishes its call well within max_tokens.
+FORCED_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Rome", "Oslo"]},
+                                         "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer", "minimum": -50, "maximum": 99},
+                                         "b": {"type": "boolean"}},
+        "required": ["a", "b"], "additionalProperties": False}}},
+]
+
+
+def test_tool_choice_forced(srv):
+    import jsonschema  # python3-jsonschema (Debian): the independent judge of the arguments
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in FORCED_TOOLS}
+    base = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": FORCED_TOOLS,
+            "max_tokens": 300, "temperature": 1, "parallel_tool_calls": False}
+
+    def judge(j, allowed):
+        ch = j["choices"][0]
+        calls = ch["message"].get("tool_calls") or []
+        if ch["finish_reason"] != "tool_calls" or len(calls) != 1 or calls[0]["function"]["name"] not in allowed:
+            return f"finish {ch['finish_reason']}, calls {calls}, content {ch['message'].get('content')!r}"
+        name = calls[0]["function"]["name"]
+        try:
+            jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), schemas[name])
+        except (ValueError, jsonschema.ValidationError) as e:
+            return f"arguments of {name} invalid: {e}"
+        return None
+
+    for choice, allowed in ((("named", {"type": "function", "function": {"name": "add"}}), {"add"}),
+                            (("named_weather", {"type": "function", "function": {"name": "get_weather"}}),
+                             {"get_weather"}),
+                            (("required", "required"), {"add", "get_weather"})):
+        label, tc = choice
+        bad, seen = [], set()
+        for seed in range(6):
+            st, _, j = srv.json("POST", "/v1/chat/completions", dict(base, tool_choice=tc, seed=seed))
+            why = judge(j, allowed) if st == 200 else f"{st} {j}"
+            if why:
+                bad.append(f"seed {seed}: {why}")
+            else:
+                seen.add(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"])
+        check(f"tool_choice_{label}_forced", not bad, "; ".join(bad[:3]))
+        if label == "required":
+            check("tool_choice_required_any_tool", seen == {"add", "get_weather"}, str(seen))
+    # streamed: the deltas add up to the non-streamed forced call
+    body = dict(base, tool_choice={"type": "function", "function": {"name": "add"}}, seed=3)
+    st, _, j = srv.json("POST", "/v1/chat/completions", body)
+    st2, ev, done = srv.stream("/v1/chat/completions", dict(body, stream=True))
+    content, _, calls, finish = assemble(ev) if st2 == 200 else (None, None, [], None)
+    m = j["choices"][0]["message"] if st == 200 else {}
+    check("tool_choice_forced_stream_equals", done and finish == "tool_calls" and
+          [(c["name"], c["arguments"]) for c in calls] ==
+          [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls", [])], f"{calls} {m}")
+    # control: the same requests with tool_choice auto are not calls (the force is what makes them)
+    n_calls = 0
+    for seed in range(6):
+        st, _, j = srv.json("POST", "/v1/chat/completions", dict(base, tool_choice="auto", seed=seed))
+        n_calls += st == 200 and bool(j["choices"][0]["message"].get("tool_calls"))
+    check("tool_choice_auto_control", n_calls == 0, f"{n_calls} of 6 auto answers were calls")
+    # a parameters schema the compiler cannot honour: 400 naming tools, only when the call is forced
+    odd = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer", "multipleOf": 3}}, "required": ["x"]}}}]
+    st, _, j = srv.json("POST", "/v1/chat/completions", dict(base, tools=odd, tool_choice="required"))
+    err = j.get("error", {}) if isinstance(j, dict) else {}
+    check("tool_choice_unenforceable_schema_400", st == 400 and err.get("param") == "tools" and
+          "multipleOf" in err.get("message", ""), f"{st} {j}")
+    st, _, j = srv.json("POST", "/v1/chat/completions", dict(base, tools=odd, tool_choice="auto", seed=1))
+    check("tool_choice_auto_ignores_schema", st == 200, f"{st} {j}")
+
 def main():
     if not setup_ok("tools"):
         return 1
@@ -256,6 +331,7 @@ def main():
         with Server("--chat-template-file", path) as srv:
             for case in HERMES_CASES:
                 run_case(srv, *case)
+            test_tool_choice_forced(srv)
             # n = 2 with logprobs and usage: each choice's deltas add up to its message, every token's logprob
             # entry is streamed (on chunks whose text is held back too)
             body = request(HERMES_CASES[2][1], n=2, logprobs=True, top_logprobs=2,

@@ -398,9 +398,9 @@ TEST(chat_fields_come_through) {
           !strcmp(r.messages[2].content, "sunny"));
     CHECK(!strcmp(r.messages[1].content, "")); // null content with tool calls
     CHECK(r.n_tools == 2 && r.tool_choice == OPENAI_TOOL_NAMED && !strcmp(r.tool_name, "get_weather"));
-    CHECK(
-        r.tool_parameters &&
-        !strcmp(r.tool_parameters, "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}"));
+    CHECK(!strcmp(r.tool_names[0], "get_weather") && !strcmp(r.tool_names[1], "t-2") && !r.tool_params[1] &&
+          r.tool_params[0] &&
+          !strcmp(r.tool_params[0], "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}"));
     CHECK(!r.parallel_tool_calls && !strcmp(r.reasoning_effort, "low"));
     openai_request_deinit(&r);
     ASSERT(parse_ok(H,
