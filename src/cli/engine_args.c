@@ -38,7 +38,7 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
         {"--no-prefix-cache", NULL, ARG_FLAG, &a->no_prefix_cache, 0, 0, "    do not share prompt blocks"},
         {"--ctx", "-c", ARG_INT, &p->n_ctx, 0, 1 << 24, "N  context limit (default: the model's)"},
         {"--pooling", NULL, ARG_STR, &p->pooling, 0, 0,
-         "P  embeddings: mean|cls|last (default: the file's pooling_type, else last)"},
+         "P  embeddings: mean|cls|last (default: the file's pooling_type, else last; bert: cls)"},
     };
     _Static_assert(CI_ARRAY_LEN(specs) == ENGINE_ARGS_N_SPECS, "ENGINE_ARGS_N_SPECS counts the flags above");
     memcpy(out, specs, sizeof specs);
