@@ -747,6 +747,11 @@ TEST(wpm_algorithm) {
                     false, false, 9, 10, 4, 4);
             // Lowercasing and accent stripping: "É" → "e" (NFD "E" + U+0301, the mark dropped).
             ENCODES(t, "\xc3\x89 AB", false, false, 11, 4);
+            // Malformed UTF-8 decodes to U+FFFD, which is dropped without ending the word.
+            ENCODES(t,
+                    "ab\xff"
+                    "c",
+                    false, false, 4, 8);
             // CJK ideographs are words of their own.
             ENCODES(t, "\xe4\xb8\xad\xe4\xb8\xad", false, false, 14, 14);
         } else if (variant == 1) {
