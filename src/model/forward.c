@@ -196,8 +196,8 @@ static enum ci_status check_batch(const struct forward *f, const struct fwd_batc
     if (rows > f->max_rows)
         return ci_err_set(err, CI_ERR_INVALID, "batch asks for %d logit rows, at most %d", rows, f->max_rows);
     if (c->encoder) {
-        // Bidirectional attention needs each sequence whole in one batch: positions 0..k-1, each once
-        // (counted in apos by check_encoder_batch).  An encoder has no head: no logits.
+        // Bidirectional attention needs each sequence whole in one batch (encoder_positions checks the
+        // positions).  An encoder has no head: no logits.
         if (rows > 0)
             return ci_err_set(err, CI_ERR_INVALID, "an embedding model computes no logits");
         if (b->n_seqs > b->n_tokens)
@@ -437,7 +437,8 @@ static void bert_layer(struct forward *f, int il, const struct fwd_batch *b, con
     }
     ci_matmul(f->tp, &l->w_up, f->x, n, f->up, f->work);
     add_bias(f->up, l->b_up.data, n, c->n_ff);
-    ci_gelu(f->up, n * c->n_ff);
+    for (int t = 0; t < n; t++)
+        ci_gelu(f->up + (size_t)t * c->n_ff, c->n_ff);
     ci_matmul(f->tp, &l->w_down, f->up, n, f->out, f->work);
     add_bias(f->out, l->b_down.data, n, E);
     for (int t = 0; t < n; t++) {

@@ -772,8 +772,18 @@ TEST(wpm_algorithm) {
     const char *few[] = {"[PAD]", "x"};
     kv_str(&g, "tokenizer.ggml.model", "bert");
     kv_arr_str(&g, "tokenizer.ggml.tokens", few, 2);
+    kv_u32(&g, "tokenizer.ggml.bos_token_id", 0);
+    kv_u32(&g, "tokenizer.ggml.seperator_token_id", 0);
     CHECK(tok_from_gb(&g, &t, &err) == CI_ERR_FORMAT);
-    CHECK(t == NULL);
+    CHECK(t == NULL && strstr(err.msg, "unknown token") != NULL);
+    // Without a [CLS] / BOS id (BERT's default 101 is past this vocabulary), add_special has nothing to add.
+    g = (struct gb){0};
+    kv_str(&g, "tokenizer.ggml.model", "bert");
+    kv_arr_str(&g, "tokenizer.ggml.tokens", few, 2);
+    kv_u32(&g, "tokenizer.ggml.unknown_token_id", 0);
+    kv_u32(&g, "tokenizer.ggml.seperator_token_id", 0);
+    CHECK(tok_from_gb(&g, &t, &err) == CI_ERR_FORMAT);
+    CHECK(t == NULL && strstr(err.msg, "BOS") != NULL);
 }
 
 TEST(spm_algorithm) {
