@@ -1094,7 +1094,7 @@ static double layer_params(const struct model_config *c) {
     // A mixture of experts: the router, the experts a token uses and the shared expert.
     double ffn = c->n_expert ? (double)c->n_embd *
                                    (c->n_expert + 3.0 * c->n_expert_used * c->n_ff_exp + 3.0 * c->n_ff_shexp)
-                             : 3.0 * c->n_embd * c->n_ff;
+                             : (c->encoder ? 2.0 : 3.0) * c->n_embd * c->n_ff; // BERT: no gate
     return (double)c->n_layer * (c->n_embd * (q + 2 * kv) + q * c->n_embd + ffn);
 }
 
