@@ -10,7 +10,9 @@ Checks:
     alone, and an input longer than the batch is a 400 naming it;
   - a text input equals the ids `cinfer tokenize` gives for it ([CLS] ... [SEP], WordPiece);
   - /v1/completions and /v1/chat/completions on an embedding model are a 400 saying so, and `cinfer run` fails
-    with that message.
+    with that message;
+  - malformed bert files are refused with the reason: a missing or short position table, a missing LayerNorm
+    bias, attention.causal true, an unknown extra tensor.
 """
 
 import json
@@ -27,8 +29,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "server"))
 
 import ciref  # noqa: E402
+import gguf_np  # noqa: E402
 import model_np  # noqa: E402
 import server_util  # noqa: E402
+from test_arch import rewrite  # noqa: E402
 
 # F32 sums in another order; the reference is float64 (measured: max|diff| below 1e-7).
 COS_MIN, TOL = 0.99999, 1e-5
@@ -127,6 +131,23 @@ def main():
                            timeout=120)
         rep.check(r.returncode != 0 and "embedding model" in r.stderr, "cli_run_refused",
                   f"exit {r.returncode}: {r.stderr[-300:]}")
+
+        # Malformed files: `cinfer info` fails naming the problem.
+        pe = model_np.Bert(path).w["position_embd.weight"].astype(np.float32)
+        extra = np.zeros(128, dtype=np.float32)
+        bad = [
+            ("no_position_table", {"drop_tensors": ["position_embd.weight"]}, "position_embd.weight"),
+            ("short_position_table", {"replace_tensors": {"position_embd.weight": pe[:100]}}, "position_embd.weight"),
+            ("no_layernorm_bias", {"drop_tensors": ["blk.1.attn_output_norm.bias"]}, "attn_output_norm.bias"),
+            ("causal", {"set_kvs": [("bert.attention.causal", gguf_np.T_BOOL, True)]}, "causal"),
+            ("unknown_tensor", {"add_tensors": [("blk.0.ffn_gate.weight", extra)]}, "ffn_gate"),
+        ]
+        for name, kw, want in bad:
+            dst = os.path.join(tmp, name + ".gguf")
+            rewrite(path, dst, **kw)
+            r = subprocess.run([ciref.BIN, "info", "-m", dst], capture_output=True, text=True, timeout=60)
+            rep.check(r.returncode != 0 and want in r.stderr, f"malformed_{name}",
+                      f"exit {r.returncode}: {r.stderr[-300:]}")
     except (RuntimeError, ciref.CinferError, OSError, subprocess.SubprocessError) as e:
         rep.fail("bert", str(e)[-500:])
     finally:
