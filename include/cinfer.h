@@ -64,7 +64,9 @@ CINFER_API enum cinfer_status cinfer_model_load_with(const char *path, const str
 
 #define CINFER_MAX_TENSOR_TYPES 32
 struct cinfer_model_info {
-    const char *arch;   // "llama", "qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe" or "qwen3moe"
+    const char
+        *arch; // "llama", "qwen2", "qwen3", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "phi3", "gpt-oss",
+               // "bert"
     const char *format; // "GGUF" or "llama2.c"
     bool has_weights;   // false for a model loaded vocab_only (the sizes below are then 0)
     int n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, n_ctx_train;
@@ -88,6 +90,7 @@ struct cinfer_model_info {
     bool attn_sinks;             // per-head attention sink logits (gpt-oss)
     float rms_eps;               // RMSNorm epsilon
     bool tied_output;            // the output head is the token embedding matrix
+    bool encoder; // BERT: bidirectional, LayerNorm, no head: embeddings only (no completions, no logits)
     uint64_t n_params;
     uint64_t weight_bytes; // as stored (quantized types included)
     uint64_t file_bytes;
@@ -101,7 +104,7 @@ struct cinfer_model_info {
         double bits_per_weight; // of the type's blocks: 8 · bytes per block / elements per block
     } tensor_types[CINFER_MAX_TENSOR_TYPES];
     int n_tensor_types;
-    const char *tokenizer_type; // "SPM" or "BPE"; NULL when the model has no tokenizer
+    const char *tokenizer_type; // "SPM", "BPE" or "WPM" (WordPiece); NULL when the model has no tokenizer
     const char *tokenizer_pre;  // BPE: the pre-tokenizer ("llama-bpe", "qwen2", ...); SPM: "default"
     cinfer_token bos, eos;      // -1 when absent
     // Sliding-window attention and soft-capping (0: none).
@@ -116,7 +119,8 @@ struct cinfer_model_info {
 };
 CINFER_API void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out);
 /* The pooling an embedding request uses by default: the file's <arch>.pooling_type ("mean", "cls", "last"),
- * else "last" (a decoder's last token sees the whole input; vLLM's default for decoder embedding models).
+ * else "last" (a decoder's last token sees the whole input; vLLM's default for decoder embedding models), or
+ * "cls" for an encoder (BERT).
  * NULL with a message in *why when the file asks for one cinfer does not implement ("rank": a
  * classification head). */
 CINFER_API const char *cinfer_model_embedding_pooling(const struct cinfer_model *m, const char **why);

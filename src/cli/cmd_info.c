@@ -87,8 +87,11 @@ int cmd_info(int argc, char **argv) {
     if (c.attn_sinks)
         printf("%-28s per-head logits in every attention softmax\n", "attention sinks");
     printf("%-28s %d\n", "context length", c.n_ctx_train);
-    printf("%-28s base %g, %d dims, %s pairing\n", "rope", (double)c.rope_base, c.rope_dim,
-           c.rope_neox ? "NeoX" : "adjacent");
+    if (c.encoder)
+        printf("%-28s none (absolute position embeddings)\n", "rope");
+    else
+        printf("%-28s base %g, %d dims, %s pairing\n", "rope", (double)c.rope_base, c.rope_dim,
+               c.rope_neox ? "NeoX" : "adjacent");
     printf("%-28s type %s", "rope scaling", c.rope_scaling);
     bool yarn = strcmp(c.rope_scaling, "yarn") == 0;
     if (c.rope_linear_factor != 1.0f)
@@ -118,8 +121,15 @@ int cmd_info(int argc, char **argv) {
         printf("%-28s embeddings x %g%s%s\n", "gemma block", (double)c.embd_scale,
                c.post_norms ? ", post-attention and post-FFN norms" : "",
                c.gelu_ffn ? ", GeGLU (tanh GeLU) feed-forward" : "");
-    printf("%-28s %g\n", "rms epsilon", (double)c.rms_eps);
-    printf("%-28s %s\n", "output head", c.tied_output ? "tied to token embeddings" : "separate");
+    if (c.encoder) {
+        printf("%-28s BERT: bidirectional attention, absolute positions, LayerNorm (epsilon %g), GeLU; "
+               "embeddings only\n",
+               "encoder", (double)c.rms_eps);
+        printf("%-28s none\n", "output head");
+    } else {
+        printf("%-28s %g\n", "rms epsilon", (double)c.rms_eps);
+        printf("%-28s %s\n", "output head", c.tied_output ? "tied to token embeddings" : "separate");
+    }
     printf("%-28s", "tensor types");
     for (int t = 0; t < c.n_tensor_types; t++)
         printf(" %s×%d (%.4g bpw)", c.tensor_types[t].type, c.tensor_types[t].count,

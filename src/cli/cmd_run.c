@@ -47,7 +47,8 @@ int cmd_run(int argc, char **argv) {
     bool print_ids = false;
     struct cinfer_sampling *sp = &ro.sampling;
     const struct arg_spec own[] = {
-        {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
+        {"--model", "-m", ARG_STR, &model_path, 0, 0,
+         "FILE  model (GGUF or llama2.c checkpoint; not an embedding-only bert)"},
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
         {"--prompt", "-p", ARG_STR, &prompt, 0, 0, "TEXT  prompt (default: empty, i.e. BOS only)"},
         {"--n-predict", "-n", ARG_INT, &ro.max_tokens, 1, 1 << 24, "N  tokens to generate (default 128)"},

@@ -115,7 +115,8 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
     c->http_threads = 4;
     c->max_requests = 128;
     const struct arg_spec s[] = {
-        {"--model", "-m", ARG_STR, &c->model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
+        {"--model", "-m", ARG_STR, &c->model_path, 0, 0,
+         "FILE  model (GGUF or llama2.c checkpoint; a bert encoder serves /v1/embeddings only)"},
         {"--tokenizer", NULL, ARG_STR, &c->tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
         {"--host", NULL, ARG_STR, &c->host, 0, 0,
          "ADDR  address to listen on (default 127.0.0.1: this host only)"},

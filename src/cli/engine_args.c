@@ -59,7 +59,7 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
         {"--no-prefix-cache", NULL, ARG_FLAG, &a->no_prefix_cache, 0, 0, "    do not share prompt blocks"},
         {"--ctx", "-c", ARG_INT, &p->n_ctx, 0, 1 << 24, "N  context limit (default: the model's)"},
         {"--pooling", NULL, ARG_STR, &p->pooling, 0, 0,
-         "P  embeddings: mean|cls|last (default: the file's pooling_type, else last)"},
+         "P  embeddings: mean|cls|last (default: the file's pooling_type, else last; bert: cls)"},
         {"--spec", NULL, ARG_STR, &p->spec, 0, 0,
          "MODE  speculative decoding: none|ngram|draft (ngram: prompt lookup; draft: --draft-model)"},
         {"--spec-k", NULL, ARG_INT, &p->spec_k, 1, 32,

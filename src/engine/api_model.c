@@ -189,7 +189,8 @@ const char *cinfer_model_embedding_pooling(const struct cinfer_model *m, const c
         *why = "the model's pooling_type is rank (a classification head), which cinfer does not implement";
         return NULL;
     }
-    return v <= 0 ? "last" : names[v];
+    // No pooling_type: a decoder's last token sees the whole input; an encoder's [CLS] is made for it (BERT).
+    return v <= 0 ? (m->model->config.encoder ? "cls" : "last") : names[v];
 }
 
 void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *out) {
@@ -251,6 +252,7 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->attn_sinks = md->weights.layers && md->weights.layers[0].sinks.data;
     out->rms_eps = c->rms_eps;
     out->tied_output = md->weights.output.data == md->weights.tok_embd.data;
+    out->encoder = c->encoder;
     out->n_params = model_n_params(md);
     out->weight_bytes = model_weight_bytes(md);
     out->file_bytes = md->file_bytes;

@@ -307,6 +307,16 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
         return ci_err_set(err, CI_ERR_INVALID,
                           "an embedding request generates nothing: max_tokens 0, n 1, no stop strings, "
                           "logprobs or grammar");
+    if (!embed && c->encoder)
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "this model is an embedding model (%s, an encoder): it computes embeddings "
+                          "(/v1/embeddings), not completions",
+                          model_arch_name(c->arch));
+    if (embed && c->encoder && p->n_prompt > e->max_pass_tokens)
+        return ci_err_set(err, CI_ERR_LIMIT,
+                          "an encoder computes its input in one pass: %d tokens exceed the %d-token batch "
+                          "(--max-batch-tokens)",
+                          p->n_prompt, e->max_pass_tokens);
     if (!embed && p->max_tokens < 1)
         return ci_err_set(err, CI_ERR_INVALID, "max_tokens must be at least 1");
     if (p->n < 1 || p->n > MAX_SAMPLES)
@@ -521,7 +531,8 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
     s->state = SEQ_STATE_WAITING;
     s->n_prompt = s->n_tokens = r->n_prompt;
     s->cap = r->n_prompt + r->max_tokens;
-    s->no_prefix_match = r->pooling == ENGINE_POOLING_MEAN || r->pooling == ENGINE_POOLING_CLS;
+    s->no_prefix_match = r->pooling == ENGINE_POOLING_MEAN || r->pooling == ENGINE_POOLING_CLS ||
+                         r->e->m->config.encoder; // bidirectional: a prefix's states depend on what follows
     s->spec_k = r->spec_k > 0 ? (r->spec_k + 1) / 2 : 0; // adapts from half the longest proposal
     if (s->spec_k > 0 && s->spec_k < e->p.spec_k_min)
         s->spec_k = r->spec_k < e->p.spec_k_min ? r->spec_k : e->p.spec_k_min;
@@ -956,9 +967,12 @@ static enum ci_status execute(struct engine *e, const struct sched_result *res, 
         if (q->n_cached > mt->n_cached)
             mt->n_cached = q->n_cached;
         int end = q->n_tokens + q->n_draft, tail = 1 + q->n_draft; // the rows sampled share one pass
+        // An encoder's input goes whole into one pass (engine_submit bounded it by the pass).
+        bool whole = e->m->config.encoder && ps.n_tokens > 0 && left > e->max_pass_tokens - ps.n_tokens;
         while (left > 0) {
-            if (ps.n_tokens == e->max_pass_tokens || ps.n_seqs == e->max_rows + 1 ||
+            if (whole || ps.n_tokens == e->max_pass_tokens || ps.n_seqs == e->max_rows + 1 ||
                 ps.n_rows == e->max_rows) {
+                whole = false;
                 if ((s = run_pass(e, &ps, sm, err)) != CI_OK)
                     return s;
             }
@@ -1382,7 +1396,7 @@ static double layer_params(const struct model_config *c) {
     // A mixture of experts: the router, the experts a token uses and the shared expert.
     double ffn = c->n_expert ? (double)c->n_embd *
                                    (c->n_expert + 3.0 * c->n_expert_used * c->n_ff_exp + 3.0 * c->n_ff_shexp)
-                             : 3.0 * c->n_embd * c->n_ff;
+                             : (c->encoder ? 2.0 : 3.0) * c->n_embd * c->n_ff; // BERT: no gate
     return (double)c->n_layer * (c->n_embd * (q + 2 * kv) + q * c->n_embd + ffn);
 }
 
@@ -1425,6 +1439,10 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     e->block_size = p->contiguous_kv ? e->n_ctx : (p->block_size > 0 ? p->block_size : 16);
     if (p->sched.policy == SCHED_POLICY_NAIVE)
         e->p.prefix_cache = false; // nothing is reused under naive recompute
+    if (c->encoder) {              // bidirectional attention: each input whole in one pass, nothing reused
+        e->p.prefix_cache = false;
+        e->p.sched.chunked_prefill = false;
+    }
     e->linear_params = layer_params(c);
     static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,  0.75,
                                          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};

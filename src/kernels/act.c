@@ -21,6 +21,14 @@ void ci_gelu_mul(float *gate, const float *up, int n) {
     }
 }
 
+void ci_gelu(float *x, int n) {
+    CI_ASSERT(n >= 0);
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    }
+}
+
 void ci_swiglu_oai_mul(float *gate, const float *up, int n, float alpha, float limit) {
     CI_ASSERT(n >= 0);
     for (int i = 0; i < n; i++) {

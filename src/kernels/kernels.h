@@ -35,6 +35,9 @@ void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float 
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i] (out may alias x). */
 void ci_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
+/* LayerNorm: out[i] = (x[i] - mean(x)) / sqrt(var(x) + eps) * weight[i] + bias[i] (population variance; out
+ * may alias x; bias may be NULL). */
+void ci_layernorm(float *out, const float *x, const float *weight, const float *bias, int n, float eps);
 
 /* Rotary embedding in place on one token's heads x: [n_head][head_dim], for the first rope_dim dimensions
  * of each head.  Normal (llama/GPT-J) pairing rotates (x[2i], x[2i+1]); NeoX pairing (qwen2) rotates
@@ -72,6 +75,8 @@ void ci_silu_mul(float *gate, const float *up, int n);
 /* gate[i] = gelu(gate[i]) * up[i] with GeLU's tanh form (ggml_gelu, Gemma's GeGLU):
  * gelu(x) = x / 2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  Scalar, the same bits in every table. */
 void ci_gelu_mul(float *gate, const float *up, int n);
+/* x[i] = gelu(x[i]), the same tanh form (ggml_gelu: BERT's FFN). */
+void ci_gelu(float *x, int n);
 
 /* gpt-oss's clamped SwiGLU (ggml_swiglu_oai): x = min(gate, limit), y = clamp(up, -limit, limit),
  * gate[i] = x sigmoid(alpha x) (y + 1).  Scalar, the same bits in every table. */

@@ -22,3 +22,17 @@ void ci_rmsnorm(float *out, const float *x, const float *weight, int n, float ep
     for (i = 0; i < n; i++) // out may alias x: each x[i] is read before out[i] is written
         out[i] = (float)((double)x[i] * inv * (double)weight[i]);
 }
+
+/* Mean and variance in double, as ci_rmsnorm's sums. */
+void ci_layernorm(float *out, const float *x, const float *weight, const float *bias, int n, float eps) {
+    CI_ASSERT(n > 0);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++)
+        sum += (double)x[i];
+    double mean = sum / n, var = 0.0;
+    for (int i = 0; i < n; i++)
+        var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    double inv = 1.0 / sqrt(var / n + (double)eps);
+    for (int i = 0; i < n; i++)
+        out[i] = (float)(((double)x[i] - mean) * inv * (double)weight[i] + (bias ? (double)bias[i] : 0.0));
+}

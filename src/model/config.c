@@ -72,6 +72,7 @@ static const struct model_arch_info arch_table[MODEL_ARCH_COUNT] = {
                             .moe_bias = true,
                             .moe_softmax_weight = true,
                             .swiglu_oai = true},
+    [MODEL_ARCH_BERT] = {.name = "bert", .qkv_bias = true, .attn_out_bias = true, .encoder = true},
     [MODEL_ARCH_PHI3] = {.name = "phi3",
                          .rope_neox = true,
                          .tied_allowed = true,
@@ -108,6 +109,7 @@ void model_config_set_arch(struct model_config *c, enum model_arch a) {
     c->ffn_fused = ai->ffn_fused;
     c->moe_softmax_weight = ai->moe_softmax_weight;
     c->swiglu_oai = ai->swiglu_oai;
+    c->encoder = ai->encoder;
 }
 
 const char *rope_scaling_name(enum rope_scaling s) {
@@ -535,8 +537,22 @@ enum ci_status model_config_from_gguf(struct model_config *c, const struct gguf 
         return s;
     c->rms_eps = 1e-5f;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", name);
+    if (c->encoder) { // LayerNorm's epsilon (llama.cpp requires the key for bert)
+        c->rms_eps = 1e-12f;
+        snprintf(key, sizeof key, "%s.attention.layer_norm_epsilon", name);
+    }
     if ((s = gguf_get_f32_opt(g, key, &c->rms_eps, err)))
         return s;
+    if (c->encoder) {
+        // A causal BERT-style file would be another model; llama.cpp reads <arch>.attention.causal too.
+        bool causal = false;
+        snprintf(key, sizeof key, "%s.attention.causal", name);
+        if ((s = gguf_get_bool_opt(g, key, &causal, err)))
+            return s;
+        if (causal)
+            return ci_err_set(err, CI_ERR_UNSUPPORTED, "key '%s' is true: a causal %s is not supported", key,
+                              name);
+    }
     const struct model_arch_info *ai = model_arch_info(c->arch);
     if ((s = read_rope_scaling(c, g, name, err)) || (s = refuse_unimplemented(g, ai, err)) ||
         (s = read_window_softcap(c, g, name, err)) || (s = read_experts(c, g, name, err)))

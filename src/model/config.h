@@ -22,6 +22,7 @@ enum model_arch {
     MODEL_ARCH_QWEN3MOE,
     MODEL_ARCH_PHI3,
     MODEL_ARCH_GPT_OSS,
+    MODEL_ARCH_BERT,
     MODEL_ARCH_COUNT
 };
 
@@ -73,6 +74,11 @@ struct model_arch_info {
                              // ffn_down_exps.bias [n_embd, n_expert] required
     bool moe_softmax_weight; // experts chosen by their router logits, weighted by the softmax of the chosen
     bool swiglu_oai;         // expert activation min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1)
+    // BERT encoders (llama.cpp's src/models/bert.cpp): token + absolute position (position_embd) + token type 0
+    // (token_types) embeddings, LayerNorm (token_embd_norm); per layer biased Q/K/V and output projections,
+    // bidirectional attention without RoPE, residual then LayerNorm (attn_output_norm), FFN up (bias) → GeLU
+    // → down (bias), residual then LayerNorm (layer_output_norm).  No head: embeddings only.
+    bool encoder;
 };
 
 /* How positions are stretched before RoPE (<arch>.rope.scaling.type). */
@@ -126,6 +132,7 @@ struct model_config {
     bool moe_norm_w;                     // from the arch table
     bool moe_shared_exp;                 // from the arch table
     bool moe_softmax_weight, swiglu_oai; // from the arch table
+    bool encoder; // from the arch table: bidirectional, embeddings only (rms_eps is the LayerNorm epsilon)
 };
 
 /* True when layer il uses the sliding window (llama.cpp's set_swa_pattern without dense_first). */

@@ -27,8 +27,9 @@ struct forward {
     float *logits;              // [max_rows][n_vocab]
     float *hid;                 // [max_tokens][n_embd] final normed hidden states of the rows marked hidden
     int n_hid;
-    float *qkv; // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
-    void *work; // matmul workspace
+    float *qkv;    // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
+    int32_t *apos; // [max_tokens] encoders: the position each query attends up to (its sequence's last)
+    void *work;    // matmul workspace
     // Mixture of experts (allocated only when the model has experts).
     float *router;  // [max_tokens][n_expert] router logits, then probabilities
     int32_t *sel;   // [max_tokens][n_expert_used] chosen experts of each token
@@ -42,7 +43,7 @@ struct forward {
 
 static size_t matmul_work(const struct model *m, int n_tok) {
     const struct model_weights *w = &m->weights;
-    size_t best = ci_matmul_work_bytes(w->output.type, w->output.ne[0], n_tok);
+    size_t best = w->output.data ? ci_matmul_work_bytes(w->output.type, w->output.ne[0], n_tok) : 0;
     for (int il = 0; il < m->config.n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
         const struct ci_tensor *all[] = {&l->wq,
@@ -109,6 +110,7 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         {&f->logits, R, (size_t)c->n_vocab},
         {&f->hid, T, (size_t)c->n_embd},
         {&f->qkv, c->qkv_fused ? T : 1, c->qkv_fused ? q_dim + 2 * kv_dim : 1},
+        {(float **)&f->apos, c->encoder ? T : 0, 1},
         // 32-bit integers share the float buffers' element size.
         {&f->router, moe_rows, ne},
         {(float **)&f->sel, moe_rows, nk},
@@ -154,9 +156,9 @@ void forward_set_n_ctx(struct forward *f, int n_ctx) {
 void forward_free(struct forward *f) {
     if (!f)
         return;
-    void *all[] = {f->x,     f->xb,    f->q,    f->k,      f->v,   f->att,    f->gate,
-                   f->up,    f->out,   f->rows, f->logits, f->hid, f->router, f->sel,
-                   f->sel_w, f->e_tok, f->e_w,  f->e_off,  f->xg,  f->yg,     f->qkv};
+    void *all[] = {f->x,   f->xb,    f->q,      f->k,   f->v,      f->att, f->gate,  f->up,
+                   f->out, f->rows,  f->logits, f->hid, f->router, f->sel, f->sel_w, f->e_tok,
+                   f->e_w, f->e_off, f->xg,     f->yg,  f->qkv,    f->apos};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ci_free_aligned(all[i]);
     ci_free_aligned(f->work);
@@ -193,6 +195,46 @@ static enum ci_status check_batch(const struct forward *f, const struct fwd_batc
     }
     if (rows > f->max_rows)
         return ci_err_set(err, CI_ERR_INVALID, "batch asks for %d logit rows, at most %d", rows, f->max_rows);
+    if (c->encoder) {
+        // Bidirectional attention needs each sequence whole in one batch (encoder_positions checks the
+        // positions).  An encoder has no head: no logits.
+        if (rows > 0)
+            return ci_err_set(err, CI_ERR_INVALID, "an embedding model computes no logits");
+        if (b->n_seqs > b->n_tokens)
+            return ci_err_set(err, CI_ERR_INVALID, "encoder batch: %d sequences for %d tokens", b->n_seqs,
+                              b->n_tokens);
+        for (int t = 0; t < b->n_tokens; t++)
+            if (b->pos[t] >= c->n_ctx_train)
+                return ci_err_set(err, CI_ERR_INVALID,
+                                  "token %d: position %d beyond the model's %d positions", t, b->pos[t],
+                                  c->n_ctx_train);
+    }
+    return CI_OK;
+}
+
+/* Encoders: every query of a sequence attends to all of that sequence's keys, which this batch writes
+ * before attending: the attention kernel's causal bound becomes the sequence's last position.  The batch
+ * must hold each sequence from position 0 as one chunk (the engine runs an encoder's prompt whole); a
+ * position past the sequence's token count here is refused, since a later chunk would change the earlier
+ * tokens' states. */
+static enum ci_status encoder_positions(struct forward *f, const struct fwd_batch *b, struct ci_err *err) {
+    int32_t *cnt = f->apos; // first per sequence: [n_seqs] counts, then maxima; n_seqs <= n_tokens
+    for (int s = 0; s < b->n_seqs; s++)
+        cnt[s] = 0;
+    for (int t = 0; t < b->n_tokens; t++)
+        cnt[b->seq[t]]++;
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->pos[t] >= cnt[b->seq[t]])
+            return ci_err_set(err, CI_ERR_INVALID,
+                              "encoder batch: token %d at position %d of a sequence with %d tokens here: an "
+                              "encoder's sequence must be whole in one batch",
+                              t, b->pos[t], cnt[b->seq[t]]);
+    // Below the count (the engine gives each of 0..count-1 once): the last position is count - 1.  f->gate
+    // (at least n_ff >= 1 floats per token) holds the result while cnt is still read.
+    int32_t *last = (int32_t *)f->gate;
+    for (int t = 0; t < b->n_tokens; t++)
+        last[t] = cnt[b->seq[t]] - 1;
+    memcpy(f->apos, last, (size_t)b->n_tokens * sizeof *f->apos);
     return CI_OK;
 }
 
@@ -359,6 +401,87 @@ static void moe_ffn(struct forward *f, const struct layer_weights *l, int n) {
     }
 }
 
+/* One BERT layer over the residual stream f->x (post-norm): LayerNorm(x + attn(x)), then
+ * LayerNorm(x + down(gelu(up x))). */
+static void bert_layer(struct forward *f, int il, const struct fwd_batch *b, const struct ci_kv_layer *kv) {
+    const struct model_config *c = &f->m->config;
+    const struct layer_weights *l = &f->m->weights.layers[il];
+    int n = b->n_tokens, E = c->n_embd, q_dim = c->n_head * c->head_dim, kv_dim = c->n_kv_head * c->head_dim;
+    ci_matmul(f->tp, &l->wq, f->x, n, f->q, f->work);
+    ci_matmul(f->tp, &l->wk, f->x, n, f->k, f->work);
+    ci_matmul(f->tp, &l->wv, f->x, n, f->v, f->work);
+    add_bias(f->q, l->bq.data, n, q_dim);
+    add_bias(f->k, l->bk.data, n, kv_dim);
+    add_bias(f->v, l->bv.data, n, kv_dim);
+    write_kv(b, &kv[il], f->k, f->v);
+    struct ci_attn_args args = {
+        .n_tokens = n,
+        .q = f->q,
+        .pos = f->apos, // bidirectional: every key of the sequence
+        .seq = b->seq,
+        .seqs = b->seqs,
+        .kv = &kv[il],
+        .n_head = c->n_head,
+        .scale = 1.0f / sqrtf((float)c->head_dim),
+        .out = f->att,
+    };
+    ci_attention_paged(f->tp, &args);
+    ci_matmul(f->tp, &l->wo, f->att, n, f->out, f->work);
+    add_bias(f->out, l->bo.data, n, E);
+    for (int t = 0; t < n; t++) {
+        float *x = f->x + (size_t)t * E;
+        const float *o = f->out + (size_t)t * E;
+        for (int i = 0; i < E; i++)
+            x[i] += o[i];
+        ci_layernorm(x, x, l->attn_out_norm.data, l->attn_out_norm_b.data, E, c->rms_eps);
+    }
+    ci_matmul(f->tp, &l->w_up, f->x, n, f->up, f->work);
+    add_bias(f->up, l->b_up.data, n, c->n_ff);
+    for (int t = 0; t < n; t++)
+        ci_gelu(f->up + (size_t)t * c->n_ff, c->n_ff);
+    ci_matmul(f->tp, &l->w_down, f->up, n, f->out, f->work);
+    add_bias(f->out, l->b_down.data, n, E);
+    for (int t = 0; t < n; t++) {
+        float *x = f->x + (size_t)t * E;
+        const float *o = f->out + (size_t)t * E;
+        for (int i = 0; i < E; i++)
+            x[i] += o[i];
+        ci_layernorm(x, x, l->layer_out_norm.data, l->layer_out_norm_b.data, E, c->rms_eps);
+    }
+}
+
+/* BERT's input: token + position + token type 0 embeddings, LayerNorm; then the layers.  The final
+ * hidden states are the last layer's output (no output norm). */
+static void bert_forward(struct forward *f, const struct fwd_batch *b, const struct ci_kv_layer *kv) {
+    const struct model_config *c = &f->m->config;
+    const struct model_weights *w = &f->m->weights;
+    int n = b->n_tokens, E = c->n_embd;
+    float *row = f->out; // one row of scratch
+    for (int t = 0; t < n; t++) {
+        float *x = f->x + (size_t)t * E;
+        ci_dequantize_row(w->tok_embd.type,
+                          (const uint8_t *)w->tok_embd.data + (size_t)b->token[t] * w->tok_embd.row_bytes, x,
+                          E);
+        ci_dequantize_row(w->pos_embd.type,
+                          (const uint8_t *)w->pos_embd.data + (size_t)b->pos[t] * w->pos_embd.row_bytes, row,
+                          E);
+        for (int i = 0; i < E; i++)
+            x[i] += row[i];
+        if (w->type_embd.data) {
+            ci_dequantize_row(w->type_embd.type, w->type_embd.data, row, E);
+            for (int i = 0; i < E; i++)
+                x[i] += row[i];
+        }
+        ci_layernorm(x, x, w->tok_norm.data, w->tok_norm_b.data, E, c->rms_eps);
+    }
+    for (int il = 0; il < c->n_layer; il++)
+        bert_layer(f, il, b, kv);
+    f->n_hid = 0;
+    for (int t = 0; t < n; t++)
+        if (b->hidden && b->hidden[t])
+            memcpy(f->hid + (size_t)f->n_hid++ * E, f->x + (size_t)t * E, (size_t)E * sizeof(float));
+}
+
 static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
                           const struct ci_kv_layer *kv) {
     const struct model_config *c = &f->m->config;
@@ -459,6 +582,19 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
     enum ci_status s = check_batch(f, b, kv[0].block_size, err);
     if (s != CI_OK)
         return s;
+    if (c->encoder) {
+        if ((s = encoder_positions(f, b, err)) != CI_OK)
+            return s;
+        bert_forward(f, b, kv);
+        *logits = f->logits;
+        *n_rows = 0;
+        if (model_file_damaged(f->m))
+            return ci_err_set(
+                err, CI_ERR_IO,
+                "the model file changed on disk while it was in use (truncated): restart to load "
+                "it again");
+        return CI_OK;
+    }
     int n = b->n_tokens, E = c->n_embd;
     for (int t = 0; t < n; t++)
         ci_dequantize_row(w->tok_embd.type,

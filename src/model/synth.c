@@ -119,6 +119,20 @@ static const struct synth_preset presets[] = {
      .llama3_high = 4.0f,
      .llama3_orig_ctx = 256},
     // head_dim 64 with 8 heads: q_dim 512 != n_embd 256.
+    // A bge-small-like BERT encoder (CLS pooling) with a synthetic WordPiece vocabulary.
+    {.name = "tiny-bert",
+     .arch = MODEL_ARCH_BERT,
+     .n_embd = 128,
+     .n_layer = 3,
+     .n_head = 4,
+     .n_kv_head = 4,
+     .n_ff = 512,
+     .n_vocab = 1024,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-12f,
+     .qkv_bias = true,
+     .pooling_type = 2},
     {.name = "tiny-qwen3",
      .arch = MODEL_ARCH_QWEN3,
      .n_embd = 256,
@@ -559,6 +573,67 @@ int synth_vocab_piece(int i, char *buf) {
     return n;
 }
 
+int synth_wpm_piece(int i, char *buf) {
+    static const char *const special[SYNTH_WPM_FIXED] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    CI_ASSERT(i >= 0);
+    if (i < SYNTH_WPM_FIXED)
+        return sprintf(buf, "%s", special[i]);
+    int g = i - SYNTH_WPM_FIXED;
+    if (g < 2 * 94) // '!' .. '~'
+        return sprintf(buf, "%s%c", g % 2 ? "" : "\xe2\x96\x81", (char)(33 + g / 2));
+    int64_t idx = g - 2 * 94, len = 2, block = 2 * 26 * 26;
+    while (idx >= block) {
+        idx -= block;
+        len++;
+        block *= 26;
+    }
+    int n = idx & 1 ? 0 : sprintf(buf, "\xe2\x96\x81");
+    int64_t s = idx / 2;
+    for (int64_t k = len - 1; k >= 0; k--) {
+        int64_t div = 1;
+        for (int64_t j = 0; j < k; j++)
+            div *= 26;
+        buf[n++] = (char)('a' + (s / div) % 26);
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+/* The WordPiece vocabulary of encoder presets, with the keys llama.cpp's "bert" loader reads (its BOS is
+ * [CLS]; it reads no cls_token_id, so bos_token_id is written too). */
+static enum ci_status set_vocab_wpm(struct gguf_writer *w, int n_vocab, struct ci_err *err) {
+    enum ci_status s = CI_OK;
+    char *text = ci_malloc((size_t)n_vocab * 16);
+    const char **strs = ci_malloc((size_t)n_vocab * sizeof *strs);
+    int32_t *types = ci_malloc((size_t)n_vocab * sizeof *types);
+    if (!text || !strs || !types) {
+        s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory for a %d-token vocabulary", n_vocab);
+        goto fail;
+    }
+    for (int i = 0; i < n_vocab; i++) {
+        char *p = text + (size_t)i * 16;
+        synth_wpm_piece(i, p);
+        strs[i] = p;
+        types[i] = i == 1 ? 2 : i < SYNTH_WPM_FIXED ? 3 : 1;
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "bert");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, NULL, (uint64_t)n_vocab);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n_vocab);
+    gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.cls_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.seperator_token_id", 3);
+    gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", 4);
+    s = gguf_writer_status(w, err);
+fail:
+    ci_free(text);
+    ci_free(strs);
+    ci_free(types);
+    return s;
+}
+
 static enum ci_status set_vocab(struct gguf_writer *w, int n_vocab, struct ci_err *err) {
     enum ci_status s = CI_OK;
     char *text = ci_malloc((size_t)n_vocab * 16);
@@ -696,6 +771,45 @@ static void add_plan_exps(struct plan *plans, int *n, const char *name, uint32_t
     p->ne[2] = n_expert;
 }
 
+/* BERT: the embeddings (token, position, token type) of about unit norm each, LayerNorm weights near 1 and
+ * biases ~ N(0, BIAS_STD), Q sharp as in the decoder presets, every projection biased. */
+static int build_plan_bert(const struct synth_preset *ps, uint32_t type, struct plan *plans) {
+    int n = 0;
+    const int64_t d = ps->n_embd, q = (int64_t)preset_head_dim(ps) * ps->n_head, ff = ps->n_ff;
+    const float sd = 1.0f / sqrtf((float)d), sff = 1.0f / sqrtf((float)ff);
+    char name[64];
+    add_plan(plans, &n, "token_embd.weight", type, d, ps->n_vocab, INIT_NORMAL, sd);
+    add_plan(plans, &n, "position_embd.weight", type, d, ps->n_ctx, INIT_NORMAL, sd);
+    add_plan(plans, &n, "token_types.weight", type, d, 2, INIT_NORMAL, sd);
+    add_plan(plans, &n, "token_embd_norm.weight", type, d, 1, INIT_NORM, 1.0f);
+    add_plan(plans, &n, "token_embd_norm.bias", type, d, 1, INIT_BIAS, BIAS_STD);
+    for (int il = 0; il < ps->n_layer; il++) {
+#define LAYER(suffix, ne0, ne1, kind, scale)                                                                 \
+    do {                                                                                                     \
+        snprintf(name, sizeof name, "blk.%d.%s", il, suffix);                                                \
+        add_plan(plans, &n, name, type, ne0, ne1, kind, scale);                                              \
+    } while (0)
+        LAYER("attn_q.weight", d, q, INIT_NORMAL, Q_SCALE * sd);
+        LAYER("attn_q.bias", q, 1, INIT_BIAS, BIAS_STD);
+        LAYER("attn_k.weight", d, q, INIT_NORMAL, sd);
+        LAYER("attn_k.bias", q, 1, INIT_BIAS, BIAS_STD);
+        LAYER("attn_v.weight", d, q, INIT_NORMAL, sd);
+        LAYER("attn_v.bias", q, 1, INIT_BIAS, BIAS_STD);
+        LAYER("attn_output.weight", q, d, INIT_NORMAL, 1.0f / sqrtf((float)q));
+        LAYER("attn_output.bias", d, 1, INIT_BIAS, BIAS_STD);
+        LAYER("attn_output_norm.weight", d, 1, INIT_NORM, 1.0f);
+        LAYER("attn_output_norm.bias", d, 1, INIT_BIAS, BIAS_STD);
+        LAYER("ffn_up.weight", d, ff, INIT_NORMAL, sd);
+        LAYER("ffn_up.bias", ff, 1, INIT_BIAS, BIAS_STD);
+        LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
+        LAYER("ffn_down.bias", d, 1, INIT_BIAS, BIAS_STD);
+        LAYER("layer_output_norm.weight", d, 1, INIT_NORM, 1.0f);
+        LAYER("layer_output_norm.bias", d, 1, INIT_BIAS, BIAS_STD);
+#undef LAYER
+    }
+    return n;
+}
+
 static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan *plans) {
     int n = 0;
     const int64_t d = ps->n_embd, hd = preset_head_dim(ps), q = hd * ps->n_head, kv = hd * ps->n_kv_head,
@@ -704,6 +818,8 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
     const bool qk_norm = model_arch_info(ps->arch)->qk_norm,
                post_norms = model_arch_info(ps->arch)->post_norms;
     char name[64];
+    if (model_arch_info(ps->arch)->encoder)
+        return build_plan_bert(ps, type, plans);
     add_plan(plans, &n, "token_embd.weight", type, d, ps->n_vocab, INIT_NORMAL, sd);
     if (ps->llama3_factor > 0.0f)
         add_plan(plans, &n, "rope_freqs.weight", type, hd / 2, 1, INIT_ROPE_FREQS, 1.0f);
@@ -836,6 +952,13 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, in
     gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)ps->n_ff);
     gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)ps->n_head);
     gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)ps->n_kv_head);
+    if (ps->pooling_type > 0)
+        gguf_writer_set_u32(w, KEY("pooling_type"), (uint32_t)ps->pooling_type);
+    if (model_arch_info(ps->arch)->encoder) { // BERT: LayerNorm, bidirectional, no RoPE
+        gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), ps->rms_eps);
+        gguf_writer_set_bool(w, KEY("attention.causal"), false);
+        return;
+    }
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), ps->rms_eps);
     gguf_writer_set_f32(w, KEY("rope.freq_base"), ps->rope_base);
     gguf_writer_set_u32(w, KEY("rope.dimension_count"),
@@ -904,7 +1027,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
     for (int i = 0; i < n_plans; i++)
         quantized |= ci_type_traits(plans[i].type)->block_size > 1;
     set_hparams(w, ps, qp ? qp->ftype : synth_file_type(type), quantized);
-    if ((s = set_vocab(w, ps->n_vocab, err)) != CI_OK)
+    if ((s = (model_arch_info(ps->arch)->encoder ? set_vocab_wpm : set_vocab)(w, ps->n_vocab, err)) != CI_OK)
         goto fail;
     uint64_t max_bytes = 0;
     int64_t max_row = 0;

@@ -61,6 +61,7 @@ struct synth_preset {
     bool longrope;        // Phi-3 LongRoPE: rope_factors_{long,short}.weight and rope.scaling.attn_factor
     float longrope_long;  // LongRoPE factors rise geometrically from 1 to this (long) ...
     float longrope_short; // ... and to this (short) over the rotated pairs
+    int pooling_type;     // > 0: <arch>.pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last)
 };
 
 int synth_n_presets(void);
@@ -101,5 +102,10 @@ enum ci_status synth_write_preset(const char *preset, const char *quant, uint64_
  * of length (all unique).  Token i's text is written NUL-terminated into buf (at least 16 bytes); returns its
  * length.  Exposed for tests. */
 int synth_vocab_piece(int i, char *buf);
+/* Token i of the synthetic WordPiece vocabulary of encoder presets (tiny-bert): [PAD] [UNK] [CLS] [SEP]
+ * [MASK], then for each printable ASCII character c "▁c" (a word start) and "c" (a continuation), then
+ * lowercase letter strings of two letters and more, each as "▁s" then "s".  Returns the length. */
+int synth_wpm_piece(int i, char *buf);
+#define SYNTH_WPM_FIXED 5 // the special tokens: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4
 
 #endif

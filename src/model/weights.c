@@ -114,6 +114,59 @@ static enum ci_status bind_moe(struct binder *b, int il, struct layer_weights *l
     return CI_OK;
 }
 
+/* A BERT layer (llama.cpp's bert tensors; the biases are optional there, the LayerNorms required). */
+static enum ci_status bind_bert_layer(struct binder *b, int il, struct layer_weights *l) {
+    const struct model_config *c = b->c;
+    int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
+    struct {
+        const char *suffix;
+        int64_t ne0, ne1;
+        bool optional;
+        struct ci_tensor *out;
+    } want[] = {
+        {"attn_q.weight", c->n_embd, q_dim, false, &l->wq},
+        {"attn_k.weight", c->n_embd, kv_dim, false, &l->wk},
+        {"attn_v.weight", c->n_embd, kv_dim, false, &l->wv},
+        {"attn_q.bias", q_dim, 1, true, &l->bq},
+        {"attn_k.bias", kv_dim, 1, true, &l->bk},
+        {"attn_v.bias", kv_dim, 1, true, &l->bv},
+        {"attn_output.weight", q_dim, c->n_embd, false, &l->wo},
+        {"attn_output.bias", c->n_embd, 1, true, &l->bo},
+        {"attn_output_norm.weight", c->n_embd, 1, false, &l->attn_out_norm},
+        {"attn_output_norm.bias", c->n_embd, 1, false, &l->attn_out_norm_b},
+        {"ffn_up.weight", c->n_embd, c->n_ff, false, &l->w_up},
+        {"ffn_up.bias", c->n_ff, 1, true, &l->b_up},
+        {"ffn_down.weight", c->n_ff, c->n_embd, false, &l->w_down},
+        {"ffn_down.bias", c->n_embd, 1, true, &l->b_down},
+        {"layer_output_norm.weight", c->n_embd, 1, false, &l->layer_out_norm},
+        {"layer_output_norm.bias", c->n_embd, 1, false, &l->layer_out_norm_b},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.%s", il, want[i].suffix);
+        enum ci_status s = bind(b, name, want[i].ne0, want[i].ne1, want[i].optional, want[i].out);
+        if (s != CI_OK)
+            return s;
+    }
+    return CI_OK;
+}
+
+/* BERT's embeddings: token, absolute position (one row per trained position), token types (optional; any
+ * number of rows), and their LayerNorm. */
+static enum ci_status bind_bert_globals(struct binder *b, struct model_weights *w) {
+    const struct model_config *c = b->c;
+    enum ci_status s;
+    const struct ci_tensor *types = b->lookup(b->src, "token_types.weight");
+    int64_t n_types = types && types->n_dims == 2 ? types->ne[1] : 1;
+    if ((s = bind(b, "token_embd.weight", c->n_embd, c->n_vocab, false, &w->tok_embd)) ||
+        (s = bind(b, "position_embd.weight", c->n_embd, c->n_ctx_train, false, &w->pos_embd)) ||
+        (s = bind(b, "token_types.weight", c->n_embd, n_types, true, &w->type_embd)) ||
+        (s = bind(b, "token_embd_norm.weight", c->n_embd, 1, false, &w->tok_norm)) ||
+        (s = bind(b, "token_embd_norm.bias", c->n_embd, 1, false, &w->tok_norm_b)))
+        return s;
+    return CI_OK;
+}
+
 static enum ci_status bind_layer(struct binder *b, int il, struct layer_weights *l) {
     const struct model_config *c = b->c;
     int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
@@ -176,6 +229,20 @@ enum ci_status model_weights_bind(struct model_weights *w, const struct model_co
     memset(w, 0, sizeof *w);
     struct binder b = {c, lookup, src, err};
     enum ci_status s;
+    if (c->encoder) {
+        if ((s = bind_bert_globals(&b, w)))
+            return s;
+        w->layers = ci_calloc((size_t)c->n_layer, sizeof *w->layers);
+        if (!w->layers)
+            return ci_err_set(err, CI_ERR_NOMEM, "out of memory binding %d layers", c->n_layer);
+        for (int il = 0; il < c->n_layer; il++) {
+            if ((s = bind_bert_layer(&b, il, &w->layers[il])) != CI_OK) {
+                model_weights_deinit(w);
+                return s;
+            }
+        }
+        return CI_OK;
+    }
     if ((s = bind(&b, "token_embd.weight", c->n_embd, c->n_vocab, false, &w->tok_embd)) ||
         (s = bind(&b, "output_norm.weight", c->n_embd, 1, false, &w->output_norm)) ||
         (!model_arch_info(c->arch)->tied_required && // gemma2: an output.weight is an unknown tensor
@@ -248,12 +315,13 @@ enum ci_status model_weights_check_all_used(const struct model_weights *w, const
                                             weights_tensor_at_fn tensor_at, const void *src, int64_t n,
                                             struct ci_err *err) {
     size_t per_layer = sizeof(struct layer_weights) / sizeof(struct ci_tensor);
-    size_t cap = 6 + per_layer * (size_t)c->n_layer, n_bound = 0;
+    size_t cap = 10 + per_layer * (size_t)c->n_layer, n_bound = 0;
     const char **bound = ci_calloc(cap, sizeof *bound);
     if (!bound)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory checking %lld tensors", (long long)n);
-    const struct ci_tensor *globals[] = {&w->tok_embd,   &w->output_norm, &w->output,
-                                         &w->rope_freqs, &w->rope_long,   &w->rope_short};
+    const struct ci_tensor *globals[] = {&w->tok_embd,  &w->output_norm, &w->output,   &w->rope_freqs,
+                                         &w->rope_long, &w->rope_short,  &w->pos_embd, &w->type_embd,
+                                         &w->tok_norm,  &w->tok_norm_b};
     for (size_t i = 0; i < sizeof globals / sizeof *globals; i++)
         if (globals[i]->data && globals[i]->name)
             bound[n_bound++] = globals[i]->name;

@@ -43,6 +43,13 @@ struct layer_weights {
     struct ci_tensor ffn_gate_exps_b; // [n_expert][n_ff_exp]
     struct ci_tensor ffn_up_exps_b;   // [n_expert][n_ff_exp]
     struct ci_tensor ffn_down_exps_b; // [n_expert][n_embd]
+    // BERT (F32): the FFN's biases and the post-norm LayerNorms' weights and biases.
+    struct ci_tensor b_up;             // [n_ff]
+    struct ci_tensor b_down;           // [n_embd]
+    struct ci_tensor attn_out_norm;    // [n_embd] after the attention residual
+    struct ci_tensor attn_out_norm_b;  // [n_embd]
+    struct ci_tensor layer_out_norm;   // [n_embd] after the FFN residual
+    struct ci_tensor layer_out_norm_b; // [n_embd]
 };
 
 struct model_weights {
@@ -52,6 +59,11 @@ struct model_weights {
     struct ci_tensor rope_freqs;  // [rope_dim/2] F32 RoPE frequency divisors (llama3 scaling), or absent
     struct ci_tensor rope_long;   // [rope_dim/2] F32 LongRoPE divisors for contexts above rope_orig_ctx
     struct ci_tensor rope_short;  // [rope_dim/2] F32 LongRoPE divisors for contexts up to rope_orig_ctx
+    // BERT: absolute position and token type embeddings, and the LayerNorm of their sum.
+    struct ci_tensor pos_embd;    // [n_ctx_train][n_embd]
+    struct ci_tensor type_embd;   // [n_token_types][n_embd] (row 0 is added), or absent
+    struct ci_tensor tok_norm;    // [n_embd] F32
+    struct ci_tensor tok_norm_b;  // [n_embd] F32
     struct layer_weights *layers; // [n_layer], owned
 };
 

@@ -14,6 +14,7 @@
 #include "tokenizer/vocab.h"
 #include "tokenizer/vocab_gguf.h"
 #include "tokenizer/vocab_llama2c.h"
+#include "tokenizer/wpm.h"
 
 struct tokenizer {
     struct vocab v;
@@ -186,13 +187,17 @@ enum ci_status tokenizer_encode(const struct tokenizer *t, const char *text, siz
         }
         if (v->type == VOCAB_TYPE_SPM)
             st = spm_encode(v, text + fa[i].off, fa[i].len, v->add_space_prefix && prev_special, &ids, err);
+        else if (v->type == VOCAB_TYPE_WPM)
+            st = wpm_encode(v, text + fa[i].off, fa[i].len, &ids, err);
         else
             st = bpe_encode(t->bpe, v, text + fa[i].off, fa[i].len, &ids, err);
         if (st)
             goto fail; // err set by the encoder
         prev_special = false;
     }
-    if (st == CI_OK && add_special && v->add_eos)
+    if (st == CI_OK && add_special && v->add_sep)
+        st = tok_ids_push(&ids, v->sep);
+    else if (st == CI_OK && add_special && v->add_eos)
         st = tok_ids_push(&ids, v->eos);
     if (st) {
         st = ci_err_set(err, CI_ERR_NOMEM, "tokenizer: out of memory");
@@ -255,7 +260,10 @@ enum ci_status tokenizer_decode(const struct tokenizer *t, const int32_t *ids, i
     char *s = ci_malloc(total + 1);
     if (!s)
         return ci_err_set(err, CI_ERR_NOMEM, "tokenizer: out of memory");
-    bool strip = t->v.type == VOCAB_TYPE_SPM && t->v.add_space_prefix;
+    // SentencePiece drops the space its prefix added; WordPiece drops the "▁" space of the first word and of
+    // the first word after a control token such as [CLS] or [SEP].
+    bool wpm = t->v.type == VOCAB_TYPE_WPM;
+    bool strip = (t->v.type == VOCAB_TYPE_SPM && t->v.add_space_prefix) || wpm;
     size_t o = 0;
     for (int i = 0; i < n; i++) {
         size_t l;
@@ -270,6 +278,8 @@ enum ci_status tokenizer_decode(const struct tokenizer *t, const int32_t *ids, i
         memcpy(s + o, p, l);
         o += l;
         if (ids[i] == t->v.bos && t->v.type == VOCAB_TYPE_SPM && t->v.add_space_prefix)
+            strip = true;
+        if (wpm && (t->v.attr[ids[i]] & VOCAB_ATTR_CONTROL))
             strip = true;
     }
     s[o] = 0;
@@ -337,10 +347,18 @@ size_t tokenizer_max_token_bytes(const struct tokenizer *t) {
     return t->v.max_piece_len;
 }
 enum tokenizer_type tokenizer_type(const struct tokenizer *t) {
-    return t->v.type == VOCAB_TYPE_SPM ? TOKENIZER_TYPE_SPM : TOKENIZER_TYPE_BPE;
+    return t->v.type == VOCAB_TYPE_SPM   ? TOKENIZER_TYPE_SPM
+           : t->v.type == VOCAB_TYPE_WPM ? TOKENIZER_TYPE_WPM
+                                         : TOKENIZER_TYPE_BPE;
 }
 const char *tokenizer_type_name(const struct tokenizer *t) {
-    return t->v.type == VOCAB_TYPE_SPM ? "SPM" : "BPE";
+    return t->v.type == VOCAB_TYPE_SPM ? "SPM" : t->v.type == VOCAB_TYPE_WPM ? "WPM" : "BPE";
+}
+int32_t tokenizer_sep(const struct tokenizer *t) {
+    return t->v.sep;
+}
+bool tokenizer_add_sep(const struct tokenizer *t) {
+    return t->v.add_sep;
 }
 const char *tokenizer_model_name(const struct tokenizer *t) {
     return t->v.model;

@@ -21,11 +21,12 @@ struct vocab;
 enum tokenizer_type {
     TOKENIZER_TYPE_SPM = 1, // SentencePiece-style BPE with byte fallback
     TOKENIZER_TYPE_BPE = 2, // GPT-2 byte-level BPE
+    TOKENIZER_TYPE_WPM = 3, // WordPiece (BERT)
 };
 
 #define TOKENIZER_TOKEN_NULL (-1)
 
-/* CI_ERR_UNSUPPORTED for vocabularies other than "llama"/"gpt2" (e.g. "bert") or an unknown pre-tokenizer;
+/* CI_ERR_UNSUPPORTED for vocabularies other than "llama"/"gpt2"/"bert" or an unknown pre-tokenizer;
  * CI_ERR_FORMAT for malformed tokenizer metadata. */
 enum ci_status tokenizer_from_gguf(const struct gguf *g, struct tokenizer **out, struct ci_err *err);
 /* llama2.c tokenizer.bin (SentencePiece-style; BOS 1, EOS 2, UNK 0).  n_vocab_expected 0 accepts any
@@ -37,7 +38,8 @@ enum ci_status tokenizer_from_llama2c_mem(const void *data, size_t size, int n_v
 void tokenizer_free(struct tokenizer *t);
 
 /* Encodes text[0..len) (any bytes; malformed UTF-8 is tokenized as llama.cpp does).  add_special adds BOS
- * and/or EOS as the vocabulary asks (tokenizer_add_bos/add_eos); parse_special turns control-token texts
+ * and/or EOS as the vocabulary asks (tokenizer_add_bos/add_eos; WordPiece: [CLS] ... [SEP], add_sep);
+ * parse_special turns control-token texts
  * such as "<|im_start|>" in the text into those tokens (user-defined tokens are always matched, as in
  * llama.cpp).  *out_ids is allocated (free with ci_free; NULL when *n_out is 0). */
 enum ci_status tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
@@ -59,6 +61,8 @@ int32_t tokenizer_nl(const struct tokenizer *t);
 bool tokenizer_add_bos(const struct tokenizer *t);
 bool tokenizer_add_eos(const struct tokenizer *t);
 bool tokenizer_add_space_prefix(const struct tokenizer *t);
+int32_t tokenizer_sep(const struct tokenizer *t); // WordPiece's [SEP] (TOKENIZER_TOKEN_NULL when none)
+bool tokenizer_add_sep(const struct tokenizer *t);
 /* End of generation: EOS, EOT, EOM and the other tokens llama.cpp treats as such (e.g. "<|im_end|>"). */
 bool tokenizer_is_eog(const struct tokenizer *t, int32_t id);
 /* Every end-of-generation id, ascending (listed once, when the tokenizer is built; owned by it). */
@@ -81,7 +85,7 @@ int tokenizer_token_to_bytes(const struct tokenizer *t, int32_t id, char *buf, i
 size_t tokenizer_max_token_bytes(const struct tokenizer *t);
 
 enum tokenizer_type tokenizer_type(const struct tokenizer *t);
-const char *tokenizer_type_name(const struct tokenizer *t);  // "SPM" / "BPE"
+const char *tokenizer_type_name(const struct tokenizer *t);  // "SPM" / "BPE" / "WPM"
 const char *tokenizer_model_name(const struct tokenizer *t); // tokenizer.ggml.model: "llama" / "gpt2"
 const char *tokenizer_pre(const struct tokenizer *t);        // tokenizer.ggml.pre ("default" if absent)
 int tokenizer_n_merges(const struct tokenizer *t);

@@ -17,6 +17,7 @@
 enum vocab_type {
     VOCAB_TYPE_SPM = 1, // tokenizer.ggml.model "llama": SentencePiece-style BPE over scores, byte fallback
     VOCAB_TYPE_BPE = 2, // tokenizer.ggml.model "gpt2": byte-level BPE over merge ranks
+    VOCAB_TYPE_WPM = 3, // tokenizer.ggml.model "bert": WordPiece, greedy longest match ("▁" word starts)
 };
 
 /* Token attributes (llama.cpp's llama_token_attr bits; GGUF token_type 1..6 map onto the first six). */
@@ -64,7 +65,7 @@ struct vocab_map {
 
 struct vocab {
     enum vocab_type type;
-    char model[32]; // tokenizer.ggml.model ("llama", "gpt2")
+    char model[32]; // tokenizer.ggml.model ("llama", "gpt2", "bert")
     char pre[64];   // tokenizer.ggml.pre ("default" when absent)
 
     int32_t n_tokens;
@@ -86,6 +87,9 @@ struct vocab {
     bool add_space_prefix; // SPM: prepend "▁" at the start of the text and after each special token
     bool clean_spaces;     // llama.cpp's detokenize clean-up flag (kept for `cinfer info`)
     bool ignore_merges;    // BPE (llama3 style): a pre-token that is itself a token skips the merges
+    bool add_sep;          // WPM: add_special appends the separator ([SEP]) instead of EOS
+    bool lowercase;        // WPM normalizer: lowercase the text
+    bool strip_accents;    // WPM normalizer: decompose (NFD) and drop combining marks
 
     int32_t *special; // [n_special] control/user-defined/unknown ids, longest text first (partitioning)
     int32_t n_special;

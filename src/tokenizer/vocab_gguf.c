@@ -150,11 +150,26 @@ enum ci_status vocab_load_gguf(struct vocab *v, const struct gguf *g, struct ci_
         v->clean_spaces = bp->clean_spaces;
         v->ignore_merges = bp->ignore_merges;
         v->add_bos = bp->add_bos;
+    } else if (strcmp(v->model, "bert") == 0) {
+        // llama.cpp's WordPiece defaults: BERT's usual ids ([CLS] as BOS, [SEP], [UNK], [PAD]), [CLS] ...
+        // [SEP] around the text, and the BertNormalizer's lowercasing and accent stripping.
+        v->type = VOCAB_TYPE_WPM;
+        v->bos = 101;
+        v->unk = 100;
+        v->sep = 102;
+        v->pad = 0;
+        v->add_bos = true;
+        v->add_eos = false;
+        v->add_sep = true;
+        v->clean_spaces = true;
+        v->lowercase = true;
+        if (!v->pre[0])
+            strcpy(v->pre, "default");
     } else {
         st = ci_err_set(
             err, CI_ERR_UNSUPPORTED,
-            "tokenizer: tokenizer model '%s' is not supported (cinfer handles 'llama' SentencePiece "
-            "and 'gpt2' byte-level BPE vocabularies)",
+            "tokenizer: tokenizer model '%s' is not supported (cinfer handles 'llama' SentencePiece, "
+            "'gpt2' byte-level BPE and 'bert' WordPiece vocabularies)",
             v->model);
         goto fail;
     }
@@ -242,7 +257,7 @@ enum ci_status vocab_load_gguf(struct vocab *v, const struct gguf *g, struct ci_
         goto fail;
 
     // Default ids outside the vocabulary are dropped (llama.cpp does the same).
-    int32_t *ids[] = {&v->bos, &v->eos, &v->unk};
+    int32_t *ids[] = {&v->bos, &v->eos, &v->unk, &v->sep, &v->pad};
     for (size_t i = 0; i < CI_ARRAY_LEN(ids); i++)
         if (*ids[i] >= v->n_tokens)
             *ids[i] = VOCAB_TOKEN_NULL;
@@ -259,12 +274,35 @@ enum ci_status vocab_load_gguf(struct vocab *v, const struct gguf *g, struct ci_
         {"tokenizer.ggml.fim_sep_token_id", &v->fim_sep}, {"tokenizer.ggml.prefix_token_id", &v->fim_pre},
         {"tokenizer.ggml.suffix_token_id", &v->fim_suf},  {"tokenizer.ggml.middle_token_id", &v->fim_mid},
     };
+    // The older cls_token_id key names BERT's [CLS], which is the BOS; bos_token_id wins when both exist.
+    if (v->type == VOCAB_TYPE_WPM && gguf_find_key(g, "tokenizer.ggml.bos_token_id") < 0 &&
+        (st = read_id(g, "tokenizer.ggml.cls_token_id", &v->bos, v->n_tokens, err)))
+        goto fail;
     for (size_t i = 0; i < CI_ARRAY_LEN(id_keys); i++)
         if ((st = read_id(g, id_keys[i].key, id_keys[i].id, v->n_tokens, err)))
             goto fail;
     if ((st = gguf_get_bool_opt(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err)) ||
-        (st = gguf_get_bool_opt(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err)))
+        (st = gguf_get_bool_opt(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err)) ||
+        (st = gguf_get_bool_opt(g, "tokenizer.ggml.add_sep_token", &v->add_sep, err)))
         goto fail;
+    if (v->type == VOCAB_TYPE_WPM) {
+        // As llama.cpp: strip_accents defaults to the lowercase setting.
+        if ((st = gguf_get_bool_opt(g, "tokenizer.ggml.normalizer.lowercase", &v->lowercase, err)))
+            goto fail;
+        v->strip_accents = v->lowercase;
+        if ((st = gguf_get_bool_opt(g, "tokenizer.ggml.normalizer.strip_accents", &v->strip_accents, err)))
+            goto fail;
+        if (v->unk == VOCAB_TOKEN_NULL) {
+            st = ci_err_set(err, CI_ERR_FORMAT, "tokenizer: WordPiece vocabulary without an unknown token");
+            goto fail;
+        }
+        if (v->add_sep && v->sep == VOCAB_TOKEN_NULL) {
+            st = ci_err_set(err, CI_ERR_FORMAT, "tokenizer: add_sep_token is true but there is no separator");
+            goto fail;
+        }
+    } else {
+        v->add_sep = false;
+    }
     if (v->add_bos && v->bos == VOCAB_TOKEN_NULL) {
         st = ci_err_set(err, CI_ERR_FORMAT, "tokenizer: add_bos_token is true but there is no BOS token");
         goto fail;

@@ -273,7 +273,8 @@ static inline bool fuzz_pre_same(const struct bpe_pre *a, const struct bpe_pre *
 /* Loads SentencePiece vocabularies (Llama 2 and Phi-3 GGUFs, the llama2.c tok512.bin) and, with all_pre,
  * one tokenizer for every byte-level BPE pre-tokenizer bpe.c knows: the real ggml-vocab file where one
  * exists, otherwise GPT-2's vocabulary with tokenizer.ggml.pre set to that name (pre-tokenizers that split
- * and merge identically share one).  Without all_pre: the SPM ones plus GPT-2 and DeepSeek-LLM.
+ * and merge identically share one), and the WordPiece bert-bge vocabulary.  Without all_pre: the SPM ones
+ * plus GPT-2 and DeepSeek-LLM.
  * Returns the count. */
 static inline int fuzz_load_tokenizers(struct fuzz_tok *out, bool all_pre) {
     static const char *const spm[] = {"ggml-vocab/ggml-vocab-llama-spm.gguf",
@@ -338,6 +339,13 @@ static inline int fuzz_load_tokenizers(struct fuzz_tok *out, bool all_pre) {
     }
     gguf_free(g);
     free(gpt2);
+    // WordPiece (BERT), last: the seeds' first byte keeps picking the tokenizers listed before it.
+    static const char bert[] = "ggml-vocab/ggml-vocab-bert-bge.gguf";
+    FUZZ_CHECK(n < FUZZ_MAX_TOKENIZERS, "too many tokenizers");
+    uint8_t *b = fuzz_model_file(bert, &sz);
+    snprintf(out[n].name, sizeof out[n].name, "%s", bert);
+    out[n++].tok = fuzz_tok_from_gguf_bytes(b, sz, bert);
+    free(b);
     return n;
 }
 

@@ -14,8 +14,12 @@ attention, plus a shared expert), see _moe), not from cinfer's C code, so it can
 cinfer's forward pass.  Plain attention over the whole sequence with an optional growing K/V cache; no paging,
 no threads, nothing clever.
 
+BERT encoders (bert: bge, MiniLM): the Bert class below, from the BERT paper (Devlin et al. 2019) and Hugging Face's
+BertModel, with llama.cpp's GGUF tensor names.
+
 Public API:
-    m = Model.load(path)              GGUF (llama / qwen2 / qwen3 / qwen2moe / qwen3moe) or a llama2.c checkpoint
+    m = Model.load(path)              GGUF (llama / qwen2 / qwen3 / qwen2moe / qwen3moe / bert: a Bert) or a llama2.c
+                                      checkpoint
     m.forward(tokens) -> [n][vocab]   float64 logits for every position 0..n-1 of one sequence
     m.greedy(prompt, n_steps) -> ids  argmax decoding (first index on ties) of n_steps tokens after prompt
     m.n_vocab, m.n_ctx, m.arch, ...
@@ -257,6 +261,8 @@ class Model:
         with open(path, "rb") as f:
             magic = f.read(4)
         if magic == gguf_np.GGUF_MAGIC:
+            if gguf_np.GGUF(path).arch == "bert":
+                return Bert(path)
             return cls.from_gguf(path)
         return cls.from_llama2c(path)
 
@@ -582,6 +588,89 @@ class Model:
             if step + 1 < n_steps:
                 logits = self.forward([t], cache)[-1]
         return ids
+
+
+class Bert:
+    """A BERT encoder, written from its definition (BERT paper; Hugging Face BertModel / BertLayer):
+
+        x = LayerNorm(E_token[t] + E_position[p] + E_type[0])            (segment A: token type 0)
+        per layer:
+            q, k, v = x Wq + bq, x Wk + bk, x Wv + bv, split into heads
+            a = softmax(q k^T / sqrt(head_dim)) v                         (every position sees every position)
+            x = LayerNorm(x + (a Wo + bo))                                (post-norm)
+            x = LayerNorm(x + (gelu(x W1 + b1) W2 + b2))
+        the last layer's x is the sequence output (no final norm); embeddings pool it.
+
+    GeLU: the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) by default, which is what
+    llama.cpp's bert graph (ggml_gelu) computes for these GGUF files; gelu="erf" gives BERT's exact form.
+    LayerNorm: population variance, epsilon <arch>.attention.layer_norm_epsilon.
+
+    Sabotage switches for the tests: causal (mask future keys), no_positions (drop E_position)."""
+
+    def __init__(self, path, gelu="tanh"):
+        g = gguf_np.GGUF(path)
+        if g.arch != "bert":
+            raise ValueError("not a bert model: %r" % g.arch)
+        self.arch = "bert"
+        self.n_embd = g.kv["bert.embedding_length"]
+        self.n_layer = g.kv["bert.block_count"]
+        self.n_head = g.kv["bert.attention.head_count"]
+        self.head_dim = self.n_embd // self.n_head
+        self.n_ff = g.kv["bert.feed_forward_length"]
+        self.n_ctx = g.kv["bert.context_length"]
+        self.eps = float(g.kv["bert.attention.layer_norm_epsilon"])
+        self.w = {name: np.asarray(g.tensor(name), dtype=np.float64) for name in g.tensors}
+        self.n_vocab = self.w["token_embd.weight"].shape[0]
+        self.gelu = gelu
+        self.causal = False
+        self.no_positions = False
+        self.gguf = g
+
+    def _ln(self, x, name):
+        mu = x.mean(axis=-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + self.eps) * self.w[name + ".weight"] + self.w[name + ".bias"]
+
+    def _lin(self, x, name):
+        y = x @ self.w[name + ".weight"].T
+        if name + ".bias" in self.w:
+            y = y + self.w[name + ".bias"]
+        return y
+
+    def _gelu(self, x):
+        if self.gelu == "erf":
+            return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+    def forward(self, tokens):
+        """The sequence output [n][n_embd] (float64) of one input; also kept as last_hidden."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n, H, hd = len(tokens), self.n_head, self.head_dim
+        if n == 0 or n > self.n_ctx or tokens.min() < 0 or tokens.max() >= self.n_vocab:
+            raise ValueError("bad input")
+        x = self.w["token_embd.weight"][tokens]
+        if not self.no_positions:
+            x = x + self.w["position_embd.weight"][np.arange(n)]
+        if "token_types.weight" in self.w:
+            x = x + self.w["token_types.weight"][0]
+        x = self._ln(x, "token_embd_norm")
+        mask = np.arange(n)[None, :] > np.arange(n)[:, None] if self.causal else np.zeros((n, n), dtype=bool)
+        for layer in range(self.n_layer):
+            b = "blk.%d." % layer
+            q = self._lin(x, b + "attn_q").reshape(n, H, hd)
+            k = self._lin(x, b + "attn_k").reshape(n, H, hd)
+            v = self._lin(x, b + "attn_v").reshape(n, H, hd)
+            s = np.einsum("nhd,thd->hnt", q, k) / math.sqrt(hd)
+            s = np.where(mask[None], -np.inf, s)
+            s = s - s.max(axis=-1, keepdims=True)
+            p = np.exp(s)
+            p /= p.sum(axis=-1, keepdims=True)
+            a = np.einsum("hnt,thd->nhd", p, v).reshape(n, H * hd)
+            x = self._ln(x + self._lin(a, b + "attn_output"), b + "attn_output_norm")
+            f = self._lin(self._gelu(self._lin(x, b + "ffn_up")), b + "ffn_down")
+            x = self._ln(x + f, b + "layer_output_norm")
+        self.last_hidden = x
+        return x
 
 
 def load(path):

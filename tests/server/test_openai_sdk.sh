@@ -117,4 +117,29 @@ JINJA
 start_server --chat-template-file "$T/hermes.jinja"
 node tests/server/openai_sdk_tools.mjs "$DIR" "http://127.0.0.1:$PORT" "$KEY" "$NAME" || rc=1
 stop_server openai_sdk_tools_server_exit
+
+# A BERT embedding model: embeddings.create works, completions.create is a 400.
+if ! "$BIN" synth --preset tiny-bert -o "$T/bert.gguf" >"$T/synth.log" 2>&1; then
+    echo "FAIL openai_sdk_bert_synth: $(tail -2 "$T/synth.log" | tr '\n' ' ')"
+    exit 1
+fi
+"$BIN" serve -m "$T/bert.gguf" --port 0 --threads 1 2>"$T/serve-bert.log" &
+PID=$!
+PORT=
+for _ in $(seq 200); do
+    grep -q ' ready ' "$T/serve-bert.log" &&
+        PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$T/serve-bert.log")
+    [ -n "$PORT" ] && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.05
+done
+if [ -z "$PORT" ]; then
+    echo "FAIL openai_sdk_bert_server: cinfer serve did not start: $(tail -3 "$T/serve-bert.log" | tr '\n' ' ')"
+    exit 1
+fi
+node tests/server/openai_sdk_bert.mjs "$DIR" "http://127.0.0.1:$PORT" || rc=1
+if grep -qE 'Sanitizer|runtime error' "$T/serve-bert.log"; then
+    echo "FAIL openai_sdk_bert_server: sanitizer report: $(grep -m3 -E 'Sanitizer|runtime error' "$T/serve-bert.log")"
+    rc=1
+fi
 exit "$rc"

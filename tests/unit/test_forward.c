@@ -3,9 +3,12 @@
  * whole context, and with its prompt in one batch or in chunks, for each KV element type (f32, f16, q8_0).
  * The f16 / q8_0 caches' logits stay within a measured tolerance of the f32 cache's.  The same for two
  * mixture-of-experts presets (grouping tokens by expert must not change a token's result).  Also: bad batches are
- * rejected, not crashed on. */
+ * rejected, not crashed on; an encoder (tiny-bert) attends within each sequence in both directions, gives the
+ * same states alone or batched, and refuses partial sequences and logits. */
 #include "test_util.h"
 
+#include <math.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/mem.h"
@@ -329,6 +332,100 @@ TEST(bad_batches_rejected) {
     model_free(m);
 }
 
+/* One encoder batch of the given sequences (tokens of sequence i at positions 0..n[i]-1, block tables of
+ * 8 blocks each from blocks[i * 8]); every token's final state into hid.  Returns the status. */
+static enum ci_status encoder_run(struct forward *fwd, const struct ci_kv_layer *layers,
+                                  const int32_t *const *toks, const int *n, int n_seqs, int32_t (*tables)[8],
+                                  float *hid, struct ci_err *err) {
+    int32_t tok[32], pos[32], seq[32];
+    uint8_t none[32] = {0}, all[32];
+    struct ci_attn_seq seqs[4];
+    int k = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        seqs[i] = (struct ci_attn_seq){tables[i], 8};
+        for (int p = 0; p < n[i]; p++, k++) {
+            tok[k] = toks[i][p];
+            pos[k] = p;
+            seq[k] = i;
+            all[k] = 1;
+        }
+    }
+    struct fwd_batch b = {.n_tokens = k,
+                          .token = tok,
+                          .pos = pos,
+                          .seq = seq,
+                          .logits = none,
+                          .n_seqs = n_seqs,
+                          .seqs = seqs,
+                          .hidden = all};
+    const float *logits;
+    int rows, n_hid;
+    enum ci_status s = forward_batch(fwd, &b, layers, &logits, &rows, err);
+    if (s == CI_OK) {
+        const float *h = forward_hidden(fwd, &n_hid);
+        memcpy(hid, h, (size_t)n_hid * 128 * sizeof *hid);
+    }
+    return s;
+}
+
+TEST(encoder_batches) {
+    char path[512];
+    struct ci_err err = {0};
+    ASSERT_STATUS(synth_write("tiny-bert", CI_TYPE_F32, 3, test_tmp_path(path, sizeof path, "tb.gguf"), &err),
+                  CI_OK);
+    struct model *m = NULL;
+    ASSERT_STATUS(model_load(path, &m, &err), CI_OK);
+    unlink(path);
+    const struct model_config *c = &m->config;
+    ASSERT(c->encoder && c->n_embd == 128 && c->n_layer <= 8);
+    struct kv_pool_params pp = {c->n_layer, c->n_kv_head, c->head_dim, 4, 32, CI_TYPE_F32};
+    struct kv_pool *pool = NULL;
+    struct forward *fwd = NULL;
+    struct ci_kv_layer layers[8];
+    ASSERT_STATUS(kv_pool_create(&pp, &pool, &err), CI_OK);
+    ASSERT_STATUS(forward_create(m, 32, 2, NULL, &fwd, &err), CI_OK);
+    for (int il = 0; il < c->n_layer; il++)
+        kv_pool_layer(pool, il, &layers[il]);
+    int32_t tables[4][8];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++)
+            tables[i][j] = i * 8 + j;
+    static const int32_t a[7] = {2, 573, 27, 183, 184, 5, 3}, b2[4] = {2, 300, 301, 3},
+                         a_changed[7] = {2, 573, 27, 183, 184, 6, 3};
+    const int32_t *both[2] = {a, b2}, *only_a[1] = {a}, *only_b[1] = {b2}, *changed[1] = {a_changed};
+    int n_both[2] = {7, 4};
+    static float h_both[11 * 128], h_a[7 * 128], h_b[4 * 128], h_changed[7 * 128];
+    ASSERT_STATUS(encoder_run(fwd, layers, both, n_both, 2, tables, h_both, &err), CI_OK);
+    ASSERT_STATUS(encoder_run(fwd, layers, only_a, n_both, 1, tables + 2, h_a, &err), CI_OK);
+    ASSERT_STATUS(encoder_run(fwd, layers, only_b, n_both + 1, 1, tables + 3, h_b, &err), CI_OK);
+    // A sequence attends only within itself: alone or beside another, the same states (bit for bit).
+    CHECK(memcmp(h_both, h_a, sizeof h_a) == 0);
+    CHECK(memcmp(h_both + 7 * 128, h_b, sizeof h_b) == 0);
+    // Bidirectional: changing the sixth token changes the first token's state.
+    ASSERT_STATUS(encoder_run(fwd, layers, changed, n_both, 1, tables, h_changed, &err), CI_OK);
+    float d = 0.0f;
+    for (int i = 0; i < 128; i++)
+        d = fmaxf(d, fabsf(h_changed[i] - h_a[i]));
+    CHECK(d > 1e-3f);
+    // A later chunk of a sequence (positions 2..4 without 0..1) and logits are refused.
+    int32_t tok[3] = {27, 183, 184}, pos[3] = {2, 3, 4}, seq[3] = {0};
+    uint8_t none[3] = {0}, one[3] = {0, 0, 1};
+    struct ci_attn_seq s = {tables[0], 8};
+    const float *logits;
+    int rows;
+    struct fwd_batch chunk = {
+        .n_tokens = 3, .token = tok, .pos = pos, .seq = seq, .logits = none, .n_seqs = 1, .seqs = &s};
+    CHECK(forward_batch(fwd, &chunk, layers, &logits, &rows, &err) == CI_ERR_INVALID);
+    CHECK(strstr(err.msg, "whole") != NULL);
+    int32_t pos0[3] = {0, 1, 2};
+    struct fwd_batch wants_logits = {
+        .n_tokens = 3, .token = tok, .pos = pos0, .seq = seq, .logits = one, .n_seqs = 1, .seqs = &s};
+    CHECK(forward_batch(fwd, &wants_logits, layers, &logits, &rows, &err) == CI_ERR_INVALID);
+    forward_free(fwd);
+    kv_pool_free(pool);
+    model_free(m);
+}
+
 int main(int argc, char **argv) {
     test_main(argc, argv);
     ci_kernels_init();
@@ -337,5 +434,6 @@ int main(int argc, char **argv) {
     RUN(invariance_tiny_kv_types);
     RUN(invariance_moe);
     RUN(bad_batches_rejected);
+    RUN(encoder_batches);
     return test_exit_code();
 }

@@ -15,7 +15,9 @@
 #include "model/convert.h"
 #include "format/gguf.h"
 #include "format/llama2c.h"
+#include "model/model.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 static bool file_exists(const char *path) {
     struct stat st;
@@ -87,7 +89,7 @@ TEST(presets) {
         {"phi3-mini", 3072, 32, 32, 32, 8192, 32064, 131072, 96, 10000.0f, 1e-5f, false, MODEL_ARCH_PHI3,
          false},
     };
-    ASSERT_EQ_I64(synth_n_presets(), 24);
+    ASSERT_EQ_I64(synth_n_presets(), 25);
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const struct synth_preset *p = synth_preset_find(want[i].name);
         ASSERT(p != NULL);
@@ -372,6 +374,60 @@ TEST(tiny_qwen2) {
         check_tiny_file(path, types[i], true);
         unlink(path);
     }
+}
+
+/* tiny-bert: a bert GGUF that cinfer loads as an encoder (every tensor bound), with a WordPiece vocabulary
+ * whose pieces are distinct and whose special ids the file names. */
+TEST(tiny_bert) {
+    char path[128];
+    struct ci_err err = {0};
+    ASSERT_STATUS(synth_write("tiny-bert", CI_TYPE_F32, 3, test_tmp_path(path, sizeof path, "tb.gguf"), &err),
+                  CI_OK);
+    struct model *m = NULL;
+    ASSERT_STATUS(model_load(path, &m, &err), CI_OK);
+    const struct model_config *c = &m->config;
+    CHECK(c->arch == MODEL_ARCH_BERT && c->encoder && c->n_embd == 128 && c->n_layer == 3);
+    CHECK(c->rms_eps == 1e-12f && c->n_ctx_train == 512);
+    CHECK(m->weights.pos_embd.data && m->weights.type_embd.data && m->weights.tok_norm_b.data);
+    CHECK(m->weights.layers[2].layer_out_norm_b.data && m->weights.layers[0].b_up.data);
+    model_free(m);
+    struct gguf *g = NULL;
+    struct tokenizer *t = NULL;
+    ASSERT_STATUS(gguf_open(path, &g, &err), CI_OK);
+    ASSERT_STATUS(tokenizer_from_gguf(g, &t, &err), CI_OK);
+    CHECK(tokenizer_type(t) == TOKENIZER_TYPE_WPM && tokenizer_bos(t) == 2 && tokenizer_sep(t) == 3 &&
+          tokenizer_unk(t) == 1);
+    int32_t *ids = NULL;
+    int n = 0;
+    ASSERT_STATUS(tokenizer_encode(t, "Hi, ab!", 7, true, false, &ids, &n, &err), CI_OK);
+    // [CLS] "▁hi", "," as a word "▁,", "▁ab", "!" as "▁!", [SEP]
+    char want[5][8] = {"\xe2\x96\x81hi", "\xe2\x96\x81,",
+                       "\xe2\x96\x81"
+                       "ab",
+                       "\xe2\x96\x81!", ""};
+    CHECK(n == 6 && ids[0] == 2 && ids[5] == 3);
+    for (int i = 1; i < n - 1 && n == 6; i++) {
+        size_t l;
+        const char *piece = tokenizer_piece(t, ids[i], &l);
+        CHECK(l == strlen(want[i - 1]) && memcmp(piece, want[i - 1], l) == 0);
+    }
+    ci_free(ids);
+    tokenizer_free(t);
+    gguf_free(g);
+    unlink(path);
+    // The synthetic WordPiece pieces are distinct.
+    char *text = malloc(1024 * 16);
+    const char *p[1024];
+    for (int i = 0; i < 1024; i++) {
+        synth_wpm_piece(i, text + i * 16);
+        p[i] = text + i * 16;
+    }
+    qsort(p, 1024, sizeof *p, test_cmp_str);
+    int dups = 0;
+    for (int i = 1; i < 1024; i++)
+        dups += strcmp(p[i - 1], p[i]) == 0;
+    CHECK(dups == 0);
+    free(text);
 }
 
 TEST(deterministic) {
@@ -770,6 +826,7 @@ TEST(no_leaks) {
 int main(int argc, char **argv) {
     test_main(argc, argv);
     RUN(presets);
+    RUN(tiny_bert);
     RUN(llama3_rope_freqs);
     RUN(type_names);
     RUN(vocab_unique);

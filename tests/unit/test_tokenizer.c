@@ -166,8 +166,8 @@ static void run_vocab_file(const char *file) {
     fflush(stdout);
 }
 
-/* Every .gguf in ggml-vocab except BERT (WordPiece, not supported). */
-static int list_vocabs(char names[][128], int cap) {
+/* Every .gguf in ggml-vocab; BERT (WordPiece, lowercasing: its texts do not round-trip) only when asked. */
+static int list_vocabs(char names[][128], int cap, bool with_bert) {
     char dir[1024];
     test_model_path(dir, sizeof(dir), VOCAB_DIR);
     DIR *d = opendir(dir);
@@ -176,7 +176,8 @@ static int list_vocabs(char names[][128], int cap) {
         return 0;
     for (struct dirent *e; (e = readdir(d)) && n < cap;) {
         size_t l = strlen(e->d_name);
-        if (l < 6 || strcmp(e->d_name + l - 5, ".gguf") != 0 || strstr(e->d_name, "bert") || l >= 128)
+        if (l < 6 || strcmp(e->d_name + l - 5, ".gguf") != 0 || (!with_bert && strstr(e->d_name, "bert")) ||
+            l >= 128)
             continue;
         memcpy(names[n++], e->d_name, l + 1);
     }
@@ -194,29 +195,16 @@ static int list_vocabs(char names[][128], int cap) {
 
 TEST(vocab_files_present) {
     char names[64][128];
-    int n = list_vocabs(names, 64);
-    // MANIFEST.md lists 9 supported vocabularies (plus bert-bge).
-    ASSERT_EQ_I64(n, 9);
-}
-
-TEST(bert_unsupported) {
-    char p[1024];
-    struct ci_err err = {0};
-    struct gguf *g = NULL;
-    struct tokenizer *t = NULL;
-    test_model_path(p, sizeof(p), VOCAB_DIR "/ggml-vocab-bert-bge.gguf");
-    ASSERT_STATUS(gguf_open(p, &g, &err), CI_OK);
-    CHECK(tokenizer_from_gguf(g, &t, &err) == CI_ERR_UNSUPPORTED);
-    CHECK(t == NULL);
-    CHECK(strstr(err.msg, "'bert'") != NULL);
-    gguf_free(g);
+    int n = list_vocabs(names, 64, true);
+    // MANIFEST.md lists 9 SentencePiece/BPE vocabularies plus bert-bge.
+    ASSERT_EQ_I64(n, 10);
 }
 
 /* Decoding each expected id line must give back the .inp text (llama.cpp decodes user-defined tokens such
  * as DeepSeek's "ü" verbatim, which is what makes "Führer" round-trip). */
 TEST(vectors_decode_roundtrip) {
     char names[64][128];
-    int n_files = list_vocabs(names, 64);
+    int n_files = list_vocabs(names, 64, false);
     for (int f = 0; f < n_files; f++) {
         char path[1024], rel[256];
         snprintf(rel, sizeof(rel), VOCAB_DIR "/%.120s", names[f]);
@@ -656,6 +644,148 @@ static bool encodes_to(const struct tokenizer *t, const char *text, bool add_spe
         CHECK(encodes_to(t, text, add, parse, want_, (int)(sizeof(want_) / sizeof(want_[0]))));              \
     } while (0)
 
+static bool decodes_to(const struct tokenizer *t, const int32_t *ids, int n, bool special, const char *want) {
+    char *s = NULL;
+    size_t sl = 0;
+    struct ci_err err = {0};
+    bool ok = tokenizer_decode(t, ids, n, special, &s, &sl, &err) == CI_OK && sl == strlen(want) &&
+              memcmp(s, want, sl) == 0;
+    if (!ok)
+        printf("    decode: want '%s' got '%s' %s\n", want, s ? s : "", err.msg);
+    ci_free(s);
+    return ok;
+}
+
+/* The bge WordPiece vocabulary beyond the vectors: [CLS] ... [SEP] with add_special, the ids the GGUF
+ * names, "▁" word starts and bare continuation pieces, and decoding that joins the pieces back. */
+TEST(bert_wordpiece) {
+    struct tokenizer *t = test_load_tokenizer(VOCAB_DIR "/ggml-vocab-bert-bge.gguf");
+    ASSERT(t);
+    CHECK(tokenizer_type(t) == TOKENIZER_TYPE_WPM);
+    CHECK(strcmp(tokenizer_type_name(t), "WPM") == 0);
+    CHECK(strcmp(tokenizer_model_name(t), "bert") == 0);
+    ASSERT_EQ_I64(tokenizer_bos(t), 101); // [CLS]
+    ASSERT_EQ_I64(tokenizer_sep(t), 102);
+    ASSERT_EQ_I64(tokenizer_unk(t), 100);
+    ASSERT_EQ_I64(tokenizer_eos(t), TOKENIZER_TOKEN_NULL);
+    CHECK(tokenizer_add_bos(t) && tokenizer_add_sep(t) && !tokenizer_add_eos(t));
+    size_t pl;
+    const char *p = tokenizer_piece(t, 7592, &pl);
+    CHECK(pl == 8 && memcmp(p, "\xe2\x96\x81hello", 8) == 0);
+    ENCODES(t, "Hello world", true, false, 101, 7592, 2088, 102);
+    ENCODES(t, "", true, false, 101, 102);
+    // Special texts in the input: split out only with parse_special.
+    ENCODES(t, "[SEP]", false, true, 102);
+    ENCODES(t, "[SEP]", false, false, 1031, 19802, 1033);
+    static const int32_t w[] = {101, 7592, 1010, 2088, 999, 102};
+    // Pieces are joined as they are (no clean-up of the space before punctuation).
+    CHECK(decodes_to(t, w, 6, false, "hello , world !"));
+    CHECK(decodes_to(t, w, 6, true, "[CLS]hello , world ![SEP]"));
+    int32_t *ids = NULL;
+    int n = 0;
+    struct ci_err err = {0};
+    ASSERT_STATUS(tokenizer_encode(t, "Tokenization unbelievably", 25, false, false, &ids, &n, &err), CI_OK);
+    CHECK(n > 2);
+    CHECK(decodes_to(t, ids, n, false, "tokenization unbelievably"));
+    ci_free(ids);
+    tokenizer_free(t);
+}
+
+/* A hand-built WordPiece vocabulary: greedy longest match from the left, a word that cannot be cut whole is
+ * one [UNK], and the normalizer switches. */
+TEST(wpm_algorithm) {
+    const char *toks[] = {"[PAD]",
+                          "[UNK]",
+                          "[CLS]",
+                          "[SEP]",
+                          "\xe2\x96\x81"
+                          "ab",
+                          "\xe2\x96\x81"
+                          "a",
+                          "b",
+                          "bc",
+                          "c",
+                          "\xe2\x96\x81"
+                          "x",
+                          "\xe2\x96\x81"
+                          ",",
+                          "\xe2\x96\x81"
+                          "e",
+                          "\xe2\x96\x81\xc3\xa9",
+                          "\xe2\x96\x81"
+                          "A",
+                          "\xe2\x96\x81\xe4\xb8\xad"};
+    int32_t types[15] = {3, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    struct tokenizer *t = NULL;
+    struct ci_err err = {0};
+    for (int variant = 0; variant < 3; variant++) {
+        struct gb g = {0};
+        kv_str(&g, "tokenizer.ggml.model", "bert");
+        kv_arr_str(&g, "tokenizer.ggml.tokens", toks, 15);
+        kv_arr_num(&g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 15);
+        kv_u32(&g, "tokenizer.ggml.unknown_token_id", 1);
+        kv_u32(&g, "tokenizer.ggml.cls_token_id", 2);
+        kv_u32(&g, "tokenizer.ggml.seperator_token_id", 3);
+        if (variant == 1)
+            kv_bool(&g, "tokenizer.ggml.normalizer.lowercase", false);
+        if (variant == 2) {
+            kv_bool(&g, "tokenizer.ggml.normalizer.strip_accents", false);
+            kv_bool(&g, "tokenizer.ggml.add_sep_token", false);
+        }
+        ASSERT_STATUS(tok_from_gb(&g, &t, &err), CI_OK);
+        if (variant == 0) {
+            // "abc": "▁ab" is the longest match at the start, then "c" (not "▁a" "bc").
+            ENCODES(t, "abc", false, false, 4, 8);
+            ENCODES(t, "abc", true, false, 2, 4, 8, 3);
+            // "abd": no piece for "d": the whole word is [UNK]; the next word is cut normally.
+            ENCODES(t, "abd x", false, false, 1, 9);
+            // Punctuation is a word of its own, whitespace of any kind separates, controls vanish.
+            ENCODES(t,
+                    "x,ab\t\xe3\x80\x80"
+                    "a\x01"
+                    "b",
+                    false, false, 9, 10, 4, 4);
+            // Lowercasing and accent stripping: "É" → "e" (NFD "E" + U+0301, the mark dropped).
+            ENCODES(t, "\xc3\x89 AB", false, false, 11, 4);
+            // Malformed UTF-8 decodes to U+FFFD, which is dropped without ending the word.
+            ENCODES(t,
+                    "ab\xff"
+                    "c",
+                    false, false, 4, 8);
+            // CJK ideographs are words of their own.
+            ENCODES(t, "\xe4\xb8\xad\xe4\xb8\xad", false, false, 14, 14);
+        } else if (variant == 1) {
+            // No lowercasing (and so, by default, no accent stripping): "A" stays, "É" has no piece.
+            ENCODES(t, "A", false, false, 13);
+            ENCODES(t, "\xc3\x89", false, false, 1);
+            ENCODES(t, "\xc3\xa9", false, false, 12);
+        } else {
+            // Lowercase without accent stripping: "É" → "é"; add_sep false: no [SEP].
+            ENCODES(t, "\xc3\x89", false, false, 12);
+            ENCODES(t, "ab", true, false, 2, 4);
+        }
+        tokenizer_free(t);
+        t = NULL;
+    }
+    // A WordPiece vocabulary needs an unknown token.
+    struct gb g = {0};
+    const char *few[] = {"[PAD]", "x"};
+    kv_str(&g, "tokenizer.ggml.model", "bert");
+    kv_arr_str(&g, "tokenizer.ggml.tokens", few, 2);
+    kv_u32(&g, "tokenizer.ggml.bos_token_id", 0);
+    kv_u32(&g, "tokenizer.ggml.seperator_token_id", 0);
+    CHECK(tok_from_gb(&g, &t, &err) == CI_ERR_FORMAT);
+    CHECK(t == NULL && strstr(err.msg, "unknown token") != NULL);
+    // Without a [CLS] / BOS id (BERT's default 101 is past this vocabulary), add_special has nothing to add.
+    g = (struct gb){0};
+    kv_str(&g, "tokenizer.ggml.model", "bert");
+    kv_arr_str(&g, "tokenizer.ggml.tokens", few, 2);
+    kv_u32(&g, "tokenizer.ggml.unknown_token_id", 0);
+    kv_u32(&g, "tokenizer.ggml.seperator_token_id", 0);
+    CHECK(tok_from_gb(&g, &t, &err) == CI_ERR_FORMAT);
+    CHECK(t == NULL && strstr(err.msg, "BOS") != NULL);
+}
+
 TEST(spm_algorithm) {
     struct spm_def d;
     spm_def_init(&d);
@@ -1031,7 +1161,7 @@ static size_t random_utf8(struct ci_rng *r, char *buf, size_t max_cp) {
 
 TEST(random_roundtrip) {
     char names[64][128];
-    int n_files = list_vocabs(names, 64);
+    int n_files = list_vocabs(names, 64, false);
     struct ci_rng r;
     ci_rng_seed(&r, 31337);
     for (int f = 0; f < n_files; f++) {
@@ -1340,11 +1470,12 @@ TEST(concurrent_encode) {
 int main(int argc, char **argv) {
     test_main(argc, argv);
     char names[64][128];
-    int n = list_vocabs(names, 64);
+    int n = list_vocabs(names, 64, true);
     for (int i = 0; i < n; i++)
         run_vocab_file(names[i]);
     RUN(vocab_files_present);
-    RUN(bert_unsupported);
+    RUN(bert_wordpiece);
+    RUN(wpm_algorithm);
     RUN(vectors_decode_roundtrip);
     RUN(llama2c_matches_gguf);
     RUN(tok512_story);
