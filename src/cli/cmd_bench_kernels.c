@@ -41,7 +41,7 @@ int cmd_bench_kernels(int argc, char **argv) {
         .seed = 1,
     };
     const char *batches = "1,4,16";
-    const char *kv_type = "f32";
+    const char *kv_type = "f16";
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--threads", "-t", ARG_INT, &o.n_threads, 1, 512, "N  kernel threads (default: online CPUs)"},
@@ -63,7 +63,7 @@ int cmd_bench_kernels(int argc, char **argv) {
         {"--ubatch", NULL, ARG_INT, &o.ubatch, 1, 1 << 16, "N  most tokens per forward call (default 512)"},
         {"--block-size", NULL, ARG_INT, &o.block_size, 1, 1 << 16, "N  KV block size in tokens (default 16)"},
         {"--kv-type", NULL, ARG_STR, &kv_type, 0, 0,
-         "T  KV cache element type: f32|f16|q8_0 (default f32)"},
+         "T  KV cache element type: f32|f16|q8_0 (default f16, as llama-bench)"},
         {"--bandwidth-gbs", NULL, ARG_FLOAT, &o.bw_gbs, 0.001, 1e6,
          "X  memory bandwidth, GB/s (default: measure)"},
         {"--peak-gflops", NULL, ARG_FLOAT, &o.peak_gflops, 0.001, 1e9,

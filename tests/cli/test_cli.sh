@@ -114,6 +114,26 @@ if [[ "$out" == "Once upon a time, there was a little girl named Lily."* ]] &&
 else
     fail run_kv_type_f16 "stdout '$out' stderr $(tr '\n' '|' <"$T/err")"
 fi
+# The default KV type of run, serve, bench and bench kernels is f16 (llama.cpp's); f32 on request (the
+# reference tests pass it); info's "chosen" lines follow run's default.  serve: tests/server/test_server.py.
+"$BIN" run -m "$M/stories260K.gguf" -n 2 --temp 0 >/dev/null 2>"$T/err"
+grep -q "(f16, 640 bytes per token)" "$T/err" && pass run_kv_type_default_f16 ||
+    fail run_kv_type_default_f16 "$(tr '\n' '|' <"$T/err")"
+"$BIN" run -m "$M/stories260K.gguf" -n 2 --temp 0 --kv-type f32 >/dev/null 2>"$T/err"
+grep -q "(f32, 1280 bytes per token)" "$T/err" && pass run_kv_type_f32 ||
+    fail run_kv_type_f32 "$(tr '\n' '|' <"$T/err")"
+out=$("$BIN" info -m "$M/stories260K.gguf" 2>&1)
+grep -q "KV cache per token, chosen *640 bytes (--kv-type f16)" <<<"$out" && pass info_kv_type_default_f16 ||
+    fail info_kv_type_default_f16 "$(tr '\n' '|' <<<"$out")"
+out=$("$BIN" bench kernels -m "$M/stories260K.gguf" -t 1 -p 8 -n 0 --batch 0 -r 1 --no-warmup --bandwidth-gbs 10 \
+    --peak-gflops 10 --int8-peak-gops 10 --json 2>&1)
+grep -q '"kv_type": "f16"' <<<"$out" && pass bench_kernels_kv_type_default_f16 ||
+    fail bench_kernels_kv_type_default_f16 "$(tr '\n' '|' <<<"$out" | cut -c1-300)"
+for h in run serve bench "bench kernels"; do
+    # shellcheck disable=SC2086
+    "$BIN" $h --help 2>&1 | grep -q -- "--kv-type .*default f16" && pass "help_kv_default_f16_${h// /_}" ||
+        fail "help_kv_default_f16_${h// /_}" "no '--kv-type ... default f16' in cinfer $h --help"
+done
 out=$("$BIN" info -m "$M/stories260K.gguf" --kv-type f16 2>&1)
 grep -q "KV cache per token, chosen *640 bytes (--kv-type f16)" <<<"$out" && pass info_kv_type ||
     fail info_kv_type "$(tr '\n' '|' <<<"$out")"
