@@ -231,6 +231,30 @@ else
     fail bench_kernels_roof_per_weight_type "$(cat "$T/k40.json" "$T/k80.json" "$T/kf32.json" "$T/err")"
 fi
 
+# bench kernels -d D (llama-bench -d): pp and tg run after D tokens of context, so each of tg's N steps reads
+# D more KV positions: N * D * 640 more bytes on stories260K in f16 (2 * 5 layers * 4 KV heads * 8 dims * 2 B)
+# than at depth 0, and pp's tokens attend to D more positions each; the labels say the depth.
+depth() { # D -> JSON lines
+    "$BIN" bench kernels -m "$M/stories260K.gguf" -t 2 -p 8 -n 4 -d "$1" --batch 0 -r 1 --bandwidth-gbs 10 \
+        --peak-gflops 10 --int8-peak-gops 10 --kv-type f16 --json 2>"$T/err"
+}
+depth 0 >"$T/d0.json"
+depth 300 >"$T/d300.json"
+if "$PY" - "$T/d0.json" "$T/d300.json" <<'PYEOF'; then
+import json, sys
+a, b = ({d["type"]: d for d in map(json.loads, open(p))} for p in sys.argv[1:3])
+assert a["tg"]["test"] == "tg4" and b["tg"]["test"] == "tg4 @ d300" and b["pp"]["test"] == "pp8 @ d300", b
+assert a["tg"]["n_depth"] == 0 and b["tg"]["n_depth"] == 300 and b["pp"]["n_depth"] == 300, b
+extra = b["tg"]["bytes"] - a["tg"]["bytes"]
+assert abs(extra - 4 * 300 * 640) <= 1e-3 * 4 * 300 * 640, (extra, a["tg"], b["tg"])
+# attention FLOPs: 4 * layers * heads * head_dim = 1280 per query per attended position
+assert abs((b["pp"]["flops"] - a["pp"]["flops"]) - 8 * 300 * 1280) <= 1e-3 * 8 * 300 * 1280, (a["pp"], b["pp"])
+PYEOF
+    pass bench_kernels_depth
+else
+    fail bench_kernels_depth "$(cat "$T/d0.json" "$T/d300.json" "$T/err")"
+fi
+
 # cinfer quantize: the error paths (usage errors exit 2, bad files 1, never a partial output), then one
 # conversion and its summary.
 "$BIN" synth --preset tiny --type f32 --seed 3 -o "$T/q-src.gguf" >/dev/null 2>&1
