@@ -1338,6 +1338,10 @@ static void attention_paged_cases(uint32_t type) {
         CHECK1(memcmp(keep[0][t], keep[1][t], qn * sizeof(float)) == 0);
         CHECK1(memcmp(keep[0][t], keep[2][t], qn * sizeof(float)) == 0);
     }
+    // The SIMD tables (all but the scalar one, last) agree bit for bit (dot.h: each gives the AVX2 chunk's bits).
+    for (int t = 1; t + 1 < n_tables; t++)
+        if (memcmp(keep[0][0], keep[0][t], qn * sizeof(float)) != 0)
+            FAIL_FIRST("kv %s: tables %s and %s differ", ci_type_name(type), tables[0]->isa, tables[t]->isa);
     for (int c = 0; c < 3; c++)
         for (int t = 0; t < n_tables; t++)
             ci_free(keep[c][t]);
