@@ -197,7 +197,7 @@ TABLE=$RAW/table.md
     done <"$ROWS"
 } >"$TABLE"
 NOTE="${NOTE_USER:+$NOTE_USER. }cinfer binary: $BIN (repository at run time: ${tree:-?}). Machine: ${cpu:-unknown CPU}. Measured by cinfer in the same run (read bandwidth, f32 FMA peak, int8 dot-product peak): $hwnote. \
-cinfer kernels: ${ISA:-?}, KV f32. llama.cpp ${LCOMMIT:-not run}: native CPU build (GGML_NATIVE), KV f16, flash-attn auto. \
+cinfer kernels: ${ISA:-?}, KV f16 (the default since issue 15). llama.cpp ${LCOMMIT:-not run}: native CPU build (GGML_NATIVE), KV f16, flash-attn auto. \
 pp/tg: mean ± sd over $REPS reps after a warm-up; S_PP/S_TG: one run, $BPP-token prompts then $BTG decode steps. \
 % roof: tokens/s over the roofline bound of cinfer's work on this machine (Q8_0/Q4_0 matmuls at the int8 peak, float matmuls and attention at the f32 peak). \
 Load average (1/5/15 min) ${load0:-?} at the start, ${load1:-?} at the end."

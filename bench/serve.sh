@@ -214,7 +214,7 @@ Workload: \`cinfer bench serve --dataset random -n $N --input-len $IN --output-l
 (streaming /v1/completions, temperature 0, ignore_eos), Poisson arrivals at each rate, no client-side cap. \
 Servers: $SLOTS sequences at once, $SLOT_CTX tokens of context each, $THREADS threads: \
 \`cinfer serve -t $THREADS --max-seqs $SLOTS -c $SLOT_CTX --kv-blocks $((SLOTS * SLOT_CTX / 16))\` \
-(continuous batching, chunked prefill, prefix cache, KV f32; binary $BIN, repository at run time ${tree:-?}) and \
+(continuous batching, chunked prefill, prefix cache, KV f16 (the default); binary $BIN, repository at run time ${tree:-?}) and \
 \`llama-server -t $THREADS -tb $THREADS -np $SLOTS -c $CTX\` (llama.cpp ${LCOMMIT:-not run}, native CPU build; \
 continuous batching, KV f16). Times in ms. Ratio rows: throughput cinfer / llama.cpp, latencies llama.cpp / cinfer \
 (above 1: cinfer better). Machine: ${cpu:-unknown CPU}. Load average (1/5/15 min) ${load0:-?} at the start, \

@@ -6,6 +6,8 @@
  *          (P <= 512: one batch), logits for the last token only, no sampling; mean +- stddev over --reps.
  *   tg<N>  llama-bench: tokens/s of N tokens generated one at a time from an empty context (a 1-token
  *          forward_batch at positions 0..N-1, greedy argmax of its logits gives the next token).
+ *   @ d<D> (--depth, llama-bench -d): pp and tg start at position D, after a D-token prompt of the same
+ *          sequence prefilled once, untimed (the tests write only positions >= D, so that context stays).
  *   batched llama-batched-bench: B sequences each prefilled with a PP-token prompt (S_PP), then TG steps,
  * each ONE forward_batch holding one token per sequence: S_TG = B * TG / decode time. Warm-up as the
  * originals: a full prompt run before pp, one token before tg, 16 tokens before batched.
@@ -209,15 +211,15 @@ static enum ci_status kb_reserve(struct kb_run *r, int n_seqs, int n_tokens, str
     return CI_OK;
 }
 
-/* Prompt processing of n_seqs sequences of n_pp random tokens each (positions 0..n_pp-1), laid out sequence
+/* Prompt processing of n_seqs sequences of n_pp random tokens each (positions pos0..pos0+n_pp-1), laid out sequence
  * after sequence and cut into forward calls of at most ubatch tokens; logits for each sequence's last token.
  */
-static enum ci_status kb_prompts(struct kb_run *r, int n_seqs, int n_pp, struct ci_err *err) {
+static enum ci_status kb_prompts_at(struct kb_run *r, int n_seqs, int pos0, int n_pp, struct ci_err *err) {
     int n = 0;
     for (int s = 0; s < n_seqs; s++)
         for (int p = 0; p < n_pp; p++) {
             r->tok[n] = random_token(r);
-            r->pos[n] = p;
+            r->pos[n] = pos0 + p;
             r->seq[n] = s;
             r->want[n] = p == n_pp - 1;
             if (++n == r->ubatch || (s == n_seqs - 1 && p == n_pp - 1)) {
@@ -228,6 +230,10 @@ static enum ci_status kb_prompts(struct kb_run *r, int n_seqs, int n_pp, struct 
             }
         }
     return CI_OK;
+}
+
+static enum ci_status kb_prompts(struct kb_run *r, int n_seqs, int n_pp, struct ci_err *err) {
+    return kb_prompts_at(r, n_seqs, 0, n_pp, err);
 }
 
 /* n_tg decode steps of n_seqs sequences from position pos0: each step one forward call holding one token per
@@ -276,19 +282,21 @@ static void stats(const double *ts, const double *secs, int n, struct kb_stats *
 /* A pp or tg test: R timed repetitions after the warm-up. */
 static enum ci_status run_single(struct kb_run *r, const struct bench_kernels_opts *o, bool pp,
                                  const char *label, const char *model_desc, struct ci_err *err) {
-    int n = pp ? o->n_prompt : o->n_gen;
-    enum ci_status st = kb_reserve(r, 1, n, err);
+    int n = pp ? o->n_prompt : o->n_gen, d = o->depth;
+    enum ci_status st = kb_reserve(r, 1, d + n, err);
     if (st != CI_OK)
         return st;
+    if (d > 0 && (st = kb_prompts(r, 1, d, err)) != CI_OK) // the context, once
+        return st;
     if (!o->no_warmup) // llama-bench: a whole prompt run before pp, one generated token before tg
-        st = pp ? kb_prompts(r, 1, n, err) : kb_decode(r, 1, 0, 1, err);
+        st = pp ? kb_prompts_at(r, 1, d, n, err) : kb_decode(r, 1, d, 1, err);
     if (st != CI_OK)
         return st;
     double ts[BENCH_KERNELS_MAX_REPS], secs[BENCH_KERNELS_MAX_REPS];
     memset(&r->cost, 0, sizeof r->cost);
     for (int i = 0; i < o->reps; i++) {
         int64_t t0 = ci_now_ns();
-        st = pp ? kb_prompts(r, 1, n, err) : kb_decode(r, 1, 0, n, err);
+        st = pp ? kb_prompts_at(r, 1, d, n, err) : kb_decode(r, 1, d, n, err);
         if (st != CI_OK)
             return st;
         secs[i] = (double)(ci_now_ns() - t0) * 1e-9;
@@ -301,17 +309,17 @@ static enum ci_status run_single(struct kb_run *r, const struct bench_kernels_op
     double roof_ts = n / t_roof, pct = 100.0 * s.avg / roof_ts;
     const char *bound = cost_bound(&r->cost);
     if (o->json) {
-        printf(
-            "{\"type\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "
-            "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"median_ts\": %.4f, \"avg_s\": %.6f, \"samples_ts\": [",
-            pp ? "pp" : "tg", label, pp ? n : 0, pp ? 0 : n, o->reps, s.avg, s.sd, s.median, s.avg_s);
+        printf("{\"type\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, "
+               "\"reps\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"median_ts\": %.4f, \"avg_s\": %.6f, "
+               "\"samples_ts\": [",
+               pp ? "pp" : "tg", label, pp ? n : 0, pp ? 0 : n, d, o->reps, s.avg, s.sd, s.median, s.avg_s);
         for (int i = 0; i < o->reps; i++)
             printf("%s%.4f", i ? ", " : "", ts[i]);
         printf("], \"flops\": %.6g, \"int8_ops\": %.6g, \"bytes\": %.6g, \"gflops\": %.3f, \"gbs\": %.3f, "
                "\"roofline_ts\": %.4f, \"roofline_pct\": %.3f, \"bound\": \"%s\"}\n",
                ops, int8_ops, bytes, ops / s.avg_s * 1e-9, bytes / s.avg_s * 1e-9, roof_ts, pct, bound);
     } else {
-        printf("| %-28s | %7d | %8s | %12.2f ± %-8.2f | %10.2f | %6.1f%% %-7s | %8.1f | %7.2f |\n",
+        printf("| %-28s | %7d | %13s | %12.2f ± %-8.2f | %10.2f | %6.1f%% %-7s | %8.1f | %7.2f |\n",
                model_desc, o->n_threads, label, s.avg, s.sd, roof_ts, pct, bound, ops / s.avg_s * 1e-9,
                bytes / s.avg_s * 1e-9);
     }
@@ -379,7 +387,7 @@ static int imax(int a, int b) {
 static enum ci_status kb_setup(struct kb_run *r, const struct bench_kernels_opts *o, struct ci_threadpool *tp,
                                struct ci_err *err) {
     const struct model_config *c = &r->m->config;
-    int max_b = 1, per_seq = imax(imax(o->n_prompt, o->n_gen), WARMUP_TOKENS);
+    int max_b = 1, per_seq = imax(imax(o->n_prompt, o->n_gen) + o->depth, WARMUP_TOKENS);
     for (int i = 0; i < o->n_batches; i++)
         max_b = imax(max_b, o->batches[i]);
     if (o->n_batches > 0)
@@ -390,7 +398,8 @@ static enum ci_status kb_setup(struct kb_run *r, const struct bench_kernels_opts
         return ci_err_set(err, CI_ERR_INVALID, "bench kernels: %d sequences x %d tokens is too many", max_b,
                           per_seq);
     // Tokens per forward call: a whole prompt chunk (up to ubatch), or one token per sequence.
-    int most = imax(imax(o->n_prompt, o->n_batches > 0 ? max_b * o->batch_pp : 0), WARMUP_TOKENS);
+    int most =
+        imax(imax(imax(o->n_prompt, o->depth), o->n_batches > 0 ? max_b * o->batch_pp : 0), WARMUP_TOKENS);
     r->ubatch = o->ubatch;
     r->max_tokens = imax(most < o->ubatch ? most : o->ubatch, max_b);
     r->max_seqs = max_b;
@@ -544,20 +553,26 @@ int bench_kernels_run(const struct bench_kernels_opts *o) {
 
     if (o->n_prompt > 0 || o->n_gen > 0) {
         if (!o->json) {
-            printf("\n| %-28s | %7s | %8s | %24s | %10s | %15s | %8s | %7s |\n", "model", "threads", "test",
+            printf("\n| %-28s | %7s | %13s | %24s | %10s | %15s | %8s | %7s |\n", "model", "threads", "test",
                    "t/s (mean ± sd)", "roof t/s", "% roof  bound", "GOP/s", "GB/s");
-            printf("| %.28s | %.7s | %.8s | %.23s | %.10s | %.15s | %.8s | %.7s |\n",
-                   "------------------------------", "-------", "--------", "-------------------------",
+            printf("| %.28s | %.7s | %.13s | %.23s | %.10s | %.15s | %.8s | %.7s |\n",
+                   "------------------------------", "-------", "-------------", "-------------------------",
                    "----------", "---------------", "--------", "-------");
         }
         char label[32];
         if (o->n_prompt > 0) {
-            snprintf(label, sizeof label, "pp%d", o->n_prompt);
+            if (o->depth)
+                snprintf(label, sizeof label, "pp%d @ d%d", o->n_prompt, o->depth);
+            else
+                snprintf(label, sizeof label, "pp%d", o->n_prompt);
             if (run_single(&r, o, true, label, desc, &err) != CI_OK)
                 goto fail;
         }
         if (o->n_gen > 0) {
-            snprintf(label, sizeof label, "tg%d", o->n_gen);
+            if (o->depth)
+                snprintf(label, sizeof label, "tg%d @ d%d", o->n_gen, o->depth);
+            else
+                snprintf(label, sizeof label, "tg%d", o->n_gen);
             if (run_single(&r, o, false, label, desc, &err) != CI_OK)
                 goto fail;
         }

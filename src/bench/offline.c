@@ -368,7 +368,7 @@ void bench_offline_opts_default(struct bench_offline_opts *o) {
     o->num_prompts = o->input_len = o->output_len = o->groups = o->prefix_len = o->suffix_len = -1;
     o->long_len = o->long_output_len = -1;
     o->range_ratio = o->input_sigma = o->output_sigma = o->long_at = o->long_delay_ms = -1;
-    o->kv_type = "f32";
+    o->kv_type = "f16";
     o->seed = 1;
     o->sweep_steps = 2;
     o->threads = 2;

@@ -30,6 +30,7 @@ struct ci_threadpool;
 struct bench_kernels_opts {
     const char *model;
     int n_threads, n_prompt, n_gen, reps, batch_reps, batch_pp, batch_tg, ubatch, block_size;
+    int depth; // pp / tg: tokens of context already in the KV cache before the test (llama-bench -d)
     const char *kv_type; // KV cache element type (--kv-type): "f32", "f16" or "q8_0"
     int batches[BENCH_KERNELS_MAX_BATCHES], n_batches;
     float bw_gbs, peak_gflops, int8_peak_gops; // given roofs (0: measure)

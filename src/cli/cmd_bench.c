@@ -57,7 +57,7 @@ int cmd_bench(int argc, char **argv) {
         {"--kv-mem", NULL, ARG_FLOAT, &o.kv_mem_mib, 0, 1 << 24,
          "MIB  KV budget for every policy (default: 4 whole contexts)"},
         {"--kv-type", NULL, ARG_STR, &o.kv_type, 0, 0,
-         "T  KV cache element type: f32|f16|q8_0 (default f32)"},
+         "T  KV cache element type: f32|f16|q8_0 (default f16)"},
         {"--max-seqs", NULL, ARG_INT, &o.max_seqs, 1, 4096,
          "N  running sequences; static batch (default 16)"},
         {"--max-batch-tokens", NULL, ARG_INT, &o.max_batch_tokens, 1, 1 << 20,

@@ -41,7 +41,7 @@ int cmd_bench_kernels(int argc, char **argv) {
         .seed = 1,
     };
     const char *batches = "1,4,16";
-    const char *kv_type = "f32";
+    const char *kv_type = "f16";
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--threads", "-t", ARG_INT, &o.n_threads, 1, 512, "N  kernel threads (default: online CPUs)"},
@@ -49,6 +49,8 @@ int cmd_bench_kernels(int argc, char **argv) {
          "P  pp test: prompt tokens (default 512; 0 = skip)"},
         {"--n-gen", "-n", ARG_INT, &o.n_gen, 0, 1 << 20,
          "N  tg test: generated tokens (default 128; 0 = skip)"},
+        {"--depth", "-d", ARG_INT, &o.depth, 0, 1 << 20,
+         "D  pp/tg: tokens of context in the KV cache before the test (llama-bench -d; default 0)"},
         {"--reps", "-r", ARG_INT, &o.reps, 1, BENCH_KERNELS_MAX_REPS,
          "R  repetitions of pp and tg (default 5)"},
         {"--batch", NULL, ARG_STR, &batches, 0, 0,
@@ -60,7 +62,8 @@ int cmd_bench_kernels(int argc, char **argv) {
          "R  batched: runs averaged (default 1)"},
         {"--ubatch", NULL, ARG_INT, &o.ubatch, 1, 1 << 16, "N  most tokens per forward call (default 512)"},
         {"--block-size", NULL, ARG_INT, &o.block_size, 1, 1 << 16, "N  KV block size in tokens (default 16)"},
-        {"--kv-type", NULL, ARG_STR, &kv_type, 0, 0, "T  KV cache element type: f32|f16|q8_0 (default f32)"},
+        {"--kv-type", NULL, ARG_STR, &kv_type, 0, 0,
+         "T  KV cache element type: f32|f16|q8_0 (default f16, as llama-bench)"},
         {"--bandwidth-gbs", NULL, ARG_FLOAT, &o.bw_gbs, 0.001, 1e6,
          "X  memory bandwidth, GB/s (default: measure)"},
         {"--peak-gflops", NULL, ARG_FLOAT, &o.peak_gflops, 0.001, 1e9,
@@ -74,8 +77,9 @@ int cmd_bench_kernels(int argc, char **argv) {
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 3)) {
-        args_usage("bench kernels", "-m MODEL [-t N] [-p 512] [-n 128] [--batch 1,4,16] [-r R] [--json]",
-                   specs, n_specs);
+        args_usage("bench kernels",
+                   "-m MODEL [-t N] [-p 512] [-n 128] [-d 0] [--batch 1,4,16] [-r R] [--json]", specs,
+                   n_specs);
         return 0;
     }
     const char *pos[1];

@@ -18,12 +18,12 @@ static void print_bytes(const char *label, double bytes) {
 }
 
 int cmd_info(int argc, char **argv) {
-    const char *model_path = NULL, *tok_path = NULL, *kv_type_s = "f32";
+    const char *model_path = NULL, *tok_path = NULL, *kv_type_s = "f16";
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--tokenizer", NULL, ARG_STR, &tok_path, 0, 0, "FILE  tokenizer.bin (llama2.c checkpoints)"},
         {"--kv-type", NULL, ARG_STR, &kv_type_s, 0, 0,
-         "T  KV element type of the full-context lines: f32|f16|q8_0 (default f32)"},
+         "T  KV element type of the full-context lines: f32|f16|q8_0 (default f16, as run and serve)"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 2)) {

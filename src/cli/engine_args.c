@@ -10,7 +10,7 @@
 
 void engine_args_init(struct engine_args *a) {
     cinfer_engine_options_default(&a->o);
-    a->o.kv_type = "f32";
+    a->o.kv_type = "f16"; // as llama.cpp; the library's own default (cinfer_engine_options_default) stays f32
     a->kv_mem = NULL;
     a->no_chunked_prefill = false;
     a->no_prefix_cache = false;
@@ -54,7 +54,7 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
          "    one whole-context KV block per sequence (static allocation)"},
         {"--kv-mem", NULL, ARG_STR, &a->kv_mem, 0, 0, "BYTES  KV pool size, e.g. 256M (default 256M)"},
         {"--kv-type", NULL, ARG_STR, &p->kv_type, 0, 0,
-         "T  KV cache element type: f32|f16|q8_0 (default f32; q8_0: head_dim a multiple of 32)"},
+         "T  KV cache element type: f32|f16|q8_0 (default f16; q8_0: head_dim a multiple of 32)"},
         {"--kv-blocks", NULL, ARG_INT, &p->kv_blocks, 1, 1 << 30, "N  KV pool size in blocks"},
         {"--no-prefix-cache", NULL, ARG_FLAG, &a->no_prefix_cache, 0, 0, "    do not share prompt blocks"},
         {"--ctx", "-c", ARG_INT, &p->n_ctx, 0, 1 << 24, "N  context limit (default: the model's)"},

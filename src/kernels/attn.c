@@ -17,6 +17,15 @@
  * own n for the last chunks), so the grouping changes no result: a token computes the same alone, in a
  * decode batch or in any prompt chunk.
  *
+ * Long contexts: every walk is cut at the multiples of ATTN_SEG positions into segments; the first segment a
+ * query sees is walked into its running state, each later one from an empty state and then folded in by the
+ * log-sum-exp merge (merge_row), left to right.  The cut depends only on the positions, so a token still
+ * gives the same bits on every path.  It lets a decode batch with too few (token, KV head) items for the
+ * threads (batch 1, few KV heads under GQA) run one task per (item, segment) instead (split-K, as in
+ * flash-decoding): each task writes its segment's state (max, sum, unnormalized V sum) to a scratch slot, and
+ * the task that finishes an item's last segment folds the slots in the same left-to-right order, so the
+ * split changes no bit either; it only spreads a long context's K/V reads over the threads.
+ *
  * Optional features (struct ci_attn_args): a sliding window starts each token's walk at its first visible
  * position (the first chunk cut short, the later edges unchanged); logit soft-capping runs one scalar chunk
  * (chunk_capped) shared by every table; both take the per-token walk (no grouped prefill).  Attention sinks
@@ -24,9 +33,12 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "core/check.h"
+#include "core/mem.h"
 #include "core/threadpool.h"
 #include "kernels/dot.h"
 
@@ -36,19 +48,57 @@
 #define ATTN_TOKEN_GROUP 8
 // Prefill tasks per thread the slot size aims at, so the dynamic hand-out can even out the causal costs.
 #define ATTN_TASKS_PER_THREAD 8
+// Positions per segment: every walk over a token's context is cut at the multiples of ATTN_SEG (a multiple
+// of CI_ATTN_CHUNK), each segment's softmax state is computed from scratch and the states are merged left to
+// right (merge_row), whether one task walks them all or the split decode hands them to several tasks.
+#define ATTN_SEG 256
+_Static_assert(ATTN_SEG % CI_ATTN_CHUNK == 0, "segment edges must be chunk edges");
+// Split decode when fewer than this many (token, KV head) items per thread.
+#define ATTN_SPLIT_ITEMS_PER_THREAD 4
+// Most scratch the split decode takes for its segment states; above it the decode is not split.
+#define ATTN_SPLIT_MAX_BYTES ((size_t)32 << 20)
+
+struct attn_split;
 
 struct attn_job {
     const struct ci_attn_args *a;
     ci_attn_chunk_fn chunk;
     ci_attn_group_fn grp;
-    int group;   // query heads per KV head
-    int slot;    // tokens per task: 1 = one task per token (decode), else grouped prefill slots
-    int n_slots; // ceil(n_tokens / slot)
+    int group;                // query heads per KV head
+    int slot;                 // tokens per task: 1 = one task per token (decode), else grouped prefill slots
+    int n_slots;              // ceil(n_tokens / slot)
+    struct attn_split *split; // non-NULL: decode split over (token, KV head, segment) tasks
+};
+
+/* The split decode's bookkeeping, in one allocation: item i = (token i / n_kv_head, KV head i % n_kv_head)
+ * owns tasks first[i] .. first[i + 1] - 1, one per segment, whose states go to part + first-task offset
+ * (per segment [m: group][l: group][acc: group][hd]); left[i] counts its unfinished segments, and the task
+ * that finishes the last one merges them and writes the item's output rows. */
+struct attn_split {
+    int n_items;
+    int *first;       // [n_items + 1]
+    atomic_int *left; // [n_items]
+    float *part;      // [first[n_items]][group * (hd + 2)]
 };
 
 /* First key position a query at pos sees: pos - window + 1 under a sliding window, else 0. */
 static int window_start(const struct ci_attn_args *a, int pos) {
     return a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+}
+
+/* Folds a segment's softmax state (m, l, a) into the running state (M, L, A) of one query row: both rescaled
+ * to the larger max (the log-sum-exp merge), L = L e^(M - M') + l e^(m - M'), A likewise.  Every path
+ * (one task per token, grouped prefill, split decode) folds the same segments in the same order with this one
+ * routine, so they agree bit for bit. */
+static void merge_row(float *M, float *L, float *A, float m, float l, const float *a, int hd) {
+    if (m == -INFINITY) // nothing seen (cannot happen for a non-empty segment; kept safe)
+        return;
+    float mx = *M > m ? *M : m;
+    float c0 = *M == -INFINITY ? 0.0f : expf(*M - mx), c1 = expf(m - mx);
+    *L = *L * c0 + l * c1;
+    for (int d = 0; d < hd; d++)
+        A[d] = A[d] * c0 + a[d] * c1;
+    *M = mx;
 }
 
 /* out = acc / l, or with an attention sink x for this head: the softmax denominator gains e^x, i.e.
@@ -111,37 +161,23 @@ static void chunk_capped(uint32_t type, const void *const *k, const void *const 
     }
 }
 
-/* Query heads [h0, h0 + ng) of token t, all reading KV head kvh. */
-static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng) {
+/* The online softmax of query rows q[0..ng) of token t over positions [ps, pe) of KV head kvh (a range inside
+ * one segment), continuing the state m, l, acc.  The chunks sit at the fixed multiples of CI_ATTN_CHUNK (a
+ * range starting inside one cuts it short), so the order depends only on the positions. */
+static void walk_heads(const struct attn_job *j, int t, int kvh, const float *const *q, int ng, int ps,
+                       int pe, float *m, float *l, float *acc) {
     const struct ci_attn_args *a = j->a;
     const struct ci_kv_layer *kv = a->kv;
     const int hd = kv->head_dim, bs = kv->block_size;
-    const int pos = a->pos[t];
     const struct ci_attn_seq *s = &a->seqs[a->seq[t]];
-    CI_ASSERT(pos >= 0 && pos / bs < s->n_blocks);
-
-    float acc[ATTN_SUBGROUP * CI_ATTN_MAX_HEAD_DIM]; // [ng][hd] unnormalized sum of w * v
-    float m[ATTN_SUBGROUP];                          // running max score
-    float l[ATTN_SUBGROUP];                          // running sum of exp(score - m)
-    const float *q[ATTN_SUBGROUP];                   // [ng] -> [hd]
-    for (int g = 0; g < ng; g++) {
-        q[g] = a->q + ((size_t)t * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-    }
-    for (int d = 0; d < ng * hd; d++)
-        acc[d] = 0.0f;
-
+    CI_ASSERT(ps >= 0 && ps < pe && (pe - 1) / bs < s->n_blocks);
     const unsigned char *kb = kv->k, *vb = kv->v;
     const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
-    // A window starts the walk at the first position it sees; the chunk edges stay at the fixed multiples of
-    // CI_ATTN_CHUNK (the first chunk is cut short), so the order still depends only on the position.
-    const int lo = window_start(a, pos);
-    for (int p0 = lo - lo % CI_ATTN_CHUNK; p0 <= pos; p0 += CI_ATTN_CHUNK) {
-        int p1 = p0 + CI_ATTN_CHUNK < pos + 1 ? p0 + CI_ATTN_CHUNK : pos + 1, ps = p0 > lo ? p0 : lo;
-        int n = p1 - ps;
+    for (int p0 = ps - ps % CI_ATTN_CHUNK; p0 < pe; p0 += CI_ATTN_CHUNK) {
+        int p1 = p0 + CI_ATTN_CHUNK < pe ? p0 + CI_ATTN_CHUNK : pe, pb = p0 > ps ? p0 : ps;
+        int n = p1 - pb;
         for (int i = 0; i < n; i++) {
-            int p = ps + i;
+            int p = pb + i;
             int32_t blk = s->block_table[p / bs];
             CI_DASSERT(blk >= 0);
             size_t off = ci_kv_offset(kv, blk, kvh, p % bs); // this KV head's slots are contiguous in a block
@@ -153,46 +189,87 @@ static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng)
         else
             j->chunk(kp, vp, n, q, ng, hd, a->scale, m, l, acc);
     }
+}
 
+/* Visible positions [lo, pos] of token t cut into segments: the first segment index and the count. */
+static void token_segments(const struct ci_attn_args *a, int t, int *s0, int *ns) {
+    int lo = window_start(a, a->pos[t]);
+    *s0 = lo / ATTN_SEG;
+    *ns = a->pos[t] / ATTN_SEG - *s0 + 1;
+}
+
+/* Segment s of token t: the positions [*ps, *pe) it sees there. */
+static void segment_range(const struct ci_attn_args *a, int t, int s, int *ps, int *pe) {
+    int lo = window_start(a, a->pos[t]), pos = a->pos[t];
+    *ps = s * ATTN_SEG > lo ? s * ATTN_SEG : lo;
+    *pe = (s + 1) * ATTN_SEG < pos + 1 ? (s + 1) * ATTN_SEG : pos + 1;
+}
+
+static void init_rows(int nr, int hd, float *m, float *l, float *acc) {
+    for (int r = 0; r < nr; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    for (int d = 0; d < nr * hd; d++)
+        acc[d] = 0.0f;
+}
+
+static void query_rows(const struct ci_attn_args *a, int t, int h0, int ng, const float **q) {
+    for (int g = 0; g < ng; g++)
+        q[g] = a->q + ((size_t)t * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)a->kv->head_dim;
+}
+
+/* Query heads [h0, h0 + ng) of token t, all reading KV head kvh: segment by segment, the first walked straight
+ * into the running state (merging into the empty state would copy it), the later ones merged in. */
+static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng) {
+    const struct ci_attn_args *a = j->a;
+    const int hd = a->kv->head_dim;
+    CI_ASSERT(a->pos[t] >= 0 && a->pos[t] / a->kv->block_size < a->seqs[a->seq[t]].n_blocks);
+
+    float acc[ATTN_SUBGROUP * CI_ATTN_MAX_HEAD_DIM]; // [ng][hd] unnormalized sum of w * v
+    float m[ATTN_SUBGROUP];                          // running max score
+    float l[ATTN_SUBGROUP];                          // running sum of exp(score - m)
+    float sacc[ATTN_SUBGROUP * CI_ATTN_MAX_HEAD_DIM], sm[ATTN_SUBGROUP], sl[ATTN_SUBGROUP]; // one segment's
+    const float *q[ATTN_SUBGROUP];                                                          // [ng] -> [hd]
+    query_rows(a, t, h0, ng, q);
+    init_rows(ng, hd, m, l, acc);
+    int s0, ns;
+    token_segments(a, t, &s0, &ns);
+    for (int s = s0; s < s0 + ns; s++) {
+        int ps, pe;
+        segment_range(a, t, s, &ps, &pe);
+        if (s == s0) {
+            walk_heads(j, t, kvh, q, ng, ps, pe, m, l, acc);
+            continue;
+        }
+        init_rows(ng, hd, sm, sl, sacc);
+        walk_heads(j, t, kvh, q, ng, ps, pe, sm, sl, sacc);
+        for (int g = 0; g < ng; g++)
+            merge_row(&m[g], &l[g], acc + (size_t)g * (size_t)hd, sm[g], sl[g], sacc + (size_t)g * (size_t)hd,
+                      hd);
+    }
     for (int g = 0; g < ng; g++) {
         float *o = a->out + ((size_t)t * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
         finish_row(a, h0 + g, m[g], l[g], acc + (size_t)g * (size_t)hd, o, hd);
     }
 }
 
-/* Query heads [h0, h0 + ng) of the nt tokens t0.. of one sequence at consecutive positions, all reading KV
- * head kvh: per chunk, one grouped call for every (token, head) whose position reaches it.  Row (i, g) sees
- * min(CI_ATTN_CHUNK, pos_i + 1 - p0) positions of the chunk at p0, exactly what attn_heads gives token i. */
-static void attn_run(const struct attn_job *j, int t0, int nt, int kvh, int h0, int ng) {
+/* The grouped walk of rows q[0..nr) (token i = row / ng) over the chunks of positions [p_seg, p_end) of one
+ * segment, p_end <= p_last + 1, continuing the state m, l, acc: per chunk, one grouped call for every row
+ * whose token reaches it.  Row (i, g) sees min(CI_ATTN_CHUNK, pos_i + 1 - p0) positions of the chunk at p0,
+ * exactly what walk_heads gives token i. */
+static void walk_run(const struct attn_job *j, int t0, int nt, int kvh, int ng, const float *const *q,
+                     int p_seg, int p_end, float *m, float *l, float *acc) {
     const struct ci_attn_args *a = j->a;
     const struct ci_kv_layer *kv = a->kv;
-    const int hd = kv->head_dim, bs = kv->block_size;
-    const int p_first = a->pos[t0], p_last = a->pos[t0 + nt - 1];
+    const int hd = kv->head_dim, bs = kv->block_size, nr = nt * ng;
+    const int p_first = a->pos[t0];
     const struct ci_attn_seq *s = &a->seqs[a->seq[t0]];
-    CI_ASSERT(nt <= ATTN_TOKEN_GROUP && ng <= ATTN_SUBGROUP);
-    CI_ASSERT(p_first >= 0 && p_last == p_first + (nt - 1) && p_last / bs < s->n_blocks);
-
-    enum { MAX_ROWS = ATTN_TOKEN_GROUP * ATTN_SUBGROUP };
-    float acc[MAX_ROWS * CI_ATTN_MAX_HEAD_DIM]; // [nt][ng][hd] unnormalized sum of w * v
-    float m[MAX_ROWS];                          // running max score
-    float l[MAX_ROWS];                          // running sum of exp(score - m)
-    const float *q[MAX_ROWS];                   // [nt][ng] -> [hd]
-    int n[MAX_ROWS];                            // positions of the current chunk each row sees
-    const int nr = nt * ng;
-    for (int i = 0; i < nt; i++)
-        for (int g = 0; g < ng; g++) {
-            int r = i * ng + g;
-            q[r] = a->q + ((size_t)(t0 + i) * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)hd;
-            m[r] = -INFINITY;
-            l[r] = 0.0f;
-        }
-    for (int d = 0; d < nr * hd; d++)
-        acc[d] = 0.0f;
-
+    int n[ATTN_TOKEN_GROUP * ATTN_SUBGROUP]; // positions of the current chunk each row sees
     const unsigned char *kb = kv->k, *vb = kv->v;
     const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
-    for (int p0 = 0; p0 <= p_last; p0 += CI_ATTN_CHUNK) {
-        int np = p_last + 1 - p0 < CI_ATTN_CHUNK ? p_last + 1 - p0 : CI_ATTN_CHUNK;
+    for (int p0 = p_seg; p0 < p_end; p0 += CI_ATTN_CHUNK) {
+        int np = p_end - p0 < CI_ATTN_CHUNK ? p_end - p0 : CI_ATTN_CHUNK;
         for (int i = 0; i < np; i++) {
             int p = p0 + i;
             int32_t blk = s->block_table[p / bs];
@@ -212,6 +289,45 @@ static void attn_run(const struct attn_job *j, int t0, int nt, int kvh, int h0, 
         int r0 = i0 * ng;
         j->grp(kp, vp, n + r0, nr - r0, q + r0, hd, a->scale, m + r0, l + r0, acc + (size_t)r0 * (size_t)hd);
     }
+}
+
+/* Query heads [h0, h0 + ng) of the nt tokens t0.. of one sequence at consecutive positions, all reading KV
+ * head kvh: segment by segment as attn_heads (the first into the running state, the later ones merged in for
+ * the tokens that reach them), each segment by the grouped walk. */
+static void attn_run(const struct attn_job *j, int t0, int nt, int kvh, int h0, int ng) {
+    const struct ci_attn_args *a = j->a;
+    const struct ci_kv_layer *kv = a->kv;
+    const int hd = kv->head_dim, bs = kv->block_size;
+    const int p_first = a->pos[t0], p_last = a->pos[t0 + nt - 1];
+    const struct ci_attn_seq *s = &a->seqs[a->seq[t0]];
+    CI_ASSERT(nt <= ATTN_TOKEN_GROUP && ng <= ATTN_SUBGROUP);
+    CI_ASSERT(p_first >= 0 && p_last == p_first + (nt - 1) && p_last / bs < s->n_blocks);
+
+    enum { MAX_ROWS = ATTN_TOKEN_GROUP * ATTN_SUBGROUP };
+    float acc[MAX_ROWS * CI_ATTN_MAX_HEAD_DIM]; // [nt][ng][hd] unnormalized sum of w * v
+    float m[MAX_ROWS];                          // running max score
+    float l[MAX_ROWS];                          // running sum of exp(score - m)
+    float sacc[MAX_ROWS * CI_ATTN_MAX_HEAD_DIM], sm[MAX_ROWS], sl[MAX_ROWS]; // one segment's state
+    const float *q[MAX_ROWS];                                                // [nt][ng] -> [hd]
+    const int nr = nt * ng;
+    for (int i = 0; i < nt; i++)
+        query_rows(a, t0 + i, h0, ng, q + i * ng);
+    init_rows(nr, hd, m, l, acc);
+    for (int p_seg = 0; p_seg <= p_last; p_seg += ATTN_SEG) {
+        int p_end = p_seg + ATTN_SEG < p_last + 1 ? p_seg + ATTN_SEG : p_last + 1;
+        if (p_seg == 0) {
+            walk_run(j, t0, nt, kvh, ng, q, p_seg, p_end, m, l, acc);
+            continue;
+        }
+        // Tokens before the segment are done: the rows from token i0 on see it.
+        int i0 = p_seg > p_first ? p_seg - p_first : 0, r0 = i0 * ng;
+        init_rows(nr - r0, hd, sm + r0, sl + r0, sacc + (size_t)r0 * (size_t)hd);
+        walk_run(j, t0 + i0, nt - i0, kvh, ng, q + r0, p_seg, p_end, sm + r0, sl + r0,
+                 sacc + (size_t)r0 * (size_t)hd);
+        for (int r = r0; r < nr; r++)
+            merge_row(&m[r], &l[r], acc + (size_t)r * (size_t)hd, sm[r], sl[r], sacc + (size_t)r * (size_t)hd,
+                      hd);
+    }
 
     for (int r = 0; r < nr; r++) {
         int i = r / ng, g = r % ng;
@@ -223,6 +339,99 @@ static void attn_run(const struct attn_job *j, int t0, int nt, int kvh, int h0, 
 /* True when token t continues token t - 1's run: same sequence, the next position. */
 static bool continues_run(const struct ci_attn_args *a, int t) {
     return t > 0 && a->seq[t] == a->seq[t - 1] && (int64_t)a->pos[t] == (int64_t)a->pos[t - 1] + 1;
+}
+
+/* Split decode, one task per (item, segment): the segment's state for every query head of the item's GQA group
+ * into its scratch slot; the task that finishes an item's last segment folds the slots left to right (the
+ * first one is the running state, as in attn_heads) and writes the output rows. */
+static void split_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const struct attn_job *j = ctx;
+    const struct ci_attn_args *a = j->a;
+    const struct attn_split *sp = j->split;
+    const int hd = a->kv->head_dim, n_kv_head = a->kv->n_kv_head, group = j->group;
+    const size_t slot = (size_t)group * (size_t)(hd + 2);
+    int lo = 0, hi = sp->n_items - 1; // the item whose tasks hold this one
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (sp->first[mid] <= task)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const int item = lo, t = item / n_kv_head, kvh = item % n_kv_head;
+    int s0, ns, ps, pe;
+    token_segments(a, t, &s0, &ns);
+    segment_range(a, t, s0 + (task - sp->first[item]), &ps, &pe);
+    float *st = sp->part + (size_t)task * slot; // [m: group][l: group][acc: group][hd]
+    float *m = st, *l = st + group, *acc = st + 2 * group;
+    init_rows(group, hd, m, l, acc);
+    for (int h = 0; h < group; h += ATTN_SUBGROUP) {
+        int ng = group - h < ATTN_SUBGROUP ? group - h : ATTN_SUBGROUP;
+        const float *q[ATTN_SUBGROUP];
+        query_rows(a, t, kvh * group + h, ng, q);
+        walk_heads(j, t, kvh, q, ng, ps, pe, m + h, l + h, acc + (size_t)h * (size_t)hd);
+    }
+    if (atomic_fetch_sub_explicit(&sp->left[item], 1, memory_order_acq_rel) != 1)
+        return;
+    float *st0 = sp->part + (size_t)sp->first[item] * slot;
+    float *M = st0, *L = st0 + group, *A = st0 + 2 * group;
+    for (int k = sp->first[item] + 1; k < sp->first[item + 1]; k++) {
+        const float *sk = sp->part + (size_t)k * slot;
+        for (int g = 0; g < group; g++)
+            merge_row(&M[g], &L[g], A + (size_t)g * (size_t)hd, sk[g], sk[group + g],
+                      sk + 2 * group + (size_t)g * (size_t)hd, hd);
+    }
+    for (int g = 0; g < group; g++) {
+        int h = kvh * group + g;
+        finish_row(a, h, M[g], L[g], A + (size_t)g * (size_t)hd,
+                   a->out + ((size_t)t * (size_t)a->n_head + (size_t)h) * (size_t)hd, hd);
+    }
+}
+
+/* The split decode's scratch for job j, or NULL when the split does not pay (one thread, enough items for the
+ * threads, every context within one segment) or does not fit (ATTN_SPLIT_MAX_BYTES, or no memory): the
+ * per-task walk then computes the same bits. */
+static struct attn_split *split_plan(const struct attn_job *j, int n_threads) {
+    const struct ci_attn_args *a = j->a;
+    const int n_kv_head = a->kv->n_kv_head;
+    const int64_t n_items = (int64_t)a->n_tokens * n_kv_head;
+    if (n_threads < 2 || j->slot != 1 || n_items == 0 ||
+        n_items >= (int64_t)n_threads * ATTN_SPLIT_ITEMS_PER_THREAD)
+        return NULL;
+    int64_t n_tasks = 0;
+    for (int t = 0; t < a->n_tokens; t++) {
+        int s0, ns;
+        token_segments(a, t, &s0, &ns);
+        n_tasks += (int64_t)ns * n_kv_head;
+    }
+    const size_t slot = (size_t)j->group * (size_t)(a->kv->head_dim + 2);
+    if (n_tasks == n_items || n_tasks > INT32_MAX ||
+        (size_t)n_tasks > ATTN_SPLIT_MAX_BYTES / sizeof(float) / slot)
+        return NULL;
+    size_t head = sizeof(struct attn_split), first = (size_t)(n_items + 1) * sizeof(int);
+    size_t left = (size_t)n_items * sizeof(atomic_int), part = (size_t)n_tasks * slot * sizeof(float);
+    first = (first + 63) & ~(size_t)63;
+    left = (left + 63) & ~(size_t)63;
+    unsigned char *mem = ci_malloc_aligned(((head + 63) & ~(size_t)63) + first + left + part);
+    if (!mem)
+        return NULL;
+    struct attn_split *sp = (struct attn_split *)(void *)mem;
+    mem += (head + 63) & ~(size_t)63;
+    sp->n_items = (int)n_items;
+    sp->first = (int *)(void *)mem;
+    sp->left = (atomic_int *)(void *)(mem + first);
+    sp->part = (float *)(void *)(mem + first + left);
+    int k = 0;
+    for (int i = 0; i < sp->n_items; i++) {
+        int s0, ns;
+        token_segments(a, i / n_kv_head, &s0, &ns);
+        sp->first[i] = k;
+        atomic_init(&sp->left[i], ns);
+        k += ns;
+    }
+    sp->first[sp->n_items] = k;
+    return sp;
 }
 
 static void attn_task(void *ctx, int task, int thread) {
@@ -305,6 +514,13 @@ void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) 
         j.slot = slot < 2 ? 2 : slot > ATTN_TOKEN_GROUP ? ATTN_TOKEN_GROUP : (int)slot;
     }
     j.n_slots = (a->n_tokens + j.slot - 1) / j.slot;
+    // Decode with too few (token, KV head) items for the threads: split the contexts into segments as well.
+    j.split = tp ? split_plan(&j, ci_threadpool_n_threads(tp)) : NULL;
+    if (j.split) {
+        ci_threadpool_run(tp, split_task, &j, j.split->first[j.split->n_items]);
+        ci_free_aligned(j.split);
+        return;
+    }
     int n_tasks = j.n_slots * kv->n_kv_head;
     if (tp) {
         ci_threadpool_run(tp, attn_task, &j, n_tasks);

@@ -21,55 +21,24 @@
 
 #include "kernels/attn_simd8_inl.h"
 
-/* The online-softmax chunk of dot.h.  Scores: one 8-lane FMA chain per position over head_dim, 8 positions'
- * chains summed across lanes together (reduce8_ps); lanes past n get -inf, hence weight 0.  Weights by exp8,
- * then per 8 dimensions one rescale and n FMAs.  head_dim not a multiple of 8 takes the scalar reference. */
+/* The online-softmax chunk of dot.h: the grouped chunk below with every head's row seeing all n positions.
+ * Per row: scores by one 8-lane FMA chain per position over head_dim, 8 positions' chains run side by side and
+ * summed across lanes together (reduce8_ps); lanes past n get -inf, hence weight 0.  Weights by exp8, then per
+ * 8 dimensions one rescale and n FMAs, 8 dimension blocks side by side.  head_dim not a multiple of 8 takes
+ * the scalar reference. */
 void ci_avx2_attn_f32(const void *const *kr, const void *const *vr, int n, const float *const *q, int ng,
                       int hd, float scale, float *m, float *l, float *acc) {
     if (hd % 8 != 0) {
         ci_ref_attn_f32(kr, vr, n, q, ng, hd, scale, m, l, acc);
         return;
     }
-    const float *const *k = (const float *const *)kr, *const *v = (const float *const *)vr;
-    for (int g = 0; g < ng; g++) {
-        _Alignas(32) float w[CI_ATTN_CHUNK];
-        __m256 sc[CI_ATTN_CHUNK / 8];
-        for (int h = 0; h < CI_ATTN_CHUNK / 8; h++) {
-            __m256 dv[8];
-            for (int j = 0; j < 8; j++) {
-                int i = h * 8 + j;
-                __m256 a = _mm256_setzero_ps();
-                if (i < n)
-                    for (int d = 0; d < hd; d += 8)
-                        a = _mm256_fmadd_ps(_mm256_loadu_ps(q[g] + d), _mm256_loadu_ps(k[i] + d), a);
-                dv[j] = a;
-            }
-            __m256 valid = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7),
-                                         _mm256_set1_ps((float)(n - h * 8)), _CMP_LT_OQ);
-            sc[h] = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY),
-                                     _mm256_mul_ps(reduce8_ps(dv), _mm256_set1_ps(scale)), valid);
-        }
-        __m256 mv = _mm256_max_ps(sc[0], sc[1]);
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float mx = _mm_cvtss_f32(m4) > m[g] ? _mm_cvtss_f32(m4) : m[g];
-        float c =
-            m[g] == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(m[g] - mx))));
-        __m256 vmx = _mm256_set1_ps(mx);
-        __m256 w0 = exp8(_mm256_sub_ps(sc[0], vmx)), w1 = exp8(_mm256_sub_ps(sc[1], vmx));
-        _mm256_store_ps(w, w0);
-        _mm256_store_ps(w + 8, w1);
-        l[g] = l[g] * c + hsum(_mm256_add_ps(w0, w1));
-        float *a = acc + (size_t)g * (size_t)hd;
-        const __m256 vc = _mm256_set1_ps(c);
-        for (int d = 0; d < hd; d += 8) {
-            __m256 t = _mm256_mul_ps(_mm256_loadu_ps(a + d), vc);
-            for (int i = 0; i < n; i++)
-                t = _mm256_fmadd_ps(_mm256_broadcast_ss(&w[i]), _mm256_loadu_ps(v[i] + d), t);
-            _mm256_storeu_ps(a + d, t);
-        }
-        m[g] = mx;
+    int nn[8];
+    for (int g = 0; g < 8; g++)
+        nn[g] = n;
+    for (int g0 = 0; g0 < ng; g0 += 8) {
+        int nr = ng - g0 < 8 ? ng - g0 : 8;
+        ci_avx2_attn_grp_f32(kr, vr, nn, nr, q + g0, hd, scale, m + g0, l + g0,
+                             acc + (size_t)g0 * (size_t)hd);
     }
 }
 
@@ -190,8 +159,9 @@ AI void pv_row(float *a, const float *const *v, const float *w, int n, int hd, f
 
 #undef PV_FMA
 
-/* The grouped chunk of dot.h: per row the operations of ci_avx2_attn_f32 on that row's n[r] positions (the
- * same scores, max, exp8 weights, lane sum, rescale and value FMAs), the chunk's K/V rows shared in L1. */
+/* The grouped chunk of dot.h (and, with every row at n, the chunk itself: ci_avx2_attn_f32): per row the
+ * scores, max, exp8 weights, lane sum, rescale and value FMAs of its n[r] positions, the chunk's K/V rows shared
+ * in L1. */
 void ci_avx2_attn_grp_f32(const void *const *kr, const void *const *vr, const int *n, int nr,
                           const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
     if (hd % 8 != 0) {

@@ -1,8 +1,8 @@
 /* Attention chunk kernels of the AVX-512 table.  Like dot_avx512.c this file is built portably and every
  * function carries a target attribute; dispatch.c calls in only after the CPU probe.
  *
- * The f32 chunk is the AVX2 one (attn_avx2.c: at CI_ATTN_CHUNK = 16 positions and head_dim <= 256 its 8-lane
- * score chains and value FMAs are not the bottleneck).  The f16 and q8_0 chunks widen the chunk's K/V rows to
+ * The f32 chunk is the grouped f32 chunk below with all rows seeing the whole chunk (the AVX2 chunk's bits, its
+ * chains interleaved; head_dim not a multiple of 16: the AVX2 chunk itself).  The f16 and q8_0 chunks widen the chunk's K/V rows to
  * float 16 lanes at a time (vcvtph2ps; int8 -> float times the block scale, the single rounding of
  * ci_dequantize_row) and run that f32 chunk, so every table gives the same bits for a KV type on a given
  * f32 chunk.  The grouped chunks (dot.h, prefill): this widening once per chunk for all rows, then a grouped
@@ -20,9 +20,23 @@
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
+/* The decode chunk: the grouped chunk below with every head's row seeing all n positions, which gives each row
+ * the AVX2 chunk's bits (dot.h) while running 8 positions' score chains and 8 value accumulators side by side
+ * (the AVX2 chunk, one dependent FMA chain at a time, is latency-bound at decode's few heads per KV head). */
 T512 void ci_avx512_attn_f32(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                              int hd, float scale, float *m, float *l, float *acc) {
-    ci_dot_avx2_table()->attn_f32(k, v, n, q, ng, hd, scale, m, l, acc);
+    if (hd % 16 != 0) {
+        ci_dot_avx2_table()->attn_f32(k, v, n, q, ng, hd, scale, m, l, acc);
+        return;
+    }
+    int nn[8];
+    for (int g = 0; g < 8; g++)
+        nn[g] = n;
+    for (int g0 = 0; g0 < ng; g0 += 8) {
+        int nr = ng - g0 < 8 ? ng - g0 : 8;
+        ci_avx512_attn_grp_f32(k, v, nn, nr, q + g0, hd, scale, m + g0, l + g0,
+                               acc + (size_t)g0 * (size_t)hd);
+    }
 }
 
 /* The rows of a chunk widened to float: out [n][hd] (hd a multiple of 16; of 32 for Q8_0). */
@@ -58,7 +72,7 @@ T512 static void attn_widened(uint32_t type, const void *const *k, const void *c
     const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
     widen_rows(type, k, n, hd, kf, kp);
     widen_rows(type, v, n, hd, vf, vp);
-    ci_dot_avx2_table()->attn_f32(kp, vp, n, q, ng, hd, scale, m, l, acc);
+    ci_avx512_attn_f32(kp, vp, n, q, ng, hd, scale, m, l, acc);
 }
 
 T512 void ci_avx512_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng,

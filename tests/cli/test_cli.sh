@@ -114,6 +114,26 @@ if [[ "$out" == "Once upon a time, there was a little girl named Lily."* ]] &&
 else
     fail run_kv_type_f16 "stdout '$out' stderr $(tr '\n' '|' <"$T/err")"
 fi
+# The default KV type of run, serve, bench and bench kernels is f16 (llama.cpp's); f32 on request (the
+# reference tests pass it); info's "chosen" lines follow run's default.  serve: tests/server/test_server.py.
+"$BIN" run -m "$M/stories260K.gguf" -n 2 --temp 0 >/dev/null 2>"$T/err"
+grep -q "(f16, 640 bytes per token)" "$T/err" && pass run_kv_type_default_f16 ||
+    fail run_kv_type_default_f16 "$(tr '\n' '|' <"$T/err")"
+"$BIN" run -m "$M/stories260K.gguf" -n 2 --temp 0 --kv-type f32 >/dev/null 2>"$T/err"
+grep -q "(f32, 1280 bytes per token)" "$T/err" && pass run_kv_type_f32 ||
+    fail run_kv_type_f32 "$(tr '\n' '|' <"$T/err")"
+out=$("$BIN" info -m "$M/stories260K.gguf" 2>&1)
+grep -q "KV cache per token, chosen *640 bytes (--kv-type f16)" <<<"$out" && pass info_kv_type_default_f16 ||
+    fail info_kv_type_default_f16 "$(tr '\n' '|' <<<"$out")"
+out=$("$BIN" bench kernels -m "$M/stories260K.gguf" -t 1 -p 8 -n 0 --batch 0 -r 1 --no-warmup --bandwidth-gbs 10 \
+    --peak-gflops 10 --int8-peak-gops 10 --json 2>&1)
+grep -q '"kv_type": "f16"' <<<"$out" && pass bench_kernels_kv_type_default_f16 ||
+    fail bench_kernels_kv_type_default_f16 "$(tr '\n' '|' <<<"$out" | cut -c1-300)"
+for h in run serve bench "bench kernels"; do
+    # shellcheck disable=SC2086
+    "$BIN" $h --help 2>&1 | grep -q -- "--kv-type .*default f16" && pass "help_kv_default_f16_${h// /_}" ||
+        fail "help_kv_default_f16_${h// /_}" "no '--kv-type ... default f16' in cinfer $h --help"
+done
 out=$("$BIN" info -m "$M/stories260K.gguf" --kv-type f16 2>&1)
 grep -q "KV cache per token, chosen *640 bytes (--kv-type f16)" <<<"$out" && pass info_kv_type ||
     fail info_kv_type "$(tr '\n' '|' <<<"$out")"
@@ -218,6 +238,30 @@ PYEOF
     pass bench_kernels_roof_per_weight_type
 else
     fail bench_kernels_roof_per_weight_type "$(cat "$T/k40.json" "$T/k80.json" "$T/kf32.json" "$T/err")"
+fi
+
+# bench kernels -d D (llama-bench -d): pp and tg run after D tokens of context, so each of tg's N steps reads
+# D more KV positions: N * D * 640 more bytes on stories260K in f16 (2 * 5 layers * 4 KV heads * 8 dims * 2 B)
+# than at depth 0, and pp's tokens attend to D more positions each; the labels say the depth.
+depth() { # D -> JSON lines
+    "$BIN" bench kernels -m "$M/stories260K.gguf" -t 2 -p 8 -n 4 -d "$1" --batch 0 -r 1 --bandwidth-gbs 10 \
+        --peak-gflops 10 --int8-peak-gops 10 --kv-type f16 --json 2>"$T/err"
+}
+depth 0 >"$T/d0.json"
+depth 300 >"$T/d300.json"
+if "$PY" - "$T/d0.json" "$T/d300.json" <<'PYEOF'; then
+import json, sys
+a, b = ({d["type"]: d for d in map(json.loads, open(p))} for p in sys.argv[1:3])
+assert a["tg"]["test"] == "tg4" and b["tg"]["test"] == "tg4 @ d300" and b["pp"]["test"] == "pp8 @ d300", b
+assert a["tg"]["n_depth"] == 0 and b["tg"]["n_depth"] == 300 and b["pp"]["n_depth"] == 300, b
+extra = b["tg"]["bytes"] - a["tg"]["bytes"]
+assert abs(extra - 4 * 300 * 640) <= 1e-3 * 4 * 300 * 640, (extra, a["tg"], b["tg"])
+# attention FLOPs: 4 * layers * heads * head_dim = 1280 per query per attended position
+assert abs((b["pp"]["flops"] - a["pp"]["flops"]) - 8 * 300 * 1280) <= 1e-3 * 8 * 300 * 1280, (a["pp"], b["pp"])
+PYEOF
+    pass bench_kernels_depth
+else
+    fail bench_kernels_depth "$(cat "$T/d0.json" "$T/d300.json" "$T/err")"
 fi
 
 # cinfer quantize: the error paths (usage errors exit 2, bad files 1, never a partial output), then one

@@ -115,7 +115,7 @@ TOL_LLAMACPP = 0.06 of the spread;
   - llama.cpp decodes 32 greedy tokens from BOS; cinfer's argmax over BOS + llama.cpp's ids (teacher forcing)
     must pick llama.cpp's token at every step where llama.cpp's top-two log-probability gap exceeds TIE = 1.0
     logit; at least MIN_DECISIVE steps of each file, and more than half of all steps, must be decisive;
-  - `cinfer run -p "" -n 32 --temp 0 --ids --ignore-eos` prints 32 ids, which equal llama.cpp's until they
+  - `cinfer run -p "" -n 32 --temp 0 --ids --ignore-eos --kv-type f32` prints 32 ids, which equal llama.cpp's until they
     fork, and they may fork only at one of llama.cpp's near ties (gap <= TIE).
 
 Env: NLC_DIR (node-llama-cpp, from scripts/llamacpp-setup.sh; unset: the llama.cpp comparisons print a SKIP
@@ -587,7 +587,8 @@ def run_greedy(rep, label, path):
     """`cinfer run`'s greedy ids from BOS (None if it failed)."""
     name = "kquant_run_greedy_%s" % label
     try:
-        out, _ = ciref.cinfer(["run", "-m", path, "-p", "", "-n", N_GEN, "--temp", "0", "--ids", "--ignore-eos"])
+        out, _ = ciref.cinfer(["run", "-m", path, "-p", "", "-n", N_GEN, "--temp", "0", "--ids", "--ignore-eos",
+                               "--kv-type", "f32"])
         run = [int(x) for x in out.split()]
     except (CinferError, ValueError) as e:
         rep.fail(name, e)

@@ -24,7 +24,7 @@ in place of the long ones and the YaRN file unscaled are far from llama.cpp; and
 an original context of 512, where both engines use the short factors, and tiny-yarn with
 rope.scaling.attn_factor 0.8), and for stories260K.bin converted by `cinfer convert`:
   - cinfer's logits vs llama.cpp's log-probabilities at every position (same measure and tolerances as part A);
-  - 32 greedy ids from BOS: `cinfer run -p "" -n 32 --temp 0 --ids` == llama.cpp's argmax decoding;
+  - 32 greedy ids from BOS: `cinfer run -p "" -n 32 --temp 0 --ids --kv-type f32` == llama.cpp's argmax decoding;
   - 32 greedy ids after BOS + 3 prompt ids: cinfer's argmax of `cinfer logits` == llama.cpp's;
   - for the converted stories model: llama.cpp's greedy ids equal MANIFEST.md's, and the text prompt
     "Once upon a time" gives the same ids in both (tokenizer + forward pass).
@@ -278,7 +278,7 @@ def part_a(rep, tmp):
 
 
 def cinfer_run_ids(path, n, prompt=""):
-    out, _ = ciref.cinfer(["run", "-m", path, "-p", prompt, "-n", n, "--temp", "0", "--ids"])
+    out, _ = ciref.cinfer(["run", "-m", path, "-p", prompt, "-n", n, "--temp", "0", "--ids", "--kv-type", "f32"])
     try:
         return [int(x) for x in out.decode("utf-8", "replace").split()]
     except ValueError:

@@ -188,7 +188,8 @@ def check_rope_scalings(rep, paths, got, tokens, out, tmp):
         m = model_np.Model.load(ph)
         m.serve_ctx = ctx
         ref_ids[ctx] = m.greedy([1], 40)
-        args = ["run", "-m", ph, "-p", "", "-n", 40, "--temp", 0, "--ids"] + (["--ctx", ctx] if ctx == 64 else [])
+        args = ["run", "-m", ph, "-p", "", "-n", 40, "--temp", 0, "--ids", "--kv-type", "f32"]
+        args += ["--ctx", ctx] if ctx == 64 else []
         ids = [int(x) for x in ciref.cinfer(args)[0].decode().split()]
         rep.check(ids == ref_ids[ctx], "longrope_engine_ctx_%d" % ctx, "cinfer %s, reference %s" % (ids, ref_ids[ctx]))
     rep.check(ref_ids[64] != ref_ids[512], "longrope_engine_ctx_matters", "the same ids with either factors")

@@ -3,7 +3,7 @@
 Reference checks (no cinfer needed): the reference's greedy decode from BOS on stories260K.gguf, .bin and _v1.bin
 reproduces MANIFEST.md's 60 ids (which were produced elsewhere), and those ids decode with tok512.bin to the
 MANIFEST text.
-cinfer checks: `cinfer run -p "" -n 200 --temp 0 --ids` from the .gguf and from the .bin + tok512.bin gives
+cinfer checks: `cinfer run -p "" -n 200 --temp 0 --ids --kv-type f32` from the .gguf and from the .bin + tok512.bin gives
 MANIFEST's 60 ids first and the reference's 200 greedy ids in all; without --ids the text starts with MANIFEST's
 sentence.  `cinfer convert stories260K.bin --tokenizer tok512.bin` writes a GGUF whose tensors equal the .bin's
 bit for bit and whose logits are byte-identical to the .bin's; --type f16 rounds each weight to nearest even and
@@ -65,7 +65,7 @@ def run_ids(model, tokenizer=None, n=N_GEN):
     args = ["run", "-m", model]
     if tokenizer:
         args += ["--tokenizer", tokenizer]
-    out, _ = ciref.cinfer(args + ["-p", "", "-n", n, "--temp", "0", "--ids"])
+    out, _ = ciref.cinfer(args + ["-p", "", "-n", n, "--temp", "0", "--ids", "--kv-type", "f32"])
     try:
         return [int(x) for x in out.decode("utf-8", "replace").split()]
     except ValueError:
@@ -101,7 +101,8 @@ def check_cinfer_run(rep, ref_ids):
                         % (len(ids), step, ids[step : step + 8], ref_ids[step : step + 8]),
                     )
         name = "run_text_%s" % label
-        args = ["run", "-m", model] + (["--tokenizer", tok] if tok else []) + ["-p", "", "-n", 60, "--temp", "0"]
+        args = ["run", "-m", model] + (["--tokenizer", tok] if tok else []) + ["-p", "", "-n", 60, "--temp", "0",
+                                                                           "--kv-type", "f32"]
         try:
             out, _ = ciref.cinfer(args)
         except CinferError as e:

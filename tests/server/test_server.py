@@ -446,6 +446,17 @@ def test_loading_health():
     check("startup_server_exit", rc == 0, f"exit {rc}")
 
 
+def test_default_kv_type():
+    """Without --kv-type, serve's KV cache is f16 (llama.cpp's default; the other tests pass f32 explicitly)."""
+    s = Server(kv_type=None)
+    try:
+        kv = [line for line in s.lines if "KV pool" in line]
+        check("serve_kv_type_default_f16", len(kv) == 1 and "(f16, 640 bytes per token)" in kv[0], " | ".join(kv))
+        check("serve_args_no_kv_type", "--kv-type" not in s.args, str(s.args))
+    finally:
+        s.kill()
+
+
 def main():
     if not setup_ok("server"):
         return 1
@@ -466,10 +477,11 @@ def main():
         test_sigterm_in_flight(s)
     finally:
         s.kill()
-    try:
-        test_limits_server()
-    except Exception as e:
-        check("test_limits_server", False, f"exception {e!r}")
+    for t in (test_limits_server, test_default_kv_type):
+        try:
+            t()
+        except Exception as e:
+            check(t.__name__, False, f"exception {e!r}")
     check_no_sanitizer_report("no_sanitizer_report")
     print(f"server tests took {time.monotonic() - t0:.1f}s")
     return 1 if server_util.failures else 0

@@ -20,9 +20,11 @@
 #include "model/model.h"
 #include "model/synth.h"
 
-#define MAX_SEQ    5
-#define N_STEPS    24
-#define MAX_PROMPT 40
+#define MAX_SEQ      5
+#define N_STEPS      24
+#define MAX_PROMPT   460 // the long-context test's prompt (the others are shorter than SHORT_PROMPT)
+#define SHORT_PROMPT 40
+#define LONG_PROMPT  450
 
 // f16 / q8_0 KV against f32: largest logit difference over the largest |logit|, about 3-4x the measured
 // values (stories260K f16 4.8e-4; synthetic tiny f16 1.8e-3, q8_0 3.4e-2: random weights, flat logits)
@@ -54,7 +56,9 @@ static struct seq_spec specs[MAX_SEQ];
  * ([N_STEPS][n_vocab]).  Returns 0 on success. */
 static int run(const struct run_cfg *cfg, float *out0) {
     const struct model_config *c = &model->config;
-    int ctx = MAX_PROMPT + N_STEPS + 1;
+    int ctx = N_STEPS + 1;
+    for (int s = 0; s < cfg->n_seq; s++)
+        ctx = specs[s].n_prompt + N_STEPS + 1 > ctx ? specs[s].n_prompt + N_STEPS + 1 : ctx;
     int block_size = cfg->block_size ? cfg->block_size : ctx;
     int max_blocks = (ctx + block_size - 1) / block_size;
     struct ci_err err = {0};
@@ -172,7 +176,7 @@ static void make_specs(int n_vocab) {
     struct ci_rng rng;
     ci_rng_seed(&rng, 7);
     for (int s = 0; s < MAX_SEQ; s++) {
-        specs[s].n_prompt = 3 + (int)(ci_rng_u64(&rng) % (MAX_PROMPT - 3));
+        specs[s].n_prompt = 3 + (int)(ci_rng_u64(&rng) % (SHORT_PROMPT - 3));
         specs[s].prompt[0] = 1; // BOS
         for (int i = 1; i < specs[s].n_prompt; i++)
             specs[s].prompt[i] = (int32_t)(ci_rng_u64(&rng) % (uint64_t)n_vocab);
@@ -267,6 +271,59 @@ TEST(invariance_tiny_kv_types) {
         TEST_FAILF("synth tiny: %s", err.msg);
     else
         check_invariance(path, TOL_F16_TINY, TOL_Q8_0_TINY);
+    unlink(path);
+}
+
+/* Long context (attention cut into 256-position segments merged by log-sum-exp; the decode of one sequence
+ * split over the threads by segment): sequence 0 has a 450-token prompt and decodes 24 tokens at positions
+ * 450..473.  Its logits are bit-identical with 1, 2, 3 or 4 threads, block sizes 16, 7 and 1, the prompt in
+ * one batch or in chunks of 100 or 64 tokens (runs that cross the segment edge at 256), alone or beside
+ * other sequences, for f32 and f16 KV. */
+TEST(invariance_long_context_threads) {
+    char path[512];
+    test_tmp_path(path, sizeof path, "tiny-long.gguf");
+    struct ci_err err = {0};
+    if (synth_write("tiny", CI_TYPE_F32, 3, path, &err) != CI_OK || model_load(path, &model, &err) != CI_OK) {
+        TEST_FAILF("tiny model: %s", err.msg);
+        unlink(path);
+        return;
+    }
+    int n_vocab = model->config.n_vocab;
+    make_specs(n_vocab);
+    struct ci_rng rng;
+    ci_rng_seed(&rng, 11);
+    specs[0].n_prompt = LONG_PROMPT;
+    for (int i = 1; i < LONG_PROMPT; i++)
+        specs[0].prompt[i] = (int32_t)(ci_rng_u64(&rng) % (uint64_t)n_vocab);
+    size_t n = (size_t)N_STEPS * n_vocab;
+    float *base = ci_malloc(n * sizeof(float)), *other = ci_malloc(n * sizeof(float));
+    static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16};
+    for (int ti = 0; ti < 2; ti++) {
+        kv_type = types[ti];
+        struct run_cfg ref = {1, 16, 1, 0};
+        if (run(&ref, base)) {
+            TEST_FAILF("reference run failed (kv %s)", ci_type_name(kv_type));
+            continue;
+        }
+        struct run_cfg variants[] = {{2, 16, 1, 0},  {3, 16, 1, 0}, {4, 7, 1, 0},  {2, 16, 1, 100},
+                                     {4, 16, 1, 64}, {2, 1, 1, 0},  {3, 7, 3, 64}, {1, 16, 1, 100}};
+        for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+            const struct run_cfg *v = &variants[i];
+            if (run(v, other)) {
+                TEST_FAILF("run kv=%s threads=%d block=%d seqs=%d chunk=%d failed", ci_type_name(kv_type),
+                           v->n_threads, v->block_size, v->n_seq, v->prompt_chunk);
+                continue;
+            }
+            if (memcmp(base, other, n * sizeof(float)) != 0)
+                TEST_FAILF("logits differ: kv=%s threads=%d block=%d seqs=%d chunk=%d", ci_type_name(kv_type),
+                           v->n_threads, v->block_size, v->n_seq, v->prompt_chunk);
+        }
+    }
+    kv_type = CI_TYPE_F32;
+    ci_free(base);
+    ci_free(other);
+    model_free(model);
+    model = NULL;
     unlink(path);
 }
 
@@ -432,6 +489,7 @@ int main(int argc, char **argv) {
     RUN(invariance_stories260k_gguf);
     RUN(invariance_stories260k_bin);
     RUN(invariance_tiny_kv_types);
+    RUN(invariance_long_context_threads);
     RUN(invariance_moe);
     RUN(bad_batches_rejected);
     RUN(encoder_batches);

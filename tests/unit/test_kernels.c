@@ -1054,13 +1054,31 @@ TEST(argmax_first_of_ties) {
 
 /* The batch mixes prefill runs (consecutive positions of one sequence, grouped: seq 0 at 10..36 across two
  * chunk edges, seq 2 at 2..9, seq 1 at 2..3) with lone decode-like tokens. */
-enum { ATT_SEQS = 3, ATT_TOKENS = 41 };
-static const int att_seq_len[ATT_SEQS] = {37, 5, 20}; // positions written
-static const int att_tok_seq[ATT_TOKENS] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                            0, 0, 0, 0, 0, 0, 1, 1, 2, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1};
-static const int att_tok_pos[ATT_TOKENS] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
-                                            24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 0,
-                                            4,  19, 0,  2,  3,  4,  5,  6,  7,  8,  9,  2,  3};
+enum { ATT_SEQS = 3, ATT_TOKENS = 41, ATT_MAX_SEQS = 4, ATT_MAX_TOKENS = 64 };
+static const int att_seq_len_short[ATT_SEQS] = {37, 5, 20}; // positions written
+static const int att_tok_seq_short[ATT_TOKENS] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                                                  1, 2, 0, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1};
+static const int att_tok_pos_short[ATT_TOKENS] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+                                                  24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 0,
+                                                  4,  19, 0,  2,  3,  4,  5,  6,  7,  8,  9,  2,  3};
+
+/* Long contexts (the kernel cuts them into segments of 256 positions, merged by log-sum-exp, and splits a
+ * decode over threads by segment): lengths that are no multiple of a block size or of 256; lone tokens at,
+ * around and past segment edges (the 255 / 256 pair, 517, 599), and prefill runs that cross an edge
+ * (seq 2 at 250..262, seq 1 at 510..515), so some rows of a run join at the second segment. */
+enum { ATT_LONG_SEQS = 3, ATT_LONG_TOKENS = 25 };
+static const int att_seq_len_long[ATT_LONG_SEQS] = {600, 531, 300};
+static const int att_tok_seq_long[ATT_LONG_TOKENS] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                                      2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+static const int att_tok_pos_long[ATT_LONG_TOKENS] = {599, 256, 255, 517, 530, 510, 511, 512, 513,
+                                                      514, 515, 250, 251, 252, 253, 254, 255, 256,
+                                                      257, 258, 259, 260, 261, 262, 299};
+
+/* The batch the cases run on (the short one unless a test switches). */
+static int att_n_seqs = ATT_SEQS, att_n_tokens = ATT_TOKENS;
+static const int *att_seq_len = att_seq_len_short, *att_tok_seq = att_tok_seq_short,
+                 *att_tok_pos = att_tok_pos_short;
 
 struct att_case {
     int n_head, n_kv_head, head_dim, block_size;
@@ -1076,8 +1094,11 @@ static const float att_sink_values[16] = {0.5f,  -1.0f, 2.0f, 0.0f,  1.5f,  -3.0
 static void attn_reference(const struct att_case *c, const float *q, double **kc, double **vc, float scale,
                            double *out) {
     int hd = c->head_dim, group = c->n_head / c->n_kv_head;
-    double sc[64];
-    for (int t = 0; t < ATT_TOKENS; t++) {
+    int max_pos = 0;
+    for (int t = 0; t < att_n_tokens; t++)
+        max_pos = att_tok_pos[t] > max_pos ? att_tok_pos[t] : max_pos;
+    double *sc = ci_malloc((size_t)(max_pos + 1) * sizeof(double));
+    for (int t = 0; t < att_n_tokens; t++) {
         int s = att_tok_seq[t], pos = att_tok_pos[t];
         for (int h = 0; h < c->n_head; h++) {
             int kvh = h / group;
@@ -1110,19 +1131,20 @@ static void attn_reference(const struct att_case *c, const float *q, double **kc
             }
         }
     }
+    ci_free(sc);
 }
 
 /* keep[pass] (may be NULL) receives the batch output of table `pass`.  The data depend on the heads and
  * head_dim only (the block permutation has its own stream), so cases that differ in block size alone must
  * produce the same bits. */
-static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, struct ci_threadpool *tp2,
+static void attn_case_run(const struct att_case *c, struct ci_threadpool *const *pools /* 1..4 threads */,
                           float **keep) {
     struct ci_rng r, rp;
     ci_rng_seed(&r, 1000 + (uint64_t)(c->n_head * 131 + c->head_dim * 7));
     ci_rng_seed(&rp, 77 + (uint64_t)c->block_size);
     int hd = c->head_dim, bs = c->block_size;
-    int n_blk[ATT_SEQS], total = 0;
-    for (int s = 0; s < ATT_SEQS; s++)
+    int n_blk[ATT_MAX_SEQS], total = 0;
+    for (int s = 0; s < att_n_seqs; s++)
         total += n_blk[s] = (att_seq_len[s] + bs - 1) / bs;
     int pool_blocks = total + 5; // a few blocks no sequence owns
     size_t row_bytes = ci_kv_row_bytes(att_type, hd);
@@ -1130,12 +1152,13 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
     unsigned char *k = ci_malloc(pool_blocks * per_block), *v = ci_malloc(pool_blocks * per_block);
     float *kf = ci_malloc(hd * sizeof(float)), *vf = ci_malloc(hd * sizeof(float));
     int32_t *perm = ci_malloc(pool_blocks * sizeof(int32_t));
-    size_t qn = (size_t)ATT_TOKENS * c->n_head * hd;
+    size_t qn = (size_t)att_n_tokens * c->n_head * hd;
     float *q = ci_malloc(qn * sizeof(float)), *out = ci_malloc(qn * sizeof(float));
     float *out2 = ci_malloc(qn * sizeof(float)), *out1 = ci_malloc(hd * c->n_head * sizeof(float));
+    float *q2 = ci_malloc(qn * sizeof(float));
     double *ref = ci_malloc(qn * sizeof(double));
-    double *kc[ATT_SEQS], *vc[ATT_SEQS];
-    for (int s = 0; s < ATT_SEQS; s++) {
+    double *kc[ATT_MAX_SEQS], *vc[ATT_MAX_SEQS];
+    for (int s = 0; s < att_n_seqs; s++) {
         kc[s] = ci_malloc((size_t)att_seq_len[s] * c->n_kv_head * hd * sizeof(double));
         vc[s] = ci_malloc((size_t)att_seq_len[s] * c->n_kv_head * hd * sizeof(double));
     }
@@ -1160,7 +1183,7 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
         perm[i] = perm[j];
         perm[j] = tmp;
     }
-    struct ci_attn_seq seqs[ATT_SEQS];
+    struct ci_attn_seq seqs[ATT_MAX_SEQS];
     struct ci_kv_layer kv = {.k = k,
                              .v = v,
                              .type = att_type,
@@ -1168,7 +1191,7 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
                              .block_size = bs,
                              .n_kv_head = c->n_kv_head,
                              .head_dim = hd};
-    for (int s = 0, used = 0; s < ATT_SEQS; s++) {
+    for (int s = 0, used = 0; s < att_n_seqs; s++) {
         seqs[s].block_table = perm + used;
         seqs[s].n_blocks = n_blk[s];
         used += n_blk[s];
@@ -1191,13 +1214,13 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
             }
     }
     fill_normal(&r, q, (int64_t)qn, 1.5); // sharper than unit scores: the max really moves
-    int32_t pos[ATT_TOKENS], seq[ATT_TOKENS];
-    for (int t = 0; t < ATT_TOKENS; t++) {
+    int32_t pos[ATT_MAX_TOKENS], seq[ATT_MAX_TOKENS];
+    for (int t = 0; t < att_n_tokens; t++) {
         pos[t] = att_tok_pos[t];
         seq[t] = att_tok_seq[t];
     }
     float scale = 1.0f / sqrtf((float)hd);
-    struct ci_attn_args a = {.n_tokens = ATT_TOKENS,
+    struct ci_attn_args a = {.n_tokens = att_n_tokens,
                              .q = q,
                              .pos = pos,
                              .seq = seq,
@@ -1222,36 +1245,57 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
                            c->n_head, c->n_kv_head, hd, bs, ci_kernels_isa(), i, out[i], ref[i]);
                 goto done;
             }
-        struct ci_threadpool *pools[2] = {tp1, tp2};
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < 4; p++) {
             a.out = out2;
             ci_attention_paged(pools[p], &a);
             if (memcmp(out, out2, qn * sizeof(float)) != 0)
                 FAIL_FIRST("heads %d:%d hd %d bs %d: threads %d differ", c->n_head, c->n_kv_head, hd, bs,
                            p + 1);
         }
-        // Each token alone (the per-token path) gives the same bits as inside the batch (grouped with its
-        // run), and so does the batch cut into pieces of 7 or 2 tokens (runs cut elsewhere).
-        for (int t = 0; t < ATT_TOKENS; t++) {
+        // Each token alone (the per-token path, split over 2, 3 or 4 threads where its context spans several
+        // segments) gives the same bits as inside the batch (grouped with its run), and so does the batch
+        // cut into pieces of 7 or 2 tokens (runs cut elsewhere).
+        for (int t = 0; t < att_n_tokens; t++) {
             struct ci_attn_args one = a;
             one.n_tokens = 1;
             one.q = q + (size_t)t * c->n_head * hd;
             one.pos = pos + t;
             one.seq = seq + t;
             one.out = out1;
-            ci_attention_paged(tp2, &one);
+            ci_attention_paged(pools[1 + t % 3], &one);
             CHECK1(memcmp(out1, out + (size_t)t * c->n_head * hd, (size_t)c->n_head * hd * sizeof(float)) ==
                    0);
         }
+        // Every 4th token: a decode batch (no two at consecutive positions), split over 4 threads when it
+        // has few (token, KV head) items.
+        {
+            int32_t dpos[ATT_MAX_TOKENS], dseq[ATT_MAX_TOKENS];
+            size_t row = (size_t)c->n_head * hd;
+            int nd = 0;
+            for (int t = 0; t < att_n_tokens; t += 4, nd++) {
+                dpos[nd] = pos[t];
+                dseq[nd] = seq[t];
+                memcpy(q2 + (size_t)nd * row, q + (size_t)t * row, row * sizeof(float));
+            }
+            struct ci_attn_args dec = a;
+            dec.n_tokens = nd;
+            dec.q = q2;
+            dec.pos = dpos;
+            dec.seq = dseq;
+            dec.out = out2;
+            ci_attention_paged(pools[3], &dec);
+            for (int i = 0; i < nd; i++)
+                CHECK1(memcmp(out2 + (size_t)i * row, out + (size_t)(4 * i) * row, row * sizeof(float)) == 0);
+        }
         for (int piece = 7; piece >= 2; piece -= 5) {
-            for (int t = 0; t < ATT_TOKENS; t += piece) {
+            for (int t = 0; t < att_n_tokens; t += piece) {
                 struct ci_attn_args part = a;
-                part.n_tokens = ATT_TOKENS - t < piece ? ATT_TOKENS - t : piece;
+                part.n_tokens = att_n_tokens - t < piece ? att_n_tokens - t : piece;
                 part.q = q + (size_t)t * c->n_head * hd;
                 part.pos = pos + t;
                 part.seq = seq + t;
                 part.out = out2 + (size_t)t * c->n_head * hd;
-                ci_attention_paged(t % 2 ? tp1 : NULL, &part);
+                ci_attention_paged(t % 2 ? pools[0] : NULL, &part);
             }
             if (memcmp(out, out2, qn * sizeof(float)) != 0)
                 FAIL_FIRST("heads %d:%d hd %d bs %d: batch in pieces of %d differs", c->n_head, c->n_kv_head,
@@ -1260,12 +1304,13 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *tp1, s
     }
 done:
     ci_kernels_force_scalar(false);
-    for (int s = 0; s < ATT_SEQS; s++) {
+    for (int s = 0; s < att_n_seqs; s++) {
         ci_free(kc[s]);
         ci_free(vc[s]);
     }
     ci_free(ref);
     ci_free(out1);
+    ci_free(q2);
     ci_free(out2);
     ci_free(out);
     ci_free(q);
@@ -1287,27 +1332,31 @@ static void attention_paged_cases(uint32_t type) {
         {4, 2, 256, 3},                                // the largest supported head_dim
     };
     att_type = type;
-    struct ci_threadpool *tp1 = NULL, *tp2 = NULL;
-    ASSERT_STATUS(ci_threadpool_create(1, &tp1, NULL), CI_OK);
-    ASSERT_STATUS(ci_threadpool_create(2, &tp2, NULL), CI_OK);
+    struct ci_threadpool *pools[4] = {NULL};
+    for (int p = 0; p < 4; p++)
+        ASSERT_STATUS(ci_threadpool_create(p + 1, &pools[p], NULL), CI_OK);
     // The first three cases differ only in block size (16, 1, 3): the same bits, table by table.
-    size_t qn = (size_t)ATT_TOKENS * 8 * 64;
+    size_t qn = (size_t)att_n_tokens * 8 * 64;
     float *keep[3][3] = {{NULL}};
     for (int c = 0; c < 3; c++)
         for (int t = 0; t < n_tables; t++)
             keep[c][t] = ci_malloc(qn * sizeof(float));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (ci_kv_row_bytes(type, cases[i].head_dim)) // q8_0: head_dim a multiple of 32
-            attn_case_run(&cases[i], tp1, tp2, i < 3 ? keep[i] : NULL);
+            attn_case_run(&cases[i], pools, i < 3 ? keep[i] : NULL);
     for (int t = 0; t < n_tables; t++) {
         CHECK1(memcmp(keep[0][t], keep[1][t], qn * sizeof(float)) == 0);
         CHECK1(memcmp(keep[0][t], keep[2][t], qn * sizeof(float)) == 0);
     }
+    // The SIMD tables (all but the scalar one, last) agree bit for bit (dot.h: each gives the AVX2 chunk's bits).
+    for (int t = 1; t + 1 < n_tables; t++)
+        if (memcmp(keep[0][0], keep[0][t], qn * sizeof(float)) != 0)
+            FAIL_FIRST("kv %s: tables %s and %s differ", ci_type_name(type), tables[0]->isa, tables[t]->isa);
     for (int c = 0; c < 3; c++)
         for (int t = 0; t < n_tables; t++)
             ci_free(keep[c][t]);
-    ci_threadpool_free(tp1);
-    ci_threadpool_free(tp2);
+    for (int p = 0; p < 4; p++)
+        ci_threadpool_free(pools[p]);
     att_type = CI_TYPE_F32;
 }
 
@@ -1345,6 +1394,39 @@ TEST(attention_paged_window_softcap_sinks) {
     att_window = 0;
     att_softcap = 0.0f;
     att_sinks = NULL;
+}
+
+/* Long contexts (up to 600 positions: several 256-position segments merged by log-sum-exp, decodes split
+ * over threads by segment), for every KV type, plain, with a window that starts inside a segment (300), and
+ * with that window, soft-capping and sinks together: against the double reference, the same bits for 1..4
+ * threads, alone, as a decode batch, in pieces and for block sizes 16, 1 and 3 (attention_paged_cases). */
+TEST(attention_paged_long_context_split) {
+    const struct {
+        int window;
+        float cap;
+        bool sinks;
+    } feats[] = {{0, 0.0f, false}, {300, 0.0f, false}, {300, 2.0f, true}};
+    const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
+    att_n_seqs = ATT_LONG_SEQS;
+    att_n_tokens = ATT_LONG_TOKENS;
+    att_seq_len = att_seq_len_long;
+    att_tok_seq = att_tok_seq_long;
+    att_tok_pos = att_tok_pos_long;
+    for (size_t f = 0; f < sizeof feats / sizeof feats[0]; f++)
+        for (size_t ty = 0; ty < 3; ty++) {
+            att_window = feats[f].window;
+            att_softcap = feats[f].cap;
+            att_sinks = feats[f].sinks ? att_sink_values : NULL;
+            attention_paged_cases(types[ty]);
+        }
+    att_window = 0;
+    att_softcap = 0.0f;
+    att_sinks = NULL;
+    att_n_seqs = ATT_SEQS;
+    att_n_tokens = ATT_TOKENS;
+    att_seq_len = att_seq_len_short;
+    att_tok_seq = att_tok_seq_short;
+    att_tok_pos = att_tok_pos_short;
 }
 
 /* The features really change the result: a window of 5 against none, a cap of 2 against none, sinks
@@ -1614,6 +1696,7 @@ int main(int argc, char **argv) {
     RUN(kv_row_bytes);
     RUN(gelu_mul_matches_double);
     RUN(attention_paged_window_softcap_sinks);
+    RUN(attention_paged_long_context_split);
     RUN(attention_features_change_output);
     RUN(attn_chunk_kernels_match_scalar);
     RUN(attn_group_kernels_match_per_token);

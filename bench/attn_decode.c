@@ -1,0 +1,87 @@
+/* Times one decode token's attention (ci_attention_paged, batch 1) on one layer: n_head query heads over
+ * n_kv_head KV heads (head_dim 64, block size 16, a context of CTX positions, random K/V) with T threads, and
+ * prints the median microseconds of 300 calls after 20 warm-up calls.  Not part of the build: compile it
+ * against a release build's library to compare two commits side by side (bench/RESULTS.md, issue 15):
+ *   make -j2 && cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude bench/attn_decode.c build/release/libcinfer.a \
+ *       -lpthread -lm -o /tmp/attn_decode
+ *   /tmp/attn_decode CTX T f16|f32 [n_head n_kv_head]     (default 9 3: smollm2-135m; tinyllama-1.1b: 32 4) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/threadpool.h"
+#include "kernels/kernels.h"
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s CTX THREADS f16|f32 [n_head n_kv_head]\n", argv[0]);
+        return 2;
+    }
+    int ctx = atoi(argv[1]), threads = atoi(argv[2]);
+    uint32_t type = strcmp(argv[3], "f16") ? CI_TYPE_F32 : CI_TYPE_F16;
+    int nh = argc > 5 ? atoi(argv[4]) : 9, nkv = argc > 5 ? atoi(argv[5]) : 3;
+    enum { HD = 64, BS = 16, ITERS = 300 };
+    if (ctx < 1 || threads < 1 || nkv < 1 || nh % nkv != 0)
+        return 2;
+    int nb = (ctx + BS - 1) / BS;
+    size_t rb = ci_kv_row_bytes(type, HD), per_block = (size_t)nkv * BS * rb;
+    unsigned char *k = malloc(nb * per_block), *v = malloc(nb * per_block);
+    int32_t *table = malloc(nb * sizeof *table);
+    float *q = malloc((size_t)nh * HD * sizeof *q), *out = malloc((size_t)nh * HD * sizeof *out), row[HD];
+    double *t = malloc(ITERS * sizeof *t);
+    struct ci_threadpool *tp = NULL;
+    if (!k || !v || !table || !q || !out || !t || ci_threadpool_create(threads, &tp, NULL) != CI_OK)
+        return 1;
+    srand(1);
+    for (size_t off = 0; off + rb <= nb * per_block; off += rb) {
+        for (int i = 0; i < HD; i++)
+            row[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+        ci_kv_store_row(type, row, k + off, HD);
+        ci_kv_store_row(type, row, v + off, HD);
+    }
+    for (int i = 0; i < nb; i++)
+        table[i] = i;
+    for (int i = 0; i < nh * HD; i++)
+        q[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    struct ci_attn_seq seq = {table, nb};
+    struct ci_kv_layer kv = {k, v, type, rb, BS, nkv, HD};
+    int32_t pos = ctx - 1, s = 0;
+    struct ci_attn_args a = {.n_tokens = 1,
+                             .q = q,
+                             .pos = &pos,
+                             .seq = &s,
+                             .seqs = &seq,
+                             .kv = &kv,
+                             .n_head = nh,
+                             .scale = 0.125f,
+                             .out = out};
+    for (int i = 0; i < 20; i++)
+        ci_attention_paged(tp, &a);
+    for (int i = 0; i < ITERS; i++) {
+        double t0 = now_us();
+        ci_attention_paged(tp, &a);
+        t[i] = now_us() - t0;
+    }
+    qsort(t, ITERS, sizeof *t, cmp_double);
+    printf("%.1f\n", t[ITERS / 2]);
+    ci_threadpool_free(tp);
+    free(t);
+    free(out);
+    free(q);
+    free(table);
+    free(v);
+    free(k);
+    return 0;
+}
