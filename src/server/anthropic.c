@@ -278,7 +278,9 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
     return s;
 }
 
-/* tools → OpenAI function tools {"type":"function","function":{"name","description","parameters"}}. */
+/* tools → OpenAI function tools {"type":"function","function":{"name","description","parameters"}}, and
+ * each tool's name and input_schema text into r->q (tool_names, tool_params: what a forced tool_choice
+ * enforces, as for /v1/chat/completions). */
 static enum ci_status parse_tools(const cJSON *root, struct anthropic_request *r, cJSON *chat,
                                   struct openai_error *err) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
@@ -289,6 +291,9 @@ static enum ci_status parse_tools(const cJSON *root, struct anthropic_request *r
         return bad(err, "tools", "'tools' must be an array of at most %d tools", ANTHROPIC_MAX_TOOLS);
     cJSON *arr = cJSON_AddArrayToObject(chat, "tools");
     if (!arr)
+        return nomem(err);
+    if (count > 0 && (!(r->q.tool_names = ci_calloc((size_t)count, sizeof *r->q.tool_names)) ||
+                      !(r->q.tool_params = ci_calloc((size_t)count, sizeof *r->q.tool_params))))
         return nomem(err);
     int i = 0;
     const cJSON *t;
@@ -326,14 +331,20 @@ static enum ci_status parse_tools(const cJSON *root, struct anthropic_request *r
                 cJSON_Delete(params);
             return nomem(err);
         }
+        r->q.n_tools = i; // what openai_request_deinit frees
+        if (!(r->q.tool_names[i - 1] = ci_strdup(name->valuestring)) ||
+            !(r->q.tool_params[i - 1] = cJSON_PrintUnformatted(schema)))
+            return nomem(err);
     }
     r->n_tools = count;
+    r->q.tool_choice = count > 0 ? OPENAI_TOOL_AUTO : OPENAI_TOOL_NONE;
     return CI_OK;
 }
 
 static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_request *r,
                                         struct openai_error *err) {
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    r->q.parallel_tool_calls = true;
     if (absent(tc))
         return CI_OK;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
@@ -350,6 +361,12 @@ static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_requ
     if (!absent(dp) && !cJSON_IsBool(dp))
         return bad(err, "tool_choice", "'tool_choice.disable_parallel_tool_use' must be a boolean");
     r->tool_choice = (enum anthropic_tool_choice)k;
+    r->q.parallel_tool_calls = !cJSON_IsTrue(dp);
+    // The same enforcement as OpenAI's: any → "required", tool → a named function, none → none.
+    r->q.tool_choice = k == ANTHROPIC_TOOL_ANY    ? OPENAI_TOOL_REQUIRED
+                       : k == ANTHROPIC_TOOL_TOOL ? OPENAI_TOOL_NAMED
+                       : k == ANTHROPIC_TOOL_NONE ? OPENAI_TOOL_NONE
+                                                  : r->q.tool_choice;
     if ((k == ANTHROPIC_TOOL_ANY || k == ANTHROPIC_TOOL_TOOL) && r->n_tools == 0)
         return bad(err, "tool_choice", "'tool_choice' of type '%s' needs 'tools'", names[k]);
     if (k != ANTHROPIC_TOOL_TOOL)
@@ -364,7 +381,9 @@ static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_requ
     }
     if (!found)
         return bad(err, "tool_choice", "'tool_choice.name': no tool is named '%.64s'", name->valuestring);
-    return (r->tool_name = ci_strdup(name->valuestring)) ? CI_OK : nomem(err);
+    return (r->tool_name = ci_strdup(name->valuestring)) && (r->q.tool_name = ci_strdup(name->valuestring))
+               ? CI_OK
+               : nomem(err);
 }
 
 static enum ci_status get_number(const cJSON *root, const char *key, double lo, bool lo_open, double hi,

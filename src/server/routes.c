@@ -286,6 +286,8 @@ static bool gen_anthropic_info(struct gen *g, bool tool_use, struct anthropic_in
     return true;
 }
 
+static int answer_calls(const struct gen *g, const struct tool_parse_result *p);
+
 /* /v1/messages: the message object, its content blocks from the generated text (anthropic_output_blocks). */
 static cJSON *anthropic_response(struct gen *g) {
     const struct choice *c = &g->ch[0];
@@ -299,7 +301,7 @@ static cJSON *anthropic_response(struct gen *g) {
         struct tool_parse_result p;
         if (tool_parse(&g->popts, c->text ? c->text : "", c->len, &p) != CI_OK)
             return NULL;
-        made = anthropic_blocks_from_parse(&p, p.n_calls, g->id_bits, &b, &n);
+        made = anthropic_blocks_from_parse(&p, answer_calls(g, &p), g->id_bits, &b, &n);
         tool_parse_result_free(&p);
     } else {
         made = anthropic_output_blocks(&g->a, c->text ? c->text : "", c->len, &b, &n);
@@ -527,7 +529,7 @@ static bool emit_parsed_anthropic(struct gen *g, int i, bool final) {
                                          p.content_len - c->sent_content);
         c->sent_content = p.content_len;
     }
-    for (; ok && c->sent_calls < p.n_calls; c->sent_calls++) {
+    for (int n_calls = answer_calls(g, &p); ok && c->sent_calls < n_calls; c->sent_calls++) {
         char id[32];
         anthropic_tool_use_id(g->id_bits, c->sent_calls, id);
         const struct anthropic_block call = {.type = ANTHROPIC_BLOCK_TOOL_USE,
@@ -879,7 +881,7 @@ static bool take_request_slot(struct routes *r, struct openai_error *oe) {
 /* tool_choice "required" or a named function: a GBNF grammar that lets the model write only calls (of that
  * function, or of any of the tools) in the template's format (r->tool_format), each call's arguments one JSON
  * object its "parameters" schema accepts (any object when it has none), given to the engine as a request's
- * "grammar" is; with parallel_tool_calls, one call or more.  Forced for the formats written in plain text:
+ * "grammar" is; with parallel_tool_calls, one call or more where the format holds several (Hermes).  Forced for the formats written in plain text:
  * Hermes/Qwen <tool_call> blocks, Llama 3's {"name", "parameters"} object and the generic {"name",
  * "arguments"} object; the formats made of special tokens (harmony, Mistral, DeepSeek) are not, and such a
  * request runs as "auto" (the calls the model writes are parsed).  A request's own "grammar" wins over this
@@ -902,6 +904,11 @@ static bool tool_choice_grammar(const struct routes *r, const struct openai_requ
     default:
         return true;
     }
+    for (int i = 0; i < q->n_tools; i++) // names go into the grammar's literals as they are
+        for (const char *c = q->tool_names[i]; *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                  *c == '_' || *c == '-' || *c == '.'))
+                return true; // not forced: such a request runs as "auto"
     const char *any = "{\"type\":\"object\"}";
     const char **schemas = ci_calloc((size_t)q->n_tools, sizeof *schemas);
     if (!schemas) {
@@ -928,8 +935,10 @@ static bool tool_choice_grammar(const struct routes *r, const struct openai_requ
         openai_error_set(oe, 500, NULL, NULL, "out of memory");
         return false;
     }
-    n += (size_t)snprintf(g + n, cap - n, "root ::= call%s\ncall ::= %s(",
-                          q->parallel_tool_calls ? " (\"\\n\" call)*" : "", open ? open : "");
+    // several calls only where the format has room for them (one JSON object is one call)
+    bool several = q->parallel_tool_calls && r->tool_format == TOOL_FORMAT_HERMES;
+    n += (size_t)snprintf(g + n, cap - n, "root ::= call%s\ncall ::= %s(", several ? " (\"\\n\" call)*" : "",
+                          open ? open : "");
     bool first = true;
     for (int i = 0; i < q->n_tools; i++) {
         if (q->tool_choice == OPENAI_TOOL_NAMED && strcmp(q->tool_names[i], q->tool_name) != 0)

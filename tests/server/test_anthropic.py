@@ -320,6 +320,39 @@ def test_tool_use(s):
     ok = (st == 200 and j.get("stop_reason") == "end_turn" and j.get("content") == [{"type": "text", "text": call}])
     check("tool_choice_none_is_text", ok, f"{st} {j}")
 
+
+def test_tool_choice_forced(s):
+    """tool_choice any / tool: the answer is a call (of that tool), its input valid against the tool's
+    input_schema (python3-jsonschema), without a grammar in the request: the server enforces it as for
+    /v1/chat/completions.  Bounded schemas, so a random model at temperature 1 finishes within max_tokens."""
+    import jsonschema
+    tools = [{"name": "pick", "description": "Pick a city",
+              "input_schema": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                               "required": ["city"], "additionalProperties": False}},
+             {"name": "count", "input_schema": {"type": "object", "properties": {
+                 "n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"],
+                 "additionalProperties": False}}]
+    schemas = {t["name"]: t["input_schema"] for t in tools}
+    for label, tc, allowed in (("any", {"type": "any"}, {"pick", "count"}),
+                               ("tool", {"type": "tool", "name": "count"}, {"count"})):
+        bad = []
+        for seed in range(4):
+            st, _, j = message(s, dict(SIMPLE, max_tokens=120, temperature=1, top_k=0, tools=tools,
+                                       tool_choice=tc, metadata={"user_id": str(seed)}))
+            blocks = [b for b in j.get("content", [])] if st == 200 else []
+            uses = [b for b in blocks if b.get("type") == "tool_use"]
+            why = None
+            if st != 200 or j.get("stop_reason") != "tool_use" or len(uses) < 1 or uses[0]["name"] not in allowed:
+                why = f"{st} {j}"
+            else:
+                try:
+                    jsonschema.validate(uses[0]["input"], schemas[uses[0]["name"]])
+                except jsonschema.ValidationError as e:
+                    why = f"input invalid: {e.message}"
+            if why:
+                bad.append(f"seed {seed}: {why}")
+        check(f"tool_choice_{label}_forced", not bad, "; ".join(bad[:2]))
+
 def test_errors(s):
     base = dict(SIMPLE, max_tokens=4)
     cases = [
@@ -438,6 +471,7 @@ def main():
             test_round_trip(s)
             test_prefill(s)
             test_tool_use(s)
+            test_tool_choice_forced(s)
             test_errors(s)
         finally:
             rc, _ = s.stop()
