@@ -61,27 +61,6 @@ bool anthropic_path(const char *path) {
 
 /* ---- parsing ------------------------------------------------------------------------------------------ */
 
-static bool absent(const cJSON *v) {
-    return !v || cJSON_IsNull(v);
-}
-
-static enum ci_status bad(struct openai_error *err, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static enum ci_status bad(struct openai_error *err, const char *param, const char *fmt, ...) {
-    char msg[sizeof err->message];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    openai_error_set(err, 400, param, NULL, "%s", msg);
-    return CI_ERR_INVALID;
-}
-
-static enum ci_status nomem(struct openai_error *err) {
-    openai_error_set(err, 500, NULL, NULL, "out of memory");
-    return CI_ERR_NOMEM;
-}
-
 static const char *str_of(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
@@ -126,20 +105,20 @@ static bool text_add(struct text *t, const char *s) {
 static enum ci_status text_content(const cJSON *v, const char *what, struct text *t,
                                    struct openai_error *err) {
     if (cJSON_IsString(v))
-        return text_add(t, v->valuestring) ? CI_OK : nomem(err);
+        return text_add(t, v->valuestring) ? CI_OK : openai_nomem(err);
     if (!cJSON_IsArray(v))
-        return bad(err, what, "'%s' must be a string or an array of text blocks", what);
+        return openai_bad(err, what, "'%s' must be a string or an array of text blocks", what);
     int j = 0;
     const cJSON *b;
     cJSON_ArrayForEach(b, v) {
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(b, "text");
         if (!cJSON_IsObject(b) || !is_type(b, "text") || !cJSON_IsString(text))
-            return bad(
+            return openai_bad(
                 err, what, "'%s[%d]' must be a text block {\"type\": \"text\", \"text\": ...}%s", what, j,
                 is_type(b, "image") || is_type(b, "document") ? " (images and documents are not supported)"
                                                               : "");
         if (!text_add(t, text->valuestring))
-            return nomem(err);
+            return openai_nomem(err);
         j++;
     }
     return CI_OK;
@@ -165,11 +144,11 @@ static enum ci_status tool_call(const cJSON *b, const char *param, cJSON *calls,
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
     const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
     if (!cJSON_IsString(id) || !id->valuestring[0])
-        return bad(err, param, "'%s.id' must be a non-empty string", param);
+        return openai_bad(err, param, "'%s.id' must be a non-empty string", param);
     if (!cJSON_IsString(name) || !name->valuestring[0])
-        return bad(err, param, "'%s.name' must be a non-empty string", param);
+        return openai_bad(err, param, "'%s.name' must be a non-empty string", param);
     if (!cJSON_IsObject(input))
-        return bad(err, param, "'%s.input' must be an object", param);
+        return openai_bad(err, param, "'%s.input' must be an object", param);
     char *args = cJSON_PrintUnformatted(input);
     cJSON *c = cJSON_CreateObject(), *f = NULL;
     bool ok = args && c && cJSON_AddItemToArray(calls, c);
@@ -180,7 +159,7 @@ static enum ci_status tool_call(const cJSON *b, const char *param, cJSON *calls,
          cJSON_AddStringToObject(f, "name", name->valuestring) &&
          cJSON_AddStringToObject(f, "arguments", args);
     cJSON_free(args);
-    return ok ? CI_OK : nomem(err);
+    return ok ? CI_OK : openai_nomem(err);
 }
 
 /* One tool_result block → a message {"role":"tool","tool_call_id","content"[,"is_error":true]}. */
@@ -189,18 +168,18 @@ static enum ci_status tool_result(const cJSON *b, const char *param, cJSON *out,
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(b, "content");
     const cJSON *is_error = cJSON_GetObjectItemCaseSensitive(b, "is_error");
     if (!cJSON_IsString(id) || !id->valuestring[0])
-        return bad(err, param, "'%s.tool_use_id' must be a non-empty string", param);
-    if (!absent(is_error) && !cJSON_IsBool(is_error))
-        return bad(err, param, "'%s.is_error' must be a boolean", param);
+        return openai_bad(err, param, "'%s.tool_use_id' must be a non-empty string", param);
+    if (!openai_absent(is_error) && !cJSON_IsBool(is_error))
+        return openai_bad(err, param, "'%s.is_error' must be a boolean", param);
     struct text t = {0};
     char what[160];
     snprintf(what, sizeof what, "%s.content", param);
-    enum ci_status s =
-        absent(content) ? (text_add(&t, "") ? CI_OK : nomem(err)) : text_content(content, what, &t, err);
+    enum ci_status s = openai_absent(content) ? (text_add(&t, "") ? CI_OK : openai_nomem(err))
+                                              : text_content(content, what, &t, err);
     cJSON *m = s == CI_OK ? add_message(out, "tool", t.s ? t.s : "") : NULL;
     if (s == CI_OK && (!m || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring) ||
                        (cJSON_IsTrue(is_error) && !cJSON_AddTrueToObject(m, "is_error"))))
-        s = nomem(err);
+        s = openai_nomem(err);
     ci_free(t.s);
     return s;
 }
@@ -210,26 +189,26 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
     char param[96];
     snprintf(param, sizeof param, "messages[%d]", i);
     if (!cJSON_IsObject(msg))
-        return bad(err, param, "'%s' must be an object", param);
+        return openai_bad(err, param, "'%s' must be an object", param);
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
     snprintf(param, sizeof param, "messages[%d].role", i);
     if (!cJSON_IsString(role))
-        return bad(err, param, "'%s' must be a string", param);
+        return openai_bad(err, param, "'%s' must be a string", param);
     bool user = strcmp(role->valuestring, "user") == 0;
     if (!user && strcmp(role->valuestring, "assistant") != 0)
-        return bad(err, param,
-                   "'%s': role '%.32s' is not supported (user, assistant; the system prompt is "
-                   "the top-level 'system')",
-                   param, role->valuestring);
+        return openai_bad(err, param,
+                          "'%s': role '%.32s' is not supported (user, assistant; the system prompt is "
+                          "the top-level 'system')",
+                          param, role->valuestring);
     snprintf(param, sizeof param, "messages[%d].content", i);
     if (cJSON_IsString(content))
-        return add_message(out, role->valuestring, content->valuestring) ? CI_OK : nomem(err);
+        return add_message(out, role->valuestring, content->valuestring) ? CI_OK : openai_nomem(err);
     if (!cJSON_IsArray(content))
-        return bad(err, param, "'%s' must be a string or an array of content blocks", param);
+        return openai_bad(err, param, "'%s' must be a string or an array of content blocks", param);
     struct text t = {0};
     cJSON *calls = cJSON_CreateArray();
-    enum ci_status s = calls ? CI_OK : nomem(err);
+    enum ci_status s = calls ? CI_OK : openai_nomem(err);
     int j = 0, n_results = 0;
     const cJSON *b;
     cJSON_ArrayForEach(b, content) {
@@ -239,26 +218,27 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
         snprintf(bp, sizeof bp, "messages[%d].content[%d]", i, j++);
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
         if (!cJSON_IsObject(b) || !cJSON_IsString(type)) {
-            s = bad(err, bp, "'%s' must be a content block with a string 'type'", bp);
+            s = openai_bad(err, bp, "'%s' must be a content block with a string 'type'", bp);
         } else if (strcmp(type->valuestring, "text") == 0) {
             const cJSON *text = cJSON_GetObjectItemCaseSensitive(b, "text");
-            s = !cJSON_IsString(text)              ? bad(err, bp, "'%s.text' must be a string", bp)
-                : !text_add(&t, text->valuestring) ? nomem(err)
+            s = !cJSON_IsString(text)              ? openai_bad(err, bp, "'%s.text' must be a string", bp)
+                : !text_add(&t, text->valuestring) ? openai_nomem(err)
                                                    : CI_OK;
         } else if (strcmp(type->valuestring, "tool_use") == 0) {
-            s = user ? bad(err, bp, "'%s': tool_use blocks belong to assistant messages", bp)
+            s = user ? openai_bad(err, bp, "'%s': tool_use blocks belong to assistant messages", bp)
                      : tool_call(b, bp, calls, err);
         } else if (strcmp(type->valuestring, "tool_result") == 0) {
-            s = !user ? bad(err, bp, "'%s': tool_result blocks belong to user messages", bp)
+            s = !user ? openai_bad(err, bp, "'%s': tool_result blocks belong to user messages", bp)
                       : tool_result(b, bp, out, err);
             n_results++;
         } else if (!user && (strcmp(type->valuestring, "thinking") == 0 ||
                              strcmp(type->valuestring, "redacted_thinking") == 0)) {
             // an earlier turn's reasoning: templates drop it from the history anyway
         } else {
-            s = bad(err, bp,
-                    "'%s': content blocks of type '%.32s' are not supported (text, tool_use, tool_result)",
-                    bp, type->valuestring);
+            s = openai_bad(
+                err, bp,
+                "'%s': content blocks of type '%.32s' are not supported (text, tool_use, tool_result)", bp,
+                type->valuestring);
         }
     }
     int n_calls = calls ? cJSON_GetArraySize(calls) : 0;
@@ -267,11 +247,11 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
         // apply string tests to every assistant content, and null fails them.
         cJSON *m = add_message(out, role->valuestring, t.s ? t.s : "");
         if (!m)
-            s = nomem(err);
+            s = openai_nomem(err);
         else if (n_calls && cJSON_AddItemToObject(m, "tool_calls", calls))
             calls = NULL;
         else if (n_calls)
-            s = nomem(err);
+            s = openai_nomem(err);
     }
     cJSON_Delete(calls);
     ci_free(t.s);
@@ -284,17 +264,17 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
 static enum ci_status parse_tools(const cJSON *root, struct anthropic_request *r, cJSON *chat,
                                   struct openai_error *err) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    if (absent(tools))
+    if (openai_absent(tools))
         return CI_OK;
     int count = cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : -1;
     if (count < 0 || count > ANTHROPIC_MAX_TOOLS)
-        return bad(err, "tools", "'tools' must be an array of at most %d tools", ANTHROPIC_MAX_TOOLS);
+        return openai_bad(err, "tools", "'tools' must be an array of at most %d tools", ANTHROPIC_MAX_TOOLS);
     cJSON *arr = cJSON_AddArrayToObject(chat, "tools");
     if (!arr)
-        return nomem(err);
+        return openai_nomem(err);
     if (count > 0 && (!(r->q.tool_names = ci_calloc((size_t)count, sizeof *r->q.tool_names)) ||
                       !(r->q.tool_params = ci_calloc((size_t)count, sizeof *r->q.tool_params))))
-        return nomem(err);
+        return openai_nomem(err);
     int i = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
@@ -305,22 +285,22 @@ static enum ci_status parse_tools(const cJSON *root, struct anthropic_request *r
         const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
         const cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
         if (!cJSON_IsObject(t))
-            return bad(err, p, "'%s' must be an object", p);
-        if (!absent(type) && !is_type(t, "custom"))
-            return bad(err, p, "'%s': tools of type '%.32s' are not supported (custom tools only)", p,
-                       cJSON_IsString(type) ? type->valuestring : "?");
+            return openai_bad(err, p, "'%s' must be an object", p);
+        if (!openai_absent(type) && !is_type(t, "custom"))
+            return openai_bad(err, p, "'%s': tools of type '%.32s' are not supported (custom tools only)", p,
+                              cJSON_IsString(type) ? type->valuestring : "?");
         size_t n = cJSON_IsString(name) ? strlen(name->valuestring) : 0;
         if (n < 1 || n > 128)
-            return bad(err, p, "'%s.name' must be a string of 1 to 128 characters", p);
-        if (!absent(desc) && !cJSON_IsString(desc))
-            return bad(err, p, "'%s.description' must be a string", p);
+            return openai_bad(err, p, "'%s.name' must be a string of 1 to 128 characters", p);
+        if (!openai_absent(desc) && !cJSON_IsString(desc))
+            return openai_bad(err, p, "'%s.description' must be a string", p);
         if (!cJSON_IsObject(schema))
-            return bad(err, p, "'%s.input_schema' must be an object (a JSON schema)", p);
+            return openai_bad(err, p, "'%s.input_schema' must be an object (a JSON schema)", p);
         cJSON *o = cJSON_CreateObject(), *f = NULL, *params = cJSON_Duplicate(schema, true);
         if (!o || !cJSON_AddItemToArray(arr, o)) {
             cJSON_Delete(o);
             cJSON_Delete(params);
-            return nomem(err);
+            return openai_nomem(err);
         }
         if (!params || !cJSON_AddStringToObject(o, "type", "function") ||
             !(f = cJSON_AddObjectToObject(o, "function")) ||
@@ -329,12 +309,12 @@ static enum ci_status parse_tools(const cJSON *root, struct anthropic_request *r
             !cJSON_AddItemToObject(f, "parameters", params)) {
             if (f && !cJSON_GetObjectItemCaseSensitive(f, "parameters"))
                 cJSON_Delete(params);
-            return nomem(err);
+            return openai_nomem(err);
         }
         r->q.n_tools = i; // what openai_request_deinit frees
         if (!(r->q.tool_names[i - 1] = ci_strdup(name->valuestring)) ||
             !(r->q.tool_params[i - 1] = cJSON_PrintUnformatted(schema)))
-            return nomem(err);
+            return openai_nomem(err);
     }
     r->n_tools = count;
     r->q.tool_choice = count > 0 ? OPENAI_TOOL_AUTO : OPENAI_TOOL_NONE;
@@ -345,7 +325,7 @@ static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_requ
                                         struct openai_error *err) {
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
     r->q.parallel_tool_calls = true;
-    if (absent(tc))
+    if (openai_absent(tc))
         return CI_OK;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(tc, "name");
@@ -356,10 +336,10 @@ static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_requ
         if (strcmp(type->valuestring, names[i]) == 0)
             k = i;
     if (k < 0)
-        return bad(err, "tool_choice",
-                   "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
-    if (!absent(dp) && !cJSON_IsBool(dp))
-        return bad(err, "tool_choice", "'tool_choice.disable_parallel_tool_use' must be a boolean");
+        return openai_bad(err, "tool_choice",
+                          "'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}");
+    if (!openai_absent(dp) && !cJSON_IsBool(dp))
+        return openai_bad(err, "tool_choice", "'tool_choice.disable_parallel_tool_use' must be a boolean");
     r->tool_choice = (enum anthropic_tool_choice)k;
     r->q.parallel_tool_calls = !cJSON_IsTrue(dp);
     // The same enforcement as OpenAI's: any → "required", tool → a named function, none → none.
@@ -368,11 +348,11 @@ static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_requ
                        : k == ANTHROPIC_TOOL_NONE ? OPENAI_TOOL_NONE
                                                   : r->q.tool_choice;
     if ((k == ANTHROPIC_TOOL_ANY || k == ANTHROPIC_TOOL_TOOL) && r->n_tools == 0)
-        return bad(err, "tool_choice", "'tool_choice' of type '%s' needs 'tools'", names[k]);
+        return openai_bad(err, "tool_choice", "'tool_choice' of type '%s' needs 'tools'", names[k]);
     if (k != ANTHROPIC_TOOL_TOOL)
         return CI_OK;
     if (!cJSON_IsString(name))
-        return bad(err, "tool_choice", "'tool_choice.name' must be a string (the tool to call)");
+        return openai_bad(err, "tool_choice", "'tool_choice.name' must be a string (the tool to call)");
     const cJSON *t;
     bool found = false;
     cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(root, "tools")) {
@@ -380,20 +360,21 @@ static enum ci_status parse_tool_choice(const cJSON *root, struct anthropic_requ
         found = found || (cJSON_IsString(n) && strcmp(n->valuestring, name->valuestring) == 0);
     }
     if (!found)
-        return bad(err, "tool_choice", "'tool_choice.name': no tool is named '%.64s'", name->valuestring);
+        return openai_bad(err, "tool_choice", "'tool_choice.name': no tool is named '%.64s'",
+                          name->valuestring);
     return (r->tool_name = ci_strdup(name->valuestring)) && (r->q.tool_name = ci_strdup(name->valuestring))
                ? CI_OK
-               : nomem(err);
+               : openai_nomem(err);
 }
 
 static enum ci_status get_number(const cJSON *root, const char *key, double lo, bool lo_open, double hi,
                                  float *out, struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    if (absent(v))
+    if (openai_absent(v))
         return CI_OK;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble > hi ||
         (lo_open ? v->valuedouble <= lo : v->valuedouble < lo))
-        return bad(err, key, "'%s' must be a number in %s%g, %g]", key, lo_open ? "(" : "[", lo, hi);
+        return openai_bad(err, key, "'%s' must be a number in %s%g, %g]", key, lo_open ? "(" : "[", lo, hi);
     *out = (float)v->valuedouble;
     return CI_OK;
 }
@@ -408,49 +389,51 @@ static enum ci_status parse_sampling(const cJSON *root, bool count_only, struct 
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "max_tokens");
     if (!count_only) {
         // Anthropic requires it; a value past what the context holds is cut to fit when the prompt is known.
-        if (absent(mt))
-            return bad(err, "max_tokens", "'max_tokens' is required");
+        if (openai_absent(mt))
+            return openai_bad(err, "max_tokens", "'max_tokens' is required");
         if (!integral(mt, 1, 1 << 30))
-            return bad(err, "max_tokens", "'max_tokens' must be an integer in [1, %d]", 1 << 30);
+            return openai_bad(err, "max_tokens", "'max_tokens' must be an integer in [1, %d]", 1 << 30);
         q->max_tokens = (int)mt->valuedouble;
     }
     const cJSON *tk = cJSON_GetObjectItemCaseSensitive(root, "top_k");
-    if (!absent(tk) && !integral(tk, 0, 1 << 30))
-        return bad(err, "top_k", "'top_k' must be an integer in [0, %d]", 1 << 30);
-    if (!absent(tk))
+    if (!openai_absent(tk) && !integral(tk, 0, 1 << 30))
+        return openai_bad(err, "top_k", "'top_k' must be an integer in [0, %d]", 1 << 30);
+    if (!openai_absent(tk))
         q->sampling.top_k = (int)tk->valuedouble;
     enum ci_status s;
     if ((s = get_number(root, "temperature", 0, false, 1, &q->sampling.temperature, err)) != CI_OK ||
         (s = get_number(root, "top_p", 0, true, 1, &q->sampling.top_p, err)) != CI_OK)
         return s;
     const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
-    if (!absent(stream) && !cJSON_IsBool(stream))
-        return bad(err, "stream", "'stream' must be a boolean");
+    if (!openai_absent(stream) && !cJSON_IsBool(stream))
+        return openai_bad(err, "stream", "'stream' must be a boolean");
     q->stream = !count_only && cJSON_IsTrue(stream);
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "metadata");
-    if (!absent(md) && !cJSON_IsObject(md))
-        return bad(err, "metadata", "'metadata' must be an object");
+    if (!openai_absent(md) && !cJSON_IsObject(md))
+        return openai_bad(err, "metadata", "'metadata' must be an object");
     // llama.cpp's extension, as on /v1/chat/completions: a GBNF grammar the answer must follow.
     const cJSON *gr = cJSON_GetObjectItemCaseSensitive(root, "grammar");
-    if (!absent(gr) && (!cJSON_IsString(gr) || strlen(gr->valuestring) > OPENAI_MAX_GRAMMAR))
-        return bad(err, "grammar", "'grammar' must be a string of at most %d bytes", OPENAI_MAX_GRAMMAR);
+    if (!openai_absent(gr) && (!cJSON_IsString(gr) || strlen(gr->valuestring) > OPENAI_MAX_GRAMMAR))
+        return openai_bad(err, "grammar", "'grammar' must be a string of at most %d bytes",
+                          OPENAI_MAX_GRAMMAR);
     if (cJSON_IsString(gr) && gr->valuestring[0] && !(q->grammar = ci_strdup(gr->valuestring)))
-        return nomem(err);
+        return openai_nomem(err);
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(root, "stop_sequences");
-    if (absent(stop))
+    if (openai_absent(stop))
         return CI_OK;
     int count = cJSON_IsArray(stop) ? cJSON_GetArraySize(stop) : -1;
     if (count < 0 || count > OPENAI_MAX_STOP)
-        return bad(err, "stop_sequences", "'stop_sequences' must be an array of at most %d strings",
-                   OPENAI_MAX_STOP);
+        return openai_bad(err, "stop_sequences", "'stop_sequences' must be an array of at most %d strings",
+                          OPENAI_MAX_STOP);
     const cJSON *v;
     cJSON_ArrayForEach(v, stop) {
         size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
         if (n < 1 || n > OPENAI_MAX_STOP_BYTES)
-            return bad(err, "stop_sequences", "'stop_sequences': each must be a string of 1 to %d bytes",
-                       OPENAI_MAX_STOP_BYTES);
+            return openai_bad(err, "stop_sequences",
+                              "'stop_sequences': each must be a string of 1 to %d bytes",
+                              OPENAI_MAX_STOP_BYTES);
         if (!(q->stop[q->n_stop] = ci_strdup(v->valuestring)))
-            return nomem(err);
+            return openai_nomem(err);
         q->n_stop++;
     }
     return CI_OK;
@@ -460,10 +443,10 @@ static enum ci_status parse_sampling(const cJSON *root, bool count_only, struct 
 static enum ci_status fill_messages(const cJSON *arr, struct openai_request *q, struct openai_error *err) {
     int count = cJSON_GetArraySize(arr);
     if (count < 1 || count > OPENAI_MAX_MESSAGES)
-        return bad(err, "messages", "the conversation makes %d chat messages, 1 to %d are allowed", count,
-                   OPENAI_MAX_MESSAGES);
+        return openai_bad(err, "messages", "the conversation makes %d chat messages, 1 to %d are allowed",
+                          count, OPENAI_MAX_MESSAGES);
     if (!(q->messages = ci_calloc((size_t)count, sizeof *q->messages)))
-        return nomem(err);
+        return openai_nomem(err);
     const cJSON *m;
     cJSON_ArrayForEach(m, arr) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -472,7 +455,7 @@ static enum ci_status fill_messages(const cJSON *arr, struct openai_request *q, 
         out->role = ci_strdup(role->valuestring);
         out->content = ci_strdup(cJSON_IsString(content) ? content->valuestring : "");
         if (!out->role || !out->content)
-            return nomem(err);
+            return openai_nomem(err);
     }
     return CI_OK;
 }
@@ -487,7 +470,7 @@ enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, co
     q->logprobs = -1;
     q->sampling = (struct cinfer_sampling){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
     if (memchr(body, '\0', len))
-        return bad(err, NULL, "the request body holds a NUL byte");
+        return openai_bad(err, NULL, "the request body holds a NUL byte");
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len + 1, &end, true);
     cJSON *chat = NULL;
@@ -495,38 +478,39 @@ enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, co
     char where[128];
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        s = bad(err, NULL, "the request body is not valid JSON (near byte %zu)", at);
+        s = openai_bad(err, NULL, "the request body is not valid JSON (near byte %zu)", at);
         goto done;
     }
     if (!cJSON_IsObject(root)) {
-        s = bad(err, NULL, "the request body must be a JSON object");
+        s = openai_bad(err, NULL, "the request body must be a JSON object");
         goto done;
     }
     if (json_find_nul_escape(body, len, where, sizeof where)) {
-        s = bad(err, where[0] ? where : NULL, "'%s' holds a NUL character (\\u0000), which is not supported",
-                where[0] ? where : "the request");
+        s = openai_bad(err, where[0] ? where : NULL,
+                       "'%s' holds a NUL character (\\u0000), which is not supported",
+                       where[0] ? where : "the request");
         goto done;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsString(model)) {
-        s = bad(err, "model", "'model' is required (a string)");
+        s = openai_bad(err, "model", "'model' is required (a string)");
         goto done;
     }
     if (!(q->model = ci_strdup(model->valuestring))) {
-        s = nomem(err);
+        s = openai_nomem(err);
         goto done;
     }
     cJSON *arr = (chat = cJSON_CreateObject()) ? cJSON_AddArrayToObject(chat, "messages") : NULL;
     if (!arr) {
-        s = nomem(err);
+        s = openai_nomem(err);
         goto done;
     }
     const cJSON *system = cJSON_GetObjectItemCaseSensitive(root, "system");
-    if (!absent(system)) {
+    if (!openai_absent(system)) {
         struct text t = {0};
         if ((s = text_content(system, "system", &t, err)) == CI_OK && t.len > 0 &&
             !add_message(arr, "system", t.s))
-            s = nomem(err);
+            s = openai_nomem(err);
         ci_free(t.s);
         if (s != CI_OK)
             goto done;
@@ -534,7 +518,8 @@ enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, co
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     int count = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : 0;
     if (count < 1 || count > OPENAI_MAX_MESSAGES) {
-        s = bad(err, "messages", "'messages' is required: an array of 1 to %d messages", OPENAI_MAX_MESSAGES);
+        s = openai_bad(err, "messages", "'messages' is required: an array of 1 to %d messages",
+                       OPENAI_MAX_MESSAGES);
         goto done;
     }
     int i = 0;
@@ -549,7 +534,7 @@ enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, co
     if (role && strcmp(role, "assistant") == 0 && content &&
         !cJSON_GetObjectItemCaseSensitive(last, "tool_calls")) {
         if (content[0] && !(out->prefill = ci_strdup(content))) {
-            s = nomem(err);
+            s = openai_nomem(err);
             goto done;
         }
         cJSON_DeleteItemFromArray(arr, cJSON_GetArraySize(arr) - 1);
@@ -559,7 +544,7 @@ enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, co
         (s = parse_sampling(root, count_only, q, err)) != CI_OK || (s = fill_messages(arr, q, err)) != CI_OK)
         goto done;
     if (!(out->chat_json = cJSON_PrintUnformatted(chat))) {
-        s = nomem(err);
+        s = openai_nomem(err);
         goto done;
     }
     out->chat_json_len = strlen(out->chat_json);

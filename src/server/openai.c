@@ -111,13 +111,11 @@ done:
 
 /* ---- value readers: absent and null mean "not given" -------------------------------------------------- */
 
-static bool absent(const cJSON *v) {
+bool openai_absent(const cJSON *v) {
     return !v || cJSON_IsNull(v);
 }
 
-static enum ci_status bad(struct openai_error *err, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static enum ci_status bad(struct openai_error *err, const char *param, const char *fmt, ...) {
+enum ci_status openai_bad(struct openai_error *err, const char *param, const char *fmt, ...) {
     char msg[sizeof err->message];
     va_list ap;
     va_start(ap, fmt);
@@ -127,7 +125,7 @@ static enum ci_status bad(struct openai_error *err, const char *param, const cha
     return CI_ERR_INVALID;
 }
 
-static enum ci_status nomem(struct openai_error *err) {
+enum ci_status openai_nomem(struct openai_error *err) {
     openai_error_set(err, 500, NULL, NULL, "out of memory");
     return CI_ERR_NOMEM;
 }
@@ -142,11 +140,11 @@ static enum ci_status get_int(const cJSON *o, const char *key, int lo, int hi, i
                               struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (given)
-        *given = !absent(v);
-    if (absent(v))
+        *given = !openai_absent(v);
+    if (openai_absent(v))
         return CI_OK;
     if (!integral(v, lo, hi))
-        return bad(err, key, "'%s' must be an integer in [%d, %d]", key, lo, hi);
+        return openai_bad(err, key, "'%s' must be an integer in [%d, %d]", key, lo, hi);
     *out = (int)v->valuedouble;
     return CI_OK;
 }
@@ -155,21 +153,21 @@ static enum ci_status get_int(const cJSON *o, const char *key, int lo, int hi, i
 static enum ci_status get_float(const cJSON *o, const char *key, double lo, bool lo_open, double hi,
                                 float *out, struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (absent(v))
+    if (openai_absent(v))
         return CI_OK;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble > hi ||
         (lo_open ? v->valuedouble <= lo : v->valuedouble < lo))
-        return bad(err, key, "'%s' must be a number in %s%g, %g]", key, lo_open ? "(" : "[", lo, hi);
+        return openai_bad(err, key, "'%s' must be a number in %s%g, %g]", key, lo_open ? "(" : "[", lo, hi);
     *out = (float)v->valuedouble;
     return CI_OK;
 }
 
 static enum ci_status get_bool(const cJSON *o, const char *key, bool *out, struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (absent(v))
+    if (openai_absent(v))
         return CI_OK;
     if (!cJSON_IsBool(v))
-        return bad(err, key, "'%s' must be a boolean", key);
+        return openai_bad(err, key, "'%s' must be a boolean", key);
     *out = cJSON_IsTrue(v);
     return CI_OK;
 }
@@ -177,28 +175,28 @@ static enum ci_status get_bool(const cJSON *o, const char *key, bool *out, struc
 static enum ci_status parse_root(const char *body, size_t len, cJSON **out, struct openai_error *err) {
     *out = NULL;
     if (memchr(body, '\0', len))
-        return bad(err, NULL, "the request body holds a NUL byte");
+        return openai_bad(err, NULL, "the request body holds a NUL byte");
     const char *end = NULL;
     // len + 1 takes in the NUL, so trailing garbage after the value is rejected.
     json_nomem = false;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len + 1, &end, true);
     if (!root && json_nomem)
-        return nomem(err);
+        return openai_nomem(err);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        return bad(err, NULL, "the request body is not valid JSON (near byte %zu)", at);
+        return openai_bad(err, NULL, "the request body is not valid JSON (near byte %zu)", at);
     }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return bad(err, NULL, "the request body must be a JSON object");
+        return openai_bad(err, NULL, "the request body must be a JSON object");
     }
     // cJSON would cut a string at an escaped NUL and the rest would vanish unnoticed: refuse it instead.
     char where[128];
     if (json_find_nul_escape(body, len, where, sizeof where)) {
         cJSON_Delete(root);
-        return bad(err, where[0] ? where : NULL,
-                   "'%s' holds a NUL character (\\u0000), which is not supported",
-                   where[0] ? where : "the request");
+        return openai_bad(err, where[0] ? where : NULL,
+                          "'%s' holds a NUL character (\\u0000), which is not supported",
+                          where[0] ? where : "the request");
     }
     *out = root;
     return CI_OK;
@@ -206,7 +204,7 @@ static enum ci_status parse_root(const char *body, size_t len, cJSON **out, stru
 
 static enum ci_status dup_string(const char *s, char **out, struct openai_error *err) {
     if (!(*out = ci_strdup(s)))
-        return nomem(err);
+        return openai_nomem(err);
     return CI_OK;
 }
 
@@ -220,13 +218,13 @@ static enum ci_status token_array(const cJSON *arr, const char *param, int n_voc
         return CI_OK;
     cinfer_token *t = ci_malloc((size_t)count * sizeof *t);
     if (!t)
-        return nomem(err);
+        return openai_nomem(err);
     int i = 0;
     const cJSON *v;
     cJSON_ArrayForEach(v, arr) {
         if (!integral(v, 0, (double)n_vocab - 1)) {
             ci_free(t);
-            return bad(err, param, "'%s': element %d is not a token id in [0, %d)", param, i, n_vocab);
+            return openai_bad(err, param, "'%s': element %d is not a token id in [0, %d)", param, i, n_vocab);
         }
         t[i++] = (cinfer_token)v->valuedouble;
     }
@@ -247,19 +245,21 @@ static enum ci_status content_parts(const cJSON *arr, const char *param, char **
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
         if (cJSON_IsObject(p) && cJSON_IsString(type) && strcmp(type->valuestring, "text") != 0)
-            return bad(err, param,
-                       "'%s': part %d is of type '%.32s', which is not supported (only \"text\" parts are)",
-                       param, i, type->valuestring);
+            return openai_bad(
+                err, param,
+                "'%s': part %d is of type '%.32s', which is not supported (only \"text\" parts are)", param,
+                i, type->valuestring);
         if (!cJSON_IsObject(p) || !cJSON_IsString(type) || !cJSON_IsString(text))
-            return bad(err, param,
-                       "'%s': part %d is not {\"type\": \"text\", \"text\": ...} (only text is supported)",
-                       param, i);
+            return openai_bad(
+                err, param,
+                "'%s': part %d is not {\"type\": \"text\", \"text\": ...} (only text is supported)", param,
+                i);
         total += strlen(text->valuestring) + 1;
         i++;
     }
     char *s = ci_malloc(total);
     if (!s)
-        return nomem(err);
+        return openai_nomem(err);
     size_t o = 0;
     i = 0;
     cJSON_ArrayForEach(p, arr) {
@@ -290,7 +290,7 @@ static enum ci_status check_tool_calls(const cJSON *calls, int i, const char ***
     char param[64];
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
     if (!cJSON_IsArray(calls))
-        return bad(err, param, "'%s' must be an array of tool calls", param);
+        return openai_bad(err, param, "'%s' must be an array of tool calls", param);
     int k = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, calls) {
@@ -301,18 +301,18 @@ static enum ci_status check_tool_calls(const cJSON *calls, int i, const char ***
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
         snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, k);
         if (!cJSON_IsObject(c) || !cJSON_IsString(id) || !id->valuestring[0])
-            return bad(err, param, "'%s' must be an object with an \"id\" string", param);
-        if (!absent(type) && (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0))
-            return bad(err, param, "'%s': type must be \"function\"", param);
+            return openai_bad(err, param, "'%s' must be an object with an \"id\" string", param);
+        if (!openai_absent(type) && (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0))
+            return openai_bad(err, param, "'%s': type must be \"function\"", param);
         if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
-            return bad(err, param, "'%s' must have a function with a \"name\" string", param);
-        if (!absent(args) && !cJSON_IsString(args) && !cJSON_IsObject(args))
-            return bad(err, param, "'%s': function.arguments must be a string (JSON text)", param);
+            return openai_bad(err, param, "'%s' must have a function with a \"name\" string", param);
+        if (!openai_absent(args) && !cJSON_IsString(args) && !cJSON_IsObject(args))
+            return openai_bad(err, param, "'%s': function.arguments must be a string (JSON text)", param);
         if (*n_ids == *cap) {
             int nc = *cap ? *cap * 2 : 16;
             const char **g = ci_realloc((void *)*ids, (size_t)nc * sizeof *g);
             if (!g)
-                return nomem(err);
+                return openai_nomem(err);
             *ids = g;
             *cap = nc;
         }
@@ -327,14 +327,15 @@ static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_messa
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "messages");
     *out = NULL;
     *n_out = 0;
-    if (absent(arr))
-        return bad(err, "messages", "'messages' is required");
+    if (openai_absent(arr))
+        return openai_bad(err, "messages", "'messages' is required");
     int count = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
     if (!cJSON_IsArray(arr) || count < 1 || count > OPENAI_MAX_MESSAGES)
-        return bad(err, "messages", "'messages' must be an array of 1 to %d messages", OPENAI_MAX_MESSAGES);
+        return openai_bad(err, "messages", "'messages' must be an array of 1 to %d messages",
+                          OPENAI_MAX_MESSAGES);
     struct cinfer_chat_message *m = ci_calloc((size_t)count, sizeof *m);
     if (!m)
-        return nomem(err);
+        return openai_nomem(err);
     const char **call_ids = NULL; // every tool call id of the assistant messages so far
     int n_ids = 0, cap_ids = 0;
     enum ci_status s = CI_OK;
@@ -345,11 +346,11 @@ static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_messa
         snprintf(param, sizeof param, "messages[%d].role", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
         if (!cJSON_IsObject(msg)) {
-            s = bad(err, "messages", "'messages': element %d is not an object", i);
+            s = openai_bad(err, "messages", "'messages': element %d is not an object", i);
             goto fail;
         }
         if (!cJSON_IsString(role)) {
-            s = bad(err, param, "'%s' must be a string", param);
+            s = openai_bad(err, param, "'%s' must be a string", param);
             goto fail;
         }
         const char *r = role->valuestring;
@@ -357,16 +358,16 @@ static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_messa
             r = "system";
         if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 &&
             strcmp(r, "tool") != 0) {
-            s = bad(err, param,
-                    "'%s': role '%.32s' is not supported (system, developer, user, assistant, tool)", param,
-                    role->valuestring);
+            s = openai_bad(err, param,
+                           "'%s': role '%.32s' is not supported (system, developer, user, assistant, tool)",
+                           param, role->valuestring);
             goto fail;
         }
         const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
-        if (!absent(calls)) {
+        if (!openai_absent(calls)) {
             if (strcmp(r, "assistant") != 0) {
                 snprintf(param, sizeof param, "messages[%d].tool_calls", i);
-                s = bad(err, param, "'%s': only assistant messages have tool calls", param);
+                s = openai_bad(err, param, "'%s': only assistant messages have tool calls", param);
                 goto fail;
             }
             if ((s = check_tool_calls(calls, i, &call_ids, &n_ids, &cap_ids, err)) != CI_OK)
@@ -376,16 +377,17 @@ static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_messa
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id");
             snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
             if (!cJSON_IsString(id)) {
-                s = bad(err, param, "'%s' is required for a tool message (the id of the call it answers)",
-                        param);
+                s = openai_bad(err, param,
+                               "'%s' is required for a tool message (the id of the call it answers)", param);
                 goto fail;
             }
             bool found = false;
             for (int k = 0; k < n_ids && !found; k++)
                 found = strcmp(call_ids[k], id->valuestring) == 0;
             if (!found) {
-                s = bad(err, param, "'%s': '%.64s' is the id of no tool call of an earlier assistant message",
-                        param, id->valuestring);
+                s = openai_bad(err, param,
+                               "'%s': '%.64s' is the id of no tool call of an earlier assistant message",
+                               param, id->valuestring);
                 goto fail;
             }
         }
@@ -396,14 +398,14 @@ static enum ci_status parse_messages(const cJSON *root, struct cinfer_chat_messa
         snprintf(param, sizeof param, "messages[%d].content", i);
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
         text = NULL;
-        if (absent(content))
+        if (openai_absent(content))
             s = dup_string("", &text, err);
         else if (cJSON_IsString(content))
             s = dup_string(content->valuestring, &text, err);
         else if (cJSON_IsArray(content))
             s = content_parts(content, param, &text, err);
         else
-            s = bad(err, param, "'%s' must be a string or an array of text parts", param);
+            s = openai_bad(err, param, "'%s' must be a string or an array of text parts", param);
         m[i].content = text;
         if (s != CI_OK)
             goto fail;
@@ -448,44 +450,46 @@ static const cJSON *tool_function(const cJSON *tools, const char *name) {
 static enum ci_status parse_tools(const cJSON *root, struct openai_request *r, struct openai_error *err) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     char param[64];
-    if (!absent(tools)) {
+    if (!openai_absent(tools)) {
         int count = cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : -1;
         if (count < 0 || count > OPENAI_MAX_TOOLS)
-            return bad(err, "tools", "'tools' must be an array of at most %d tools", OPENAI_MAX_TOOLS);
+            return openai_bad(err, "tools", "'tools' must be an array of at most %d tools", OPENAI_MAX_TOOLS);
         int i = 0;
         const cJSON *t;
         if (count > 0 && (!(r->tool_names = ci_calloc((size_t)count, sizeof *r->tool_names)) ||
                           !(r->tool_params = ci_calloc((size_t)count, sizeof *r->tool_params))))
-            return nomem(err);
+            return openai_nomem(err);
         cJSON_ArrayForEach(t, tools) {
             const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
             snprintf(param, sizeof param, "tools[%d]", i);
             if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0)
-                return bad(err, param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
+                return openai_bad(err, param, "'%s' must be {\"type\": \"function\", \"function\": {...}}",
+                                  param);
             snprintf(param, sizeof param, "tools[%d].function", i);
             if (!cJSON_IsObject(fn))
-                return bad(err, param, "'%s' must be an object", param);
+                return openai_bad(err, param, "'%s' must be an object", param);
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
             const cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
             const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
             snprintf(param, sizeof param, "tools[%d].function.name", i);
             if (!cJSON_IsString(name) || !function_name_ok(name->valuestring))
-                return bad(err, param, "'%s' is required: 1 to 64 letters, digits, '_' or '-'", param);
+                return openai_bad(err, param, "'%s' is required: 1 to 64 letters, digits, '_' or '-'", param);
             if (tool_function(tools, name->valuestring) != fn)
-                return bad(err, param, "'%s': another tool is named '%s' too", param, name->valuestring);
+                return openai_bad(err, param, "'%s': another tool is named '%s' too", param,
+                                  name->valuestring);
             snprintf(param, sizeof param, "tools[%d].function.description", i);
-            if (!absent(desc) && !cJSON_IsString(desc))
-                return bad(err, param, "'%s' must be a string", param);
+            if (!openai_absent(desc) && !cJSON_IsString(desc))
+                return openai_bad(err, param, "'%s' must be a string", param);
             snprintf(param, sizeof param, "tools[%d].function.parameters", i);
-            if (!absent(params) && !cJSON_IsObject(params))
-                return bad(err, param, "'%s' must be a JSON Schema object", param);
+            if (!openai_absent(params) && !cJSON_IsObject(params))
+                return openai_bad(err, param, "'%s' must be a JSON Schema object", param);
             r->n_tools = i + 1; // what deinit frees
             if (dup_string(name->valuestring, &r->tool_names[i], err) != CI_OK)
                 return CI_ERR_NOMEM;
             if (cJSON_IsObject(params)) {
                 char *text = cJSON_PrintUnformatted(params);
-                enum ci_status s = text ? dup_string(text, &r->tool_params[i], err) : nomem(err);
+                enum ci_status s = text ? dup_string(text, &r->tool_params[i], err) : openai_nomem(err);
                 cJSON_free(text);
                 if (s != CI_OK)
                     return s;
@@ -505,40 +509,43 @@ static enum ci_status parse_tools(const cJSON *root, struct openai_request *r, s
         else if (strcmp(v, "required") == 0)
             r->tool_choice = OPENAI_TOOL_REQUIRED;
         else
-            return bad(err, "tool_choice",
-                       "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                       "\"function\": {\"name\": ...}}");
-    } else if (!absent(tc)) {
+            return openai_bad(
+                err, "tool_choice",
+                "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                "\"function\": {\"name\": ...}}");
+    } else if (!openai_absent(tc)) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type");
         const cJSON *name =
             cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tc, "function"), "name");
         if (!cJSON_IsObject(tc) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 ||
             !cJSON_IsString(name))
-            return bad(err, "tool_choice",
-                       "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                       "\"function\": {\"name\": ...}}");
+            return openai_bad(
+                err, "tool_choice",
+                "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                "\"function\": {\"name\": ...}}");
         const cJSON *fn = r->n_tools > 0 ? tool_function(tools, name->valuestring) : NULL;
         if (!fn)
-            return bad(err, "tool_choice",
-                       "'tool_choice' names the function '%.64s', which is not in 'tools'",
-                       name->valuestring);
+            return openai_bad(err, "tool_choice",
+                              "'tool_choice' names the function '%.64s', which is not in 'tools'",
+                              name->valuestring);
         r->tool_choice = OPENAI_TOOL_NAMED;
         enum ci_status s = dup_string(name->valuestring, &r->tool_name, err);
         if (s != CI_OK)
             return s;
     }
     if (r->tool_choice == OPENAI_TOOL_REQUIRED && r->n_tools == 0)
-        return bad(err, "tool_choice", "'tool_choice' is \"required\" but the request has no 'tools'");
+        return openai_bad(err, "tool_choice", "'tool_choice' is \"required\" but the request has no 'tools'");
     r->parallel_tool_calls = true;
     enum ci_status s = get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, err);
     if (s != CI_OK)
         return s;
     const cJSON *re = cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort");
-    if (!absent(re)) {
+    if (!openai_absent(re)) {
         if (!cJSON_IsString(re) ||
             (strcmp(re->valuestring, "low") != 0 && strcmp(re->valuestring, "medium") != 0 &&
              strcmp(re->valuestring, "high") != 0))
-            return bad(err, "reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+            return openai_bad(err, "reasoning_effort",
+                              "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
         return dup_string(re->valuestring, &r->reasoning_effort, err);
     }
     return CI_OK;
@@ -555,24 +562,24 @@ static enum ci_status one_prompt(const cJSON *v, const char *param, int n_vocab,
     if (cJSON_IsString(v))
         return dup_string(v->valuestring, &p->text, err);
     if (!token_prompt_shape(v))
-        return bad(err, param, "'%s' must be a string or an array of token ids", param);
+        return openai_bad(err, param, "'%s' must be a string or an array of token ids", param);
     enum ci_status s = token_array(v, param, n_vocab, &p->ids, &p->n_ids, err);
     if (s == CI_OK && p->n_ids == 0)
-        return bad(err, param, "'%s' is an empty list of token ids", param);
+        return openai_bad(err, param, "'%s' is an empty list of token ids", param);
     return s;
 }
 
 static enum ci_status parse_prompts(const cJSON *root, int n_vocab, struct openai_request *r,
                                     struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (absent(v))
-        return bad(err, "prompt", "'prompt' is required");
+    if (openai_absent(v))
+        return openai_bad(err, "prompt", "'prompt' is required");
     bool list = cJSON_IsArray(v) && !token_prompt_shape(v);
     int count = list ? cJSON_GetArraySize(v) : 1;
     if (count < 1 || count > OPENAI_MAX_PROMPTS)
-        return bad(err, "prompt", "'prompt' must hold 1 to %d prompts", OPENAI_MAX_PROMPTS);
+        return openai_bad(err, "prompt", "'prompt' must hold 1 to %d prompts", OPENAI_MAX_PROMPTS);
     if (!(r->prompts = ci_calloc((size_t)count, sizeof *r->prompts)))
-        return nomem(err);
+        return openai_nomem(err);
     r->n_prompts = count;
     if (!list)
         return one_prompt(v, "prompt", n_vocab, &r->prompts[0], err);
@@ -592,20 +599,21 @@ static enum ci_status parse_prompts(const cJSON *root, int n_vocab, struct opena
 
 static enum ci_status parse_stop(const cJSON *root, struct openai_request *r, struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "stop");
-    if (absent(v))
+    if (openai_absent(v))
         return CI_OK;
     const cJSON *one[1] = {v};
     int count = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 1;
     if (!cJSON_IsString(v) && !cJSON_IsArray(v))
-        return bad(err, "stop", "'stop' must be a string or an array of strings");
+        return openai_bad(err, "stop", "'stop' must be a string or an array of strings");
     if (count > OPENAI_MAX_STOP)
-        return bad(err, "stop", "'stop' holds %d strings, at most %d are allowed", count, OPENAI_MAX_STOP);
+        return openai_bad(err, "stop", "'stop' holds %d strings, at most %d are allowed", count,
+                          OPENAI_MAX_STOP);
     for (int i = 0; i < count; i++) {
         const cJSON *s = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, i) : one[0];
         size_t n = cJSON_IsString(s) ? strlen(s->valuestring) : 0;
         if (!cJSON_IsString(s) || n < 1 || n > OPENAI_MAX_STOP_BYTES)
-            return bad(err, "stop", "'stop': each stop string must be a string of 1 to %d bytes",
-                       OPENAI_MAX_STOP_BYTES);
+            return openai_bad(err, "stop", "'stop': each stop string must be a string of 1 to %d bytes",
+                              OPENAI_MAX_STOP_BYTES);
         if (dup_string(s->valuestring, &r->stop[i], err) != CI_OK)
             return CI_ERR_NOMEM;
         r->n_stop = i + 1;
@@ -616,18 +624,18 @@ static enum ci_status parse_stop(const cJSON *root, struct openai_request *r, st
 static enum ci_status parse_logit_bias(const cJSON *root, int n_vocab, struct openai_request *r,
                                        struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
-    if (absent(v))
+    if (openai_absent(v))
         return CI_OK;
     if (!cJSON_IsObject(v))
-        return bad(err, "logit_bias", "'logit_bias' must be an object mapping token ids to biases");
+        return openai_bad(err, "logit_bias", "'logit_bias' must be an object mapping token ids to biases");
     int count = cJSON_GetArraySize(v);
     if (count > OPENAI_MAX_LOGIT_BIAS)
-        return bad(err, "logit_bias", "'logit_bias' has %d entries, at most %d are allowed", count,
-                   OPENAI_MAX_LOGIT_BIAS);
+        return openai_bad(err, "logit_bias", "'logit_bias' has %d entries, at most %d are allowed", count,
+                          OPENAI_MAX_LOGIT_BIAS);
     if (count == 0)
         return CI_OK;
     if (!(r->logit_bias = ci_calloc((size_t)count, sizeof *r->logit_bias)))
-        return nomem(err);
+        return openai_nomem(err);
     const cJSON *e;
     int i = 0;
     cJSON_ArrayForEach(e, v) {
@@ -635,11 +643,11 @@ static enum ci_status parse_logit_bias(const cJSON *root, int n_vocab, struct op
         char *end = NULL;
         long id = k && *k >= '0' && *k <= '9' ? strtol(k, &end, 10) : -1;
         if (!end || *end || id < 0 || id >= n_vocab)
-            return bad(err, "logit_bias", "'logit_bias': key '%.32s' is not a token id in [0, %d)",
-                       k ? k : "", n_vocab);
+            return openai_bad(err, "logit_bias", "'logit_bias': key '%.32s' is not a token id in [0, %d)",
+                              k ? k : "", n_vocab);
         if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
-            return bad(err, "logit_bias",
-                       "'logit_bias': the bias of token %ld must be a number in [-100, 100]", id);
+            return openai_bad(err, "logit_bias",
+                              "'logit_bias': the bias of token %ld must be a number in [-100, 100]", id);
         r->logit_bias[i].token = (cinfer_token)id;
         // -100 bans the token outright, as OpenAI documents, whatever the logits' scale.
         r->logit_bias[i].bias = e->valuedouble <= -100 ? -INFINITY : (float)e->valuedouble;
@@ -678,18 +686,18 @@ static void gbnf_literal(char *dst, const char *s) {
 static enum ci_status choice_grammar(const cJSON *v, const char *param, char **out,
                                      struct openai_error *err) {
     if (!cJSON_IsArray(v) || !v->child)
-        return bad(err, param, "'%s' must be a non-empty array of strings", param);
+        return openai_bad(err, param, "'%s' must be a non-empty array of strings", param);
     size_t need = 16;
     for (const cJSON *e = v->child; e; e = e->next) {
         if (!cJSON_IsString(e))
-            return bad(err, param, "'%s' must be a non-empty array of strings", param);
+            return openai_bad(err, param, "'%s' must be a non-empty array of strings", param);
         need += 4 * strlen(e->valuestring) + 8;
         if (need > OPENAI_MAX_GRAMMAR)
-            return bad(err, param, "'%s' is too large", param);
+            return openai_bad(err, param, "'%s' is too large", param);
     }
     char *g = ci_malloc(need);
     if (!g)
-        return nomem(err);
+        return openai_nomem(err);
     char *d = g + sprintf(g, "root ::= ");
     for (const cJSON *e = v->child; e; e = e->next) {
         if (e != v->child)
@@ -706,18 +714,18 @@ static enum ci_status choice_grammar(const cJSON *v, const char *param, char **o
 static enum ci_status schema_text(const cJSON *v, const char *param, char **out, struct openai_error *err) {
     if (cJSON_IsString(v)) {
         if (strlen(v->valuestring) > OPENAI_MAX_GRAMMAR)
-            return bad(err, param, "'%s' is larger than %d bytes", param, OPENAI_MAX_GRAMMAR);
+            return openai_bad(err, param, "'%s' is larger than %d bytes", param, OPENAI_MAX_GRAMMAR);
         return dup_string(v->valuestring, out, err);
     }
     if (!cJSON_IsObject(v) && !cJSON_IsBool(v))
-        return bad(err, param, "'%s' must be a JSON Schema (an object)", param);
+        return openai_bad(err, param, "'%s' must be a JSON Schema (an object)", param);
     char *t = cJSON_PrintUnformatted(v);
     if (!t)
-        return nomem(err);
+        return openai_nomem(err);
     size_t n = strlen(t);
     if (n > OPENAI_MAX_GRAMMAR) {
         cJSON_free(t);
-        return bad(err, param, "'%s' is larger than %d bytes", param, OPENAI_MAX_GRAMMAR);
+        return openai_bad(err, param, "'%s' is larger than %d bytes", param, OPENAI_MAX_GRAMMAR);
     }
     enum ci_status s = dup_string(t, out, err);
     cJSON_free(t);
@@ -727,10 +735,11 @@ static enum ci_status schema_text(const cJSON *v, const char *param, char **out,
 static enum ci_status text_field(const cJSON *v, const char *param, const char *what, char **out,
                                  struct openai_error *err) {
     if (!cJSON_IsString(v))
-        return bad(err, param, "'%s' must be a string (%s)", param, what);
+        return openai_bad(err, param, "'%s' must be a string (%s)", param, what);
     size_t n = strlen(v->valuestring);
     if (n > OPENAI_MAX_GRAMMAR)
-        return bad(err, param, "'%s' is %zu bytes, at most %d are allowed", param, n, OPENAI_MAX_GRAMMAR);
+        return openai_bad(err, param, "'%s' is %zu bytes, at most %d are allowed", param, n,
+                          OPENAI_MAX_GRAMMAR);
     return dup_string(v->valuestring, out, err);
 }
 
@@ -740,7 +749,7 @@ static enum ci_status parse_constraint(const cJSON *root, const char *param, str
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, param);
     c->param = param;
     c->text = NULL;
-    if (absent(v))
+    if (openai_absent(v))
         return CI_OK;
     if (!strcmp(param, "grammar") || !strcmp(param, "guided_grammar")) {
         c->kind = CINFER_GRAMMAR_GBNF;
@@ -763,42 +772,45 @@ static enum ci_status parse_constraint(const cJSON *root, const char *param, str
     if (!strcmp(param, "response_format")) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
         if (!cJSON_IsObject(v) || !cJSON_IsString(t))
-            return bad(err, param, "'response_format' must be an object with a 'type'");
+            return openai_bad(err, param, "'response_format' must be an object with a 'type'");
         c->kind = CINFER_GRAMMAR_JSON_SCHEMA;
         if (!strcmp(t->valuestring, "text"))
             return CI_OK;
         if (!strcmp(t->valuestring, "json_object")) { // llama.cpp's extension: an optional "schema"
             const cJSON *sc = cJSON_GetObjectItemCaseSensitive(v, "schema");
-            if (!absent(sc))
+            if (!openai_absent(sc))
                 return schema_text(sc, param, &c->text, err);
             return dup_string("{\"type\":\"object\"}", &c->text, err);
         }
         if (!strcmp(t->valuestring, "json_schema")) {
             const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
             if (!cJSON_IsObject(js))
-                return bad(err, param, "'response_format.json_schema' must be an object with a 'schema'");
+                return openai_bad(err, param,
+                                  "'response_format.json_schema' must be an object with a 'schema'");
             const cJSON *sc = cJSON_GetObjectItemCaseSensitive(js, "schema");
-            if (absent(sc))
-                return bad(err, param, "'response_format.json_schema.schema' is missing");
+            if (openai_absent(sc))
+                return openai_bad(err, param, "'response_format.json_schema.schema' is missing");
             return schema_text(sc, param, &c->text, err);
         }
-        return bad(err, param, "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
+        return openai_bad(err, param,
+                          "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
     }
     // vLLM's structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...}
     if (!cJSON_IsObject(v))
-        return bad(err, param, "'structured_outputs' must be an object");
+        return openai_bad(err, param, "'structured_outputs' must be an object");
     static const char *const KEYS[] = {"json", "regex", "choice", "grammar", "json_object"};
     int found = 0;
     for (const cJSON *k = v->child; k; k = k->next) {
         int i = 0;
         while (i < 5 && strcmp(k->string, KEYS[i]))
             i++;
-        if (i == 5 || absent(k))
+        if (i == 5 || openai_absent(k))
             continue;
         if (found++) {
             ci_free(c->text);
             c->text = NULL;
-            return bad(err, param, "'structured_outputs' may give only one of json, regex, choice, grammar");
+            return openai_bad(err, param,
+                              "'structured_outputs' may give only one of json, regex, choice, grammar");
         }
         enum ci_status s;
         c->kind = i == 0 || i == 4 ? CINFER_GRAMMAR_JSON_SCHEMA
@@ -831,8 +843,8 @@ static enum ci_status parse_grammar(const cJSON *root, struct openai_request *r,
             continue;
         if (first) {
             ci_free(c.text);
-            return bad(err, FIELDS[i], "'%s' and '%s' both constrain the output: give at most one", first,
-                       FIELDS[i]);
+            return openai_bad(err, FIELDS[i], "'%s' and '%s' both constrain the output: give at most one",
+                              first, FIELDS[i]);
         }
         first = FIELDS[i];
         r->grammar = c.text;
@@ -844,10 +856,10 @@ static enum ci_status parse_grammar(const cJSON *root, struct openai_request *r,
 
 static enum ci_status parse_seed(const cJSON *root, struct openai_request *r, struct openai_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "seed");
-    if (absent(v))
+    if (openai_absent(v))
         return CI_OK;
     if (!integral(v, -9223372036854775808.0, 18446744073709551615.0))
-        return bad(err, "seed", "'seed' must be an integer");
+        return openai_bad(err, "seed", "'seed' must be an integer");
     r->has_seed = true;
     r->sampling.seed = v->valuedouble < 0                         ? (uint64_t)(int64_t)v->valuedouble
                        : v->valuedouble >= 18446744073709551615.0 ? UINT64_MAX
@@ -859,12 +871,13 @@ static enum ci_status parse_logprobs(const cJSON *root, enum openai_endpoint ep,
                                      struct openai_error *err) {
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
     if (ep == OPENAI_COMPLETIONS) {
-        if (absent(lp))
+        if (openai_absent(lp))
             return CI_OK;
         if (cJSON_IsBool(lp)) // lenient: true means the sampled token only
             r->logprobs = cJSON_IsTrue(lp) ? 0 : -1;
         else if (!integral(lp, 0, OPENAI_MAX_LOGPROBS))
-            return bad(err, "logprobs", "'logprobs' must be an integer in [0, %d]", OPENAI_MAX_LOGPROBS);
+            return openai_bad(err, "logprobs", "'logprobs' must be an integer in [0, %d]",
+                              OPENAI_MAX_LOGPROBS);
         else
             r->logprobs = (int)lp->valuedouble;
         return CI_OK;
@@ -877,7 +890,7 @@ static enum ci_status parse_logprobs(const cJSON *root, enum openai_endpoint ep,
         (s = get_int(root, "top_logprobs", 0, OPENAI_MAX_LOGPROBS, &top, &top_given, err)) != CI_OK)
         return s;
     if (top_given && top > 0 && !want)
-        return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+        return openai_bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
     r->logprobs = want ? top : -1;
     return CI_OK;
 }
@@ -892,13 +905,13 @@ static enum ci_status parse_speculative(const cJSON *root, struct openai_request
     if (s != CI_OK)
         return s;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "speculative");
-    if (!absent(o)) {
+    if (!openai_absent(o)) {
         if (!cJSON_IsObject(o))
-            return bad(err, "speculative", "'speculative' must be an object such as {\"n_max\": 4}");
+            return openai_bad(err, "speculative", "'speculative' must be an object such as {\"n_max\": 4}");
         for (const cJSON *it = o->child; it; it = it->next)
             if (!it->string || strcmp(it->string, "n_max") != 0)
-                return bad(err, "speculative", "'speculative' knows only 'n_max', not '%s'",
-                           it->string ? it->string : "");
+                return openai_bad(err, "speculative", "'speculative' knows only 'n_max', not '%s'",
+                                  it->string ? it->string : "");
         bool in_object = false;
         if ((s = get_int(o, "n_max", 0, 32, &n, &in_object, err)) != CI_OK) {
             snprintf(err->param, sizeof err->param, "speculative.n_max");
@@ -933,8 +946,8 @@ enum ci_status openai_parse(enum openai_endpoint ep, const char *body, size_t le
         return s;
     struct cinfer_sampling *sp = &out->sampling;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!absent(model) && !cJSON_IsString(model)) {
-        s = bad(err, "model", "'model' must be a string");
+    if (!openai_absent(model) && !cJSON_IsString(model)) {
+        s = openai_bad(err, "model", "'model' must be a string");
         goto fail;
     }
     if (cJSON_IsString(model) && (s = dup_string(model->valuestring, &out->model, err)) != CI_OK)
@@ -972,14 +985,14 @@ enum ci_status openai_parse(enum openai_endpoint ep, const char *body, size_t le
     if (ep == OPENAI_COMPLETIONS && (s = get_bool(root, "echo", &out->echo, err)) != CI_OK)
         goto fail;
     if (out->n_prompts * out->n > OPENAI_MAX_CHOICES) {
-        s = bad(err, "n", "%d prompts × n = %d gives more than %d choices", out->n_prompts, out->n,
-                OPENAI_MAX_CHOICES);
+        s = openai_bad(err, "n", "%d prompts × n = %d gives more than %d choices", out->n_prompts, out->n,
+                       OPENAI_MAX_CHOICES);
         goto fail;
     }
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
-    if (!absent(so)) {
+    if (!openai_absent(so)) {
         if (!cJSON_IsObject(so)) {
-            s = bad(err, "stream_options", "'stream_options' must be an object");
+            s = openai_bad(err, "stream_options", "'stream_options' must be an object");
             goto fail;
         }
         if ((s = get_bool(so, "include_usage", &out->include_usage, err)) != CI_OK) {
@@ -1030,15 +1043,15 @@ enum ci_status openai_parse_tokenize(const char *body, size_t len, struct openai
     if (s != CI_OK)
         return s;
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (!absent(prompt)) {
+    if (!openai_absent(prompt)) {
         if (!cJSON_IsString(prompt))
-            s = bad(err, "prompt", "'prompt' must be a string");
+            s = openai_bad(err, "prompt", "'prompt' must be a string");
         else
             s = dup_string(prompt->valuestring, &out->prompt, err);
-    } else if (!absent(cJSON_GetObjectItemCaseSensitive(root, "messages"))) {
+    } else if (!openai_absent(cJSON_GetObjectItemCaseSensitive(root, "messages"))) {
         s = parse_messages(root, &out->messages, &out->n_messages, err);
     } else {
-        s = bad(err, "prompt", "give 'prompt' (a string) or 'messages'");
+        s = openai_bad(err, "prompt", "give 'prompt' (a string) or 'messages'");
     }
     if (s == CI_OK && out->messages) { // the tools go to the template: checked as for a chat request
         struct openai_request tools = {0};
@@ -1070,7 +1083,7 @@ enum ci_status openai_parse_detokenize(const char *body, size_t len, const struc
         return s;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "tokens");
     if (!cJSON_IsArray(v))
-        s = bad(err, "tokens", "'tokens' must be an array of token ids");
+        s = openai_bad(err, "tokens", "'tokens' must be an array of token ids");
     else
         s = token_array(v, "tokens", lim->n_vocab, &out->ids, &out->n_ids, err);
     cJSON_Delete(root);
@@ -1095,18 +1108,18 @@ enum ci_status openai_parse_embeddings(const char *body, size_t len, const struc
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "input");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "encoding_format");
     bool given = false;
-    if (!absent(model) && !cJSON_IsString(model))
-        s = bad(err, "model", "'model' must be a string");
-    else if (!absent(model))
+    if (!openai_absent(model) && !cJSON_IsString(model))
+        s = openai_bad(err, "model", "'model' must be a string");
+    else if (!openai_absent(model))
         s = dup_string(model->valuestring, &out->model, err);
-    if (s == CI_OK && absent(v))
-        s = bad(err, "input", "'input' is required");
+    if (s == CI_OK && openai_absent(v))
+        s = openai_bad(err, "input", "'input' is required");
     bool list = cJSON_IsArray(v) && !token_prompt_shape(v);
     int count = list ? cJSON_GetArraySize(v) : 1;
     if (s == CI_OK && (count < 1 || count > OPENAI_MAX_INPUTS))
-        s = bad(err, "input", "'input' must hold 1 to %d inputs", OPENAI_MAX_INPUTS);
+        s = openai_bad(err, "input", "'input' must hold 1 to %d inputs", OPENAI_MAX_INPUTS);
     if (s == CI_OK && !(out->inputs = ci_calloc((size_t)count, sizeof *out->inputs)))
-        s = nomem(err);
+        s = openai_nomem(err);
     if (s == CI_OK)
         out->n_inputs = count;
     const cJSON *item = list ? v->child : v;
@@ -1115,12 +1128,12 @@ enum ci_status openai_parse_embeddings(const char *body, size_t len, const struc
         snprintf(param, sizeof param, list ? "input[%d]" : "input", i);
         if ((s = one_prompt(item, param, lim->n_vocab, &out->inputs[i], err)) == CI_OK &&
             out->inputs[i].text && !out->inputs[i].text[0])
-            s = bad(err, param, "'%s' is an empty string", param);
+            s = openai_bad(err, param, "'%s' is an empty string", param);
     }
-    if (s == CI_OK && !absent(fmt)) {
+    if (s == CI_OK && !openai_absent(fmt)) {
         if (!cJSON_IsString(fmt) ||
             (strcmp(fmt->valuestring, "float") != 0 && strcmp(fmt->valuestring, "base64") != 0))
-            s = bad(err, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+            s = openai_bad(err, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
         else
             out->base64 = strcmp(fmt->valuestring, "base64") == 0;
     }

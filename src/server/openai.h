@@ -151,4 +151,12 @@ void openai_error_from_status(struct openai_error *e, enum cinfer_status s, cons
 /* The body {"error":{...}}; NULL when out of memory. */
 char *openai_error_json(const struct openai_error *e, size_t *len);
 
+/* Request readers shared by the OpenAI and Anthropic parsers (anthropic.c): a member absent or null is "not
+ * given"; bad fills err with a 400 naming param and returns CI_ERR_INVALID; nomem a 500, CI_ERR_NOMEM. */
+struct cJSON;
+bool openai_absent(const struct cJSON *v);
+enum ci_status openai_bad(struct openai_error *err, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+enum ci_status openai_nomem(struct openai_error *err);
+
 #endif
