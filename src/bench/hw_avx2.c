@@ -12,6 +12,7 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include <string.h>
 
 bool bench_hw_have_avx2(void) {
     __builtin_cpu_init();
@@ -175,6 +176,18 @@ int32_t bench_hw_dot_avx2(int64_t iters) {
     return hsum8_epi32(s);
 }
 
+/* The lanes' sum with wrapping adds: the chains overflow int32 by design, and _mm512_reduce_add_epi32 adds as
+ * signed int (undefined on overflow, which UBSan reports). */
+__attribute__((target("avx512f"))) static int32_t hsum16_wrap(__m512i s) {
+    uint32_t lane[16], sum = 0;
+    _mm512_storeu_si512((void *)lane, s);
+    for (int i = 0; i < 16; i++)
+        sum += lane[i];
+    int32_t out;
+    memcpy(&out, &sum, sizeof out);
+    return out;
+}
+
 __attribute__((target("avx512f,avx512bw"))) int32_t bench_hw_dot_avx512bw(int64_t iters) {
     // The same sequence on 512-bit registers (64 multiply-adds each); 32 registers hold 12 chains.
     const __m512i w0 = _mm512_set1_epi8(3), w1 = _mm512_set1_epi8(-5), ones = _mm512_set1_epi16(1);
@@ -192,7 +205,7 @@ __attribute__((target("avx512f,avx512bw"))) int32_t bench_hw_dot_avx512bw(int64_
     __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
                                  _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
     s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
-    return _mm512_reduce_add_epi32(s);
+    return hsum16_wrap(s);
 }
 
 __attribute__((target("avx512f,avx512vnni"))) int32_t bench_hw_vnni_avx512(int64_t iters) {
@@ -211,7 +224,7 @@ __attribute__((target("avx512f,avx512vnni"))) int32_t bench_hw_vnni_avx512(int64
     __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
                                  _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
     s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
-    return _mm512_reduce_add_epi32(s);
+    return hsum16_wrap(s);
 }
 
 #ifdef HAVE_AVXVNNI_INTRINSICS
