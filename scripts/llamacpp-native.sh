@@ -29,6 +29,15 @@ if [ "$SERVER" -eq 1 ]; then
     TARGETS=(llama-server)
     SERVER_FLAG=ON
 fi
+# CINFER_LLAMACPP_NO_AMX=1 builds without ggml's AMX kernels, in a build directory of its own: on a 2-vCPU
+# Xeon VM that reports AMX, the native build's llama-bench died with a general protection fault at its first
+# ldtilecfg (ggml_backend_amx_mul_mat), though a lone ldtilecfg with the same configuration runs there.
+AMX_FLAGS=()
+if [ "${CINFER_LLAMACPP_NO_AMX:-0}" = 1 ]; then
+    AMX_FLAGS=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+    BUILD=$BUILD-noamx
+fi
 BIN=$BUILD/bin
 
 die() {
@@ -74,7 +83,7 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     cmake -S "$DIR" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
         -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$SERVER_FLAG -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON \
+        -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON "${AMX_FLAGS[@]}" \
         >"$BUILD.configure.log" 2>&1 ||
         { tail -30 "$BUILD.configure.log" >&2; die "cmake configure failed (log: $BUILD.configure.log)"; }
 fi
