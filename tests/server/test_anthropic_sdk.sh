@@ -25,26 +25,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-have() {
-    [ -f "$DIR/node_modules/@anthropic-ai/sdk/package.json" ] &&
-        node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \
-            "$DIR/node_modules/@anthropic-ai/sdk/package.json" "$VERSION"
-}
-if ! have; then
-    mkdir -p "$DIR" || exit 1
-    [ -f "$DIR/package.json" ] || echo '{ "name": "cinfer-anthropic-sdk-test", "private": true }' >"$DIR/package.json"
-    if ! npm install --prefix "$DIR" --prefer-offline --no-audit --no-fund --save-exact "@anthropic-ai/sdk@$VERSION" \
-        >"$T/npm.log" 2>&1; then
-        if grep -qE 'ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ENETUNREACH|network' "$T/npm.log"; then
-            echo "SKIP anthropic_sdk: npm cannot fetch @anthropic-ai/sdk@$VERSION (offline?): $(tail -1 "$T/npm.log")"
-            exit 0
-        fi
-        echo "FAIL anthropic_sdk_setup: npm install failed: $(tail -3 "$T/npm.log" | tr '\n' ' ')"
-        exit 1
-    fi
-    have || { echo "FAIL anthropic_sdk_setup: @anthropic-ai/sdk@$VERSION is not in $DIR after npm install"; exit 1; }
-fi
-echo "PASS anthropic_sdk_setup (@anthropic-ai/sdk@$VERSION)"
+. tests/server/npm_pin.sh
+npm_pin anthropic_sdk "@anthropic-ai/sdk" "$VERSION" "$DIR" "$T"
+case $? in
+0) ;;
+2) exit 0 ;;
+*) exit 1 ;;
+esac
 
 # A real chat template with tool support, Qwen3's from llama.cpp's models/templates (read from the git bundle
 # that the pinned node-llama-cpp package carries, never copied into this repository), and @huggingface/jinja

@@ -25,26 +25,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-have() {
-    [ -f "$DIR/node_modules/openai/package.json" ] &&
-        node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \
-            "$DIR/node_modules/openai/package.json" "$VERSION"
-}
-if ! have; then
-    mkdir -p "$DIR" || exit 1
-    [ -f "$DIR/package.json" ] || echo '{ "name": "cinfer-openai-sdk-test", "private": true }' >"$DIR/package.json"
-    if ! npm install --prefix "$DIR" --prefer-offline --no-audit --no-fund --save-exact "openai@$VERSION" \
-        >"$T/npm.log" 2>&1; then
-        if grep -qE 'ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ENETUNREACH|network' "$T/npm.log"; then
-            echo "SKIP openai_sdk: npm cannot fetch openai@$VERSION (offline?): $(tail -1 "$T/npm.log")"
-            exit 0
-        fi
-        echo "FAIL openai_sdk_setup: npm install failed: $(tail -3 "$T/npm.log" | tr '\n' ' ')"
-        exit 1
-    fi
-    have || { echo "FAIL openai_sdk_setup: openai@$VERSION is not in $DIR after npm install"; exit 1; }
-fi
-echo "PASS openai_sdk_setup (openai@$VERSION)"
+. tests/server/npm_pin.sh
+npm_pin openai_sdk "openai" "$VERSION" "$DIR" "$T"
+case $? in
+0) ;;
+2) exit 0 ;;
+*) exit 1 ;;
+esac
 
 # start_server ARGS...: a server on a free port (PID and PORT set), or a FAIL line and exit.
 start_server() {
