@@ -2,10 +2,12 @@
 tests/llamacpp/embed.mjs) on the same synthetic GGUF files: `cinfer synth` tiny and tiny-qwen3 in F32 and
 Q8_0, each with <arch>.pooling_type written as mean (1), cls (2) or last (3), which both engines read as their
 default.  Both vectors are compared after scaling to unit length (llama.cpp's are raw): cosine >= COS_MIN.
-F32: llama.cpp's embedding context keeps K/V in F16 (node-llama-cpp sets no cache type for it) and cinfer in
-F32, which is most of the difference (measured: cosine 0.999995 or closer).  Q8_0: both quantize each
-matmul's activations, but not identically (llama.cpp stores the activation blocks' scales as F16; the logits
-checks of llamacpp_check.py allow 0.05 relative for the same reason): measured cosine 0.99933 to 0.99987.
+llama.cpp's embedding context keeps K/V in F16 (node-llama-cpp sets no cache type for it), and so does the
+cinfer server here.  F32: measured cosine 0.999995 or closer.  Q8_0: both quantize each matmul's activations,
+and the prebuilt llama.cpp's CPU path is not the one cinfer matches to 1e-6 (tests/llamacpp/test_llamacpp.sh,
+the native build): measured cosine 0.99933 to 0.99987 on an Intel Xeon, 0.99921 (last-token pooling; 0.99895
+with cinfer's K/V in F32) on an AMD EPYC (Zen 5), hence 0.998.  A wrong pooling is far off (the
+*_is_not_another_pooling checks of test_embeddings.py).
 BERT: `cinfer synth --preset tiny-bert` (F32) with each pooling, on [CLS] ... [SEP] id inputs and on text that
 each engine tokenizes itself with its WordPiece tokenizer (punctuation, accents, CJK): measured cosine 0.9999994.
 
@@ -31,7 +33,7 @@ import gguf_np  # noqa: E402
 import server_util  # noqa: E402
 from test_arch import rewrite  # noqa: E402
 
-COS_MIN = {"f32": 0.9999, "q8_0": 0.999}
+COS_MIN = {"f32": 0.9999, "q8_0": 0.998}
 INPUTS = [[1, 17, 300, 5, 99, 42, 7, 512, 3, 18, 250, 77, 31], [1, 900, 12], [1] + list(range(40, 100, 3))]
 BERT_INPUTS = [[2, 573, 27, 183, 184, 5, 3], [2, 300, 301, 302, 3], "Hello, World! Unbelievable Führer 中文 café.",
                [2] + list(range(200, 900, 7)) + [3]]
@@ -45,7 +47,7 @@ def compare(rep, nlc, path, inputs, name, t):
         rep.fail(name, f"embed.mjs exited {p.returncode}: {p.stderr[-300:]}")
         return
     theirs = [np.array(v, dtype=np.float64) for v in json.loads(p.stdout)]
-    with server_util.Server(model=path) as s:
+    with server_util.Server(model=path, kv_type="f16") as s:
         st, _, body = s.request("POST", "/v1/embeddings", {"input": inputs})
     if st != 200:
         rep.fail(name, f"HTTP {st}: {body[:200]!r}")
