@@ -13,11 +13,13 @@
 # the repository.  Notes and caveats: bench/KERNELS.md.
 #
 #   bench/kernels.sh [--quick] [--models LIST] [--types LIST] [-t LIST] [-r R] [--batch LIST] [-p N] [-n N]
-#                    [--batch-pp N] [--batch-tg N] [--no-llamacpp] [--no-results] [--bin CINFER] [--out DIR]
+#                    [--batch-pp N] [--batch-tg N] [-d D] [--no-llamacpp] [--no-results] [--bin CINFER] [--out DIR]
 #                    [--note TEXT]   (TEXT goes into the RESULTS.md entry, e.g. which cinfer build ran)
 # Defaults: models smollm2-135m,tinyllama-1.1b; types f32,f16,q8_0,q4_0; -t 2; -r 5; --batch 1,4,16; -p 512
 # -n 128; --batch-pp 128 --batch-tg 128; --out bench/out.  --quick: smollm2-135m q8_0 only, 3 repetitions
-# (a few minutes on 2 idle cores).  -t 1,2 runs every model at both thread counts.
+# (a few minutes on 2 idle cores).  -t 1,2 runs every model at both thread counts.  -d D: pp and tg after D
+# tokens of context (llama-bench -d; cinfer bench kernels --depth); batched decode then runs only when --batch is
+# given (llama-batched-bench has no depth: its S_TG stays at depth BPP).
 set -u
 # The whole script is one compound command, read before it runs: editing the file during a run is safe.
 {
@@ -35,6 +37,8 @@ PP=512
 TG=128
 BPP=128
 BTG=128
+DEPTH=0
+BATCH_SET=0
 LLAMA=1
 WRITE_RESULTS=1
 REPS_SET=0
@@ -55,7 +59,8 @@ while [ $# -gt 0 ]; do
     --types) need $# "$1" && TYPES=$2 && shift ;;
     -t | --threads) need $# "$1" && THREADS=$2 && shift ;;
     -r | --reps) need $# "$1" && REPS=$2 REPS_SET=1 && shift ;;
-    --batch) need $# "$1" && BATCH=$2 && shift ;;
+    --batch) need $# "$1" && BATCH=$2 BATCH_SET=1 && shift ;;
+    -d | --depth) need $# "$1" && DEPTH=$2 && shift ;;
     -p) need $# "$1" && PP=$2 && shift ;;
     -n) need $# "$1" && TG=$2 && shift ;;
     --batch-pp) need $# "$1" && BPP=$2 && shift ;;
@@ -70,13 +75,14 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-for v in "$REPS" "$PP" "$TG" "$BPP" "$BTG"; do
+for v in "$REPS" "$PP" "$TG" "$BPP" "$BTG" "$DEPTH"; do
     case "$v" in '' | *[!0-9]*) die "not a count: '$v'" ;; esac
 done
 for l in "$BATCH" "$THREADS"; do
     case "$l" in '' | *[!0-9,]* | ,* | *, | *,,*) die "expected a list like 1,4,16, got '$l'" ;; esac
 done
 case "$OUT" in /*) ;; *) OUT=$PWD/$OUT ;; esac
+[ "$DEPTH" -gt 0 ] && [ "$BATCH_SET" -eq 0 ] && BATCH=0
 
 [ -x "$BIN" ] || die "no cinfer binary at $BIN (make, or --bin)"
 "$BIN" bench kernels --help >/dev/null 2>&1 || die "$BIN has no 'bench kernels' command"
@@ -122,7 +128,7 @@ for model in $(echo "$MODELS" | tr ',' ' '); do
         for thr in $(echo "$THREADS" | tr ',' ' '); do
             tag=$model-$type-t$thr
             echo "kernels.sh: [$tag] cinfer bench kernels ..." >&2
-            "$BIN" bench kernels -m "$f" -t "$thr" -p "$PP" -n "$TG" -r "$REPS" --batch "$BATCH" \
+            "$BIN" bench kernels -m "$f" -t "$thr" -p "$PP" -n "$TG" -d "$DEPTH" -r "$REPS" --batch "$BATCH" \
                 --batch-pp "$BPP" --batch-tg "$BTG" --json >"$RAW/cinfer-$tag.jsonl" 2>"$RAW/cinfer-$tag.log" ||
                 die "cinfer bench kernels failed on $f (see $RAW/cinfer-$tag.log)"
             hw=$(jtype "$RAW/cinfer-$tag.jsonl" hw)
@@ -133,13 +139,15 @@ for model in $(echo "$MODELS" | tr ',' ' '); do
             : >"$RAW/llama-batched-$tag.jsonl"
             if [ "$LLAMA" -eq 1 ]; then
                 echo "kernels.sh: [$tag] llama-bench ..." >&2
-                "$LB" -m "$f" -p "$PP" -n "$TG" -t "$thr" -r "$REPS" -o jsonl >"$RAW/llama-bench-$tag.jsonl" \
+                "$LB" -m "$f" -p "$PP" -n "$TG" -d "$DEPTH" -t "$thr" -r "$REPS" -o jsonl >"$RAW/llama-bench-$tag.jsonl" \
                     2>"$RAW/llama-bench-$tag.log" || echo "kernels.sh: llama-bench failed on $f (see its log)" >&2
-                echo "kernels.sh: [$tag] llama-batched-bench ..." >&2
-                "$LBB" -m "$f" -c "$CTX" -b 2048 -ub 512 -npp "$BPP" -ntg "$BTG" -npl "$BATCH" -t "$thr" \
-                    --output-format jsonl >"$RAW/llama-batched-$tag.out" 2>&1 ||
-                    echo "kernels.sh: llama-batched-bench failed on $f (see $RAW/llama-batched-$tag.out)" >&2
-                grep '^{"n_kv_max"' "$RAW/llama-batched-$tag.out" >"$RAW/llama-batched-$tag.jsonl"
+                if [ "$BATCH" != 0 ]; then
+                    echo "kernels.sh: [$tag] llama-batched-bench ..." >&2
+                    "$LBB" -m "$f" -c "$CTX" -b 2048 -ub 512 -npp "$BPP" -ntg "$BTG" -npl "$BATCH" -t "$thr" \
+                        --output-format jsonl >"$RAW/llama-batched-$tag.out" 2>&1 ||
+                        echo "kernels.sh: llama-batched-bench failed on $f (see $RAW/llama-batched-$tag.out)" >&2
+                    grep '^{"n_kv_max"' "$RAW/llama-batched-$tag.out" >"$RAW/llama-batched-$tag.jsonl"
+                fi
             fi
 
             for kind in pp tg; do
@@ -155,6 +163,7 @@ for model in $(echo "$MODELS" | tr ',' ' '); do
             # batched: S_PP and S_TG per B; the plot gets S_TG of both engines and cinfer's roofline
             cser="" lser="" rser=""
             for b in $(echo "$BATCH" | tr ',' ' '); do
+                [ "$b" -gt 0 ] || continue
                 line=$(jtype "$RAW/cinfer-$tag.jsonl" batched | grep "\"pl\": $b,")
                 lline=$(grep "\"pl\": $b," "$RAW/llama-batched-$tag.jsonl" | head -1)
                 cs=$(echo "$line" | jget speed_tg) ls=$(echo "$lline" | jget speed_tg)
