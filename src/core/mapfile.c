@@ -187,3 +187,13 @@ enum ci_status ci_rd_f32(struct ci_reader *r, float *v) {
 enum ci_status ci_rd_f64(struct ci_reader *r, double *v) {
     return ci_rd_bytes(r, v, 8);
 }
+
+void ci_mapfile_release(const struct ci_mapfile *m, const void *p, uint64_t n) {
+    const uintptr_t lo = (uintptr_t)p, base = (uintptr_t)m->data;
+    if (!m->data || lo < base || n > m->size || lo - base > m->size - n)
+        return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (lo + page - 1) / page * page, b = (lo + n) / page * page;
+    if (a < b)
+        madvise((void *)a, b - a, MADV_DONTNEED); // private read-only file pages: dropped, re-read on access
+}

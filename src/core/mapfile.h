@@ -30,6 +30,10 @@ void ci_mapfile_close(struct ci_mapfile *m);
 #define CI_MAPFILE_MAX_WATCHED 64
 /* True once a read of m hit a part of the file that is gone (the file was truncated while mapped). */
 bool ci_mapfile_damaged(const struct ci_mapfile *m);
+/* Gives back the resident pages wholly inside [p, p + n) (a part of m no longer read, e.g. weights copied
+ * into another layout): they leave the process's RSS and come back from the file if read again.  Ranges
+ * outside m are ignored. */
+void ci_mapfile_release(const struct ci_mapfile *m, const void *p, uint64_t n);
 
 struct ci_reader {
     const uint8_t *base;

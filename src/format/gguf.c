@@ -565,6 +565,10 @@ bool gguf_file_damaged(const struct gguf *g) {
     return ci_mapfile_damaged(&g->map);
 }
 
+void gguf_release(const struct gguf *g, const void *p, uint64_t n) {
+    ci_mapfile_release(&g->map, p, n);
+}
+
 void gguf_free(struct gguf *g) {
     if (!g)
         return;

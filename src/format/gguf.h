@@ -60,6 +60,8 @@ enum ci_status gguf_open(const char *path, struct gguf **out, struct ci_err *err
 /* Parses caller-owned bytes (must outlive the struct gguf).  Used by tests and fuzzers. */
 /* True once a read of the mapped file hit a part that was truncated away (see ci_mapfile_damaged). */
 bool gguf_file_damaged(const struct gguf *g);
+/* ci_mapfile_release on the file's mapping (tensor bytes no longer read in place). */
+void gguf_release(const struct gguf *g, const void *p, uint64_t n);
 enum ci_status gguf_open_mem(const void *data, uint64_t size, struct gguf **out, struct ci_err *err);
 void gguf_free(struct gguf *g);
 

@@ -483,7 +483,10 @@ size_t ci_kv_row_bytes(uint32_t type, int head_dim) {
 
 void ci_kv_store_row(uint32_t type, const float *x, void *dst, int head_dim) {
     CI_DASSERT(ci_kv_row_bytes(type, head_dim) > 0);
-    ci_quantize_row(type, x, dst, head_dim);
+    if (type == CI_TYPE_F16)
+        ci_f32_to_f16_row(x, dst, head_dim);
+    else
+        ci_quantize_row(type, x, dst, head_dim);
 }
 
 void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) {

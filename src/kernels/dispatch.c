@@ -131,6 +131,16 @@ ci_quant_act_k_fn ci_quant_act_k_select(const struct ci_dot_table *t) {
     CI_UNREACHABLE();
 }
 
+void ci_f32_to_f16_row(const float *x, uint16_t *h, int64_t n) {
+    for (const struct ci_dot_table *t = ci_kernels_table(); t; t = table_below(t))
+        if (t->f32_to_f16) {
+            t->f32_to_f16(x, h, n);
+            return;
+        }
+    for (int64_t i = 0; i < n; i++)
+        h[i] = ci_fp32_to_fp16(x[i]);
+}
+
 float ci_dot(uint32_t type, const void *row, const float *x, int64_t n) {
     CI_DASSERT(n >= 0 && n % ci_type_traits(type)->block_size == 0);
     return ci_dot_select(type)(row, x, n);

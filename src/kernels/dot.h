@@ -65,12 +65,6 @@ struct ci_act_q8k {
     int n_tok;
 };
 
-/* Weight types whose activations are ci_act_q8k (the rest of the quantized types use ci_act_q8). */
-static inline bool ci_type_uses_q8k(uint32_t type) {
-    return type == CI_TYPE_Q2_K || type == CI_TYPE_Q3_K || type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K ||
-           type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
-}
-
 /* Blocks whose max |x| is below this quantize to zero (d = 0): their contribution is below float resolution
  * next to any normal activation, and it keeps 1/d finite (x * (1/d) would overflow to inf for tiny d).
  * Non-finite activations give non-finite or unspecified (but memory-safe) results. */
@@ -93,6 +87,7 @@ struct ci_mm {
     const struct ci_act_q8k *qk; // those of the 256-block types (ci_type_uses_q8k)
     float *y;                    // [n_tok][n_out]
     int n_tok;
+    const uint8_t *packed; // the rows packed by the selected table (ci_pack), for mm_packed; else NULL
 };
 
 /* Computes y[t][o] for o in [r0, r1), t in [t0, t1): the kernel picks its register tiles and cache blocking
@@ -156,7 +151,16 @@ struct ci_dot_table {
     ci_quant_act_fn quant_act;
     ci_quant_act_k_fn quant_act_k;
     ci_mm_fn mm[CI_TYPE_COUNT]; // per weight type
+    // Weights packed once at load into a layout of this table's (ci_pack): its size (0: none for this type and
+    // shape), the packing of row groups [g0, g1), and the matmul that reads it (struct ci_mm.packed).  Only
+    // the table that packed may read the packing: none of these entries is inherited from the table below.
+    size_t (*pack_bytes)(uint32_t type, int64_t n_in, int64_t n_out);
+    void (*pack)(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
+                 uint8_t *dst);
+    ci_mm_fn mm_packed[CI_TYPE_COUNT];
     ci_silu_fn silu_mul;
+    // float -> IEEE half, nearest even, as ci_fp32_to_fp16 (the f16 KV cache's stores)
+    void (*f32_to_f16)(const float *x, uint16_t *h, int64_t n);
 };
 
 /* Longest head_dim ci_attention_paged supports (its per-thread accumulators live on the stack). */
@@ -181,6 +185,8 @@ ci_dot_fn ci_dot_select(uint32_t type);
 /* Table t's entry, or that of the first table below it that has one. */
 ci_mm_fn ci_mm_select(const struct ci_dot_table *t, uint32_t type);
 ci_quant_act_k_fn ci_quant_act_k_select(const struct ci_dot_table *t);
+/* The selected table's float -> half row conversion (bit for bit ci_fp32_to_fp16 on each element). */
+void ci_f32_to_f16_row(const float *x, uint16_t *h, int64_t n);
 /* Tests: true forces the scalar table, false restores what the CPU probe (and the environment) chose. */
 void ci_kernels_force_scalar(bool on);
 /* Tests: runs everything on table t (one of ci_kernels_tables()); NULL restores the probed choice. */

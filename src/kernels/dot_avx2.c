@@ -935,6 +935,23 @@ static void silu_mul(float *gate, const float *up, int64_t n) {
     }
 }
 
+/* F16C's conversion rounds to nearest even as ci_fp32_to_fp16 does; a NaN keeps part of its payload there,
+ * so a step holding one takes the scalar routine (the canonical quiet NaN). */
+static void f32_to_f16(const float *x, uint16_t *h, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) == 0) {
+            _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            continue;
+        }
+        for (int j = 0; j < 8; j++)
+            h[i + j] = ci_fp32_to_fp16(x[i + j]);
+    }
+    for (; i < n; i++)
+        h[i] = ci_fp32_to_fp16(x[i]);
+}
+
 static const struct ci_dot_table avx2_table = {
     .isa = "avx2+fma+f16c",
     .dot = {[CI_TYPE_F32] = dot_f32, [CI_TYPE_F16] = dot_f16, [CI_TYPE_BF16] = dot_bf16},
@@ -967,6 +984,7 @@ static const struct ci_dot_table avx2_table = {
             [CI_TYPE_IQ4_XS] = mm_iq4_xs,
         },
     .silu_mul = silu_mul,
+    .f32_to_f16 = f32_to_f16,
 };
 
 const struct ci_dot_table *ci_dot_avx2_table(void) {

@@ -569,6 +569,188 @@ T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
         vpanel(m, r0, r1, t0, t1, q4_0_repack, q4_0_vtiles);
 }
 
+/* ---- quantized types: rows packed once at load ---------------------------------------------------------
+ * The same vertical layout as the repacked panels above, made once when the model loads (ci_pack), so decode
+ * reads it straight from memory: per 16-row group, all its blocks' chunk vectors (Q4_0: 4 vectors, vector c
+ * lane i = row i's 4 bytes qs[4c..4c+3], whose low nibbles are elements 4c..4c+3 and high nibbles elements
+ * 16+4c..; Q8_0: 8 vectors of the values + 128), then all its blocks' 16 fp16 scales.  The bytes equal the
+ * rows' own (a group of Q4_0 is 16 x 18 bytes per block either way), each group is one sequential stream,
+ * and a block's 16 rows' dots come out in 16 lanes with no horizontal reduction.  Rows past the last whole
+ * group stay in the file's layout and run the kernels above.  Groups follow each other unpadded, so a
+ * group's vectors are 64-byte aligned only when its size is (unaligned loads). */
+
+#ifndef PK_PREFETCH
+#define PK_PREFETCH 4096 // bytes ahead in a packed group's chunk stream that decode prefetches
+#endif
+
+static inline size_t pk_chunk_bytes(uint32_t type) {
+    return type == CI_TYPE_Q8_0 ? 512 : 256;
+}
+
+static inline size_t pk_group_bytes(uint32_t type, int64_t nb) {
+    return (size_t)nb * (pk_chunk_bytes(type) + 32);
+}
+
+static size_t pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
+    if ((type != CI_TYPE_Q8_0 && type != CI_TYPE_Q4_0) || n_in % 32 != 0 || n_out < PACK_ROWS)
+        return 0;
+    return (size_t)(n_out / PACK_ROWS) * pk_group_bytes(type, n_in / 32);
+}
+
+static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
+                      uint8_t *dst) {
+    const int64_t nb = n_in / 32;
+    const size_t bb = type == CI_TYPE_Q8_0 ? sizeof(struct ci_block_q8_0) : sizeof(struct ci_block_q4_0);
+    const size_t cb = pk_chunk_bytes(type);
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *chunks = dst + (size_t)g * pk_group_bytes(type, nb), *scales = chunks + (size_t)nb * cb;
+        for (int i = 0; i < PACK_ROWS; i++) {
+            const uint8_t *row = w + (size_t)(g * PACK_ROWS + i) * row_bytes;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + (size_t)b * bb;
+                memcpy(scales + (size_t)b * 32 + 2 * (size_t)i, blk, 2);
+                for (size_t c = 0; c < cb / 64; c++)
+                    for (int k = 0; k < 4; k++) {
+                        uint8_t v = blk[2 + 4 * c + (size_t)k];
+                        chunks[(size_t)b * cb + 64 * c + 4 * (size_t)i + (size_t)k] =
+                            type == CI_TYPE_Q8_0 ? (uint8_t)(v ^ 0x80) : v;
+                    }
+            }
+        }
+    }
+}
+
+/* 16 packed rows (group base gp) x TN tokens over blocks [b0, b1); F (lanes = rows) parked between slices.
+ * stream: the blocks come from memory (the first token group over them), so prefetch ahead. */
+AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
+              int64_t r, int nr, int t, bool first, bool last, bool stream, __m512 *park) {
+    const struct ci_act_q8 *q = m->q;
+    const int64_t nb = m->n_in / 32;
+    const size_t cb = pk_chunk_bytes(type);
+    const uint8_t *scales = gp + (size_t)nb * cb;
+    const int shift = type == CI_TYPE_Q8_0 ? 7 : 3; // the unsigned offset: 128 or 8 times sum(x)
+    const int64_t stride = q->tok_stride;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const int8_t *xt[8];
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        xt[j] = q->qs + (size_t)(t + j) * (size_t)m->n_in;
+    __m512 f[8];
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        f[j] = first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&park[j]);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = gp + (size_t)b * cb;
+        if (stream) { // keep PK_PREFETCH bytes of the packing in flight
+            UNROLL
+            for (size_t c = 0; c < cb / 64; c++)
+                _mm_prefetch((const char *)(p + PK_PREFETCH + 64 * c), _MM_HINT_T0);
+            if (b % 2 == 0)
+                _mm_prefetch((const char *)(scales + (size_t)b * 32 + PK_PREFETCH / 8), _MM_HINT_T0);
+        }
+        __m512i acc[8];
+        UNROLL
+        for (int j = 0; j < TN; j++)
+            acc[j] = _mm512_setzero_si512();
+        if (type == CI_TYPE_Q8_0) {
+            UNROLL
+            for (int c = 0; c < 8; c++) {
+                __m512i w = _mm512_loadu_si512(p + 64 * c);
+                UNROLL
+                for (int j = 0; j < TN; j++)
+                    acc[j] =
+                        _mm512_dpbusd_epi32(acc[j], w, _mm512_set1_epi32(load_i32(xt[j] + b * 32 + 4 * c)));
+            }
+        } else {
+            UNROLL
+            for (int c = 0; c < 4; c++) {
+                __m512i w = _mm512_loadu_si512(p + 64 * c);
+                __m512i lo = _mm512_and_si512(w, low4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low4);
+                UNROLL
+                for (int j = 0; j < TN; j++) {
+                    acc[j] =
+                        _mm512_dpbusd_epi32(acc[j], lo, _mm512_set1_epi32(load_i32(xt[j] + b * 32 + 4 * c)));
+                    acc[j] = _mm512_dpbusd_epi32(acc[j], hi,
+                                                 _mm512_set1_epi32(load_i32(xt[j] + b * 32 + 16 + 4 * c)));
+                }
+            }
+        }
+        __m512 dw =
+            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(scales + (size_t)b * 32)));
+        const float *dx = q->d + b * stride + t;
+        const int32_t *xs = q->sum + b * stride + t;
+        UNROLL
+        for (int j = 0; j < TN; j++) {
+            __m512i s = _mm512_sub_epi32(acc[j], _mm512_set1_epi32(xs[j] * (1 << shift)));
+            f[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[j])), _mm512_cvtepi32_ps(s), f[j]);
+        }
+    }
+    if (!last) {
+        UNROLL
+        for (int j = 0; j < TN; j++)
+            _mm512_store_ps((float *)&park[j], f[j]);
+        return;
+    }
+    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        _mm512_mask_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)r, rows, f[j]);
+}
+
+typedef void (*ptile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r, int nr,
+                         int t, bool first, bool last, bool stream, __m512 *park);
+
+#define PTILE(T, name, TN)                                                                                   \
+    T512 static void name##_p##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,          \
+                                  int64_t r, int nr, int t, bool first, bool last, bool stream,              \
+                                  __m512 *park) {                                                            \
+        ptile(T, TN, m, gp, b0, b1, r, nr, t, first, last, stream, park);                                    \
+    }
+#define PTILES(T, name)                                                                                      \
+    PTILE(T, name, 1)                                                                                        \
+    PTILE(T, name, 2)                                                                                        \
+    PTILE(T, name, 4)                                                                                        \
+    PTILE(T, name, 8)                                                                                        \
+    static const ptile_fn name##_ptiles[9] = {NULL, name##_p1, name##_p2, NULL,     name##_p4,               \
+                                              NULL, NULL,      NULL,      name##_p8};
+
+PTILES(CI_TYPE_Q8_0, q8_0)
+PTILES(CI_TYPE_Q4_0, q4_0)
+
+/* The packed groups inside [r0, r1) as vpanel walks them (decode: one pass over each group's blocks; prefill:
+ * slices of PACK_BLOCKS blocks, their weights in L1/L2, under token groups of 8); rows past the last whole
+ * group go to the file-layout kernel. */
+T512 static void ppanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const ptile_fn *tiles,
+                        ci_mm_fn rest) {
+    _Alignas(64) __m512 park[PACK_TOKENS];
+    const int64_t nb = m->n_in / 32, packed_rows = m->n_out / PACK_ROWS * PACK_ROWS;
+    const int64_t slice = t1 - t0 <= 8 ? nb : PACK_BLOCKS; // one token group: no reuse to keep in L1
+    const int64_t re = r1 < packed_rows ? r1 : packed_rows;
+    for (int64_t r = r0; r < re; r += PACK_ROWS) {
+        const uint8_t *gp = m->packed + (size_t)(r / PACK_ROWS) * pk_group_bytes(m->type, nb);
+        for (int tp = t0; tp < t1; tp += PACK_TOKENS) {
+            int tp1 = t1 - tp < PACK_TOKENS ? t1 : tp + PACK_TOKENS;
+            for (int64_t b0 = 0; b0 < nb; b0 += slice) {
+                int64_t b1 = nb - b0 < slice ? nb : b0 + slice;
+                for (int t = tp; t < tp1;) {
+                    int tn = tp1 - t >= 8 ? 8 : tp1 - t >= 4 ? 4 : tp1 - t >= 2 ? 2 : 1;
+                    tiles[tn](m, gp, b0, b1, r, PACK_ROWS, t, b0 == 0, b1 == nb, t == tp, park + (t - tp));
+                    t += tn;
+                }
+            }
+        }
+    }
+    if (r1 > packed_rows)
+        rest(m, r0 > packed_rows ? r0 : packed_rows, r1, t0, t1);
+}
+
+T512 static void mm_q8_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ppanel(m, r0, r1, t0, t1, q8_0_ptiles, mm_q8_0);
+}
+T512 static void mm_q4_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ppanel(m, r0, r1, t0, t1, q4_0_ptiles, mm_q4_0);
+}
+
 T512 static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, float *s,
                            int64_t stride) {
     ci_dot_avx2_table()->quant_act(x, n_in, qs, d, sum, s, stride);
@@ -626,6 +808,9 @@ static const struct ci_dot_table avx512_table = {
             [CI_TYPE_Q8_0] = mm_q8_0,
             [CI_TYPE_Q4_0] = mm_q4_0,
         },
+    .pack_bytes = pack_bytes,
+    .pack = pack_rows,
+    .mm_packed = {[CI_TYPE_Q8_0] = mm_q8_0_packed, [CI_TYPE_Q4_0] = mm_q4_0_packed},
     .silu_mul = silu_mul,
 };
 

@@ -33,6 +33,22 @@ size_t ci_matmul_work_bytes(uint32_t type, int64_t n_in, int n_tok);
 void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float *x, int n_tok, float *y,
                void *work);
 
+/* Packing weights once at load (as llama.cpp's CPU repack buffers do): where the selected kernels have a
+ * layout of their own for a matrix (the AVX-512 VNNI table for Q8_0 and Q4_0: 16 rows interleaved so one
+ * vector instruction serves 16 rows), ci_pack_bytes is its size (about the matrix's own; 0: none) and ci_pack
+ * writes it to dst (64-byte aligned); with w->packed pointing at it, ci_matmul reads the packed rows instead,
+ * with the same bits.  A packing is valid only for the kernel table selected when it was made. */
+size_t ci_pack_bytes(const struct ci_tensor *w);
+void ci_pack(const struct ci_tensor *w, void *dst);
+
+/* ci_matmul of several matrices over the same input in one pool dispatch (decode's Q/K/V, gate/up): y[i] =
+ * x · w[i]^T, each bit for bit what ci_matmul computes; the activations are quantized once per form.  Every
+ * w[i]->ne[0] is the same; the types may differ.  work: ci_matmul_group_work_bytes() bytes, 64-byte aligned. */
+#define CI_MATMUL_GROUP_MAX 4
+void ci_matmul_group(struct ci_threadpool *tp, int n_w, const struct ci_tensor *const *w, const float *x,
+                     int n_tok, float *const *y, void *work);
+size_t ci_matmul_group_work_bytes(int n_w, const struct ci_tensor *const *w, int n_tok);
+
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i] (out may alias x). */
 void ci_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 /* LayerNorm: out[i] = (x[i] - mean(x)) / sqrt(var(x) + eps) * weight[i] + bias[i] (population variance; out
@@ -54,6 +70,7 @@ void ci_rope_ext(float *x, int n_head, int head_dim, int rope_dim, int pos, floa
  * theta_extrap; with ext_factor 0 the angle is theta_interp, else the YaRN mix
  * theta = theta_interp * (1 - m) + theta_extrap * m, m = ext_factor * (1 - clamp((i - corr_low) /
  * max(0.001, corr_high - corr_low), 0, 1)).  cos and sin are multiplied by mscale (the attention factor). */
+#define CI_ROPE_MAX_PAIRS 256 // rope_dim / 2 at most (head dims up to 512)
 struct ci_rope_params {
     int rope_dim; // dimensions rotated per head (even, <= head_dim)
     float base;
@@ -65,6 +82,11 @@ struct ci_rope_params {
     float mscale;              // multiplier of cos and sin; 1: none
 };
 void ci_rope_apply(float *x, int n_head, int head_dim, int pos, const struct ci_rope_params *p);
+/* ci_rope_apply in two steps, for a position's heads in many layers: the angles' cos and sin (times mscale)
+ * of position pos, cs[2 i] and cs[2 i + 1] for pair i < rope_dim / 2, then the rotation by them; together
+ * the same bits as ci_rope_apply. */
+void ci_rope_cos_sin(int pos, const struct ci_rope_params *p, double *cs);
+void ci_rope_rotate(float *x, int n_head, int head_dim, const struct ci_rope_params *p, const double *cs);
 /* YaRN's correction range as ggml computes it (in float): the pair indices whose wavelength is
  * n_ctx_orig / beta_fast (low, floored, >= 0) and n_ctx_orig / beta_slow (high, ceiled, <= rope_dim - 1). */
 void ci_rope_yarn_corr_dims(int rope_dim, int n_ctx_orig, float base, float beta_fast, float beta_slow,

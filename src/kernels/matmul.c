@@ -148,108 +148,180 @@ static void quantize_activations_k(struct ci_threadpool *tp, ci_quant_act_k_fn f
         quant_k_tokens(&j, 0, q->n_tok);
 }
 
-struct matmul_job {
+/* One matrix of a matmul job: its kernel, operands and how its output is cut into tasks. */
+struct mm_part {
     ci_mm_fn mm;
     struct ci_mm m;
     int64_t rows_per_task;
     int64_t n_row_tasks;
     int toks_per_task;
+    int64_t n_tasks;
+};
+
+/* A job is one pool dispatch over the tasks of up to CI_MATMUL_GROUP_MAX matrices that share their input:
+ * decode issues many short matmuls, and each dispatch costs a wake-up and a barrier. */
+struct matmul_job {
+    int n_parts;
+    struct mm_part part[CI_MATMUL_GROUP_MAX];
 };
 
 static void matmul_task(void *ctx, int task, int thread) {
     (void)thread;
     const struct matmul_job *j = ctx;
-    int64_t rt = task % j->n_row_tasks, tt = task / j->n_row_tasks;
-    int64_t r0 = rt * j->rows_per_task;
-    int64_t r1 = r0 + j->rows_per_task < j->m.n_out ? r0 + j->rows_per_task : j->m.n_out;
-    int t0 = (int)tt * j->toks_per_task;
-    int t1 = t0 + j->toks_per_task < j->m.n_tok ? t0 + j->toks_per_task : j->m.n_tok;
+    const struct mm_part *p = j->part;
+    int64_t k = task;
+    while (k >= p->n_tasks) {
+        k -= p->n_tasks;
+        p++;
+    }
+    int64_t rt = k % p->n_row_tasks, tt = k / p->n_row_tasks;
+    int64_t r0 = rt * p->rows_per_task;
+    int64_t r1 = r0 + p->rows_per_task < p->m.n_out ? r0 + p->rows_per_task : p->m.n_out;
+    int t0 = (int)tt * p->toks_per_task;
+    int t1 = t0 + p->toks_per_task < p->m.n_tok ? t0 + p->toks_per_task : p->m.n_tok;
     if (r0 < r1 && t0 < t1)
-        j->mm(&j->m, r0, r1, t0, t1);
+        p->mm(&p->m, r0, r1, t0, t1);
 }
 
 static int64_t round_up(int64_t v, int64_t a) {
     return (v + a - 1) / a * a;
 }
 
-void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float *x, int n_tok, float *y,
-               void *work) {
-    CI_ASSERT(w && ci_type_supported(w->type) && n_tok >= 0);
-    int64_t n_in = w->ne[0], n_out = w->ne[1];
-    uint64_t row_bytes = 0;
-    CI_ASSERT(n_in > 0 && n_out > 0 && ci_row_bytes(w->type, (uint64_t)n_in, &row_bytes));
-    CI_ASSERT(row_bytes == w->row_bytes);
-    if (n_tok == 0)
-        return;
-
-    const struct ci_dot_table *tab = ci_kernels_table();
-    struct matmul_job j = {
-        .mm = ci_mm_select(tab, w->type),
-        .m = {.type = w->type,
-              .w = w->data,
-              .row_bytes = (size_t)row_bytes,
-              .n_in = n_in,
-              .n_out = n_out,
-              .x = x,
-              .y = y,
-              .n_tok = n_tok},
-    };
-    struct ci_act_q8 q;
-    struct ci_act_q8k qk;
-    if (ci_type_uses_q8k(w->type)) {
-        size_t qb = 0, db = 0, sb = 0;
-        bool sized = act_k_layout(n_in, n_tok, &qb, &db, &sb);
-        CI_ASSERT(sized && work && ((uintptr_t)work & 63) == 0 && n_in % 256 == 0);
-        qk.qs = work;
-        qk.d = (float *)(void *)((uint8_t *)work + qb);
-        qk.bsum = (int16_t *)(void *)((uint8_t *)work + qb + db);
-        qk.n_in = n_in;
-        qk.n_tok = n_tok;
-        quantize_activations_k(tp, ci_quant_act_k_select(tab), x, &qk);
-        j.m.qk = &qk;
-    } else if (ci_type_quantized(w->type)) {
-        size_t qb = 0, vb = 0;
-        bool sized = act_layout(n_in, n_tok, &qb, &vb, &q.tok_stride);
-        CI_ASSERT(sized && work && ((uintptr_t)work & 63) == 0 && n_in % 32 == 0);
-        q.qs = work;
-        q.d = (float *)(void *)((uint8_t *)work + qb);
-        q.sum = (int32_t *)(void *)((uint8_t *)work + qb + vb);
-        q.s = (float *)(void *)((uint8_t *)work + qb + 2 * vb);
-        q.n_in = n_in;
-        q.n_tok = n_tok;
-        quantize_activations(tp, tab->quant_act, x, &q);
-        j.m.q = &q;
-    }
-
-    int n_threads = tp ? ci_threadpool_n_threads(tp) : 1;
-    int64_t n_tasks;
+/* Cuts one matrix's output into tasks. */
+static void plan_part(struct mm_part *p, int n_threads) {
+    int64_t n_out = p->m.n_out;
+    int n_tok = p->m.n_tok;
     if (n_tok <= GEMV_MAX_TOKENS) {
         // Bandwidth-bound: a few large equal shares per thread (big contiguous streams for the prefetchers,
         // and a thread that starts late or is preempted by another process leaves shares to the others).
         int64_t shares = (int64_t)n_threads * GEMV_SHARES_PER_THREAD;
         if (shares > n_out / GEMV_MIN_SHARE_ROWS)
             shares = n_out / GEMV_MIN_SHARE_ROWS > n_threads ? n_out / GEMV_MIN_SHARE_ROWS : n_threads;
-        j.rows_per_task = round_up((n_out + shares - 1) / shares, CI_MM_ROW_ALIGN);
-        j.n_row_tasks = (n_out + j.rows_per_task - 1) / j.rows_per_task;
-        j.toks_per_task = n_tok;
-        n_tasks = j.n_row_tasks;
-    } else {
-        // Compute-bound: row chunks that fit in L2, at least 8 per thread for balance; split the tokens too
-        // (in multiples of 24, whole register tiles of 6 and 8) when there are too few row chunks.
-        int64_t rows = (int64_t)(TASK_L2_BYTES / row_bytes);
-        int64_t fair = (n_out + 8 * n_threads - 1) / (8 * (int64_t)n_threads);
-        rows = rows < fair ? rows : fair;
-        rows = rows < CI_MM_ROW_ALIGN ? CI_MM_ROW_ALIGN : round_up(rows, CI_MM_ROW_ALIGN);
-        j.rows_per_task = rows;
-        j.n_row_tasks = (n_out + rows - 1) / rows;
-        int tok_groups = 1;
-        if (n_threads > 1 && j.n_row_tasks < 4 * n_threads) {
-            int64_t want = (4 * n_threads + j.n_row_tasks - 1) / j.n_row_tasks;
-            int64_t max_groups = (n_tok + 23) / 24;
-            tok_groups = (int)(want < max_groups ? want : max_groups);
+        p->rows_per_task = round_up((n_out + shares - 1) / shares, CI_MM_ROW_ALIGN);
+        p->n_row_tasks = (n_out + p->rows_per_task - 1) / p->rows_per_task;
+        p->toks_per_task = n_tok;
+        p->n_tasks = p->n_row_tasks;
+        return;
+    }
+    // Compute-bound: row chunks that fit in L2, at least 8 per thread for balance; split the tokens too
+    // (in multiples of 24, whole register tiles of 6 and 8) when there are too few row chunks.
+    int64_t rows = (int64_t)(TASK_L2_BYTES / p->m.row_bytes);
+    int64_t fair = (n_out + 8 * n_threads - 1) / (8 * (int64_t)n_threads);
+    rows = rows < fair ? rows : fair;
+    rows = rows < CI_MM_ROW_ALIGN ? CI_MM_ROW_ALIGN : round_up(rows, CI_MM_ROW_ALIGN);
+    p->rows_per_task = rows;
+    p->n_row_tasks = (n_out + rows - 1) / rows;
+    int tok_groups = 1;
+    if (n_threads > 1 && p->n_row_tasks < 4 * n_threads) {
+        int64_t want = (4 * n_threads + p->n_row_tasks - 1) / p->n_row_tasks;
+        int64_t max_groups = (n_tok + 23) / 24;
+        tok_groups = (int)(want < max_groups ? want : max_groups);
+    }
+    p->toks_per_task = (int)round_up((n_tok + tok_groups - 1) / tok_groups, tok_groups > 1 ? 24 : 1);
+    p->n_tasks = p->n_row_tasks * ((n_tok + p->toks_per_task - 1) / p->toks_per_task);
+}
+
+/* Which activation form a weight type's kernels read. */
+enum act_kind { ACT_FLOAT, ACT_Q8, ACT_Q8K };
+
+static enum act_kind act_kind_of(uint32_t type) {
+    if (ci_type_uses_q8k(type))
+        return ACT_Q8K;
+    return ci_type_quantized(type) ? ACT_Q8 : ACT_FLOAT;
+}
+
+/* The workspace of a group: the Q8 activations first (when any part needs them), then the Q8_K ones. */
+static bool group_work_layout(int n_w, const struct ci_tensor *const *w, int n_tok, size_t *q8_bytes,
+                              size_t *q8k_bytes) {
+    *q8_bytes = *q8k_bytes = 0;
+    for (int i = 0; i < n_w; i++) {
+        size_t b = ci_matmul_work_bytes(w[i]->type, w[i]->ne[0], n_tok);
+        if (b == SIZE_MAX)
+            return false;
+        size_t *slot = act_kind_of(w[i]->type) == ACT_Q8K ? q8k_bytes : q8_bytes;
+        if (b > *slot)
+            *slot = b;
+    }
+    return *q8_bytes <= SIZE_MAX - *q8k_bytes;
+}
+
+size_t ci_matmul_group_work_bytes(int n_w, const struct ci_tensor *const *w, int n_tok) {
+    size_t q8 = 0, q8k = 0;
+    return group_work_layout(n_w, w, n_tok, &q8, &q8k) ? q8 + q8k : SIZE_MAX;
+}
+
+void ci_matmul_group(struct ci_threadpool *tp, int n_w, const struct ci_tensor *const *w, const float *x,
+                     int n_tok, float *const *y, void *work) {
+    CI_ASSERT(n_w >= 1 && n_w <= CI_MATMUL_GROUP_MAX && n_tok >= 0);
+    if (n_tok == 0)
+        return;
+    const struct ci_dot_table *tab = ci_kernels_table();
+    const int64_t n_in = w[0]->ne[0];
+    size_t q8_bytes = 0, q8k_bytes = 0;
+    bool sized = group_work_layout(n_w, w, n_tok, &q8_bytes, &q8k_bytes);
+    CI_ASSERT(sized);
+    struct ci_act_q8 q;
+    struct ci_act_q8k qk;
+    bool have_q8 = false, have_q8k = false;
+    int n_threads = tp ? ci_threadpool_n_threads(tp) : 1;
+    struct matmul_job j = {.n_parts = n_w};
+    int64_t n_tasks = 0;
+    for (int i = 0; i < n_w; i++) {
+        const struct ci_tensor *t = w[i];
+        CI_ASSERT(t && ci_type_supported(t->type) && t->ne[0] == n_in);
+        int64_t n_out = t->ne[1];
+        uint64_t row_bytes = 0;
+        CI_ASSERT(n_in > 0 && n_out > 0 && ci_row_bytes(t->type, (uint64_t)n_in, &row_bytes));
+        CI_ASSERT(row_bytes == t->row_bytes);
+        struct mm_part *p = &j.part[i];
+        const bool packed = t->packed && tab->mm_packed[t->type];
+        *p = (struct mm_part){
+            .mm = packed ? tab->mm_packed[t->type] : ci_mm_select(tab, t->type),
+            .m = {.type = t->type,
+                  .w = t->data,
+                  .row_bytes = (size_t)row_bytes,
+                  .n_in = n_in,
+                  .n_out = n_out,
+                  .x = x,
+                  .y = y[i],
+                  .n_tok = n_tok,
+                  .packed = packed ? t->packed : NULL},
+        };
+        // Each activation form is made once for the whole group.
+        enum act_kind kind = act_kind_of(t->type);
+        if (kind == ACT_Q8K) {
+            if (!have_q8k) {
+                uint8_t *base = (uint8_t *)work + q8_bytes;
+                size_t qb = 0, db = 0, sb = 0;
+                bool ok = act_k_layout(n_in, n_tok, &qb, &db, &sb);
+                CI_ASSERT(ok && work && ((uintptr_t)base & 63) == 0 && n_in % 256 == 0);
+                qk.qs = (int8_t *)base;
+                qk.d = (float *)(void *)(base + qb);
+                qk.bsum = (int16_t *)(void *)(base + qb + db);
+                qk.n_in = n_in;
+                qk.n_tok = n_tok;
+                quantize_activations_k(tp, ci_quant_act_k_select(tab), x, &qk);
+                have_q8k = true;
+            }
+            p->m.qk = &qk;
+        } else if (kind == ACT_Q8) {
+            if (!have_q8) {
+                size_t qb = 0, vb = 0;
+                bool ok = act_layout(n_in, n_tok, &qb, &vb, &q.tok_stride);
+                CI_ASSERT(ok && work && ((uintptr_t)work & 63) == 0 && n_in % 32 == 0);
+                q.qs = work;
+                q.d = (float *)(void *)((uint8_t *)work + qb);
+                q.sum = (int32_t *)(void *)((uint8_t *)work + qb + vb);
+                q.s = (float *)(void *)((uint8_t *)work + qb + 2 * vb);
+                q.n_in = n_in;
+                q.n_tok = n_tok;
+                quantize_activations(tp, tab->quant_act, x, &q);
+                have_q8 = true;
+            }
+            p->m.q = &q;
         }
-        j.toks_per_task = (int)round_up((n_tok + tok_groups - 1) / tok_groups, tok_groups > 1 ? 24 : 1);
-        n_tasks = j.n_row_tasks * ((n_tok + j.toks_per_task - 1) / j.toks_per_task);
+        plan_part(p, n_threads);
+        n_tasks += p->n_tasks;
     }
     CI_ASSERT(n_tasks <= INT32_MAX);
     if (tp) {
@@ -258,4 +330,22 @@ void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float 
         for (int c = 0; c < (int)n_tasks; c++)
             matmul_task(&j, c, 0);
     }
+}
+
+void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float *x, int n_tok, float *y,
+               void *work) {
+    ci_matmul_group(tp, 1, &w, x, n_tok, &y, work);
+}
+
+size_t ci_pack_bytes(const struct ci_tensor *w) {
+    const struct ci_dot_table *tab = ci_kernels_table();
+    if (!tab->pack_bytes || w->n_dims > 2 || !ci_type_supported(w->type))
+        return 0;
+    return tab->pack_bytes(w->type, w->ne[0], w->ne[1]);
+}
+
+void ci_pack(const struct ci_tensor *w, void *dst) {
+    const struct ci_dot_table *tab = ci_kernels_table();
+    CI_ASSERT(ci_pack_bytes(w) > 0 && tab->pack && ((uintptr_t)dst & 63) == 0);
+    tab->pack(w->type, w->data, (size_t)w->row_bytes, w->ne[0], 0, w->ne[1] / CI_MM_ROW_ALIGN, dst);
 }

@@ -73,6 +73,13 @@ bool ci_type_supported(uint32_t type);
 static inline bool ci_type_quantized(uint32_t type) {
     return type != CI_TYPE_F32 && type != CI_TYPE_F16 && type != CI_TYPE_BF16;
 }
+
+/* Quantized types whose kernels read 256-element Q8_K activations (ggml's vec_dot_type Q8_K); the other quantized
+ * types read 32-element Q8_0/Q8_1 blocks. */
+static inline bool ci_type_uses_q8k(uint32_t type) {
+    return type == CI_TYPE_Q2_K || type == CI_TYPE_Q3_K || type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K ||
+           type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
+}
 /* Bytes of a row of n elements; false if n is not a multiple of the block size or on overflow. */
 bool ci_row_bytes(uint32_t type, uint64_t n, uint64_t *out);
 
@@ -103,6 +110,9 @@ struct ci_tensor {
     uint64_t row_bytes; // bytes of one row of ne[0] elements
     uint64_t nbytes;
     const void *data;
+    /* The matrix packed for the selected kernels (ci_pack, made at load; NULL: none).  Views that change
+     * data or ne must clear it. */
+    const void *packed;
 };
 
 #endif

@@ -35,9 +35,15 @@ void ci_rope_yarn_corr_dims(int rope_dim, int n_ctx_orig, float base, float beta
 }
 
 void ci_rope_apply(float *x, int n_head, int head_dim, int pos, const struct ci_rope_params *rp) {
+    double cs[2 * CI_ROPE_MAX_PAIRS];
+    CI_ASSERT(rp->rope_dim / 2 <= CI_ROPE_MAX_PAIRS);
+    ci_rope_cos_sin(pos, rp, cs);
+    ci_rope_rotate(x, n_head, head_dim, rp, cs);
+}
+
+void ci_rope_cos_sin(int pos, const struct ci_rope_params *rp, double *cs) {
     int rope_dim = rp->rope_dim;
-    CI_ASSERT(n_head > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim && rp->base > 0.0f);
-    CI_ASSERT(rp->freq_scale > 0.0f);
+    CI_ASSERT(rope_dim > 0 && rope_dim % 2 == 0 && rp->base > 0.0f && rp->freq_scale > 0.0f);
     int half = rope_dim / 2;
     double mscale = (double)rp->mscale;
     // Multiplying by 1.0 and dividing by 1.0 are exact: unscaled rope keeps ci_rope's bits.
@@ -57,7 +63,17 @@ void ci_rope_apply(float *x, int n_head, int head_dim, int pos, const struct ci_
             double mix = ramp * (double)rp->ext_factor;
             theta = theta * (1.0 - mix) + extrap * mix;
         }
-        double c = cos(theta) * mscale, s = sin(theta) * mscale;
+        cs[2 * i] = cos(theta) * mscale;
+        cs[2 * i + 1] = sin(theta) * mscale;
+    }
+}
+
+void ci_rope_rotate(float *x, int n_head, int head_dim, const struct ci_rope_params *rp, const double *cs) {
+    int rope_dim = rp->rope_dim;
+    CI_ASSERT(n_head > 0 && rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim);
+    int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        const double c = cs[2 * i], s = cs[2 * i + 1];
         // normal pairing: (2i, 2i+1); NeoX: (i, i + rope_dim/2)
         int i0 = rp->neox ? i : 2 * i;
         int i1 = rp->neox ? i + half : 2 * i + 1;

@@ -6,6 +6,7 @@
 #include "core/mem.h"
 #include "core/threadpool.h"
 #include "model/model.h"
+#include "model/pack.h"
 
 struct forward {
     const struct model *m;
@@ -30,6 +31,10 @@ struct forward {
     float *qkv;    // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
     int32_t *apos; // [max_tokens] encoders: the position each query attends up to (its sequence's last)
     void *work;    // matmul workspace
+    // RoPE cos/sin of each token of the batch, made once per batch and table (ci_rope_cos_sin): [0] the
+    // model's RoPE, [1] that of sliding-window layers with their own base or scale.
+    double *rope_cs[2]; // [max_tokens][rope_dim]
+    bool rope_ready[2];
     // Mixture of experts (allocated only when the model has experts).
     float *router;  // [max_tokens][n_expert] router logits, then probabilities
     int32_t *sel;   // [max_tokens][n_expert_used] chosen experts of each token
@@ -41,9 +46,15 @@ struct forward {
     float *yg;      // [max_tokens][n_embd] one expert's output rows
 };
 
+/* Enough workspace for any matmul or matmul group of the model: the largest Q8 activations and the largest
+ * Q8_K ones side by side (a group with both kinds of weight, e.g. Q4_K_M's Q/K/V, holds both). */
 static size_t matmul_work(const struct model *m, int n_tok) {
     const struct model_weights *w = &m->weights;
-    size_t best = w->output.data ? ci_matmul_work_bytes(w->output.type, w->output.ne[0], n_tok) : 0;
+    size_t best[2] = {0, 0}; // [uses Q8_K]
+    if (w->output.data) {
+        size_t n = ci_matmul_work_bytes(w->output.type, w->output.ne[0], n_tok);
+        best[ci_type_uses_q8k(w->output.type)] = n;
+    }
     for (int il = 0; il < m->config.n_layer; il++) {
         const struct layer_weights *l = &w->layers[il];
         const struct ci_tensor *all[] = {&l->wq,
@@ -65,10 +76,11 @@ static size_t matmul_work(const struct model *m, int n_tok) {
             if (!all[i]->data)
                 continue;
             size_t n = ci_matmul_work_bytes(all[i]->type, all[i]->ne[0], n_tok);
-            best = n > best ? n : best;
+            size_t *b = &best[ci_type_uses_q8k(all[i]->type)];
+            *b = n > *b ? n : *b;
         }
     }
-    return best;
+    return best[0] > SIZE_MAX - best[1] ? SIZE_MAX : best[0] + best[1]; // SIZE_MAX: the allocation fails
 }
 
 enum ci_status forward_create(const struct model *m, int max_tokens, int max_logit_rows,
@@ -78,6 +90,7 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
     if (max_tokens < 1 || max_logit_rows < 1 || max_logit_rows > max_tokens)
         return ci_err_set(err, CI_ERR_INVALID, "forward: need 1 <= max_logit_rows (%d) <= max_tokens (%d)",
                           max_logit_rows, max_tokens);
+    model_pack_weights(m); // once per model: the kernels' own layout of the matrices, where they have one
     struct forward *f = ci_calloc(1, sizeof *f);
     if (!f)
         return ci_err_set(err, CI_ERR_NOMEM, "forward: out of memory");
@@ -140,6 +153,15 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
                           work);
     }
     model_config_rope_params(c, &f->rope);
+    for (int i = 0; i < 2 && !c->encoder; i++) {
+        size_t n;
+        if (!ci_mul_size(T, (size_t)f->rope.rope_dim * sizeof(double), &n) ||
+            !(f->rope_cs[i] = ci_malloc_aligned(n))) {
+            forward_free(f);
+            return ci_err_set(err, CI_ERR_NOMEM, "forward: out of memory for the RoPE of %d tokens",
+                              max_tokens);
+        }
+    }
     forward_set_n_ctx(f, c->n_ctx_train);
     *out = f;
     return CI_OK;
@@ -151,6 +173,7 @@ void forward_set_n_ctx(struct forward *f, int n_ctx) {
         f->rope.freq_factors = n_ctx > f->m->config.rope_orig_ctx ? w->rope_long.data : w->rope_short.data;
     else
         f->rope.freq_factors = w->rope_freqs.data; // [rope_dim/2] or NULL
+    f->rope_ready[0] = f->rope_ready[1] = false;
 }
 
 void forward_free(struct forward *f) {
@@ -162,6 +185,8 @@ void forward_free(struct forward *f) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ci_free_aligned(all[i]);
     ci_free_aligned(f->work);
+    ci_free_aligned(f->rope_cs[0]);
+    ci_free_aligned(f->rope_cs[1]);
     ci_free(f);
 }
 
@@ -313,8 +338,9 @@ static void gated_ffn(struct forward *f, const struct ci_tensor *gate, const str
                       float *out) {
     const struct model_config *c = &f->m->config;
     int ff = (int)gate->ne[1];
-    ci_matmul(f->tp, gate, x, n, f->gate, f->work);
-    ci_matmul(f->tp, up, x, n, f->up, f->work);
+    const struct ci_tensor *w[] = {gate, up};
+    float *const y[] = {f->gate, f->up};
+    ci_matmul_group(f->tp, 2, w, x, n, y, f->work);
     if (bias) {
         add_bias(f->gate, bias->gate, n, ff);
         add_bias(f->up, bias->up, n, ff);
@@ -501,9 +527,9 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
             memcpy(f->v + (size_t)t * kv_dim, r + q_dim + kv_dim, (size_t)kv_dim * sizeof *r);
         }
     } else {
-        ci_matmul(f->tp, &l->wq, f->xb, n, f->q, f->work);
-        ci_matmul(f->tp, &l->wk, f->xb, n, f->k, f->work);
-        ci_matmul(f->tp, &l->wv, f->xb, n, f->v, f->work);
+        const struct ci_tensor *w[] = {&l->wq, &l->wk, &l->wv};
+        float *const y[] = {f->q, f->k, f->v};
+        ci_matmul_group(f->tp, 3, w, f->xb, n, y, f->work);
     }
     add_bias(f->q, l->bq.data, n, q_dim);
     add_bias(f->k, l->bk.data, n, kv_dim);
@@ -523,9 +549,17 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
         rope.base = c->rope_base_swa;
     if (local && c->rope_pos_scale_swa > 0.0f)
         rope.freq_scale = c->rope_pos_scale_swa;
+    const int table = local && (c->rope_base_swa > 0.0f || c->rope_pos_scale_swa > 0.0f);
+    double *cs = f->rope_cs[table];
+    const size_t rd = (size_t)rope.rope_dim;
+    if (!f->rope_ready[table]) { // the angles of this batch's positions, for every layer of this table
+        for (int t = 0; t < n; t++)
+            ci_rope_cos_sin(b->pos[t], &rope, cs + (size_t)t * rd);
+        f->rope_ready[table] = true;
+    }
     for (int t = 0; t < n; t++) {
-        ci_rope_apply(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, b->pos[t], &rope);
-        ci_rope_apply(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, b->pos[t], &rope);
+        ci_rope_rotate(f->q + (size_t)t * q_dim, c->n_head, c->head_dim, &rope, cs + (size_t)t * rd);
+        ci_rope_rotate(f->k + (size_t)t * kv_dim, c->n_kv_head, c->head_dim, &rope, cs + (size_t)t * rd);
     }
     write_kv(b, &kv[il], f->k, f->v);
     struct ci_attn_args args = {
@@ -605,6 +639,7 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
         for (size_t i = 0; i < (size_t)n * E; i++)
             f->x[i] *= sc;
     }
+    f->rope_ready[0] = f->rope_ready[1] = false; // this batch's positions
     for (int il = 0; il < c->n_layer; il++)
         layer_forward(f, il, b, kv);
 

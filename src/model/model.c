@@ -74,6 +74,7 @@ void model_free(struct model *m) {
     if (!m)
         return;
     model_weights_deinit(&m->weights);
+    ci_free_aligned(m->packed);
     gguf_free(m->gguf);
     llama2c_free(m->llama2c);
     ci_free(m);

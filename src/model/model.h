@@ -22,6 +22,8 @@ struct model {
     struct gguf *gguf;       // GGUF files (NULL otherwise)
     struct llama2c *llama2c; // llama2.c checkpoints (NULL otherwise)
     uint64_t file_bytes;
+    void *packed;    // the weight matrices packed for the kernels (model/pack.c), owned; NULL: none
+    bool pack_tried; // model_pack_weights ran (whatever it packed)
 };
 
 enum ci_status model_load(const char *path, struct model **out, struct ci_err *err);

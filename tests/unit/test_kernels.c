@@ -720,6 +720,165 @@ TEST(matmul_bit_identical_across_threads_tiles_and_batches) {
         ci_threadpool_free(pools[i]);
 }
 
+/* A group of matrices over one input (mixed weight kinds: Q8_K-, Q8- and float-activation types, so both
+ * activation regions of the workspace are live at once) gives each matrix exactly ci_dot of its rows, for
+ * decode and prefill batch sizes and every pool, within a workspace of exactly ci_matmul_group_work_bytes. */
+TEST(matmul_group_equals_each_matmul) {
+    const int64_t n_in = 512;
+    const int max_tok = 9;
+    const uint32_t types[][CI_MATMUL_GROUP_MAX] = {
+        {CI_TYPE_Q4_K, CI_TYPE_Q6_K, CI_TYPE_Q8_0, CI_TYPE_F16},
+        {CI_TYPE_Q8_0, CI_TYPE_Q4_0, CI_TYPE_Q5_K, CI_TYPE_Q4_K},
+    };
+    const int64_t n_out[CI_MATMUL_GROUP_MAX] = {96, 32, 70, 200};
+    struct ci_threadpool *pools[3] = {NULL, NULL, NULL};
+    for (int i = 1; i < 3; i++)
+        ASSERT_STATUS(ci_threadpool_create(i + 1, &pools[i], NULL), CI_OK);
+    struct ci_rng r;
+    ci_rng_seed(&r, 7);
+    float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
+    fill_normal(&r, x, max_tok * n_in, 1.0);
+    for (size_t g = 0; g < sizeof types / sizeof types[0]; g++) {
+        struct ci_tensor w[CI_MATMUL_GROUP_MAX];
+        const struct ci_tensor *wp[CI_MATMUL_GROUP_MAX];
+        float *y[CI_MATMUL_GROUP_MAX];
+        for (int i = 0; i < CI_MATMUL_GROUP_MAX; i++) {
+            w[i] = make_weights(&r, types[g][i], n_in, n_out[i]);
+            wp[i] = &w[i];
+            y[i] = ci_malloc((size_t)(max_tok * n_out[i]) * sizeof(float));
+        }
+        for (int n_w = 1; n_w <= CI_MATMUL_GROUP_MAX; n_w++) {
+            size_t wb = ci_matmul_group_work_bytes(n_w, wp, max_tok);
+            uint8_t *work = ci_malloc_aligned(wb + 64);
+            for (int p = 0; p < 3; p++) {
+                for (int n_tok = 1; n_tok <= max_tok; n_tok += 4) { // 1, 5 (GEMV shares), 9 (GEMM tiles)
+                    memset(work + wb, 0xa5, 64);
+                    ci_matmul_group(pools[p], n_w, wp, x, n_tok, y, work);
+                    for (int i = 0; i < 64; i++)
+                        CHECK1(work[wb + (size_t)i] == 0xa5);
+                    for (int i = 0; i < n_w; i++)
+                        for (int t = 0; t < n_tok; t++)
+                            for (int64_t o = 0; o < n_out[i]; o++) {
+                                const void *row = (const uint8_t *)w[i].data + (size_t)o * w[i].row_bytes;
+                                float want = ci_dot(w[i].type, row, x + t * n_in, n_in);
+                                if (memcmp(&want, &y[i][t * n_out[i] + o], sizeof want) != 0)
+                                    FAIL_FIRST("group %zu of %d: %s t=%d o=%lld pool %d differs from ci_dot",
+                                               g, n_w, ci_type_name(w[i].type), t, (long long)o, p);
+                            }
+                }
+            }
+            ci_free_aligned(work);
+        }
+        for (int i = 0; i < CI_MATMUL_GROUP_MAX; i++) {
+            ci_free((void *)(uintptr_t)w[i].data);
+            ci_free(y[i]);
+        }
+    }
+    ci_free(x);
+    for (int i = 1; i < 3; i++)
+        ci_threadpool_free(pools[i]);
+}
+
+/* Weights packed at load (ci_pack) give ci_matmul exactly ci_dot's bits, for rows past the last whole
+ * 16-row group too, at decode and prefill batch sizes and every pool; the packing holds the matrix's bytes
+ * and no more.  On a CPU whose kernels have no packed layout, ci_pack_bytes is 0 for every type. */
+static void packed_case(int64_t n_in) {
+    const int64_t n_out = 16 * 5 + 7;
+    const int max_tok = 19;
+    struct ci_threadpool *pools[3] = {NULL, NULL, NULL};
+    for (int i = 1; i < 3; i++)
+        ASSERT_STATUS(ci_threadpool_create(i + 1, &pools[i], NULL), CI_OK);
+    struct ci_rng r;
+    ci_rng_seed(&r, 11);
+    float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
+    float *y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
+    fill_normal(&r, x, max_tok * n_in, 1.0);
+    const bool has_packing = strcmp(ci_kernels_isa(), "avx512+vnni") == 0;
+    for (int ti = 0; ti < N_TYPES + N_BLOCK_TYPES; ti++) {
+        uint32_t type = ti < N_TYPES ? all_types[ti] : block_types[ti - N_TYPES];
+        if (n_in % ci_type_traits(type)->block_size != 0)
+            continue;
+        struct ci_tensor w = make_weights(&r, type, n_in, n_out);
+        size_t pb = ci_pack_bytes(&w);
+        bool want_packing = has_packing && (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0);
+        if (!want_packing) {
+            CHECK1(pb == 0);
+            ci_free((void *)(uintptr_t)w.data);
+            continue;
+        }
+        CHECK1(pb == (size_t)(n_out / 16 * 16) * w.row_bytes);
+        uint8_t *packed = ci_malloc_aligned(pb);
+        ci_pack(&w, packed);
+        w.packed = packed;
+        for (int p = 0; p < 3; p++)
+            for (int n_tok = 1; n_tok <= max_tok; n_tok += (n_tok < 4 ? 1 : 5)) { // 1-4 decode, 9, 14, 19
+                size_t wb = ci_matmul_work_bytes(type, n_in, n_tok);
+                uint8_t *work = ci_malloc_aligned(wb);
+                for (int64_t i = 0; i < (int64_t)n_tok * n_out; i++)
+                    y[i] = NAN;
+                ci_matmul(pools[p], &w, x, n_tok, y, work);
+                for (int t = 0; t < n_tok; t++)
+                    for (int64_t o = 0; o < n_out; o++) {
+                        const void *row = (const uint8_t *)w.data + (size_t)o * w.row_bytes;
+                        float want = ci_dot(type, row, x + t * n_in, n_in);
+                        if (memcmp(&want, &y[t * n_out + o], sizeof want) != 0)
+                            FAIL_FIRST("packed %s t=%d o=%lld pool %d n_tok %d differs from ci_dot",
+                                       ci_type_name(type), t, (long long)o, p, n_tok);
+                    }
+                ci_free_aligned(work);
+            }
+        ci_free_aligned(packed);
+        ci_free((void *)(uintptr_t)w.data);
+    }
+    ci_free(x);
+    ci_free(y);
+    for (int i = 1; i < 3; i++)
+        ci_threadpool_free(pools[i]);
+}
+
+TEST(matmul_packed_equals_dot) {
+    for (int64_t n_in = 160; n_in <= 320; n_in += 160) // 5 blocks: groups not a multiple of 64 bytes
+        packed_case(n_in);
+}
+
+/* Every table's float -> half row conversion (the f16 KV cache's stores) is ci_fp32_to_fp16 on each element:
+ * random values over the whole range, exact ties, subnormals, overflow to inf, inf and NaN, at every length
+ * (SIMD steps and tails). */
+TEST(f32_to_f16_row_matches_scalar) {
+    enum { N = 203 };
+    float x[N];
+    uint16_t got[N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 5);
+    for (int round = 0; round < 50; round++) {
+        for (int i = 0; i < N; i++) {
+            uint32_t bits = (uint32_t)ci_rng_u64(&r);
+            memcpy(&x[i], &bits, 4); // any float, NaNs and infs included
+            if (i % 5 == 1)
+                x[i] = (float)ci_rng_normal(&r) * 100.0f;
+            if (i % 7 == 2) // a tie between two halves: 1 + (2k + 1) * 2^-11
+                x[i] = 1.0f + (float)(2 * (i % 50) + 1) / 2048.0f;
+            if (i % 11 == 3) // subnormal halves
+                x[i] = (float)ci_rng_normal(&r) * 1e-6f;
+            if (i % 13 == 4)
+                x[i] = 65520.0f * (i % 2 ? 1.0f : -1.0f); // rounds to inf
+        }
+        for (int t = 0; t < n_tables; t++) {
+            ci_kernels_force_table(tables[t]);
+            for (int n = round % 9; n <= N; n += 97) {
+                memset(got, 0xab, sizeof got);
+                ci_f32_to_f16_row(x, got, n);
+                for (int i = 0; i < n; i++)
+                    if (got[i] != ci_fp32_to_fp16(x[i]))
+                        FAIL_FIRST("%s: %a -> %04x, want %04x", tables[t]->isa, (double)x[i], got[i],
+                                   ci_fp32_to_fp16(x[i]));
+                CHECK1(n == N || got[n] == 0xabab); // nothing written past n
+            }
+        }
+    }
+    ci_kernels_force_table(NULL);
+}
+
 TEST(matmul_work_bytes) {
     CHECK1(ci_matmul_work_bytes(CI_TYPE_F32, 4096, 512) == 0);
     CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4096, 1) == 0);
@@ -1683,6 +1842,9 @@ int main(int argc, char **argv) {
     RUN(quant_act_k_matches_scalar);
     RUN(matmul_work_bytes);
     RUN(matmul_bit_identical_across_threads_tiles_and_batches);
+    RUN(matmul_group_equals_each_matmul);
+    RUN(matmul_packed_equals_dot);
+    RUN(f32_to_f16_row_matches_scalar);
     RUN(rope_matches_double_formula);
     RUN(rope_ext_scaled_matches_double_formula);
     RUN(rope_yarn_matches_definition);
