@@ -774,9 +774,34 @@ static enum cinfer_status tokenize(const struct routes *r, const char *text, boo
     return cinfer_tokenize(r->m, text, strlen(text), add_special, ids, n, err);
 }
 
+/* An assistant message's tool_calls[].function.arguments, which OpenAI sends as JSON text, replaced by the
+ * value that text holds, as vLLM does and as transformers documents for chat templates: templates write them
+ * with `arguments | tojson` or walk `arguments.items()`, and a string there would be quoted twice.  Text that
+ * is not JSON stays as sent.  false: out of memory. */
+static bool tool_arguments_parsed(cJSON *m) {
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
+    if (!cJSON_IsArray(calls))
+        return true;
+    cJSON_ArrayForEach(c, calls) {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(args))
+            continue;
+        cJSON *v = cJSON_ParseWithOpts(args->valuestring, NULL, true);
+        if (!v)
+            continue; // not JSON (or no memory to tell): the template gets the text
+        if (!cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", v)) {
+            cJSON_Delete(v);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* The variables a Jinja chat template sees, as JSON text (cJSON_free it): "messages" (the request's, with
  * each role and content as validated into msgs: "developer" read as "system", text parts joined; content
- * null or absent stays null; the other fields, such as tool_calls, name, tool_call_id, as sent), "tools" (as
+ * null or absent stays null; tool_calls' arguments as JSON values (tool_arguments_parsed); the other fields,
+ * such as name, tool_call_id, as sent), "tools" (as
  * sent, when present), "add_generation_prompt", then the members of "chat_template_kwargs" (e.g.
  * enable_thinking).  NULL when out of memory. */
 static char *jinja_context(const char *body, size_t body_len, const struct cinfer_chat_message *msgs, int n,
@@ -794,6 +819,8 @@ static char *jinja_context(const char *body, size_t body_len, const struct cinfe
             cJSON_Delete(m);
             goto done;
         }
+        if (!tool_arguments_parsed(m))
+            goto done;
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(src, "content");
         bool null_content = !content || cJSON_IsNull(content);
         cJSON_DeleteItemFromObjectCaseSensitive(m, "role");
@@ -1458,6 +1485,50 @@ done:
     openai_tokenize_deinit(&t);
 }
 
+/* POST /apply-template, as llama-server's: the prompt a chat request's messages (with its tools, tool_choice,
+ * chat_template_kwargs and reasoning_effort) render to through the chat template, without generating:
+ * {"prompt": TEXT}.  The request is validated as /v1/chat/completions validates it; "add_generation_prompt"
+ * (default true) as /tokenize takes it.  For comparing templates with llama.cpp and debugging prompts. */
+static void on_apply_template(void *app, const struct http_request *req, struct http_response *res) {
+    struct routes *r = app;
+    if (!check_ready(r, res))
+        return;
+    struct openai_request q;
+    struct openai_error oe;
+    struct openai_limits lim = {r->n_vocab, r->n_ctx};
+    char *prompt = NULL;
+    if (openai_parse(OPENAI_CHAT, req->body, req->body_len, &lim, &q, &oe) != CI_OK) {
+        respond_error(res, &oe);
+        return;
+    }
+    bool add_generation_prompt = true;
+    cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
+    const cJSON *agp = cJSON_GetObjectItemCaseSensitive(body, "add_generation_prompt");
+    if (agp && !cJSON_IsNull(agp) && !cJSON_IsBool(agp)) {
+        openai_error_set(&oe, 400, "add_generation_prompt", NULL,
+                         "'add_generation_prompt' must be a boolean");
+        respond_error(res, &oe);
+        goto done;
+    }
+    if (cJSON_IsBool(agp))
+        add_generation_prompt = cJSON_IsTrue(agp);
+    if (!model_served(r, q.model, &oe) ||
+        apply_template(r, req, q.messages, q.n_messages, add_generation_prompt, &prompt, &oe) != CINFER_OK) {
+        respond_error(res, &oe);
+        goto done;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (o && !cJSON_AddStringToObject(o, "prompt", prompt)) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    respond_json(res, o);
+done:
+    cJSON_Delete(body);
+    ci_free(prompt);
+    openai_request_deinit(&q);
+}
+
 static void on_detokenize(void *app, const struct http_request *req, struct http_response *res) {
     struct routes *r = app;
     if (!check_ready(r, res))
@@ -1696,6 +1767,7 @@ static const struct http_route table[] = {
     {"/v1/messages", "POST", true, on_messages},
     {"/v1/messages/count_tokens", "POST", true, on_count_tokens},
     {"/tokenize", "POST", true, on_tokenize},
+    {"/apply-template", "POST", true, on_apply_template},
     {"/detokenize", "POST", true, on_detokenize},
 };
 

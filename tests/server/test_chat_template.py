@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`cinfer serve` with a Jinja chat template (--chat-template-file): the prompt of /v1/chat/completions and
-/tokenize is the template rendered with the request's messages (developer read as system, text parts joined),
+/tokenize (and the text of /apply-template) is the template rendered with the request's messages (developer read as system, text parts joined),
 tools, add_generation_prompt and chat_template_kwargs; a template that writes bos_token gets one BOS, as in
 llama.cpp (the BOS text is dropped and tokenization adds the token); a render error (raise_exception) is an
 OpenAI 400 naming the template line; a file that does not parse stops the server with its line.  Then the
@@ -129,6 +129,18 @@ def main():
             check("tokenize_renders_template", st == 200 and st2 == 200 and toks == ref.get("tokens"),
                   f"{st} {got} vs {ref}")
             check("one_bos", toks[:1] == [1] and 1 not in toks[1:], str(toks[:8]))
+            # /apply-template (llama-server's endpoint): the same prompt as text, the BOS text dropped as above
+            st, _, j = s.json("POST", "/apply-template", body)
+            check("apply_template_prompt", st == 200 and j == {"prompt": want}, f"{st} {j}")
+            st, _, j = s.json("POST", "/apply-template", {"messages": [{"role": "user", "content": "Hi"}],
+                                                          "add_generation_prompt": False})
+            check("apply_template_no_generation_prompt", st == 200 and j == {"prompt": "[user]Hi\n"}, f"{st} {j}")
+            for bad, param in (({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": 1},
+                                "add_generation_prompt"), ({"messages": "Hi"}, "messages"),
+                               ({"messages": [{"role": "user", "content": "boom"}]}, "messages")):
+                st, _, j = s.json("POST", "/apply-template", bad)
+                e = j.get("error", {}) if isinstance(j, dict) else {}
+                check(f"apply_template_400_{param}", st == 400 and e.get("param") == param, f"{st} {j}")
             st, _, j = s.json("POST", "/v1/chat/completions", dict(body, max_tokens=3, temperature=0))
             check("chat_uses_template", st == 200 and j["usage"]["prompt_tokens"] == len(toks), f"{st} {j}")
             # Without tools or kwargs those parts vanish; without add_generation_prompt (tokenize) no prompt.
