@@ -301,7 +301,8 @@ static cJSON *anthropic_response(struct gen *g) {
         struct tool_parse_result p;
         if (tool_parse(&g->popts, c->text ? c->text : "", c->len, &p) != CI_OK)
             return NULL;
-        made = anthropic_blocks_from_parse(&p, answer_calls(g, &p), g->id_bits, &b, &n);
+        made = anthropic_blocks_from_parse(&p, answer_calls(g, &p),
+                                           g->a.thinking == ANTHROPIC_THINKING_ENABLED, g->id_bits, &b, &n);
         tool_parse_result_free(&p);
     } else {
         made = anthropic_output_blocks(&g->a, c->text ? c->text : "", c->len, &b, &n);
@@ -507,8 +508,9 @@ static bool emit_parsed(struct gen *g, int i, cJSON *lp, bool final) {
     return ok;
 }
 
-/* /v1/messages streaming with tools: as emit_parsed, in Anthropic's events: the content's growth as text
- * deltas (a text block opened first when none is open), each new call as a tool_use block (the block before
+/* /v1/messages streaming with tools or thinking: as emit_parsed, in Anthropic's events: the reasoning as a
+ * thinking block's thinking deltas (thinking enabled), the content's growth as text deltas (a text block opened
+ * first when none is open), each new call as a tool_use block (the block before
  * it stopped).  The blocks and their order are those of the non-streamed answer (anthropic_blocks_from_parse). */
 static bool emit_parsed_anthropic(struct gen *g, int i, bool final) {
     struct choice *c = &g->ch[i];
@@ -518,6 +520,20 @@ static bool emit_parsed_anthropic(struct gen *g, int i, bool final) {
     if (tool_parse(&o, c->text ? c->text : "", c->len, &p) != CI_OK)
         return false;
     bool ok = true;
+    // The reasoning (thinking requested) leads the answer: its block comes first, and it is whole before
+    // any content or call is reported (tool_parse.h's prefix property).
+    if (g->a.thinking == ANTHROPIC_THINKING_ENABLED && p.reasoning_len > c->sent_reasoning &&
+        c->sent_content == 0 && c->sent_calls == 0) {
+        if (c->sent_reasoning == 0) {
+            const struct anthropic_block think = {.type = ANTHROPIC_BLOCK_THINKING};
+            ok = anthropic_stream_block(&g->out, c->a_block, &think);
+            c->a_block++;
+            c->a_in_text = false;
+        }
+        ok = ok && anthropic_stream_thinking(&g->out, c->a_block, p.reasoning + c->sent_reasoning,
+                                             p.reasoning_len - c->sent_reasoning);
+        c->sent_reasoning = p.reasoning_len;
+    }
     if (p.content_len > c->sent_content) {
         if (!c->a_in_text) {
             const struct anthropic_block text = {.type = ANTHROPIC_BLOCK_TEXT};
@@ -1117,9 +1133,10 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
             g->popts.reasoning =
                 !r->reasoning_none && (r->thinks || opens || r->tool_format == TOOL_FORMAT_HARMONY);
             g->popts.in_reasoning = g->popts.reasoning && opens;
-            if (g->anthropic) { // tool_use blocks; reasoning stays in the text (no thinking blocks yet)
+            if (g->anthropic) { // tool_use blocks; reasoning a thinking block when the request asks for it
                 g->popts.tools = g->a.n_tools > 0 && g->a.tool_choice != ANTHROPIC_TOOL_NONE;
-                g->popts.reasoning = g->popts.in_reasoning = false;
+                if (g->a.thinking != ANTHROPIC_THINKING_ENABLED)
+                    g->popts.reasoning = g->popts.in_reasoning = false;
             }
             g->parse = g->popts.tools || g->popts.reasoning;
             s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
