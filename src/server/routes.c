@@ -42,7 +42,8 @@ struct routes {
     int max_tokens_cap;           // the most tokens one sequence can hold: min(context, KV pool)
     enum tool_format tool_format; // how the model writes tool calls (from the template's text)
     bool thinks;                  // the template writes <think> blocks
-    bool reasoning_none;          // --reasoning-format none
+    bool object_arguments; // the template reads tool-call arguments as objects (object_arguments_probe)
+    bool reasoning_none;   // --reasoning-format none
     atomic_int n_inflight;
     atomic_uint_fast64_t next_id;
 };
@@ -791,9 +792,10 @@ static enum cinfer_status tokenize(const struct routes *r, const char *text, boo
 }
 
 /* An assistant message's tool_calls[].function.arguments, which OpenAI sends as JSON text, replaced by the
- * value that text holds, as vLLM does and as transformers documents for chat templates: templates write them
- * with `arguments | tojson` or walk `arguments.items()`, and a string there would be quoted twice.  Text that
- * is not JSON stays as sent.  false: out of memory. */
+ * value that text holds, as transformers documents tool calls for chat templates (and vLLM and llama.cpp pass
+ * them): templates write them with `arguments | tojson` or walk `arguments.items()`, and a string there would
+ * be quoted twice.  Only for a template that reads them so (object_arguments_probe); text that is not JSON
+ * stays as sent.  false: out of memory. */
 static bool tool_arguments_parsed(cJSON *m) {
     cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
     if (!cJSON_IsArray(calls))
@@ -816,12 +818,13 @@ static bool tool_arguments_parsed(cJSON *m) {
 
 /* The variables a Jinja chat template sees, as JSON text (cJSON_free it): "messages" (the request's, with
  * each role and content as validated into msgs: "developer" read as "system", text parts joined; content
- * null or absent stays null; tool_calls' arguments as JSON values (tool_arguments_parsed); the other fields,
+ * null or absent stays null; tool_calls' arguments as JSON values where the template reads them so
+ * (tool_arguments_parsed); the other fields,
  * such as name, tool_call_id, as sent), "tools" (as
  * sent, when present), "add_generation_prompt", then the members of "chat_template_kwargs" (e.g.
  * enable_thinking).  NULL when out of memory. */
 static char *jinja_context(const char *body, size_t body_len, const struct cinfer_chat_message *msgs, int n,
-                           bool add_generation_prompt) {
+                           bool add_generation_prompt, bool object_arguments) {
     cJSON *req = cJSON_ParseWithLength(body, body_len);
     cJSON *ctx = cJSON_CreateObject(), *arr = ctx ? cJSON_AddArrayToObject(ctx, "messages") : NULL;
     char *text = NULL;
@@ -835,7 +838,7 @@ static char *jinja_context(const char *body, size_t body_len, const struct cinfe
             cJSON_Delete(m);
             goto done;
         }
-        if (!tool_arguments_parsed(m))
+        if (object_arguments && !tool_arguments_parsed(m))
             goto done;
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(src, "content");
         bool null_content = !content || cJSON_IsNull(content);
@@ -886,7 +889,8 @@ static enum cinfer_status apply_template(const struct routes *r, const struct ht
     size_t len = 0;
     enum cinfer_status s;
     if (r->jinja) {
-        char *ctx = jinja_context(req->body, req->body_len, msgs, n, add_generation_prompt);
+        char *ctx =
+            jinja_context(req->body, req->body_len, msgs, n, add_generation_prompt, r->object_arguments);
         if (!ctx) {
             openai_error_set(oe, 500, NULL, NULL, "out of memory");
             return CINFER_ERR_NOMEM;
@@ -1793,6 +1797,33 @@ const struct http_route *routes_table(int *n_routes) {
     return table;
 }
 
+/* Whether the template reads tool-call arguments as an object, as llama.cpp's template capabilities tell it
+ * (supports_object_arguments): rendered once with a call whose arguments are the object {"probe_arg": MARK},
+ * the object's value shows in the prompt.  A template that writes the arguments as text ('...' + arguments,
+ * functionary v3.2) shows none, and keeps getting them as the JSON text OpenAI sends; so does one that cannot
+ * render the probe. */
+static bool object_arguments_probe(const struct routes *r) {
+    static const char ctx[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": "
+        "\"\", "
+        "\"tool_calls\": [{\"id\": \"abcdefghi\", \"type\": \"function\", \"function\": {\"name\": "
+        "\"probe_fn\", "
+        "\"arguments\": {\"probe_arg\": \"cinfer1probe2mark\"}}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+        "\"abcdefghi\", \"name\": \"probe_fn\", \"content\": \"ok\"}], \"tools\": [{\"type\": \"function\", "
+        "\"function\": {\"name\": \"probe_fn\", \"description\": \"A probe\", \"parameters\": {\"type\": "
+        "\"object\", \"properties\": {\"probe_arg\": {\"type\": \"string\"}}, \"required\": "
+        "[\"probe_arg\"]}}}], "
+        "\"add_generation_prompt\": true}";
+    struct cinfer_error ce = {0};
+    char *out = NULL;
+    size_t len = 0;
+    bool found = false;
+    if (cinfer_template_render(r->jinja, r->m, ctx, sizeof ctx - 1, &out, &len, &ce) == CINFER_OK)
+        found = strstr(out, "cinfer1probe2mark") != NULL;
+    cinfer_free(out);
+    return found;
+}
+
 enum ci_status routes_create(struct routes **out, struct ci_err *err) {
     openai_init();
     struct routes *r = ci_calloc(1, sizeof *r);
@@ -1826,6 +1857,7 @@ enum ci_status routes_ready(struct routes *r, const struct cinfer_model *m, stru
     r->max_tokens_cap = pool < ei.n_ctx ? (int)pool : ei.n_ctx;
     r->tool_format = c->jinja ? tool_format_detect(c->jinja_src, c->jinja_src_len) : TOOL_FORMAT_GENERIC;
     r->thinks = c->jinja && tool_template_thinks(c->jinja_src, c->jinja_src_len);
+    r->object_arguments = c->jinja && object_arguments_probe(r);
     r->reasoning_none = c->reasoning_none;
     atomic_store(&r->ready, true); // publishes the fields above to the connection threads
     return CI_OK;
