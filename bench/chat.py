@@ -238,7 +238,9 @@ def part_tools(a, tmp, templates):
         f.write(templates[TOOL_TEMPLATE])
     servers = [("cinfer", lambda: cinfer_server(a, tmp, ["--chat-template-file", tpath]))]
     if a.llama_server:
-        servers.append(("llama.cpp", lambda: llama_server(a, tmp, ["--jinja", "--chat-template-file", tpath])))
+        # llama.cpp's prompt for these tools is longer than cinfer's (its tool system prompt): room for it
+        servers.append(("llama.cpp", lambda: llama_server(a, tmp, ["--jinja", "--chat-template-file", tpath],
+                                                          ctx=4096)))
     print(f"\nTool-call latency through the OpenAI SDK (openai@6.49.0, non-streamed, {TOOL_TEMPLATE}'s template, "
           f"temperature 0, max_tokens 192, {a.reps * 4} requests after one warm-up):\n")
     print("| server | tool_choice | median ms | min ms | completion tokens | calls parsed (valid arguments) |")

@@ -818,13 +818,13 @@ static bool tool_arguments_parsed(cJSON *m) {
 
 /* The variables a Jinja chat template sees, as JSON text (cJSON_free it): "messages" (the request's, with
  * each role and content as validated into msgs: "developer" read as "system", text parts joined; content
- * null or absent stays null; tool_calls' arguments as JSON values where the template reads them so
- * (tool_arguments_parsed); the other fields,
- * such as name, tool_call_id, as sent), "tools" (as
- * sent, when present), "add_generation_prompt", then the members of "chat_template_kwargs" (e.g.
- * enable_thinking).  NULL when out of memory. */
+ * null or absent stays null, or is "" with null_as_empty (*had_null tells whether there was one); tool_calls'
+ * arguments as JSON values where the template reads them so (tool_arguments_parsed); the other fields, such
+ * as name, tool_call_id, as sent), "tools" (as sent, when present), "add_generation_prompt", then the
+ * members of "chat_template_kwargs" (e.g. enable_thinking).  NULL when out of memory. */
 static char *jinja_context(const char *body, size_t body_len, const struct cinfer_chat_message *msgs, int n,
-                           bool add_generation_prompt, bool object_arguments) {
+                           bool add_generation_prompt, bool object_arguments, bool null_as_empty,
+                           bool *had_null) {
     cJSON *req = cJSON_ParseWithLength(body, body_len);
     cJSON *ctx = cJSON_CreateObject(), *arr = ctx ? cJSON_AddArrayToObject(ctx, "messages") : NULL;
     char *text = NULL;
@@ -842,11 +842,12 @@ static char *jinja_context(const char *body, size_t body_len, const struct cinfe
             goto done;
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(src, "content");
         bool null_content = !content || cJSON_IsNull(content);
+        *had_null = *had_null || null_content;
         cJSON_DeleteItemFromObjectCaseSensitive(m, "role");
         cJSON_DeleteItemFromObjectCaseSensitive(m, "content");
         if (!cJSON_AddStringToObject(m, "role", msgs[i].role) ||
-            !(null_content ? cJSON_AddNullToObject(m, "content")
-                           : cJSON_AddStringToObject(m, "content", msgs[i].content)))
+            !(null_content && !null_as_empty ? cJSON_AddNullToObject(m, "content")
+                                             : cJSON_AddStringToObject(m, "content", msgs[i].content)))
             goto done;
     }
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
@@ -889,14 +890,29 @@ static enum cinfer_status apply_template(const struct routes *r, const struct ht
     size_t len = 0;
     enum cinfer_status s;
     if (r->jinja) {
-        char *ctx =
-            jinja_context(req->body, req->body_len, msgs, n, add_generation_prompt, r->object_arguments);
-        if (!ctx) {
-            openai_error_set(oe, 500, NULL, NULL, "out of memory");
-            return CINFER_ERR_NOMEM;
+        // A template that cannot take a null content (Qwen3's, gpt-oss's, Phi-3.5's: '+' or a filter on it, an
+        // assistant turn of tool calls as OpenAI's SDKs send it) is rendered again with "" there, as llama.cpp
+        // gives every tool-calling template; only after it failed, so one that renders null keeps what Hugging
+        // Face renders.
+        bool had_null = false;
+        struct cinfer_error first = {0};
+        s = CINFER_ERR_NOMEM;
+        for (int pass = 0; pass < 2; pass++) {
+            char *ctx = jinja_context(req->body, req->body_len, msgs, n, add_generation_prompt,
+                                      r->object_arguments, pass == 1, &had_null);
+            if (!ctx) {
+                openai_error_set(oe, 500, NULL, NULL, "out of memory");
+                return CINFER_ERR_NOMEM;
+            }
+            s = cinfer_template_render(r->jinja, r->m, ctx, strlen(ctx), out, &len, &ce);
+            cJSON_free(ctx);
+            if (s == CINFER_OK || s == CINFER_ERR_NOMEM || !had_null)
+                break;
+            if (pass == 0)
+                first = ce; // the error to report if "" fails too
+            else
+                ce = first;
         }
-        s = cinfer_template_render(r->jinja, r->m, ctx, strlen(ctx), out, &len, &ce);
-        cJSON_free(ctx);
     } else {
         s = cinfer_chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
     }

@@ -96,6 +96,31 @@ def test_model_template(tmp):
     check("broken_template_server_exit", rc == 0, f"exit {rc}")
 
 
+def test_null_content(tmp):
+    """A template that cannot take a null content ('+' on it, as Qwen3's and gpt-oss's templates do with an
+    assistant turn of tool calls) is rendered with "" there instead of failing (llama.cpp's rule), and only
+    then: the template above renders null itself (as ''), and a real error still names its line."""
+    path = os.path.join(tmp, "plus.jinja")
+    with open(path, "w") as f:
+        f.write("{% for m in messages %}{{ m.role + ':' + m.content + '\\n' }}"
+                "{% if m.content == 'boom' %}{{ raise_exception('no booms') }}{% endif %}{% endfor %}")
+    msgs = [{"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21"}]
+    s = Server("--chat-template-file", path)
+    try:
+        st, _, j = s.json("POST", "/apply-template", {"messages": msgs, "tools": TOOLS})
+        check("null_content_as_empty", st == 200 and j == {"prompt": "user:Hi\nassistant:\ntool:21\n"}, f"{st} {j}")
+        st, _, j = s.json("POST", "/apply-template", {"messages": msgs + [{"role": "user", "content": "boom"}],
+                                                      "tools": TOOLS})
+        e = j.get("error", {}) if isinstance(j, dict) else {}
+        check("null_content_real_error", st == 400 and "line 1" in e.get("message", ""), f"{st} {j}")
+    finally:
+        rc, _ = s.stop()
+    check("null_content_server_exit", rc == 0, f"exit {rc}")
+
+
 def main():
     if not setup_ok("chat_template"):
         return 1
@@ -158,6 +183,7 @@ def main():
         finally:
             rc, _ = s.stop()
         check("server_exit", rc == 0, f"exit {rc}")
+        test_null_content(tmp)
         test_model_template(tmp)
     return 1 if server_util.failures else 0
 
