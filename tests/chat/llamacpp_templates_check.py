@@ -199,7 +199,7 @@ def main():
         for tname, rs in hf_all.items():
             objects = rs[2 * n]["ok"] and MARK in rs[2 * n]["text"]
             hf[tname] = rs[:n] if objects else rs[n:2 * n]
-        n_same = n_hf = n_fail = n_llama_err = n_both_err = n_untied = 0
+        n_same = n_hf = n_fail = n_llama_err = n_both_err = n_untied = n_refused = 0
         by_conv = {}
         unloadable = []
         for tname, src in templates.items():
@@ -248,8 +248,7 @@ def main():
                     if got is None and tie is None:
                         # llama.cpp rewrote the conversation into one the template accepts (e.g. the system
                         # message folded into the user's); cinfer refuses it as the tiebreak does.
-                        n_hf += 1
-                        by_conv.setdefault(cname, []).append(tname)
+                        n_refused += 1
                         print(f"NOTE {tname} x {cname}: llama.cpp renders what @huggingface/jinja refuses "
                               f"({ref['error'][:100]}); cinfer refuses it too (HTTP {sc})")
                         continue
@@ -289,6 +288,7 @@ def main():
                   f"{', '.join(names)}")
         print(f"NOTE {len(templates)} templates x {len(ctxs)} conversations against llama-server: {n_same} "
               f"byte-identical, {n_hf} where llama.cpp differs from @huggingface/jinja and cinfer matches it, "
+              f"{n_refused} that llama.cpp renders (after its rewrites) and both @huggingface/jinja and cinfer refuse, "
               f"{n_fail} mismatches, {n_untied} differences without a tiebreak (@huggingface/jinja cannot render them), "
               f"{n_llama_err} llama-server cannot render (cinfer renders), {n_both_err} "
               f"neither renders, {len(unloadable)} templates llama-server cannot load"
