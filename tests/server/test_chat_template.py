@@ -11,6 +11,7 @@ built-in format detected from it (chatml here).
 The expected prompts are derived by hand from the template below (Jinja semantics), never from cinfer; the
 model is stories260K (SentencePiece, BOS id 1 added by the vocabulary).  Prints PASS/FAIL lines."""
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,16 @@ def test_model_template(tmp):
                         "--add-generation-prompt"], capture_output=True, text=True, timeout=30)
     check("cli_template_from_model", r.returncode == 0 and r.stdout == "<user>Hi<assistant>", f"{r.returncode} "
           f"{r.stdout!r} {r.stderr}")
+    # --time N (bench/chat.py): the same prompt, then N timed parses and renders summarized on stderr
+    r = subprocess.run([BIN, "template", "-m", own, "--messages", '[{"role": "user", "content": "Hi"}]',
+                        "--add-generation-prompt", "--time", "5"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"template timing: 5 runs: render median ([0-9.]+) us \(min ([0-9.]+), max ([0-9.]+)\); "
+                  r"parse median ([0-9.]+) us", r.stderr)
+    check("cli_template_time", r.returncode == 0 and r.stdout == "<user>Hi<assistant>" and m is not None and
+          float(m.group(2)) <= float(m.group(1)) <= float(m.group(3)), f"{r.returncode} {r.stdout!r} {r.stderr}")
+    r = subprocess.run([BIN, "template", "-m", own, "--messages", "[]", "--time", "0"], capture_output=True,
+                       text=True, timeout=30)
+    check("cli_template_time_bad", r.returncode == 2 and "--time" in r.stderr, f"{r.returncode} {r.stderr}")
     s = Server(model=own)
     try:
         st, _, got = s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": "Hi"}],
