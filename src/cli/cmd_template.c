@@ -2,12 +2,14 @@
  * prompt exactly (no newline added), for testing templates and comparing with other renderers. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cinfer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/textfile.h"
+#include "core/clock.h"
 #include "core/mem.h"
 
 /* Adds the JSON text (or, with a leading '@', the file's) to ctx under key; merge: its members instead. */
@@ -40,10 +42,51 @@ static bool add_json(cJSON *ctx, const char *key, const char *text, bool merge) 
     return true;
 }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* --time N: the template parsed and rendered N more times; the median, minimum and maximum of each on stderr
+ * (a render includes reading the context's JSON text, as a server request does). */
+static bool time_template(const char *src, size_t src_len, const struct cinfer_model *m, const char *ctx_text,
+                          int n) {
+    int64_t *parse_ns = ci_malloc((size_t)n * sizeof *parse_ns),
+            *render_ns = ci_malloc((size_t)n * sizeof *render_ns);
+    bool ok = parse_ns && render_ns;
+    for (int i = 0; ok && i < n; i++) {
+        struct cinfer_template *t = NULL;
+        struct cinfer_error err = {0};
+        char *out = NULL;
+        int64_t t0 = ci_now_ns();
+        ok = cinfer_template_parse(src, src_len, &t, &err) == CINFER_OK;
+        int64_t t1 = ci_now_ns();
+        ok = ok && cinfer_template_render(t, m, ctx_text, strlen(ctx_text), &out, NULL, &err) == CINFER_OK;
+        int64_t t2 = ci_now_ns();
+        parse_ns[i] = t1 - t0;
+        render_ns[i] = t2 - t1;
+        cinfer_free(out);
+        cinfer_template_free(t);
+    }
+    if (ok) {
+        qsort(parse_ns, (size_t)n, sizeof *parse_ns, cmp_i64);
+        qsort(render_ns, (size_t)n, sizeof *render_ns, cmp_i64);
+        fprintf(stderr,
+                "template timing: %d runs: render median %.1f us (min %.1f, max %.1f); parse median %.1f us "
+                "(min %.1f, max %.1f)\n",
+                n, render_ns[n / 2] / 1e3, render_ns[0] / 1e3, render_ns[n - 1] / 1e3, parse_ns[n / 2] / 1e3,
+                parse_ns[0] / 1e3, parse_ns[n - 1] / 1e3);
+    }
+    ci_free(parse_ns);
+    ci_free(render_ns);
+    return ok;
+}
+
 int cmd_template(int argc, char **argv) {
     const char *model_path = NULL, *file = NULL, *messages = NULL, *kwargs = NULL, *tools = NULL,
                *context = NULL;
     bool add_gen = false;
+    int n_time = 0;
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0,
          "FILE  a GGUF model or vocab: its tokenizer.chat_template, bos_token, eos_token"},
@@ -57,6 +100,8 @@ int cmd_template(int argc, char **argv) {
          "(@FILE)"},
         {"--context", NULL, ARG_STR, &context, 0, 0,
          "JSON  the whole context object (@FILE); the options above are added to it"},
+        {"--time", NULL, ARG_INT, &n_time, 1, 1 << 20,
+         "N  then parse and render N more times and print the median, min and max times to stderr"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
     const char *usage =
@@ -129,6 +174,10 @@ int cmd_template(int argc, char **argv) {
     }
     fwrite(out, 1, out_len, stdout);
     rc = fflush(stdout) == 0 ? 0 : 1;
+    if (rc == 0 && n_time > 0 && !time_template(src, src_len, m, ctx_text, n_time)) {
+        fprintf(stderr, "cinfer template: --time: out of memory\n");
+        rc = 1;
+    }
 done:
     cinfer_free(out);
     cJSON_free(ctx_text);

@@ -439,6 +439,36 @@ static enum ci_status parse_sampling(const cJSON *root, bool count_only, struct 
     return CI_OK;
 }
 
+/* "thinking": {"type": "enabled", "budget_tokens": N} (N >= 1024 and, on /v1/messages, below max_tokens, as
+ * Anthropic requires) or {"type": "disabled"}: the template's enable_thinking (chat_template_kwargs of the
+ * chat view), and with "enabled" the answer's reasoning comes back as a thinking block. */
+static enum ci_status parse_thinking(const cJSON *root, bool count_only, struct anthropic_request *r,
+                                     cJSON *chat, struct openai_error *err) {
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
+    if (openai_absent(th))
+        return CI_OK;
+    const char *type = str_of(th, "type");
+    if (!cJSON_IsObject(th) || !type || (strcmp(type, "enabled") != 0 && strcmp(type, "disabled") != 0))
+        return openai_bad(err, "thinking",
+                          "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
+                          "{\"type\": \"disabled\"}");
+    bool on = strcmp(type, "enabled") == 0;
+    if (on) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(th, "budget_tokens");
+        if (!integral(b, 1024, 1 << 30))
+            return openai_bad(err, "thinking.budget_tokens",
+                              "'thinking.budget_tokens' must be an integer of at least 1024");
+        r->thinking_budget = (int)b->valuedouble;
+        if (!count_only && r->thinking_budget >= r->q.max_tokens)
+            return openai_bad(err, "thinking.budget_tokens",
+                              "'thinking.budget_tokens' (%d) must be less than 'max_tokens' (%d)",
+                              r->thinking_budget, r->q.max_tokens);
+    }
+    r->thinking = on ? ANTHROPIC_THINKING_ENABLED : ANTHROPIC_THINKING_DISABLED;
+    cJSON *kw = cJSON_AddObjectToObject(chat, "chat_template_kwargs");
+    return kw && cJSON_AddBoolToObject(kw, "enable_thinking", on) ? CI_OK : openai_nomem(err);
+}
+
 /* The chat messages' roles and texts, for the engine and the built-in templates. */
 static enum ci_status fill_messages(const cJSON *arr, struct openai_request *q, struct openai_error *err) {
     int count = cJSON_GetArraySize(arr);
@@ -541,7 +571,9 @@ enum ci_status anthropic_parse(const char *body, size_t len, bool count_only, co
     }
     if ((s = parse_tools(root, out, chat, err)) != CI_OK ||
         (s = parse_tool_choice(root, out, err)) != CI_OK ||
-        (s = parse_sampling(root, count_only, q, err)) != CI_OK || (s = fill_messages(arr, q, err)) != CI_OK)
+        (s = parse_sampling(root, count_only, q, err)) != CI_OK ||
+        (s = parse_thinking(root, count_only, out, chat, err)) != CI_OK ||
+        (s = fill_messages(arr, q, err)) != CI_OK)
         goto done;
     if (!(out->chat_json = cJSON_PrintUnformatted(chat))) {
         s = openai_nomem(err);
@@ -601,21 +633,29 @@ static char *dup_n(const char *s, size_t n) {
     return d;
 }
 
-bool anthropic_blocks_from_parse(const struct tool_parse_result *p, int n_calls, uint64_t seed,
+bool anthropic_blocks_from_parse(const struct tool_parse_result *p, int n_calls, bool thinking, uint64_t seed,
                                  struct anthropic_block **out, int *n) {
+    bool think = thinking && p->reasoning_len > 0;
     bool text = p->content_len > 0 || n_calls == 0;
-    int total = (text ? 1 : 0) + n_calls;
+    int total = (think ? 1 : 0) + (text ? 1 : 0) + n_calls;
     struct anthropic_block *b = ci_calloc((size_t)total, sizeof *b);
     *out = b;
     *n = 0;
     if (!b)
         return false;
-    if (text) {
-        b[0].type = ANTHROPIC_BLOCK_TEXT;
-        if (!(b[0].text = dup_n(p->content, p->content_len)))
+    if (think) {
+        b[0].type = ANTHROPIC_BLOCK_THINKING;
+        if (!(b[0].text = dup_n(p->reasoning, p->reasoning_len)))
             return false;
-        b[0].len = p->content_len;
+        b[0].len = p->reasoning_len;
         *n = 1;
+    }
+    if (text) {
+        struct anthropic_block *t = &b[(*n)++];
+        t->type = ANTHROPIC_BLOCK_TEXT;
+        if (!(t->text = dup_n(p->content, p->content_len)))
+            return false;
+        t->len = p->content_len;
     }
     for (int k = 0; k < n_calls; k++) {
         struct anthropic_block *t = &b[(*n)++];
@@ -679,6 +719,11 @@ static cJSON *block_json(const struct anthropic_block *b) {
     if (ok && b->type == ANTHROPIC_BLOCK_TEXT) {
         ok = cJSON_AddStringToObject(o, "type", "text") &&
              sse_add_string(o, "text", b->text ? b->text : "", b->len);
+    } else if (ok && b->type == ANTHROPIC_BLOCK_THINKING) {
+        // Anthropic's signature verifies a thinking block sent back; cinfer has none to give (empty).
+        ok = cJSON_AddStringToObject(o, "type", "thinking") &&
+             sse_add_string(o, "thinking", b->text ? b->text : "", b->len) &&
+             cJSON_AddStringToObject(o, "signature", "");
     } else if (ok) {
         cJSON *input = cJSON_Parse(b->input_json ? b->input_json : "{}");
         ok = cJSON_AddStringToObject(o, "type", "tool_use") && add_or_null(o, "id", b->id) &&
@@ -777,13 +822,9 @@ static void block_start(struct events *ev, int index, const struct anthropic_blo
         struct anthropic_block head = *blk;
         head.input_json = empty;
         block = block_json(&head);
-    } else if (cb) {
-        block = cJSON_CreateObject();
-        if (block && (!cJSON_AddStringToObject(block, "type", "text") ||
-                      !cJSON_AddStringToObject(block, "text", ""))) {
-            cJSON_Delete(block);
-            block = NULL;
-        }
+    } else if (cb) { // a text or thinking block starts empty; its text follows as deltas
+        struct anthropic_block head = {.type = blk->type};
+        block = block_json(&head);
     }
     if (!block || !cJSON_AddItemToObject(cb, "content_block", block)) {
         cJSON_Delete(block);
@@ -829,16 +870,25 @@ bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info
     return events_flush(&ev, b);
 }
 
-bool anthropic_stream_text(struct sse_buf *b, int index, const char *text, size_t n) {
+static bool stream_delta(struct sse_buf *b, int index, const char *type, const char *key, const char *text,
+                         size_t n) {
     struct events ev = {.ok = true};
     cJSON *o = event_object("content_block_delta", index),
           *d = o ? cJSON_AddObjectToObject(o, "delta") : NULL;
-    if (!d || !cJSON_AddStringToObject(d, "type", "text_delta") || !sse_add_string(d, "text", text, n)) {
+    if (!d || !cJSON_AddStringToObject(d, "type", type) || !sse_add_string(d, key, text, n)) {
         cJSON_Delete(o);
         o = NULL;
     }
     events_add(&ev, "content_block_delta", o);
     return events_flush(&ev, b);
+}
+
+bool anthropic_stream_text(struct sse_buf *b, int index, const char *text, size_t n) {
+    return stream_delta(b, index, "text_delta", "text", text, n);
+}
+
+bool anthropic_stream_thinking(struct sse_buf *b, int index, const char *text, size_t n) {
+    return stream_delta(b, index, "thinking_delta", "thinking", text, n);
 }
 
 bool anthropic_stream_end(struct sse_buf *b, const struct anthropic_info *info, int last) {

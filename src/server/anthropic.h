@@ -29,6 +29,13 @@ enum anthropic_tool_choice {
     ANTHROPIC_TOOL_NONE
 };
 
+/* Extended thinking ("thinking" in the request). */
+enum anthropic_thinking {
+    ANTHROPIC_THINKING_ABSENT,
+    ANTHROPIC_THINKING_ENABLED,
+    ANTHROPIC_THINKING_DISABLED
+};
+
 struct anthropic_request {
     // What the engine runs: messages with OpenAI roles (system, user, assistant, tool) and their text,
     // max_tokens (0 for count_tokens), sampling, stop strings (stop_sequences), stream.  n is 1.
@@ -44,6 +51,11 @@ struct anthropic_request {
     int n_tools;
     enum anthropic_tool_choice tool_choice; // ANTHROPIC_TOOL_AUTO when absent
     char *tool_name;                        // tool_choice {"type":"tool","name"}, else NULL
+    // "thinking": passed to the template as chat_template_kwargs.enable_thinking (absent: not passed);
+    // enabled: the answer's reasoning is a thinking block.  The budget is validated, not enforced (max_tokens
+    // bounds the whole answer).
+    enum anthropic_thinking thinking;
+    int thinking_budget; // budget_tokens (enabled), else 0
 };
 
 /* Parses a /v1/messages body (len bytes, body[len] == NUL); count_only: a count_tokens body, where
@@ -65,12 +77,12 @@ bool anthropic_path(const char *path);
 
 /* ---- the answer --------------------------------------------------------------------------------------- */
 
-enum anthropic_block_type { ANTHROPIC_BLOCK_TEXT, ANTHROPIC_BLOCK_TOOL_USE };
+enum anthropic_block_type { ANTHROPIC_BLOCK_TEXT, ANTHROPIC_BLOCK_TOOL_USE, ANTHROPIC_BLOCK_THINKING };
 
 /* One content block of the assistant's answer. */
 struct anthropic_block {
     enum anthropic_block_type type;
-    char *text; // TEXT: [len] bytes (NUL-terminated)
+    char *text; // TEXT, THINKING: [len] bytes (NUL-terminated)
     size_t len;
     char *id, *name;  // TOOL_USE: "toolu_…" and the tool's name
     char *input_json; // TOOL_USE: the input object as JSON text
@@ -80,11 +92,12 @@ struct anthropic_block {
  * false: out of memory. */
 bool anthropic_output_blocks(const struct anthropic_request *r, const char *text, size_t len,
                              struct anthropic_block **out, int *n);
-/* The content blocks of an answer split by the tool-call parser (tool_parse.h, the model's own format): a
- * text block with the content when there is any (or when there are no calls), then a tool_use block for each
- * of the first n_calls calls, ids from seed (anthropic_tool_use_id); the caller answers stop_reason "tool_use"
- * when there is one.  false: out of memory. */
-bool anthropic_blocks_from_parse(const struct tool_parse_result *p, int n_calls, uint64_t seed,
+/* The content blocks of an answer split by the tool-call parser (tool_parse.h, the model's own format): with
+ * thinking, a thinking block with the reasoning when there is any ({"type":"thinking","thinking","signature"},
+ * the signature empty); a text block with the content when there is any (or when there are no calls), then a
+ * tool_use block for each of the first n_calls calls, ids from seed (anthropic_tool_use_id); the caller
+ * answers stop_reason "tool_use" when there is one.  false: out of memory. */
+bool anthropic_blocks_from_parse(const struct tool_parse_result *p, int n_calls, bool thinking, uint64_t seed,
                                  struct anthropic_block **out, int *n);
 /* "toolu_" and 24 letters and digits derived from seed and the call's index k (tool_call_id's bits). */
 void anthropic_tool_use_id(uint64_t seed, int k, char out[32]);
@@ -116,12 +129,14 @@ cJSON *anthropic_message(const struct anthropic_info *info, const struct anthrop
  * none.  start: message_start (the message with empty content, stop_reason null, usage), then (open_text)
  * content_block_start of text block 0, and a ping; text: a content_block_delta text_delta of block index
  * (n > 0); block: content_block_stop of block stop (when >= 0), then content_block_start of blk at index
- * stop + 1 (a text block starts empty; a tool_use block starts with input {} and its input follows as one
+ * stop + 1 (a text block starts empty, a thinking block with empty thinking and signature; a tool_use block starts with input {} and its input follows as one
  * input_json_delta); end: content_block_stop of block last (last < 0: no block was opened, so an empty text
  * block 0 is opened and closed, as the answer's content is never empty), message_delta {stop_reason,
  * stop_sequence, usage.output_tokens}, message_stop; error: an error event. */
 bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info, bool open_text);
 bool anthropic_stream_text(struct sse_buf *b, int index, const char *text, size_t n);
+/* A content_block_delta thinking_delta of the thinking block index. */
+bool anthropic_stream_thinking(struct sse_buf *b, int index, const char *text, size_t n);
 bool anthropic_stream_block(struct sse_buf *b, int stop, const struct anthropic_block *blk);
 bool anthropic_stream_end(struct sse_buf *b, const struct anthropic_info *info, int last);
 bool anthropic_stream_error(struct sse_buf *b, const struct openai_error *e);

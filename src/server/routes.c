@@ -42,7 +42,8 @@ struct routes {
     int max_tokens_cap;           // the most tokens one sequence can hold: min(context, KV pool)
     enum tool_format tool_format; // how the model writes tool calls (from the template's text)
     bool thinks;                  // the template writes <think> blocks
-    bool reasoning_none;          // --reasoning-format none
+    bool object_arguments; // the template reads tool-call arguments as objects (object_arguments_probe)
+    bool reasoning_none;   // --reasoning-format none
     atomic_int n_inflight;
     atomic_uint_fast64_t next_id;
 };
@@ -301,7 +302,8 @@ static cJSON *anthropic_response(struct gen *g) {
         struct tool_parse_result p;
         if (tool_parse(&g->popts, c->text ? c->text : "", c->len, &p) != CI_OK)
             return NULL;
-        made = anthropic_blocks_from_parse(&p, answer_calls(g, &p), g->id_bits, &b, &n);
+        made = anthropic_blocks_from_parse(&p, answer_calls(g, &p),
+                                           g->a.thinking == ANTHROPIC_THINKING_ENABLED, g->id_bits, &b, &n);
         tool_parse_result_free(&p);
     } else {
         made = anthropic_output_blocks(&g->a, c->text ? c->text : "", c->len, &b, &n);
@@ -507,8 +509,9 @@ static bool emit_parsed(struct gen *g, int i, cJSON *lp, bool final) {
     return ok;
 }
 
-/* /v1/messages streaming with tools: as emit_parsed, in Anthropic's events: the content's growth as text
- * deltas (a text block opened first when none is open), each new call as a tool_use block (the block before
+/* /v1/messages streaming with tools or thinking: as emit_parsed, in Anthropic's events: the reasoning as a
+ * thinking block's thinking deltas (thinking enabled), the content's growth as text deltas (a text block opened
+ * first when none is open), each new call as a tool_use block (the block before
  * it stopped).  The blocks and their order are those of the non-streamed answer (anthropic_blocks_from_parse). */
 static bool emit_parsed_anthropic(struct gen *g, int i, bool final) {
     struct choice *c = &g->ch[i];
@@ -518,6 +521,20 @@ static bool emit_parsed_anthropic(struct gen *g, int i, bool final) {
     if (tool_parse(&o, c->text ? c->text : "", c->len, &p) != CI_OK)
         return false;
     bool ok = true;
+    // The reasoning (thinking requested) leads the answer: its block comes first, and it is whole before
+    // any content or call is reported (tool_parse.h's prefix property).
+    if (g->a.thinking == ANTHROPIC_THINKING_ENABLED && p.reasoning_len > c->sent_reasoning &&
+        c->sent_content == 0 && c->sent_calls == 0) {
+        if (c->sent_reasoning == 0) {
+            const struct anthropic_block think = {.type = ANTHROPIC_BLOCK_THINKING};
+            ok = anthropic_stream_block(&g->out, c->a_block, &think);
+            c->a_block++;
+            c->a_in_text = false;
+        }
+        ok = ok && anthropic_stream_thinking(&g->out, c->a_block, p.reasoning + c->sent_reasoning,
+                                             p.reasoning_len - c->sent_reasoning);
+        c->sent_reasoning = p.reasoning_len;
+    }
     if (p.content_len > c->sent_content) {
         if (!c->a_in_text) {
             const struct anthropic_block text = {.type = ANTHROPIC_BLOCK_TEXT};
@@ -774,13 +791,40 @@ static enum cinfer_status tokenize(const struct routes *r, const char *text, boo
     return cinfer_tokenize(r->m, text, strlen(text), add_special, ids, n, err);
 }
 
+/* An assistant message's tool_calls[].function.arguments, which OpenAI sends as JSON text, replaced by the
+ * value that text holds, as transformers documents tool calls for chat templates (and vLLM and llama.cpp pass
+ * them): templates write them with `arguments | tojson` or walk `arguments.items()`, and a string there would
+ * be quoted twice.  Only for a template that reads them so (object_arguments_probe); text that is not JSON
+ * stays as sent.  false: out of memory. */
+static bool tool_arguments_parsed(cJSON *m) {
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
+    if (!cJSON_IsArray(calls))
+        return true;
+    cJSON_ArrayForEach(c, calls) {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(args))
+            continue;
+        cJSON *v = cJSON_ParseWithOpts(args->valuestring, NULL, true);
+        if (!v)
+            continue; // not JSON (or no memory to tell): the template gets the text
+        if (!cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", v)) {
+            cJSON_Delete(v);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* The variables a Jinja chat template sees, as JSON text (cJSON_free it): "messages" (the request's, with
  * each role and content as validated into msgs: "developer" read as "system", text parts joined; content
- * null or absent stays null; the other fields, such as tool_calls, name, tool_call_id, as sent), "tools" (as
- * sent, when present), "add_generation_prompt", then the members of "chat_template_kwargs" (e.g.
- * enable_thinking).  NULL when out of memory. */
+ * null or absent stays null, or is "" with null_as_empty (*had_null tells whether there was one); tool_calls'
+ * arguments as JSON values where the template reads them so (tool_arguments_parsed); the other fields, such
+ * as name, tool_call_id, as sent), "tools" (as sent, when present), "add_generation_prompt", then the
+ * members of "chat_template_kwargs" (e.g. enable_thinking).  NULL when out of memory. */
 static char *jinja_context(const char *body, size_t body_len, const struct cinfer_chat_message *msgs, int n,
-                           bool add_generation_prompt) {
+                           bool add_generation_prompt, bool object_arguments, bool null_as_empty,
+                           bool *had_null) {
     cJSON *req = cJSON_ParseWithLength(body, body_len);
     cJSON *ctx = cJSON_CreateObject(), *arr = ctx ? cJSON_AddArrayToObject(ctx, "messages") : NULL;
     char *text = NULL;
@@ -794,13 +838,16 @@ static char *jinja_context(const char *body, size_t body_len, const struct cinfe
             cJSON_Delete(m);
             goto done;
         }
+        if (object_arguments && !tool_arguments_parsed(m))
+            goto done;
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(src, "content");
         bool null_content = !content || cJSON_IsNull(content);
+        *had_null = *had_null || null_content;
         cJSON_DeleteItemFromObjectCaseSensitive(m, "role");
         cJSON_DeleteItemFromObjectCaseSensitive(m, "content");
         if (!cJSON_AddStringToObject(m, "role", msgs[i].role) ||
-            !(null_content ? cJSON_AddNullToObject(m, "content")
-                           : cJSON_AddStringToObject(m, "content", msgs[i].content)))
+            !(null_content && !null_as_empty ? cJSON_AddNullToObject(m, "content")
+                                             : cJSON_AddStringToObject(m, "content", msgs[i].content)))
             goto done;
     }
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(req, "tools");
@@ -843,13 +890,29 @@ static enum cinfer_status apply_template(const struct routes *r, const struct ht
     size_t len = 0;
     enum cinfer_status s;
     if (r->jinja) {
-        char *ctx = jinja_context(req->body, req->body_len, msgs, n, add_generation_prompt);
-        if (!ctx) {
-            openai_error_set(oe, 500, NULL, NULL, "out of memory");
-            return CINFER_ERR_NOMEM;
+        // A template that cannot take a null content (Qwen3's, gpt-oss's, Phi-3.5's: '+' or a filter on it, an
+        // assistant turn of tool calls as OpenAI's SDKs send it) is rendered again with "" there, as llama.cpp
+        // gives every tool-calling template; only after it failed, so one that renders null keeps what Hugging
+        // Face renders.
+        bool had_null = false;
+        struct cinfer_error first = {0};
+        s = CINFER_ERR_NOMEM;
+        for (int pass = 0; pass < 2; pass++) {
+            char *ctx = jinja_context(req->body, req->body_len, msgs, n, add_generation_prompt,
+                                      r->object_arguments, pass == 1, &had_null);
+            if (!ctx) {
+                openai_error_set(oe, 500, NULL, NULL, "out of memory");
+                return CINFER_ERR_NOMEM;
+            }
+            s = cinfer_template_render(r->jinja, r->m, ctx, strlen(ctx), out, &len, &ce);
+            cJSON_free(ctx);
+            if (s == CINFER_OK || s == CINFER_ERR_NOMEM || !had_null)
+                break;
+            if (pass == 0)
+                first = ce; // the error to report if "" fails too
+            else
+                ce = first;
         }
-        s = cinfer_template_render(r->jinja, r->m, ctx, strlen(ctx), out, &len, &ce);
-        cJSON_free(ctx);
     } else {
         s = cinfer_chat_apply(r->tmpl, msgs, n, add_generation_prompt, out, &len, &ce);
     }
@@ -1090,9 +1153,10 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
             g->popts.reasoning =
                 !r->reasoning_none && (r->thinks || opens || r->tool_format == TOOL_FORMAT_HARMONY);
             g->popts.in_reasoning = g->popts.reasoning && opens;
-            if (g->anthropic) { // tool_use blocks; reasoning stays in the text (no thinking blocks yet)
+            if (g->anthropic) { // tool_use blocks; reasoning a thinking block when the request asks for it
                 g->popts.tools = g->a.n_tools > 0 && g->a.tool_choice != ANTHROPIC_TOOL_NONE;
-                g->popts.reasoning = g->popts.in_reasoning = false;
+                if (g->a.thinking != ANTHROPIC_THINKING_ENABLED)
+                    g->popts.reasoning = g->popts.in_reasoning = false;
             }
             g->parse = g->popts.tools || g->popts.reasoning;
             s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
@@ -1458,6 +1522,50 @@ done:
     openai_tokenize_deinit(&t);
 }
 
+/* POST /apply-template, as llama-server's: the prompt a chat request's messages (with its tools, tool_choice,
+ * chat_template_kwargs and reasoning_effort) render to through the chat template, without generating:
+ * {"prompt": TEXT}.  The request is validated as /v1/chat/completions validates it; "add_generation_prompt"
+ * (default true) as /tokenize takes it.  For comparing templates with llama.cpp and debugging prompts. */
+static void on_apply_template(void *app, const struct http_request *req, struct http_response *res) {
+    struct routes *r = app;
+    if (!check_ready(r, res))
+        return;
+    struct openai_request q;
+    struct openai_error oe;
+    struct openai_limits lim = {r->n_vocab, r->n_ctx};
+    char *prompt = NULL;
+    if (openai_parse(OPENAI_CHAT, req->body, req->body_len, &lim, &q, &oe) != CI_OK) {
+        respond_error(res, &oe);
+        return;
+    }
+    bool add_generation_prompt = true;
+    cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
+    const cJSON *agp = cJSON_GetObjectItemCaseSensitive(body, "add_generation_prompt");
+    if (agp && !cJSON_IsNull(agp) && !cJSON_IsBool(agp)) {
+        openai_error_set(&oe, 400, "add_generation_prompt", NULL,
+                         "'add_generation_prompt' must be a boolean");
+        respond_error(res, &oe);
+        goto done;
+    }
+    if (cJSON_IsBool(agp))
+        add_generation_prompt = cJSON_IsTrue(agp);
+    if (!model_served(r, q.model, &oe) ||
+        apply_template(r, req, q.messages, q.n_messages, add_generation_prompt, &prompt, &oe) != CINFER_OK) {
+        respond_error(res, &oe);
+        goto done;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (o && !cJSON_AddStringToObject(o, "prompt", prompt)) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    respond_json(res, o);
+done:
+    cJSON_Delete(body);
+    ci_free(prompt);
+    openai_request_deinit(&q);
+}
+
 static void on_detokenize(void *app, const struct http_request *req, struct http_response *res) {
     struct routes *r = app;
     if (!check_ready(r, res))
@@ -1696,12 +1804,40 @@ static const struct http_route table[] = {
     {"/v1/messages", "POST", true, on_messages},
     {"/v1/messages/count_tokens", "POST", true, on_count_tokens},
     {"/tokenize", "POST", true, on_tokenize},
+    {"/apply-template", "POST", true, on_apply_template},
     {"/detokenize", "POST", true, on_detokenize},
 };
 
 const struct http_route *routes_table(int *n_routes) {
     *n_routes = (int)(sizeof table / sizeof table[0]);
     return table;
+}
+
+/* Whether the template reads tool-call arguments as an object, as llama.cpp's template capabilities tell it
+ * (supports_object_arguments): rendered once with a call whose arguments are the object {"probe_arg": MARK},
+ * the object's value shows in the prompt.  A template that writes the arguments as text ('...' + arguments,
+ * functionary v3.2) shows none, and keeps getting them as the JSON text OpenAI sends; so does one that cannot
+ * render the probe. */
+static bool object_arguments_probe(const struct routes *r) {
+    static const char ctx[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": "
+        "\"\", "
+        "\"tool_calls\": [{\"id\": \"abcdefghi\", \"type\": \"function\", \"function\": {\"name\": "
+        "\"probe_fn\", "
+        "\"arguments\": {\"probe_arg\": \"cinfer1probe2mark\"}}}]}, {\"role\": \"tool\", \"tool_call_id\": "
+        "\"abcdefghi\", \"name\": \"probe_fn\", \"content\": \"ok\"}], \"tools\": [{\"type\": \"function\", "
+        "\"function\": {\"name\": \"probe_fn\", \"description\": \"A probe\", \"parameters\": {\"type\": "
+        "\"object\", \"properties\": {\"probe_arg\": {\"type\": \"string\"}}, \"required\": "
+        "[\"probe_arg\"]}}}], "
+        "\"add_generation_prompt\": true}";
+    struct cinfer_error ce = {0};
+    char *out = NULL;
+    size_t len = 0;
+    bool found = false;
+    if (cinfer_template_render(r->jinja, r->m, ctx, sizeof ctx - 1, &out, &len, &ce) == CINFER_OK)
+        found = strstr(out, "cinfer1probe2mark") != NULL;
+    cinfer_free(out);
+    return found;
 }
 
 enum ci_status routes_create(struct routes **out, struct ci_err *err) {
@@ -1737,6 +1873,7 @@ enum ci_status routes_ready(struct routes *r, const struct cinfer_model *m, stru
     r->max_tokens_cap = pool < ei.n_ctx ? (int)pool : ei.n_ctx;
     r->tool_format = c->jinja ? tool_format_detect(c->jinja_src, c->jinja_src_len) : TOOL_FORMAT_GENERIC;
     r->thinks = c->jinja && tool_template_thinks(c->jinja_src, c->jinja_src_len);
+    r->object_arguments = c->jinja && object_arguments_probe(r);
     r->reasoning_none = c->reasoning_none;
     atomic_store(&r->ready, true); // publishes the fields above to the connection threads
     return CI_OK;

@@ -177,12 +177,15 @@ static void check_answer(const struct anthropic_request *a, const char *text, si
 
     // With tools: the text split by a tool-call format into text and tool_use blocks, as a message and as
     // the events of a stream that opens each block in turn.
-    struct tool_parse_opts po = {.format = len % 2 ? TOOL_FORMAT_HERMES : TOOL_FORMAT_GENERIC, .tools = true};
+    // Every third input also separates a <think> block into a thinking block.
+    bool think = len % 3 == 0;
+    struct tool_parse_opts po = {
+        .format = len % 2 ? TOOL_FORMAT_HERMES : TOOL_FORMAT_GENERIC, .tools = true, .reasoning = think};
     struct tool_parse_result p;
     if (tool_parse(&po, text, len, &p) != CI_OK)
         return;
-    FUZZ_CHECK(anthropic_blocks_from_parse(&p, p.n_calls, 42, &b, &n) && n >= 1 &&
-                   n == p.n_calls + (p.content_len > 0 || p.n_calls == 0),
+    FUZZ_CHECK(anthropic_blocks_from_parse(&p, p.n_calls, think, 42, &b, &n) && n >= 1 &&
+                   n == p.n_calls + (p.content_len > 0 || p.n_calls == 0) + (think && p.reasoning_len > 0),
                "blocks from a parse");
     m = anthropic_message(&info, b, n);
     FUZZ_CHECK(m && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content")) == n,

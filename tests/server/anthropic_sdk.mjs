@@ -3,7 +3,7 @@
 // message object, stop reasons max_tokens and stop_sequence), messages.stream (the SDK parses the event
 // stream; its text events joined and its final message equal the non-streamed answer at temperature 0),
 // messages.countTokens (equal to the answer's usage.input_tokens), a tool_use -> tool_result round trip
-// through a real template, and the SDK's error classes for the server's Anthropic-shaped errors.  Prints
+// through a real template, extended thinking (thinking blocks and thinking_delta events), and the SDK's error classes for the server's Anthropic-shaped errors.  Prints
 // PASS/FAIL lines.
 //   node tests/server/anthropic_sdk.mjs SDK_DIR BASE_URL API_KEY MODEL_NAME [NPM_DIR TEMPLATE]
 // NPM_DIR (scripts/llamacpp-setup.sh's, for @huggingface/jinja) and TEMPLATE (the server's
@@ -102,7 +102,8 @@ await step("sdk_count_tokens", async () => {
 
 // With a real template (Qwen3's, from llama.cpp) and @huggingface/jinja: the prompt of the round trip is the
 // template rendered with the conversation in OpenAI's shape, written here by hand from the Messages API's
-// documented mapping (tool_use -> an assistant tool call whose arguments are the input as JSON text;
+// documented mapping (tool_use -> an assistant tool call whose arguments are the input object, as
+// transformers documents tool calls for chat templates;
 // tool_result -> a "tool" message); it holds the tool result, and the server's prompt has exactly its tokens
 // (count_tokens) and, at temperature 0, the same continuation as /v1/completions of it.
 await step("sdk_real_template_round_trip", async () => {
@@ -122,7 +123,7 @@ await step("sdk_real_template_round_trip", async () => {
       { role: "system", content: "You tell stories." },
       { role: "user", content: "Weather in Paris?" },
       { role: "assistant", content: "Let me check.", tool_calls: [{ id: "toolu_01", type: "function",
-        function: { name: "get_weather", arguments: JSON.stringify({ city: "Paris" }) } }] },
+        function: { name: "get_weather", arguments: { city: "Paris" } } }] },
       { role: "tool", tool_call_id: "toolu_01", content: "21 C and sunny" },
     ],
     tools: [{ type: "function", function: { name: "get_weather", description: "Weather of a city", parameters: schema } }],
@@ -130,7 +131,7 @@ await step("sdk_real_template_round_trip", async () => {
   };
   const prompt = new Template(fs.readFileSync(templatePath, "utf8")).render(openaiShape);
   check("sdk_real_template_has_tool_result", prompt.includes("<tool_response>\n21 C and sunny\n</tool_response>") &&
-    prompt.includes('{"name": "get_weather", "arguments": {"city":"Paris"}}'), JSON.stringify(prompt));
+    prompt.includes('{"name": "get_weather", "arguments": {"city": "Paris"}}'), JSON.stringify(prompt));
   const post = async (p, body) => (await fetch(baseURL + p, { method: "POST", body: JSON.stringify(body),
     headers: { "Content-Type": "application/json", Authorization: "Bearer " + apiKey } })).json();
   const ref = await post("/tokenize", { prompt });
@@ -157,6 +158,62 @@ await step("sdk_tool_round_trip", async () => {
   const c = await client.messages.countTokens({ model, tools, messages });
   check("sdk_tool_round_trip", m.type === "message" && m.usage.input_tokens === c.input_tokens, JSON.stringify([m, c]));
 });
+
+// Extended thinking through a real thinking template (Qwen3's): thinking {type: "enabled", budget_tokens} is
+// the template's enable_thinking true, and the model's <think> block comes back as a thinking block before the
+// text (Anthropic's shape: {type: "thinking", thinking, signature}), streamed as thinking_delta events that the
+// SDK accumulates into the same message; {type: "disabled"} is enable_thinking false.  The prompts' token
+// counts equal those of @huggingface/jinja's renders of the template with enable_thinking true and false (Qwen3
+// writes an empty <think></think> into the prompt when it is false).  A grammar (llama.cpp's field, passed
+// through the SDK as an extra body field) makes the random model write a <think> block.
+await step("sdk_thinking", async () => {
+  if (!npmDir || !templatePath) return;
+  const fs = await import("node:fs");
+  const { Template } = await import(pathToFileURL(path.join(npmDir, "node_modules/@huggingface/jinja/dist/index.js")).href);
+  const raw = "<think>\nThe user greets me.\n</think>\n\nHello there!";
+  const messages = [{ role: "user", content: "Hi" }];
+  const body = { model, max_tokens: 2048, temperature: 0, thinking: { type: "enabled", budget_tokens: 1024 }, messages,
+    grammar: "root ::= " + JSON.stringify(raw) };
+  const want = [{ type: "thinking", thinking: "The user greets me.", signature: "" }, { type: "text", text: "Hello there!" }];
+  const m = await client.messages.create(body);
+  check("sdk_thinking_blocks", JSON.stringify(m.content) === JSON.stringify(want) && m.stop_reason === "end_turn",
+    JSON.stringify(m));
+  let thinking = "", text = "";
+  const types = [];
+  const stream = client.messages.stream(body);
+  stream.on("thinking", (d) => { thinking += d; });
+  stream.on("text", (d) => { text += d; });
+  stream.on("streamEvent", (ev) => {
+    if (ev.type === "content_block_start") types.push(ev.content_block.type);
+    if (ev.type === "content_block_delta") types.push(ev.delta.type);
+  });
+  const final = await stream.finalMessage();
+  check("sdk_thinking_stream", JSON.stringify(final.content) === JSON.stringify(want) &&
+    thinking === want[0].thinking && text === want[1].text && types[0] === "thinking" &&
+    types[1] === "thinking_delta" && types.includes("text") && types.at(-1) === "text_delta",
+    `${JSON.stringify(final.content)} ${JSON.stringify(thinking)} ${JSON.stringify(text)} ${types.join(",")}`);
+  const plain = await client.messages.create({ ...body, thinking: undefined });
+  check("sdk_thinking_absent_is_text", plain.content.length === 1 && plain.content[0].type === "text" &&
+    plain.content[0].text === raw, JSON.stringify(plain));
+  const tmpl = new Template(fs.readFileSync(templatePath, "utf8"));
+  const post = async (p, b) => (await fetch(baseURL + p, { method: "POST", body: JSON.stringify(b),
+    headers: { "Content-Type": "application/json", Authorization: "Bearer " + apiKey } })).json();
+  for (const on of [true, false]) {
+    const prompt = tmpl.render({ messages, add_generation_prompt: true, enable_thinking: on });
+    const ref = await post("/tokenize", { prompt });
+    const c = await client.messages.countTokens({ model, messages,
+      thinking: on ? { type: "enabled", budget_tokens: 1024 } : { type: "disabled" } });
+    check(`sdk_thinking_${on ? "enabled" : "disabled"}_prompt`, c.input_tokens === ref.count,
+      `${JSON.stringify(c)} vs ${ref.count} tokens of ${JSON.stringify(prompt)}`);
+  }
+});
+await expectError("sdk_error_thinking_budget", () => client.messages.create({ ...conversation, max_tokens: 2048,
+  thinking: { type: "enabled", budget_tokens: 100 } }), sdk.BadRequestError, 400, "invalid_request_error");
+await expectError("sdk_error_thinking_over_max_tokens", () => client.messages.create({ ...conversation,
+  max_tokens: 1024, thinking: { type: "enabled", budget_tokens: 1024 } }), sdk.BadRequestError, 400,
+  "invalid_request_error");
+await expectError("sdk_error_thinking_type", () => client.messages.create({ ...conversation, max_tokens: 16,
+  thinking: { type: "sometimes" } }), sdk.BadRequestError, 400, "invalid_request_error");
 
 await expectError("sdk_error_bad_request", () => client.messages.create({ model, max_tokens: 4, messages: [
   { role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: "AAAA" } }] }] }),

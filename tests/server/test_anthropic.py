@@ -5,7 +5,8 @@ Anthropic's published wire format, written here from the API reference (never fr
 - the message object (id "msg_...", type, role, model, content [{"type":"text","text"}], stop_reason,
   stop_sequence, usage {input_tokens, output_tokens});
 - the prompt: the Jinja template below (--chat-template-file) rendered with the conversation converted to
-  OpenAI's shape (system first, tool_use -> assistant tool_calls with the input as compact JSON text,
+  OpenAI's shape (system first, tool_use -> assistant tool_calls whose arguments are the input object, which
+  `{{ }}` writes as JSON with ", " and ": ", as @huggingface/jinja does,
   tool_result -> a "tool" message with tool_call_id, tools -> function tools): the expected prompt is written
   by hand; the request must cost exactly /tokenize's count of that prompt (usage.input_tokens and
   count_tokens) and, at temperature 0, generate exactly what /v1/completions generates from that prompt;
@@ -64,7 +65,7 @@ ROUND_TRIP = {
 }
 ROUND_TRIP_PROMPT = ("<system>Be brief.\nUse tools.\n"
                      "<user>Weather in Paris?\n"
-                     "<assistant>Let me look. call toolu_01 get_weather {\"city\":\"Paris\"}\n"
+                     "<assistant>Let me look. call toolu_01 get_weather {\"city\": \"Paris\"}\n"
                      "<tool>21 C and sunny for toolu_01\n"
                      "<user>Thanks\n"
                      "tools: get_weather=Weather of a city\n"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`cinfer serve` with a Jinja chat template (--chat-template-file): the prompt of /v1/chat/completions and
-/tokenize is the template rendered with the request's messages (developer read as system, text parts joined),
+/tokenize (and the text of /apply-template) is the template rendered with the request's messages (developer read as system, text parts joined),
 tools, add_generation_prompt and chat_template_kwargs; a template that writes bos_token gets one BOS, as in
 llama.cpp (the BOS text is dropped and tokenization adds the token); a render error (raise_exception) is an
 OpenAI 400 naming the template line; a file that does not parse stops the server with its line.  Then the
@@ -11,6 +11,7 @@ built-in format detected from it (chatml here).
 The expected prompts are derived by hand from the template below (Jinja semantics), never from cinfer; the
 model is stories260K (SentencePiece, BOS id 1 added by the vocabulary).  Prints PASS/FAIL lines."""
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,16 @@ def test_model_template(tmp):
                         "--add-generation-prompt"], capture_output=True, text=True, timeout=30)
     check("cli_template_from_model", r.returncode == 0 and r.stdout == "<user>Hi<assistant>", f"{r.returncode} "
           f"{r.stdout!r} {r.stderr}")
+    # --time N (bench/chat.py): the same prompt, then N timed parses and renders summarized on stderr
+    r = subprocess.run([BIN, "template", "-m", own, "--messages", '[{"role": "user", "content": "Hi"}]',
+                        "--add-generation-prompt", "--time", "5"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"template timing: 5 runs: render median ([0-9.]+) us \(min ([0-9.]+), max ([0-9.]+)\); "
+                  r"parse median ([0-9.]+) us", r.stderr)
+    check("cli_template_time", r.returncode == 0 and r.stdout == "<user>Hi<assistant>" and m is not None and
+          float(m.group(2)) <= float(m.group(1)) <= float(m.group(3)), f"{r.returncode} {r.stdout!r} {r.stderr}")
+    r = subprocess.run([BIN, "template", "-m", own, "--messages", "[]", "--time", "0"], capture_output=True,
+                       text=True, timeout=30)
+    check("cli_template_time_bad", r.returncode == 2 and "--time" in r.stderr, f"{r.returncode} {r.stderr}")
     s = Server(model=own)
     try:
         st, _, got = s.json("POST", "/tokenize", {"messages": [{"role": "user", "content": "Hi"}],
@@ -94,6 +105,31 @@ def test_model_template(tmp):
     finally:
         rc, _ = s.stop()
     check("broken_template_server_exit", rc == 0, f"exit {rc}")
+
+
+def test_null_content(tmp):
+    """A template that cannot take a null content ('+' on it, as Qwen3's and gpt-oss's templates do with an
+    assistant turn of tool calls) is rendered with "" there instead of failing (llama.cpp's rule), and only
+    then: the template above renders null itself (as ''), and a real error still names its line."""
+    path = os.path.join(tmp, "plus.jinja")
+    with open(path, "w") as f:
+        f.write("{% for m in messages %}{{ m.role + ':' + m.content + '\\n' }}"
+                "{% if m.content == 'boom' %}{{ raise_exception('no booms') }}{% endif %}{% endfor %}")
+    msgs = [{"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21"}]
+    s = Server("--chat-template-file", path)
+    try:
+        st, _, j = s.json("POST", "/apply-template", {"messages": msgs, "tools": TOOLS})
+        check("null_content_as_empty", st == 200 and j == {"prompt": "user:Hi\nassistant:\ntool:21\n"}, f"{st} {j}")
+        st, _, j = s.json("POST", "/apply-template", {"messages": msgs + [{"role": "user", "content": "boom"}],
+                                                      "tools": TOOLS})
+        e = j.get("error", {}) if isinstance(j, dict) else {}
+        check("null_content_real_error", st == 400 and "line 1" in e.get("message", ""), f"{st} {j}")
+    finally:
+        rc, _ = s.stop()
+    check("null_content_server_exit", rc == 0, f"exit {rc}")
 
 
 def main():
@@ -129,6 +165,18 @@ def main():
             check("tokenize_renders_template", st == 200 and st2 == 200 and toks == ref.get("tokens"),
                   f"{st} {got} vs {ref}")
             check("one_bos", toks[:1] == [1] and 1 not in toks[1:], str(toks[:8]))
+            # /apply-template (llama-server's endpoint): the same prompt as text, the BOS text dropped as above
+            st, _, j = s.json("POST", "/apply-template", body)
+            check("apply_template_prompt", st == 200 and j == {"prompt": want}, f"{st} {j}")
+            st, _, j = s.json("POST", "/apply-template", {"messages": [{"role": "user", "content": "Hi"}],
+                                                          "add_generation_prompt": False})
+            check("apply_template_no_generation_prompt", st == 200 and j == {"prompt": "[user]Hi\n"}, f"{st} {j}")
+            for bad, param in (({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": 1},
+                                "add_generation_prompt"), ({"messages": "Hi"}, "messages"),
+                               ({"messages": [{"role": "user", "content": "boom"}]}, "messages")):
+                st, _, j = s.json("POST", "/apply-template", bad)
+                e = j.get("error", {}) if isinstance(j, dict) else {}
+                check(f"apply_template_400_{param}", st == 400 and e.get("param") == param, f"{st} {j}")
             st, _, j = s.json("POST", "/v1/chat/completions", dict(body, max_tokens=3, temperature=0))
             check("chat_uses_template", st == 200 and j["usage"]["prompt_tokens"] == len(toks), f"{st} {j}")
             # Without tools or kwargs those parts vanish; without add_generation_prompt (tokenize) no prompt.
@@ -146,6 +194,7 @@ def main():
         finally:
             rc, _ = s.stop()
         check("server_exit", rc == 0, f"exit {rc}")
+        test_null_content(tmp)
         test_model_template(tmp)
     return 1 if server_util.failures else 0
 

@@ -58,7 +58,7 @@ For each function call, return a json object within <tool_call></tool_call> XML 
 {% elif message.role == "assistant" and message.tool_calls %}<|im_start|>assistant
 {%- for tc in message.tool_calls %}
 <tool_call>
-{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments }}}
+{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments | tojson }}}
 </tool_call>
 {%- endfor %}<|im_end|>
 {% else %}<|im_start|>{{ message.role }}
