@@ -116,7 +116,7 @@ def run_workload(front, replicas):
         for g in range(N_GROUPS):
             t0 = prompt_tokens(replicas)
             st, _, j = front.json("POST", "/v1/chat/completions", chat_body(g, q))
-            ok = ok and st == 200 and j["choices"][0]["finish_reason"] == "length"
+            ok = ok and st == 200 and isinstance(j, dict) and j["choices"][0]["finish_reason"] == "length"
             t1 = prompt_tokens(replicas)
             grew = [i for i in range(len(replicas)) if t1[i] > t0[i]]
             where[g].update(grew)
@@ -243,6 +243,13 @@ def raw_stream(port, path, body, timeout=60):
     return r.status, r.getheader("Content-Type"), first + rest, t_first, t_end
 
 
+def sse_or_nothing(raw):
+    try:
+        return parse_sse(raw.decode())
+    except (ValueError, AssertionError, UnicodeDecodeError):
+        return [], False
+
+
 def test_streams_and_endpoints(model):
     reps = [replica(model)]
     rt = Router(reps, model=model)
@@ -253,7 +260,7 @@ def test_streams_and_endpoints(model):
     for name, path, body in (("chat", "/v1/chat/completions", chat), ("completions", "/v1/completions", comp)):
         a = raw_stream(rep.port, path, body)
         b = raw_stream(rt.port, path, body)
-        events, done = parse_sse(b[2].decode())
+        events, done = sse_or_nothing(b[2])
         check(f"router_sse_{name}_identical",
               a[0] == b[0] == 200 and a[1] == b[1] and normalise(a[2]) == normalise(b[2]) and done and
               len(events) > 5 and a[2] != normalise(a[2]),
@@ -261,7 +268,7 @@ def test_streams_and_endpoints(model):
     # While it is generated: a long stream's first bytes come long before its end.
     long = {"prompt": "x", "max_tokens": 480, "temperature": 0, "ignore_eos": True, "stream": True}
     st, _, body, t_first, t_end = raw_stream(rt.port, "/v1/completions", long)
-    events, done = parse_sse(body.decode())
+    events, done = sse_or_nothing(body)
     check("router_sse_streamed_not_buffered", st == 200 and done and len(events) >= 400 and t_end > 0.1 and
           t_first < 0.5 * t_end, f"first byte {t_first:.3f} s, end {t_end:.3f} s, {len(events)} events")
 
@@ -269,7 +276,8 @@ def test_streams_and_endpoints(model):
     abort_key = 'cinfer:request_success_total{finished_reason="abort"}'
     aborted0 = rep.metrics().get(abort_key, 0)
     c = http.client.HTTPConnection("127.0.0.1", rt.port, timeout=30)
-    c.request("POST", "/v1/completions", body=json.dumps(long).encode(),
+    # 16 samples of 480 tokens: long enough that the hang-up comes mid-generation
+    c.request("POST", "/v1/completions", body=json.dumps(dict(long, n=16)).encode(),
               headers={"Content-Type": "application/json"})
     r = c.getresponse()
     r.read1(100)
@@ -283,8 +291,8 @@ def test_streams_and_endpoints(model):
             break
         time.sleep(0.05)
     m = rep.metrics()
-    check("router_client_disconnect_cancels", running_mid == 1 and m.get("cinfer:num_requests_running") == 0 and
-          m.get(abort_key, 0) == aborted0 + 1,
+    check("router_client_disconnect_cancels", running_mid >= 1 and m.get("cinfer:num_requests_running") == 0 and
+          m.get(abort_key, 0) > aborted0,
           f"running mid-stream {running_mid}, after {m.get('cinfer:num_requests_running')}, aborts "
           f"{aborted0} -> {m.get(abort_key)}")
 
