@@ -12,19 +12,20 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "cli/textfile.h"
 #include "core/check.h"
 #include "core/mem.h"
 #include "server/http.h"
 #include "server/router.h"
 
-#define ROUTER_N_SPECS 19
+#define ROUTER_N_SPECS 20
 
 struct router_cli {
     const char *replicas[ROUTER_MAX_REPLICAS]; // as given (--replica, repeated or comma-separated)
     int n_given;
     char *urls[ROUTER_MAX_REPLICAS]; // checked and normalised (owned)
     int n;
-    const char *host, *policy, *model_path, *tmpl_name, *api_key, *max_body, *allow_origin;
+    const char *host, *policy, *model_path, *tmpl_name, *tmpl_file, *api_key, *max_body, *allow_origin;
     int port, block_size, table_entries, balance_abs, health_ms, connect_ms, max_conn, timeout_s,
         request_timeout_s, http_threads;
     float kv_high, min_match;
@@ -44,6 +45,8 @@ static void specs_of(struct router_cli *c, struct arg_spec *specs) {
          "tokenized as the replicas tokenize them (without it: keys over the prompt's bytes)"},
         {"--chat-template", NULL, ARG_STR, &c->tmpl_name, 0, 0,
          "NAME  the built-in chat template the replicas use (default: the model's own)"},
+        {"--chat-template-file", NULL, ARG_STR, &c->tmpl_file, 0, 0,
+         "FILE  the Jinja chat template the replicas were given with --chat-template-file"},
         {"--table-entries", NULL, ARG_INT, &c->table_entries, 1, 1 << 26,
          "N  prompt blocks remembered, least recently used forgotten first (default 262144)"},
         {"--balance-abs", NULL, ARG_INT, &c->balance_abs, 0, 1000000,
@@ -61,14 +64,17 @@ static void specs_of(struct router_cli *c, struct arg_spec *specs) {
         {"--api-key", NULL, ARG_STR, &c->api_key, 0, 0,
          "KEY  require it from clients on /v1/* (the client's Authorization and x-api-key headers are "
          "passed on to the replicas)"},
-        {"--max-connections", NULL, ARG_INT, &c->max_conn, 1, 100000, "N  concurrent connections (default 1024)"},
-        {"--http-threads", NULL, ARG_INT, &c->http_threads, 1, 256, "N  threads serving the connections (default 4)"},
+        {"--max-connections", NULL, ARG_INT, &c->max_conn, 1, 100000,
+         "N  concurrent connections (default 1024)"},
+        {"--http-threads", NULL, ARG_INT, &c->http_threads, 1, 256,
+         "N  threads serving the connections (default 4)"},
         {"--timeout", NULL, ARG_INT, &c->timeout_s, 1, 86400,
          "S  close a connection that moves no data for S seconds while it is answered (default 300)"},
         {"--request-timeout", NULL, ARG_INT, &c->request_timeout_s, 1, 86400,
          "S  a whole request must arrive within S seconds (default 30)"},
         {"--max-body", NULL, ARG_STR, &c->max_body, 0, 0, "BYTES  request body limit (default 1M)"},
-        {"--allow-origin", NULL, ARG_STR, &c->allow_origin, 0, 0, "ORIGIN  send CORS headers allowing ORIGIN"},
+        {"--allow-origin", NULL, ARG_STR, &c->allow_origin, 0, 0,
+         "ORIGIN  send CORS headers allowing ORIGIN"},
     };
     _Static_assert(CI_ARRAY_LEN(s) == ROUTER_N_SPECS, "ROUTER_N_SPECS counts the flags above");
     memcpy(specs, s, sizeof s);
@@ -164,23 +170,27 @@ static int parse(int argc, char **argv, struct router_cli *c) {
     struct arg_spec specs[ROUTER_N_SPECS];
     specs_of(c, specs);
     if (args_want_help(argc, argv, 2)) {
-        args_usage("router", "--replica URL [--replica URL ...] [--port N] [--policy P] [-m MODEL] [options]\n"
-                             "  (--replica URL  a `cinfer serve` replica, http://HOST:PORT; repeat it or give "
-                             "URL,URL,...)",
+        args_usage("router",
+                   "--replica URL [--replica URL ...] [--port N] [--policy P] [-m MODEL] [options]\n"
+                   "  (--replica URL  a `cinfer serve` replica, http://HOST:PORT; repeat it or give "
+                   "URL,URL,...)",
                    specs, ROUTER_N_SPECS);
         return 0;
     }
     const char *pos[1];
     int n_pos;
-    if (!take_replicas(&argc, argv, c) || !args_parse("router", argc, argv, 2, specs, ROUTER_N_SPECS, pos, 0, &n_pos))
+    if (!take_replicas(&argc, argv, c) ||
+        !args_parse("router", argc, argv, 2, specs, ROUTER_N_SPECS, pos, 0, &n_pos))
         return 2;
     if (c->n_given == 0) {
-        fprintf(stderr, "cinfer router: no replica: give --replica http://HOST:PORT (one per `cinfer serve`)\n");
+        fprintf(stderr,
+                "cinfer router: no replica: give --replica http://HOST:PORT (one per `cinfer serve`)\n");
         return 2;
     }
     enum router_policy_kind k;
     if (!router_policy_parse(c->policy, &k)) {
-        fprintf(stderr, "cinfer router: --policy: '%s' is not prefix, round-robin or least-loaded\n", c->policy);
+        fprintf(stderr, "cinfer router: --policy: '%s' is not prefix, round-robin or least-loaded\n",
+                c->policy);
         return 2;
     }
     for (int i = 0; i < c->n_given; i++) {
@@ -193,6 +203,14 @@ static int parse(int argc, char **argv, struct router_cli *c) {
                 return 2;
             }
     }
+    if (c->tmpl_name && c->tmpl_file) {
+        fprintf(stderr, "cinfer router: give --chat-template or --chat-template-file, not both\n");
+        return 2;
+    }
+    if ((c->tmpl_name || c->tmpl_file) && !c->model_path) {
+        fprintf(stderr, "cinfer router: a chat template needs -m MODEL (the vocabulary to tokenize with)\n");
+        return 2;
+    }
     if (c->tmpl_name && !cinfer_chat_template_lookup(c->tmpl_name)) {
         fprintf(stderr, "cinfer router: --chat-template: '%s' is not a known template\n", c->tmpl_name);
         return 2;
@@ -200,11 +218,23 @@ static int parse(int argc, char **argv, struct router_cli *c) {
     return -1;
 }
 
-/* The replicas' chat template as `cinfer serve` picks it: --chat-template's built-in, else the model's own
- * Jinja template, else the built-in detected from the model (chatml when none). */
+/* The replicas' chat template as `cinfer serve` picks it: --chat-template-file's Jinja template,
+ * --chat-template's built-in, else the model's own Jinja template, else the built-in detected from the model
+ * (chatml when none).  *bad: the file cannot be read or parsed (message printed). */
 static const char *pick_template(const struct router_cli *c, const struct cinfer_model *m,
-                                 struct cinfer_template **jinja) {
+                                 struct cinfer_template **jinja, bool *bad) {
     *jinja = NULL;
+    *bad = false;
+    if (c->tmpl_file) {
+        size_t n = 0;
+        char *src = cli_read_text_file("router", c->tmpl_file, 16u << 20, &n);
+        struct cinfer_error err = {0};
+        *bad = !src || cinfer_template_parse(src, n, jinja, &err) != CINFER_OK;
+        if (src && *bad)
+            fprintf(stderr, "cinfer router: --chat-template-file %s: %s\n", c->tmpl_file, err.message);
+        ci_free(src);
+        return NULL;
+    }
     if (c->tmpl_name)
         return cinfer_chat_template_lookup(c->tmpl_name);
     size_t len = 0;
@@ -252,7 +282,12 @@ int cmd_router(int argc, char **argv) {
             fprintf(stderr, "cinfer router: --model %s: %s\n", c.model_path, err.message);
             goto done;
         }
-        tmpl = pick_template(&c, m, &jinja);
+        bool bad = false;
+        tmpl = pick_template(&c, m, &jinja, &bad);
+        if (bad) {
+            rc = 2;
+            goto done;
+        }
     }
     enum router_policy_kind kind;
     router_policy_parse(c.policy, &kind);
@@ -274,7 +309,9 @@ int cmd_router(int argc, char **argv) {
     const char *env_key = getenv("CINFER_API_KEY");
     struct http_options ho = {.host = c.host,
                               .port = c.port,
-                              .api_key = c.api_key ? c.api_key : env_key && *env_key ? env_key : NULL,
+                              .api_key = c.api_key             ? c.api_key
+                                         : env_key && *env_key ? env_key
+                                                               : NULL,
                               .max_connections = c.max_conn,
                               .max_connections_per_ip = 0, // the router's clients are often one gateway
                               .timeout_s = c.timeout_s,
@@ -282,12 +319,14 @@ int cmd_router(int argc, char **argv) {
                               .n_threads = c.http_threads,
                               .max_body_bytes = (size_t)body_limit,
                               .allow_origin = c.allow_origin};
-    if (router_create(&rcfg, &r, &ce) != CI_OK || http_server_start(&ho, table, n_routes, r, &http, &ce) != CI_OK) {
+    if (router_create(&rcfg, &r, &ce) != CI_OK ||
+        http_server_start(&ho, table, n_routes, r, &http, &ce) != CI_OK) {
         fprintf(stderr, "cinfer router: %s\n", ce.msg);
         goto done;
     }
     bool v6 = strchr(c.host, ':') != NULL;
-    fprintf(stderr, "cinfer router: listening on http://%s%s%s:%d (%d replicas, policy %s, prompt keys over %s)\n",
+    fprintf(stderr,
+            "cinfer router: listening on http://%s%s%s:%d (%d replicas, policy %s, prompt keys over %s)\n",
             v6 ? "[" : "", c.host, v6 ? "]" : "", http_server_port(http), c.n, c.policy,
             m ? "the model's tokens" : "bytes (no --model)");
     fflush(stderr);

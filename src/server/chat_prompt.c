@@ -67,8 +67,8 @@ done:
 }
 
 enum cinfer_status chat_prompt_render(const struct chat_prompt *cp, const char *body, size_t body_len,
-                                      const struct cinfer_chat_message *msgs, int n, bool add_generation_prompt,
-                                      char **out, struct openai_error *oe) {
+                                      const struct cinfer_chat_message *msgs, int n,
+                                      bool add_generation_prompt, char **out, struct openai_error *oe) {
     struct cinfer_error ce = {0};
     size_t len = 0;
     enum cinfer_status s;
@@ -88,4 +88,3 @@ enum cinfer_status chat_prompt_render(const struct chat_prompt *cp, const char *
                          NULL, "%s", ce.message);
     return s;
 }
-

@@ -21,7 +21,7 @@ struct chat_prompt {
  * from: tools, chat_template_kwargs, the messages' other fields).  On failure oe says why (400 naming
  * "messages", or 500). */
 enum cinfer_status chat_prompt_render(const struct chat_prompt *cp, const char *body, size_t body_len,
-                                      const struct cinfer_chat_message *msgs, int n, bool add_generation_prompt,
-                                      char **out, struct openai_error *oe);
+                                      const struct cinfer_chat_message *msgs, int n,
+                                      bool add_generation_prompt, char **out, struct openai_error *oe);
 
 #endif

@@ -30,8 +30,8 @@ struct router {
 };
 
 /* The headers a replica needs from the client's request. */
-static const char *const passed_headers[] = {"Authorization", "x-api-key", "anthropic-version", "Content-Type",
-                                             "Accept"};
+static const char *const passed_headers[] = {"Authorization", "x-api-key", "anthropic-version",
+                                             "Content-Type", "Accept"};
 #define N_PASSED (sizeof passed_headers / sizeof passed_headers[0])
 
 static void respond_error(struct http_response *res, bool anthropic, int status, const char *code,
@@ -145,7 +145,8 @@ static ssize_t fwd_fill(void *ctx, struct http_conn *c, char *buf, size_t max) {
     if (st.state == UPSTREAM_DONE)
         return 0;
     if (st.state == UPSTREAM_FAILED) { // cut off mid-answer: the client sees the connection end early
-        fprintf(stderr, "cinfer router: replica %s failed mid-answer: %s\n", f->r->urls[f->replica], st.error);
+        fprintf(stderr, "cinfer router: replica %s failed mid-answer: %s\n", f->r->urls[f->replica],
+                st.error);
         return HTTP_FILL_ERROR;
     }
     return HTTP_FILL_WAIT;
@@ -311,19 +312,20 @@ static char *router_own_metrics(struct router *r) {
         for (int k = 0; k < r->n; k++) {
             struct router_replica_stats st;
             router_policy_stats(r->policy, k, &st);
-            double v[] = {st.healthy, st.in_flight, (double)st.n_routed, (double)st.n_prefix,
-                          (double)st.n_failovers, st.kv_usage};
+            double v[] = {st.healthy,          st.in_flight,           (double)st.n_routed,
+                          (double)st.n_prefix, (double)st.n_failovers, st.kv_usage};
             n += (size_t)snprintf(s + n, cap - n, "cinfer_router:%s{replica=\"%s\"} %.17g\n", m[i].name,
                                   r->urls[k], v[i]);
         }
     }
-    n += (size_t)snprintf(s + n, cap - n,
-                          "# HELP cinfer_router:prefix_table_keys Block keys the prefix table holds.\n"
-                          "# TYPE cinfer_router:prefix_table_keys gauge\ncinfer_router:prefix_table_keys %d\n"
-                          "# HELP cinfer_router:requests_unroutable_total Requests answered 503: no replica.\n"
-                          "# TYPE cinfer_router:requests_unroutable_total counter\n"
-                          "cinfer_router:requests_unroutable_total %lld\n",
-                          router_policy_table_size(r->policy), (long long)atomic_load(&r->n_unroutable));
+    n +=
+        (size_t)snprintf(s + n, cap - n,
+                         "# HELP cinfer_router:prefix_table_keys Block keys the prefix table holds.\n"
+                         "# TYPE cinfer_router:prefix_table_keys gauge\ncinfer_router:prefix_table_keys %d\n"
+                         "# HELP cinfer_router:requests_unroutable_total Requests answered 503: no replica.\n"
+                         "# TYPE cinfer_router:requests_unroutable_total counter\n"
+                         "cinfer_router:requests_unroutable_total %lld\n",
+                         router_policy_table_size(r->policy), (long long)atomic_load(&r->n_unroutable));
     return s;
 }
 

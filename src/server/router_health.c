@@ -116,7 +116,8 @@ enum ci_status router_health_start(const char *const *urls, int n, int interval_
     struct router_health *h = ci_calloc(1, sizeof *h);
     if (!h)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
-    *h = (struct router_health){.urls = urls, .n = n, .interval_ms = interval_ms, .timeout_ms = timeout_ms, .p = p};
+    *h = (struct router_health){
+        .urls = urls, .n = n, .interval_ms = interval_ms, .timeout_ms = timeout_ms, .p = p};
     for (int r = 0; r < n; r++)
         h->up[r] = true; // the policy's start: a replica down at start is logged
     pthread_mutex_init(&h->lock, NULL);

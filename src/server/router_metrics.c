@@ -131,7 +131,8 @@ static void put_labelled(struct buf *b, const char *line, size_t n, const char *
     put(b, "\n", 1);
 }
 
-char *router_metrics_merge(const struct router_metrics_source *src, int n, const char *prefix, size_t *out_len) {
+char *router_metrics_merge(const struct router_metrics_source *src, int n, const char *prefix,
+                           size_t *out_len) {
     struct buf b = {0};
     struct line *lines = NULL;
     struct family *fam = NULL;
@@ -158,7 +159,8 @@ char *router_metrics_merge(const struct router_metrics_source *src, int n, const
                 f = cur = family_of(&fam, &n_fam, &cap_fam, line + 7, name_len(line + 7, len - 7));
             } else {
                 size_t nl = name_len(line, len);
-                f = cur >= 0 && belongs(&fam[cur], line, nl) ? cur : family_of(&fam, &n_fam, &cap_fam, line, nl);
+                f = cur >= 0 && belongs(&fam[cur], line, nl) ? cur
+                                                             : family_of(&fam, &n_fam, &cap_fam, line, nl);
             }
             if (f < 0) {
                 oom = true;

@@ -18,6 +18,7 @@ struct router_metrics_source {
 
 /* The merged exposition (ci_malloc'ed, NUL-terminated, *out_len bytes), with `prefix` (the router's own
  * metrics, may be NULL) first.  NULL when out of memory. */
-char *router_metrics_merge(const struct router_metrics_source *src, int n, const char *prefix, size_t *out_len);
+char *router_metrics_merge(const struct router_metrics_source *src, int n, const char *prefix,
+                           size_t *out_len);
 
 #endif

@@ -44,7 +44,9 @@ bool router_policy_parse(const char *name, enum router_policy_kind *out) {
 }
 
 const char *router_policy_name(enum router_policy_kind k) {
-    return k == ROUTER_POLICY_PREFIX ? "prefix" : k == ROUTER_POLICY_ROUND_ROBIN ? "round-robin" : "least-loaded";
+    return k == ROUTER_POLICY_PREFIX        ? "prefix"
+           : k == ROUTER_POLICY_ROUND_ROBIN ? "round-robin"
+                                            : "least-loaded";
 }
 
 enum ci_status router_policy_create(const struct router_policy_options *o, struct router_policy **out,
@@ -68,7 +70,8 @@ enum ci_status router_policy_create(const struct router_policy_options *o, struc
     p->bucket = ci_malloc((size_t)nb * sizeof *p->bucket);
     if (!p->e || !p->bucket) {
         router_policy_free(p);
-        return ci_err_set(err, CI_ERR_NOMEM, "out of memory for a prefix table of %d entries", o->table_entries);
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory for a prefix table of %d entries",
+                          o->table_entries);
     }
     for (uint64_t i = 0; i < nb; i++)
         p->bucket[i] = -1;

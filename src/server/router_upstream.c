@@ -16,10 +16,10 @@
 struct upstream_xfer {
     struct upstream *u;
     pthread_mutex_t lock;
-    int refs;             // the owner and the upstream thread
-    bool released;        // the owner let go: abort, never notify again
-    bool added;           // in the multi handle (upstream thread only)
-    bool paused, unpause; // the write callback paused it; the reader drained it: resume
+    int refs;                   // the owner and the upstream thread
+    bool released;              // the owner let go: abort, never notify again
+    bool added;                 // in the multi handle (upstream thread only)
+    bool paused, unpause;       // the write callback paused it; the reader drained it: resume
     struct upstream_xfer *next; // in u's list
     CURL *easy;
     struct curl_slist *hdrs;
@@ -292,8 +292,8 @@ static char *dup_bytes(const char *s, size_t n) {
     return d;
 }
 
-enum ci_status upstream_start(struct upstream *u, const struct upstream_request *rq, struct upstream_xfer **out,
-                              struct ci_err *err) {
+enum ci_status upstream_start(struct upstream *u, const struct upstream_request *rq,
+                              struct upstream_xfer **out, struct ci_err *err) {
     *out = NULL;
     struct upstream_xfer *x = ci_calloc(1, sizeof *x);
     if (!x)

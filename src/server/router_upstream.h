@@ -55,8 +55,8 @@ enum ci_status upstream_create(struct upstream **out, struct ci_err *err);
 /* Aborts every transfer, stops the thread.  NULL is fine. */
 void upstream_free(struct upstream *u);
 
-enum ci_status upstream_start(struct upstream *u, const struct upstream_request *rq, struct upstream_xfer **out,
-                              struct ci_err *err);
+enum ci_status upstream_start(struct upstream *u, const struct upstream_request *rq,
+                              struct upstream_xfer **out, struct ci_err *err);
 void upstream_xfer_status(struct upstream_xfer *x, struct upstream_status *out);
 /* Moves up to max buffered body bytes into buf; returns how many (0: none buffered now). */
 size_t upstream_xfer_read(struct upstream_xfer *x, char *buf, size_t max);
