@@ -10,7 +10,7 @@
 
 struct key_entry {
     uint64_t key;
-    int32_t replica;
+    uint64_t replicas;  // bit r: the block was sent to replica r
     int32_t chain;      // next entry in the bucket, -1 at the end
     int32_t prev, next; // LRU links, -1 at the ends
 };
@@ -135,7 +135,7 @@ static void bucket_remove(struct router_policy *p, int32_t i) {
     *link = p->e[i].chain;
 }
 
-/* key -> r, most recently used. */
+/* Replica r has been sent the block of key: key's entry gains r, most recently used. */
 static void record(struct router_policy *p, uint64_t key, int r) {
     int32_t i = find(p, key);
     if (i >= 0) {
@@ -150,10 +150,11 @@ static void record(struct router_policy *p, uint64_t key, int r) {
         }
         uint64_t b = bucket_of(p, key);
         p->e[i].key = key;
+        p->e[i].replicas = 0;
         p->e[i].chain = p->bucket[b];
         p->bucket[b] = i;
     }
-    p->e[i].replica = r;
+    p->e[i].replicas |= 1ull << r;
     lru_push_tail(p, i);
 }
 
@@ -188,28 +189,42 @@ static int round_robin(struct router_policy *p, uint64_t excluded) {
     return -1;
 }
 
-/* The longest match whose replica is usable and within the load bound, else -1. */
+/* The replica with the longest match that is usable and within the load bound (ties: fewer in flight),
+ * else -1.  A replica's match is the last of the request's blocks it was sent: the keys are a chain, so
+ * having been sent block i means having been sent blocks 0 .. i. */
 static int prefix_match(struct router_policy *p, const uint64_t *keys, int n_keys, uint64_t excluded,
                         int *matched) {
-    int min_in_flight = -1;
-    for (int r = 0; r < p->o.n_replicas; r++)
+    int n = p->o.n_replicas, min_in_flight = -1, best = -1;
+    int match[ROUTER_MAX_REPLICAS] = {0};
+    for (int r = 0; r < n; r++)
         if (usable(p, r, excluded) && (min_in_flight < 0 || p->rep[r].in_flight < min_in_flight))
             min_in_flight = p->rep[r].in_flight;
-    int least = (int)(p->o.min_match * n_keys + 0.999999); // blocks a match must cover
-    if (least < 1)
-        least = 1;
-    for (int i = n_keys - 1; i >= least - 1; i--) {
+    uint64_t all = n == 64 ? ~0ull : (1ull << n) - 1, seen = 0;
+    for (int i = n_keys - 1; i >= 0 && seen != all; i--) {
         int32_t x = find(p, keys[i]);
         if (x < 0)
             continue;
-        int r = p->e[x].replica;
-        if (r < p->o.n_replicas && usable(p, r, excluded) &&
-            p->rep[r].in_flight <= min_in_flight + p->o.balance_abs && p->rep[r].kv_usage <= p->o.kv_high) {
-            *matched = i + 1;
-            return r;
-        }
+        uint64_t fresh = p->e[x].replicas & ~seen & all;
+        for (int r = 0; r < n; r++)
+            if (fresh >> r & 1)
+                match[r] = i + 1;
+        seen |= fresh;
     }
-    return -1;
+    int least = (int)(p->o.min_match * n_keys + 0.999999); // blocks a match must cover
+    if (least < 1)
+        least = 1;
+    for (int r = 0; r < n; r++) {
+        const struct router_replica_stats *s = &p->rep[r];
+        if (match[r] < least || !usable(p, r, excluded) || s->in_flight > min_in_flight + p->o.balance_abs ||
+            s->kv_usage > p->o.kv_high)
+            continue;
+        if (best < 0 || match[r] > match[best] ||
+            (match[r] == match[best] && s->in_flight < p->rep[best].in_flight))
+            best = r;
+    }
+    if (best >= 0)
+        *matched = match[best];
+    return best;
 }
 
 int router_policy_pick(struct router_policy *p, const uint64_t *keys, int n_keys, uint64_t excluded,

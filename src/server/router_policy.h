@@ -1,12 +1,14 @@
 /* Where `cinfer router` sends each request: the replicas' health and load, and for the prefix policy a
  * bounded table from prompt block keys (the chain of core/hash.h, the engine prefix cache's keys) to the
- * replica each block was last sent to, forgotten least recently used first.
+ * replicas each block was sent to, forgotten least recently used first.
  *
- * Policies.  prefix: the replica that was last sent the longest prefix of the request's blocks, when that
+ * Policies.  prefix: the replica that was sent the longest prefix of the request's blocks, when that
  * prefix is at least min_match of the request's blocks (SGLang's cache threshold: a match of a chat
  * template's preamble alone should not pull every conversation to one replica), unless it is loaded past
  * the bound (more than balance_abs requests in flight above the least loaded healthy
- * replica, or its KV cache fuller than kv_high), then the next shorter match, then the least loaded.
+ * replica, or its KV cache fuller than kv_high), then the next best match (equal matches: the one with
+ * fewer in flight), then the least loaded.  A request sent elsewhere for load adds that replica to its
+ * blocks' entries, so a busy prefix spreads over several replicas instead of moving from one to another.
  * least-loaded: fewest requests in flight through the router, then the lower KV usage, then the fewer
  * sequences waiting (both read from the replica's /metrics), ties rotated.  round-robin: the next healthy one
  * in turn.  An unhealthy replica, or one the caller excludes (it just failed this request), is never picked.

@@ -101,21 +101,31 @@ TEST(prefix_load_and_health_bounds) {
     int m = -1, r = router_policy_pick(p, k, 2, 0, &m);
     ASSERT(r >= 0);
     // r holds 1 in flight; 2 more are within balance_abs 2 of the idle other one (3 <= 0 + 2 fails at 3)
-    CHECK(router_policy_pick(p, k, 2, 0, &m) == r && m == 2); // 1 <= 0 + 2: followed
-    CHECK(router_policy_pick(p, k, 2, 0, &m) == r && m == 2); // 2 <= 0 + 2: followed
+    CHECK(router_policy_pick(p, k, 2, 0, &m) == r && m == 2);     // 1 <= 0 + 2: followed
+    CHECK(router_policy_pick(p, k, 2, 0, &m) == r && m == 2);     // 2 <= 0 + 2: followed
     CHECK(router_policy_pick(p, k, 2, 0, &m) == 1 - r && m == 0); // 3 > 0 + 2: the other one
-    // now the keys point at 1 - r (recorded there)
+    // both were sent the blocks now: equal matches, the one with fewer in flight (1 - r: 1 against 3)
     CHECK(router_policy_pick(p, k, 2, 0, &m) == 1 - r && m == 2);
+    CHECK(router_policy_pick(p, k, 2, 0, &m) == 1 - r && m == 2); // 2 against 3
     for (int i = 0; i < 3; i++)
         router_policy_done(p, r, false);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         router_policy_done(p, 1 - r, false);
-    // a full KV cache: the match is not followed
+    // both idle: a full KV cache on 1 - r: its match is not followed, r's is
     router_policy_set_load(p, 1 - r, 0.95, 3, 1);
-    CHECK(router_policy_pick(p, k, 2, 0, &m) == r && m == 0);
-    router_policy_done(p, r, false);
+    for (int i = 0; i < 3; i++) {
+        CHECK(router_policy_pick(p, k, 2, 0, &m) == r && m == 2);
+        router_policy_done(p, r, false);
+    }
+    // a longer match wins over a shorter one on a less loaded replica
     router_policy_set_load(p, 1 - r, 0.1, 0, 0);
-    // keys now point at r; r unhealthy: never picked, the match goes nowhere else
+    uint64_t k3[3] = {1, 2, 3};
+    int r3 = router_policy_pick(p, k3, 3, 0, &m); // both match 2 blocks
+    CHECK(r3 >= 0 && m == 2);
+    CHECK(router_policy_pick(p, k3, 3, 0, &m) == r3 && m == 3); // 3 on r3 (1 in flight), 2 on the other (0)
+    router_policy_done(p, r3, false);
+    router_policy_done(p, r3, false);
+    // r unhealthy: never picked
     router_policy_set_healthy(p, r, false);
     CHECK(router_policy_n_healthy(p) == 1);
     for (int i = 0; i < 4; i++) {
@@ -222,7 +232,7 @@ TEST(metrics_value) {
     CHECK(router_metrics_value(replica_a, strlen(replica_a), "cinfer:num_requests_running", &v) && v == 2);
     CHECK(router_metrics_value(replica_a, strlen(replica_a), "cinfer:ttft_sum", &v) && v == 0.5);
     CHECK(!router_metrics_value(replica_a, strlen(replica_a), "cinfer:ttft", &v)); // a family, no sample
-    CHECK(!router_metrics_value(replica_a, strlen(replica_a), "cinfer:done_total", &v)); // labelled only
+    CHECK(!router_metrics_value(replica_a, strlen(replica_a), "cinfer:done_total", &v));   // labelled only
     CHECK(!router_metrics_value(replica_a, strlen(replica_a), "cinfer:num_requests", &v)); // a prefix
     const char bad[] = "x abc\n";
     CHECK(!router_metrics_value(bad, strlen(bad), "x", &v));
