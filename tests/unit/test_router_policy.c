@@ -125,6 +125,9 @@ TEST(prefix_load_and_health_bounds) {
     CHECK(router_policy_pick(p, k3, 3, 0, &m) == r3 && m == 3); // 3 on r3 (1 in flight), 2 on the other (0)
     router_policy_done(p, r3, false);
     router_policy_done(p, r3, false);
+    // r3 excluded: the other one's shorter match (2 blocks) still counts
+    CHECK(router_policy_pick(p, k3, 3, 1ull << r3, &m) == 1 - r3 && m == 2);
+    router_policy_done(p, 1 - r3, false);
     // r unhealthy: never picked
     router_policy_set_healthy(p, r, false);
     CHECK(router_policy_n_healthy(p) == 1);
