@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -370,6 +371,7 @@ def main():
         test_aggregation(model)
     finally:
         check_no_sanitizer_report("router_no_sanitizer_report")
+        shutil.rmtree(tmp, ignore_errors=True)
     return 1 if server_util.failures else 0
 
 
