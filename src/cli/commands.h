@@ -13,6 +13,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_calc(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_router(int argc, char **argv);        // cinfer router: a front for several serve replicas
 int cmd_bench(int argc, char **argv);         // cinfer bench: offline workloads under each policy
 int cmd_bench_serve(int argc, char **argv);   // cinfer bench serve: load generator for any OpenAI server
 int cmd_bench_hw(int argc, char **argv);      // cinfer bench hw: memory bandwidth and FMA peak

@@ -25,6 +25,9 @@ static const struct {
      "an OpenAI-compatible HTTP server (and Anthropic's /v1/messages) with streaming, Prometheus metrics and "
      "a web "
      "UI"},
+    {"router", cmd_router,
+     "an OpenAI-compatible front for several `cinfer serve` replicas: prefix-aware routing, health checks, "
+     "failover"},
     {"bench", cmd_bench_any, "benchmarks: policies (offline), serve (HTTP load), hw (machine), kernels"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"template", cmd_template, "render a Jinja chat template (a model's or a file's) with a conversation"},

@@ -14,8 +14,6 @@
 #include "core/hash.h"
 #include "core/mem.h"
 
-#define CHAIN_SEED 0x63696e6665722d70ULL // "cinfer-p"
-
 typedef uint64_t (*pc_hash_fn)(uint64_t seed, const void *data, size_t n);
 
 struct pc_entry {
@@ -38,7 +36,7 @@ struct prefix_cache {
     int n_cached, n_parked;
     uint64_t next_serial; // never reused, so a forgotten parent never matches again
     unsigned char *seen;  // [n_blocks] scratch for verify, so it does not allocate
-    pc_hash_fn hash;
+    pc_hash_fn hash;      // a test's hash, else NULL
     int64_t queries, query_tokens, hit_blocks, evictions;
 };
 
@@ -50,7 +48,10 @@ static const int32_t *toks_of(const struct prefix_cache *pc, int32_t blk) {
     return pc->tokens + (size_t)blk * (size_t)pc->bs;
 }
 
+/* The chain of core/hash.h (the one `cinfer router` computes too), unless a test set its own hash. */
 static uint64_t block_key(const struct prefix_cache *pc, uint64_t prev, const int32_t *toks) {
+    if (!pc->hash)
+        return ci_hash_chain_step(prev, toks, pc->bs);
     return pc->hash(prev, toks, (size_t)pc->bs * sizeof *toks);
 }
 
@@ -232,7 +233,7 @@ enum ci_status prefix_cache_create(struct kv_pool *pool, struct prefix_cache **o
     pc->map_mask = map_n - 1;
     pc->head = pc->tail = -1;
     pc->next_serial = 1;
-    pc->hash = ci_hash_bytes;
+    pc->hash = NULL; // the chain of core/hash.h
     kv_pool_set_cache(pool, &hooks, pc);
     *out = pc;
     return CI_OK;
@@ -278,7 +279,7 @@ int prefix_cache_match(struct prefix_cache *pc, const int32_t *tokens, int n_tok
     int max = n_tokens > 0 ? (n_tokens - 1) / pc->bs : 0;
     if (max > seq->cap)
         max = seq->cap;
-    uint64_t key = CHAIN_SEED, parent_serial = 0;
+    uint64_t key = CI_HASH_CHAIN_SEED, parent_serial = 0;
     int32_t parent = -1;
     for (int i = 0; i < max; i++) {
         const int32_t *toks = tokens + (size_t)i * (size_t)pc->bs;
@@ -304,7 +305,7 @@ void prefix_cache_insert(struct prefix_cache *pc, const int32_t *tokens, int n_c
                          const struct kv_seq_blocks *seq) {
     CI_ASSERT(n_computed >= 0 && kv_pool_blocks_for(pc->pool, n_computed) <= seq->n);
     int n_full = n_computed / pc->bs;
-    uint64_t key = CHAIN_SEED, parent_serial = 0;
+    uint64_t key = CI_HASH_CHAIN_SEED, parent_serial = 0;
     int32_t parent = -1;
     for (int i = 0; i < n_full; i++) {
         const int32_t *toks = tokens + (size_t)i * (size_t)pc->bs;
@@ -349,7 +350,7 @@ void prefix_cache_stats(const struct prefix_cache *pc, struct prefix_cache_stats
 void prefix_cache_set_hash_for_test(struct prefix_cache *pc,
                                     uint64_t (*fn)(uint64_t seed, const void *data, size_t n)) {
     prefix_cache_clear(pc);
-    pc->hash = fn ? fn : ci_hash_bytes;
+    pc->hash = fn; // NULL: back to the chain of core/hash.h
 }
 
 enum ci_status prefix_cache_verify(const struct prefix_cache *pc, struct ci_err *err) {

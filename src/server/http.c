@@ -514,7 +514,7 @@ static enum MHD_Result answer_when_ready(struct http_conn *c) {
             c->poll = NULL;
             if (c->poll_free)
                 c->poll_free(c->poll_ctx);
-            res.poll = NULL; // a poll answers with a plain body
+            res.poll = NULL; // a poll answers with a body or a stream, not another poll
             return send_response(c, &res);
         }
         if (conn_sleep(c))
@@ -632,6 +632,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     ci_free(c->body);
     ci_free(c);
     *con_cls = NULL;
+}
+
+const char *http_conn_header(struct http_conn *c, const char *name) {
+    return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
 }
 
 bool http_conn_gone(struct http_conn *c) {

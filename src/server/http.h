@@ -50,7 +50,7 @@ struct http_request {
 typedef ssize_t (*http_fill_fn)(void *ctx, struct http_conn *c, char *buf, size_t max);
 
 struct http_response;
-/* A deferred answer: returns true with res filled (a plain body, not a stream) once the answer is known,
+/* A deferred answer: returns true with res filled (a body, or a stream through fill) once the answer is known,
  * false when it is not ready yet (the connection sleeps until http_waker_wake).  Never blocks; once
  * http_conn_gone is true it must answer. */
 typedef bool (*http_poll_fn)(void *ctx, struct http_conn *c, struct http_response *res);
@@ -108,6 +108,8 @@ void http_server_free(struct http_server *s);
 
 /* True when the client has hung up or the server is shutting down: the caller should cancel its work. */
 bool http_conn_gone(struct http_conn *c);
+/* The value of the request's header `name` (case-insensitive), or NULL; valid while its handler runs. */
+const char *http_conn_header(struct http_conn *c, const char *name);
 /* True once the server is shutting down (then http_conn_gone is true as well). */
 bool http_conn_stopping(const struct http_conn *c);
 
