@@ -384,11 +384,12 @@ else
 fi
 expect kv_mem_fraction_range 2 "--kv-mem-fraction" "$BIN" run -m "$M/stories260K.gguf" --kv-mem-fraction 1.5
 # The pool's pages are touched only as blocks are used: a 2 GiB pool leaves the peak RSS of a short run far
-# below it (measured from outside with getrusage of the child).
+# below it (measured from outside with getrusage of the child; about 18 MiB in a release build, 310 MiB under
+# ASan, whose shadow of the pool is an eighth of it; a pool cleared up front would be over 2 GiB).
 if rss=$(python3 -c 'import resource, subprocess, sys
 subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$BIN" run -m "$M/stories260K.gguf" -p Once -n 4 \
-    --kv-mem 2G --max-seqs 4096) && [ "$rss" -lt 102400 ]; then
+    --kv-mem 2G --max-seqs 4096) && [ "$rss" -lt 1048576 ]; then
     pass kv_pool_lazy_pages
 else
     fail kv_pool_lazy_pages "peak RSS ${rss:-?} KiB with a 2 GiB pool"
