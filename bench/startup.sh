@@ -3,6 +3,8 @@
 # vs llama.cpp, on the same synthetic GGUF (cinfer synth, fixed seed) with the same prompt and threads.
 #   cinfer run     -m M -p PROMPT -n 1 -t T -c CTX [--max-seqs S]
 #   llama-simple   -m M -n 1 PROMPT           (llama.cpp's minimal example: context = prompt + n, f16 KV)
+#   or, without llama-simple, the proxy  llama-bench -m M -p N_PROMPT -n 0 -r 1 -t T --no-warmup  (load and one
+#   prefill of the same length, no token sampled)
 # Each run is a fresh process, measured from outside (Python: wall clock from spawn to exit, and the child's
 # own peak RSS from wait4): "to first token" is the whole run with -n 1 (load, prefill, one token, exit).
 # "cold": the model file is first dropped from the page cache (posix_fadvise DONTNEED: no root needed, it only
@@ -13,7 +15,8 @@
 #                    [-r REPS] [--bin CINFER] [--llama-bin DIR] [--out DIR]
 # Defaults: smollm2-135m, q8_0, seed 1, -t 2, -c 2048, --max-seqs 64 (cinfer's default), 100 prompt words,
 # 5 repetitions; llama.cpp binaries from $LLAMA_BIN or ~/.cache/cinfer/llama.cpp/build-cinfer/bin (built by
-# scripts/llamacpp-native.sh; this script builds nothing).  Without llama-simple only cinfer is measured.
+# scripts/llamacpp-native.sh; this script builds nothing).  Without llama-simple or llama-bench only cinfer
+# is measured.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${CINFER_BIN:-$ROOT/build/release/cinfer}
@@ -45,7 +48,7 @@ while [ $# -gt 0 ]; do
     --llama-bin) LDIR=$2 && shift ;;
     --out) OUT=$2 && shift ;;
     -h | --help)
-        sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -65,11 +68,18 @@ fi
 # vocabulary).
 PROMPT=$(yes 'the quick brown fox jumps over the lazy dog.' | head -n $((WORDS / 9 + 1)) | tr '\n' ' ')
 LS=$LDIR/llama-simple
+LB=$LDIR/llama-bench
 HAVE_LLAMA=1
-[ -x "$LS" ] || {
-    echo "startup.sh: no $LS: measuring cinfer only" >&2
-    HAVE_LLAMA=0
-}
+LNAME=llama.cpp
+if [ ! -x "$LS" ]; then
+    if [ -x "$LB" ]; then
+        echo "startup.sh: no $LS: llama-bench as the proxy (load + prefill, no token)" >&2
+        LNAME="llama.cpp (llama-bench proxy)"
+    else
+        echo "startup.sh: no $LS nor $LB: measuring cinfer only" >&2
+        HAVE_LLAMA=0
+    fi
+fi
 
 # measure MODE CMD...: prints "wall_s peak_rss_kib" of one fresh run (MODE cold: evict MODEL first).
 measure() {
@@ -108,12 +118,16 @@ run_reps() {
 }
 
 CIN=("$BIN" run -m "$MODEL" -p "$PROMPT" -n 1 -t "$THREADS" -c "$CTX" --max-seqs "$SEQS" --temp 0)
-LLA=("$LS" -m "$MODEL" -n 1 "$PROMPT")
 n_prompt=$("$BIN" tokenize -m "$MODEL" "$PROMPT" 2>/dev/null | wc -w)
+if [ -x "$LS" ]; then
+    LLA=("$LS" -m "$MODEL" -n 1 "$PROMPT")
+else
+    LLA=("$LB" -m "$MODEL" -p "$n_prompt" -n 0 -r 1 -t "$THREADS" --no-warmup)
+fi
 pool=$("${CIN[@]}" 2>&1 >/dev/null | grep -m1 'KV pool' | sed 's/^cinfer run: //')
 echo "model $PRESET $TYPE (cinfer synth seed $SEED), prompt ${n_prompt:-?} tokens, $THREADS threads, $REPS runs each (median)"
 echo "cinfer: -c $CTX --max-seqs $SEQS; $pool"
-[ "$HAVE_LLAMA" -eq 1 ] && echo "llama.cpp: llama-simple (context = prompt + 1, f16 KV, its default threads)"
+[ "$HAVE_LLAMA" -eq 1 ] && echo "llama.cpp $(cut -c1-12 "$LDIR/../.cinfer-commit" 2>/dev/null): $(basename "${LLA[0]}") ${LLA[*]:3} (f16 KV)"
 printf '| engine | cache | to first token (s) | peak RSS (MiB) |\n|---|---|---:|---:|\n'
 for mode in cold warm; do
     r=$(run_reps "$mode" "${CIN[@]}") || die "cinfer run failed"
@@ -122,6 +136,6 @@ for mode in cold warm; do
     if [ "$HAVE_LLAMA" -eq 1 ]; then
         r=$(run_reps "$mode" "${LLA[@]}") || die "llama-simple failed"
         set -- $r
-        printf '| llama.cpp | %s | %s | %s |\n' "$mode" "$1" "$2"
+        printf '| %s | %s | %s | %s |\n' "$LNAME" "$mode" "$1" "$2"
     fi
 done
