@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#define KV_MEM_FRACTION_DEFAULT 0.5        // of available memory, for the weights and the KV pool together
+#define KV_MEM_FRACTION_DEFAULT 0.5           // of available memory, for the weights and the KV pool together
 #define KV_MEM_FLOOR_BYTES      (64ll << 20)  // the least a default pool gets when memory is short
 #define KV_MEM_FALLBACK_BYTES   (256ll << 20) // when the available memory cannot be read
 
