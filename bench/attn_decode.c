@@ -4,7 +4,7 @@
  * against a release build's library to compare two commits side by side (bench/RESULTS.md, issue 15):
  *   make -j2 && cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude bench/attn_decode.c build/release/libcinfer.a \
  *       -lpthread -lm -o /tmp/attn_decode
- *   /tmp/attn_decode CTX T f16|f32 [n_head n_kv_head]     (default 9 3: smollm2-135m; tinyllama-1.1b: 32 4) */
+ *   /tmp/attn_decode CTX T f16|f32|q8_0 [n_head n_kv_head]     (default 9 3: smollm2-135m; tinyllama-1.1b: 32 4) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +26,13 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s CTX THREADS f16|f32 [n_head n_kv_head]\n", argv[0]);
+        fprintf(stderr, "usage: %s CTX THREADS f16|f32|q8_0 [n_head n_kv_head]\n", argv[0]);
         return 2;
     }
     int ctx = atoi(argv[1]), threads = atoi(argv[2]);
-    uint32_t type = strcmp(argv[3], "f16") ? CI_TYPE_F32 : CI_TYPE_F16;
+    uint32_t type = !strcmp(argv[3], "f16")    ? CI_TYPE_F16
+                    : !strcmp(argv[3], "q8_0") ? CI_TYPE_Q8_0
+                                               : CI_TYPE_F32;
     int nh = argc > 5 ? atoi(argv[4]) : 9, nkv = argc > 5 ? atoi(argv[5]) : 3;
     enum { HD = 64, BS = 16, ITERS = 300 };
     if (ctx < 1 || threads < 1 || nkv < 1 || nh % nkv != 0)

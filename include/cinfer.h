@@ -324,12 +324,16 @@ struct cinfer_engine_options {
     int max_seqs;         // running sequences (static: the batch size) (default 64)
     int kv_block_size;    // tokens per KV block (default 16)
     bool contiguous_kv;   // one whole-context block per sequence
-    int64_t kv_mem_bytes; // KV pool size (0: 256 MiB)
+    int64_t kv_mem_bytes; // KV pool size (0: sized from the available memory, see kv_mem_fraction)
     const char *kv_type;  // KV element type: "f32" (NULL: the default), "f16" or "q8_0" (head_dim % 32 == 0)
     int kv_blocks;        // KV pool size in blocks (overrides kv_mem_bytes)
-    bool prefix_cache;    // share full prompt blocks across requests (default on)
-    int n_ctx;            // context limit (0: the model's)
-    const char *pooling;  // embedding requests' default pooling (NULL: cinfer_model_embedding_pooling's)
+    // The default pool (kv_mem_bytes and kv_blocks 0): this share of the available memory (MemAvailable)
+    // minus the model's weights, at most what max_seqs whole contexts use (0: 0.5).  Its pages are only
+    // touched as blocks are used.
+    double kv_mem_fraction;
+    bool prefix_cache;   // share full prompt blocks across requests (default on)
+    int n_ctx;           // context limit (0: the model's)
+    const char *pooling; // embedding requests' default pooling (NULL: cinfer_model_embedding_pooling's)
     // Speculative decoding: "ngram" (prompt lookup in each sequence's own tokens), "draft" (draft_model
     // proposes), NULL or "none": off.  Greedy output is unchanged; sampled output keeps its distribution.
     const char *spec;
@@ -359,6 +363,13 @@ struct cinfer_engine_info {
     int64_t kv_bytes_per_token; // 2 · layers · kv_heads · bytes of head_dim elements of kv_type
     const char *kv_type;        // "f32", "f16" or "q8_0" (static string)
     int full_context_seqs;      // sequences of the whole context that fit at once
+    // What decided the pool's size: "--kv-blocks", "--kv-mem", "memory" (kv_mem_fraction of mem_available
+    // minus weight_bytes), "cap" (max_seqs whole contexts), "floor" (memory short: 64 MiB), "fallback"
+    // (available memory unknown: 256 MiB).  Static string.
+    const char *kv_sizing;
+    double kv_mem_fraction; // the share used for the default pool
+    int64_t mem_available;  // bytes available when the engine was made (-1: unknown or not asked)
+    int64_t weight_bytes;   // the model's (and draft model's) weights
 };
 CINFER_API void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info *out);
 /* NULL while the engine works; otherwise why it cannot go on (the model file changed on disk while in use),

@@ -128,12 +128,7 @@ int cmd_run(int argc, char **argv) {
     }
     struct cinfer_engine_info info;
     cinfer_engine_info(e, &info);
-    fprintf(
-        stderr,
-        "cinfer run: KV pool %.1f MiB = %d blocks of %d tokens (%s, %lld bytes per token): %d sequence(s) "
-        "of the whole %d-token context fit\n",
-        (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
-        (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
+    engine_args_report_pool("run", &info);
     if (cinfer_engine_submit(e, ids, n_ids, &ro, &st, &err) != CINFER_OK)
         goto fail;
     if (!print_ids)

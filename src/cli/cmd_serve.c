@@ -310,14 +310,10 @@ static void print_ready(const struct serve_config *c, const struct cinfer_model 
                         const char *tmpl) {
     struct cinfer_engine_info info;
     cinfer_engine_info(e, &info);
-    fprintf(stderr,
-            "cinfer serve: model '%s' ready (chat template %s, context %d, policy %s, %d threads)\n"
-            "cinfer serve: KV pool %.1f MiB = %d blocks of %d tokens (%s, %lld bytes per token): %d "
-            "sequence(s) of "
-            "the whole %d-token context fit\n",
-            c->served ? c->served : cinfer_model_name(m), tmpl, info.n_ctx, c->ea.o.policy, c->ea.o.n_threads,
-            (double)info.kv_bytes / (1 << 20), info.kv_blocks, info.kv_block_size, info.kv_type,
-            (long long)info.kv_bytes_per_token, info.full_context_seqs, info.n_ctx);
+    fprintf(stderr, "cinfer serve: model '%s' ready (chat template %s, context %d, policy %s, %d threads)\n",
+            c->served ? c->served : cinfer_model_name(m), tmpl, info.n_ctx, c->ea.o.policy,
+            c->ea.o.n_threads);
+    engine_args_report_pool("serve", &info);
     fflush(stderr);
 }
 

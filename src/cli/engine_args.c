@@ -12,6 +12,7 @@ void engine_args_init(struct engine_args *a) {
     cinfer_engine_options_default(&a->o);
     a->o.kv_type = "f16"; // as llama.cpp; the library's own default (cinfer_engine_options_default) stays f32
     a->kv_mem = NULL;
+    a->kv_mem_fraction = 0;
     a->no_chunked_prefill = false;
     a->no_prefix_cache = false;
     a->draft_path = NULL;
@@ -52,7 +53,11 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
          "N  KV block size in tokens (default 16)"},
         {"--contiguous-kv", NULL, ARG_FLAG, &p->contiguous_kv, 0, 0,
          "    one whole-context KV block per sequence (static allocation)"},
-        {"--kv-mem", NULL, ARG_STR, &a->kv_mem, 0, 0, "BYTES  KV pool size, e.g. 256M (default 256M)"},
+        {"--kv-mem", NULL, ARG_STR, &a->kv_mem, 0, 0,
+         "BYTES  KV pool size, e.g. 256M (default: --kv-mem-fraction of the available memory)"},
+        {"--kv-mem-fraction", NULL, ARG_FLOAT, &a->kv_mem_fraction, 0.01, 1,
+         "F  default KV pool: F x available memory minus the weights, at most --max-seqs whole contexts "
+         "(default 0.5; pages touched only as used)"},
         {"--kv-type", NULL, ARG_STR, &p->kv_type, 0, 0,
          "T  KV cache element type: f32|f16|q8_0 (default f16; q8_0: head_dim a multiple of 32)"},
         {"--kv-blocks", NULL, ARG_INT, &p->kv_blocks, 1, 1 << 30, "N  KV pool size in blocks"},
@@ -138,7 +143,31 @@ bool engine_args_finish(const char *cmd, struct engine_args *a) {
                 draft ? "--spec draft needs --draft-model FILE" : "--draft-model needs --spec draft");
         return false;
     }
+    a->o.kv_mem_fraction = a->kv_mem_fraction;
     a->o.chunked_prefill = !a->no_chunked_prefill;
     a->o.prefix_cache = !a->no_prefix_cache;
     return true;
+}
+
+void engine_args_report_pool(const char *cmd, const struct cinfer_engine_info *info) {
+    const double mib = 1 << 20;
+    char why[160];
+    if (!strcmp(info->kv_sizing, "memory") || !strcmp(info->kv_sizing, "cap") ||
+        !strcmp(info->kv_sizing, "floor"))
+        snprintf(why, sizeof why, "%s: %.0f%% of %.0f MiB available minus %.0f MiB of weights%s",
+                 info->kv_sizing, info->kv_mem_fraction * 100, (double)info->mem_available / mib,
+                 (double)info->weight_bytes / mib,
+                 !strcmp(info->kv_sizing, "cap")     ? ", capped at --max-seqs whole contexts"
+                 : !strcmp(info->kv_sizing, "floor") ? ", raised to the 64 MiB floor"
+                                                     : "");
+    else if (!strcmp(info->kv_sizing, "fallback"))
+        snprintf(why, sizeof why, "fallback: available memory unknown, 256 MiB");
+    else
+        snprintf(why, sizeof why, "%s", info->kv_sizing);
+    fprintf(stderr,
+            "cinfer %s: KV pool %.1f MiB = %d blocks of %d tokens = %lld tokens (%s, %lld bytes per token), "
+            "sized by %s; %d sequence(s) of the whole %d-token context fit\n",
+            cmd, (double)info->kv_bytes / mib, info->kv_blocks, info->kv_block_size,
+            (long long)info->kv_blocks * info->kv_block_size, info->kv_type,
+            (long long)info->kv_bytes_per_token, why, info->full_context_seqs, info->n_ctx);
 }

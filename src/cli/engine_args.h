@@ -13,13 +13,14 @@
 struct engine_args {
     struct cinfer_engine_options o; // what cinfer_engine_create gets
     const char *kv_mem;
+    float kv_mem_fraction; // --kv-mem-fraction (0: the library's default)
     bool no_chunked_prefill;
     bool no_prefix_cache;
     const char *draft_path; // --draft-model
     struct cinfer_model *draft;
 };
 
-#define ENGINE_ARGS_N_SPECS 18
+#define ENGINE_ARGS_N_SPECS 19
 
 void engine_args_init(struct engine_args *a);
 /* Writes ENGINE_ARGS_N_SPECS flag specs bound to a into out. */
@@ -31,6 +32,9 @@ bool engine_args_finish(const char *cmd, struct engine_args *a);
  * engine_args_free frees it after the engine. */
 bool engine_args_load_draft(struct engine_args *a, struct cinfer_error *err);
 void engine_args_free(struct engine_args *a);
+/* The start-up line about the KV pool ("cinfer CMD: KV pool ..."): its size, blocks, the tokens it holds, the
+ * bytes per token, and what sized it (the memory share, the cap or the flag). */
+void engine_args_report_pool(const char *cmd, const struct cinfer_engine_info *info);
 /* Parses "64M", "1.5G", "4096", "512K" (binary multiples) into bytes; false if malformed or not positive. */
 bool engine_args_parse_bytes(const char *s, int64_t *out);
 

@@ -10,6 +10,7 @@
 #include "engine/api_model.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/kv_budget.h"
 #include "engine/kv_pool.h"
 #include "grammar/cache.h"
 #include "grammar/json_schema.h"
@@ -217,6 +218,7 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
         return api_fail(err, &e);
     }
     p.kv_blocks = o->kv_blocks;
+    p.kv_mem_fraction = o->kv_mem_fraction;
     p.prefix_cache = o->prefix_cache;
     if (o->spec && !engine_spec_parse(o->spec, &p.spec)) {
         ci_err_set(&e, CI_ERR_INVALID, "unknown speculative decoding '%s' (none, ngram, draft)", o->spec);
@@ -279,6 +281,10 @@ void cinfer_engine_info(const struct cinfer_engine *e, struct cinfer_engine_info
     out->kv_bytes_per_token = info.kv_bytes_per_token;
     out->kv_type = kv_type_name(info.kv_type);
     out->full_context_seqs = info.full_context_seqs;
+    out->kv_sizing = kv_sizing_name((enum kv_sizing)info.kv_sizing);
+    out->kv_mem_fraction = info.kv_mem_fraction;
+    out->mem_available = info.mem_available;
+    out->weight_bytes = info.weight_bytes;
 }
 
 void cinfer_engine_spec_stats(const struct cinfer_engine *e, struct cinfer_spec_stats *out) {

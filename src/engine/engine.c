@@ -12,7 +12,9 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/queue.h"
+#include "core/sysmem.h"
 #include "core/threadpool.h"
+#include "engine/kv_budget.h"
 #include "engine/kv_pool.h"
 #include "grammar/cache.h"
 #include "grammar/matcher.h"
@@ -25,7 +27,6 @@
 #include "tokenizer/detok.h"
 #include "tokenizer/tokenizer.h"
 
-#define DEFAULT_KV_MEM         (256ll << 20)
 #define MAX_KV_BLOCKS          (1 << 30) // block ids are int
 #define MAX_SAMPLES            64
 #define DEFAULT_QUEUE_CAPACITY 1024
@@ -85,6 +86,10 @@ struct engine {
     int n_ctx;
     int block_size;
     int64_t kv_bytes_per_token; // K and V of one token in the pool's element type
+    int kv_sizing;              // enum kv_sizing: what decided the pool's size (start-up report)
+    double kv_mem_fraction;
+    int64_t mem_available;
+    int64_t kv_weight_bytes; // weights counted against the default pool's budget
     int kv_window; // > 0: every layer attends through this sliding window, so blocks behind it are given back
     struct ci_threadpool *tp;
     struct kv_pool *pool;
@@ -1461,16 +1466,53 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
 #endif
     e->weight_bytes = (double)model_weight_bytes(m);
 
-    // The pool is sized from the configuration only, never from the file: a model claiming a context of
-    // millions of tokens must not make the engine allocate gigabytes.  The context is clamped to what the
-    // pool holds instead.
+    // An explicit size (--kv-blocks, --kv-mem) is taken as given; the default is sized from the available
+    // memory (kv_budget.h), at most what max_seqs whole contexts could use.  The file's claimed context
+    // never grows the pool past that budget: the context is clamped to what the pool holds instead.
     struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, 1, 1, p->kv_type};
     size_t bytes_per_token;
     if ((s = kv_pool_size_bytes(&kp, &bytes_per_token, err)) != CI_OK)
         goto fail;
-    int64_t pool_tokens =
-        p->kv_blocks ? (int64_t)p->kv_blocks * (p->contiguous_kv ? e->n_ctx : e->block_size)
-                     : (p->kv_mem_bytes ? p->kv_mem_bytes : DEFAULT_KV_MEM) / (int64_t)bytes_per_token;
+    int64_t mem_bytes = p->kv_mem_bytes, auto_blocks = 0;
+    e->kv_sizing = p->kv_blocks ? KV_SIZED_BLOCKS : KV_SIZED_BYTES;
+    e->kv_mem_fraction = p->kv_mem_fraction > 0 ? p->kv_mem_fraction : KV_MEM_FRACTION_DEFAULT;
+    e->mem_available = -1;
+    e->kv_weight_bytes =
+        (int64_t)model_weight_bytes(m) + (p->draft ? (int64_t)model_weight_bytes(p->draft) : 0);
+    if (!p->kv_blocks && !mem_bytes) {
+        if (!(e->kv_mem_fraction > 0 && e->kv_mem_fraction <= 1)) {
+            s = ci_err_set(err, CI_ERR_INVALID, "KV memory fraction %g outside (0, 1]", e->kv_mem_fraction);
+            goto fail;
+        }
+        // Paged: counted in blocks.  Contiguous (one block = the whole context, maybe a claimed huge one):
+        // counted in tokens, then taken as a --kv-mem of that many bytes, which clamps the context to it.
+        const int unit = p->contiguous_kv ? 1 : e->block_size;
+        struct kv_pool_params bp = kp;
+        bp.block_size = unit;
+        size_t bb, dbb = 0;
+        if ((s = kv_pool_size_bytes(&bp, &bb, err)) != CI_OK)
+            goto fail;
+        if (p->draft) { // the draft's pool has as many blocks: charge both to each block
+            const struct model_config *dc = &p->draft->config;
+            struct kv_pool_params dp = {dc->n_layer, dc->n_kv_head, dc->head_dim, unit, 1, p->kv_type};
+            if ((s = kv_pool_size_bytes(&dp, &dbb, err)) != CI_OK)
+                goto fail;
+        }
+        e->mem_available = ci_mem_available();
+        int64_t per_seq = (e->n_ctx + unit - 1) / unit;
+        struct kv_budget kb = {e->mem_available, e->kv_weight_bytes, e->kv_mem_fraction, (int64_t)(bb + dbb),
+                               per_seq * sp.max_seqs};
+        enum kv_sizing why;
+        int64_t units = kv_budget_blocks(&kb, &why);
+        e->kv_sizing = why;
+        if (p->contiguous_kv)
+            mem_bytes = units * (int64_t)bb;
+        else
+            auto_blocks = units;
+    }
+    int64_t pool_tokens = p->kv_blocks ? (int64_t)p->kv_blocks * (p->contiguous_kv ? e->n_ctx : e->block_size)
+                          : auto_blocks ? auto_blocks * e->block_size
+                                        : mem_bytes / (int64_t)bytes_per_token;
     if (pool_tokens < e->n_ctx && pool_tokens > 0) {
         CI_LOG_WARN("the model's context of %d tokens does not fit the KV pool (%lld tokens of %zu bytes): "
                     "serving a context of %lld tokens (raise --kv-mem to allow more)",
@@ -1483,9 +1525,10 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     size_t bytes_one_block;
     if ((s = kv_pool_size_bytes(&kp, &bytes_one_block, err)) != CI_OK)
         goto fail;
-    int64_t want_blocks = p->kv_blocks;
-    if (!want_blocks)
-        want_blocks = (p->kv_mem_bytes ? p->kv_mem_bytes : DEFAULT_KV_MEM) / (int64_t)bytes_one_block;
+    // (auto_blocks: a clamp above left the block size as it was, since a contiguous block always fits)
+    int64_t want_blocks = p->kv_blocks  ? p->kv_blocks
+                          : auto_blocks ? auto_blocks
+                                        : mem_bytes / (int64_t)bytes_one_block;
     bool padding = p->sched.policy == SCHED_POLICY_STATIC;
     want_blocks += padding; // the pad tokens' block
     if (want_blocks < 1 + padding || want_blocks > MAX_KV_BLOCKS) {
@@ -1639,6 +1682,10 @@ void engine_info(const struct engine *e, struct engine_info *out) {
     out->kv_type = kv_pool_type(e->pool);
     out->kv_bytes_per_token = e->kv_bytes_per_token;
     out->full_context_seqs = (int)(out->n_blocks / blocks_for(e, e->n_ctx));
+    out->kv_sizing = e->kv_sizing;
+    out->kv_mem_fraction = e->kv_mem_fraction;
+    out->mem_available = e->mem_available;
+    out->weight_bytes = e->kv_weight_bytes;
 }
 
 void engine_totals(const struct engine *e, struct engine_totals *out) {

@@ -53,11 +53,12 @@ struct engine_params {
     bool contiguous_kv;        // block size = the context length: one whole-context block per sequence
     int64_t kv_mem_bytes;      // KV pool size in bytes (0: use kv_blocks)
     uint32_t kv_type;          // KV element type: CI_TYPE_F32 (0, default), CI_TYPE_F16 or CI_TYPE_Q8_0
-    int kv_blocks;      // KV pool size in blocks (0 with kv_mem_bytes 0: enough for max_seqs full contexts)
-    bool prefix_cache;  // share full prompt blocks across requests (not with naive)
-    int n_ctx;          // context limit per sequence (0: the model's training context)
-    int queue_capacity; // pending submissions (0: 1024)
-    bool check_invariants; // kv_pool_check / sched_check / prefix_cache_check after every step
+    int kv_blocks;          // KV pool size in blocks (0 with kv_mem_bytes 0: sized from memory, kv_budget.h)
+    double kv_mem_fraction; // that default: the share of available memory (0: KV_MEM_FRACTION_DEFAULT)
+    bool prefix_cache;      // share full prompt blocks across requests (not with naive)
+    int n_ctx;              // context limit per sequence (0: the model's training context)
+    int queue_capacity;     // pending submissions (0: 1024)
+    bool check_invariants;  // kv_pool_check / sched_check / prefix_cache_check after every step
 };
 
 struct engine_params engine_params_default(void);
@@ -197,6 +198,10 @@ struct engine_info {
     int64_t kv_bytes_per_token; // K and V of every layer for one token, in the pool's element type
     uint32_t kv_type;           // the pool's element type (kv_pool.h: kv_type_name)
     int full_context_seqs;      // sequences of the whole context the pool holds at once
+    int kv_sizing;              // enum kv_sizing (kv_budget.h): what decided the pool's size
+    double kv_mem_fraction;     // the share of available memory used for the default pool
+    int64_t mem_available;      // available memory when the engine was created (-1 unknown)
+    int64_t weight_bytes;       // the model's (and draft's) weights, subtracted from that share
 };
 void engine_info(const struct engine *e, struct engine_info *out);
 /* NULL while the engine works; once it cannot go on (its model file changed on disk), why, as a message.

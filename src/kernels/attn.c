@@ -6,8 +6,10 @@
  * selected table's vectorized chunk kernel (dot.h).  Chunks start at fixed multiples of CI_ATTN_CHUNK
  * whatever the KV block size, and every output element belongs to one task, so results depend neither on the
  * block size, nor on the thread count, nor on the rest of the batch.  The KV element type (f32, f16, q8_0)
- * picks the chunk kernel; f16 and q8_0 rows are widened to float inside it, chunk by chunk, once for the
- * whole GQA sub-group, and then follow the f32 kernel's order, so the same property holds for each type.
+ * picks the chunk kernel; f16 rows are widened to float inside it, chunk by chunk, once for the whole GQA
+ * sub-group, and then follow the f32 kernel's order.  q8_0 (as ggml's flash attention for a Q8_0 cache):
+ * each walk quantizes its query rows to Q8_0 once (quant_rows), the scores are integer dots against the
+ * stored K blocks and only V is widened (dot.h), so the same property holds for each type.
  *
  * Prefill: a run of tokens of one sequence at consecutive positions shares its prefix, so the batch is cut
  * into slots of up to ATTN_TOKEN_GROUP tokens and one task per (slot, KV head) walks the chunks once for all
@@ -64,6 +66,9 @@ struct attn_job {
     const struct ci_attn_args *a;
     ci_attn_chunk_fn chunk;
     ci_attn_group_fn grp;
+    ci_attn_chunk_q8_fn chunk_q8; // Q8_0 KV without soft-capping: integer scores against the quantized query
+    ci_attn_group_q8_fn grp_q8;
+    bool q8;                  // use chunk_q8 / grp_q8 (the query rows quantized once per walk: quant_rows)
     int group;                // query heads per KV head
     int slot;                 // tokens per task: 1 = one task per token (decode), else grouped prefill slots
     int n_slots;              // ceil(n_tokens / slot)
@@ -164,8 +169,9 @@ static void chunk_capped(uint32_t type, const void *const *k, const void *const 
 /* The online softmax of query rows q[0..ng) of token t over positions [ps, pe) of KV head kvh (a range inside
  * one segment), continuing the state m, l, acc.  The chunks sit at the fixed multiples of CI_ATTN_CHUNK (a
  * range starting inside one cuts it short), so the order depends only on the positions. */
-static void walk_heads(const struct attn_job *j, int t, int kvh, const float *const *q, int ng, int ps,
-                       int pe, float *m, float *l, float *acc) {
+static void walk_heads(const struct attn_job *j, int t, int kvh, const float *const *q,
+                       const struct ci_block_q8_0 *const *qq, int ng, int ps, int pe, float *m, float *l,
+                       float *acc) {
     const struct ci_attn_args *a = j->a;
     const struct ci_kv_layer *kv = a->kv;
     const int hd = kv->head_dim, bs = kv->block_size;
@@ -186,6 +192,8 @@ static void walk_heads(const struct attn_job *j, int t, int kvh, const float *co
         }
         if (a->softcap > 0.0f)
             chunk_capped(kv->type, kp, vp, n, q, ng, hd, a->scale, a->softcap, m, l, acc);
+        else if (j->q8)
+            j->chunk_q8(kp, vp, n, qq, ng, hd, a->scale, m, l, acc);
         else
             j->chunk(kp, vp, n, q, ng, hd, a->scale, m, l, acc);
     }
@@ -219,6 +227,19 @@ static void query_rows(const struct ci_attn_args *a, int t, int h0, int ng, cons
         q[g] = a->q + ((size_t)t * (size_t)a->n_head + (size_t)(h0 + g)) * (size_t)a->kv->head_dim;
 }
 
+/* The Q8_0 chunks' query rows: q[0..nr) quantized (ci_quantize_row, as K is stored) into buf [nr][hd / 32]
+ * and pointed to by qq; nothing when the job does not use them. */
+static void quant_rows(const struct attn_job *j, const float *const *q, int nr, struct ci_block_q8_0 *buf,
+                       const struct ci_block_q8_0 **qq) {
+    if (!j->q8)
+        return;
+    const int hd = j->a->kv->head_dim, nb = hd / CI_QK8_0;
+    for (int r = 0; r < nr; r++) {
+        ci_quantize_row(CI_TYPE_Q8_0, q[r], buf + (size_t)r * (size_t)nb, hd);
+        qq[r] = buf + (size_t)r * (size_t)nb;
+    }
+}
+
 /* Query heads [h0, h0 + ng) of token t, all reading KV head kvh: segment by segment, the first walked straight
  * into the running state (merging into the empty state would copy it), the later ones merged in. */
 static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng) {
@@ -231,7 +252,10 @@ static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng)
     float l[ATTN_SUBGROUP];                          // running sum of exp(score - m)
     float sacc[ATTN_SUBGROUP * CI_ATTN_MAX_HEAD_DIM], sm[ATTN_SUBGROUP], sl[ATTN_SUBGROUP]; // one segment's
     const float *q[ATTN_SUBGROUP];                                                          // [ng] -> [hd]
+    struct ci_block_q8_0 qbuf[ATTN_SUBGROUP * (CI_ATTN_MAX_HEAD_DIM / CI_QK8_0)];
+    const struct ci_block_q8_0 *qq[ATTN_SUBGROUP];
     query_rows(a, t, h0, ng, q);
+    quant_rows(j, q, ng, qbuf, qq);
     init_rows(ng, hd, m, l, acc);
     int s0, ns;
     token_segments(a, t, &s0, &ns);
@@ -239,11 +263,11 @@ static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng)
         int ps, pe;
         segment_range(a, t, s, &ps, &pe);
         if (s == s0) {
-            walk_heads(j, t, kvh, q, ng, ps, pe, m, l, acc);
+            walk_heads(j, t, kvh, q, qq, ng, ps, pe, m, l, acc);
             continue;
         }
         init_rows(ng, hd, sm, sl, sacc);
-        walk_heads(j, t, kvh, q, ng, ps, pe, sm, sl, sacc);
+        walk_heads(j, t, kvh, q, qq, ng, ps, pe, sm, sl, sacc);
         for (int g = 0; g < ng; g++)
             merge_row(&m[g], &l[g], acc + (size_t)g * (size_t)hd, sm[g], sl[g], sacc + (size_t)g * (size_t)hd,
                       hd);
@@ -259,7 +283,8 @@ static void attn_heads(const struct attn_job *j, int t, int kvh, int h0, int ng)
  * whose token reaches it.  Row (i, g) sees min(CI_ATTN_CHUNK, pos_i + 1 - p0) positions of the chunk at p0,
  * exactly what walk_heads gives token i. */
 static void walk_run(const struct attn_job *j, int t0, int nt, int kvh, int ng, const float *const *q,
-                     int p_seg, int p_end, float *m, float *l, float *acc) {
+                     const struct ci_block_q8_0 *const *qq, int p_seg, int p_end, float *m, float *l,
+                     float *acc) {
     const struct ci_attn_args *a = j->a;
     const struct ci_kv_layer *kv = a->kv;
     const int hd = kv->head_dim, bs = kv->block_size, nr = nt * ng;
@@ -287,7 +312,12 @@ static void walk_run(const struct attn_job *j, int t0, int nt, int kvh, int ng, 
                 n[i * ng + g] = ni;
         }
         int r0 = i0 * ng;
-        j->grp(kp, vp, n + r0, nr - r0, q + r0, hd, a->scale, m + r0, l + r0, acc + (size_t)r0 * (size_t)hd);
+        if (j->q8)
+            j->grp_q8(kp, vp, n + r0, nr - r0, qq + r0, hd, a->scale, m + r0, l + r0,
+                      acc + (size_t)r0 * (size_t)hd);
+        else
+            j->grp(kp, vp, n + r0, nr - r0, q + r0, hd, a->scale, m + r0, l + r0,
+                   acc + (size_t)r0 * (size_t)hd);
     }
 }
 
@@ -309,20 +339,23 @@ static void attn_run(const struct attn_job *j, int t0, int nt, int kvh, int h0, 
     float l[MAX_ROWS];                          // running sum of exp(score - m)
     float sacc[MAX_ROWS * CI_ATTN_MAX_HEAD_DIM], sm[MAX_ROWS], sl[MAX_ROWS]; // one segment's state
     const float *q[MAX_ROWS];                                                // [nt][ng] -> [hd]
+    struct ci_block_q8_0 qbuf[MAX_ROWS * (CI_ATTN_MAX_HEAD_DIM / CI_QK8_0)];
+    const struct ci_block_q8_0 *qq[MAX_ROWS];
     const int nr = nt * ng;
     for (int i = 0; i < nt; i++)
         query_rows(a, t0 + i, h0, ng, q + i * ng);
+    quant_rows(j, q, nr, qbuf, qq);
     init_rows(nr, hd, m, l, acc);
     for (int p_seg = 0; p_seg <= p_last; p_seg += ATTN_SEG) {
         int p_end = p_seg + ATTN_SEG < p_last + 1 ? p_seg + ATTN_SEG : p_last + 1;
         if (p_seg == 0) {
-            walk_run(j, t0, nt, kvh, ng, q, p_seg, p_end, m, l, acc);
+            walk_run(j, t0, nt, kvh, ng, q, qq, p_seg, p_end, m, l, acc);
             continue;
         }
         // Tokens before the segment are done: the rows from token i0 on see it.
         int i0 = p_seg > p_first ? p_seg - p_first : 0, r0 = i0 * ng;
         init_rows(nr - r0, hd, sm + r0, sl + r0, sacc + (size_t)r0 * (size_t)hd);
-        walk_run(j, t0 + i0, nt - i0, kvh, ng, q + r0, p_seg, p_end, sm + r0, sl + r0,
+        walk_run(j, t0 + i0, nt - i0, kvh, ng, q + r0, qq + r0, p_seg, p_end, sm + r0, sl + r0,
                  sacc + (size_t)r0 * (size_t)hd);
         for (int r = r0; r < nr; r++)
             merge_row(&m[r], &l[r], acc + (size_t)r * (size_t)hd, sm[r], sl[r], sacc + (size_t)r * (size_t)hd,
@@ -369,8 +402,11 @@ static void split_task(void *ctx, int task, int thread) {
     for (int h = 0; h < group; h += ATTN_SUBGROUP) {
         int ng = group - h < ATTN_SUBGROUP ? group - h : ATTN_SUBGROUP;
         const float *q[ATTN_SUBGROUP];
+        struct ci_block_q8_0 qbuf[ATTN_SUBGROUP * (CI_ATTN_MAX_HEAD_DIM / CI_QK8_0)];
+        const struct ci_block_q8_0 *qq[ATTN_SUBGROUP];
         query_rows(a, t, kvh * group + h, ng, q);
-        walk_heads(j, t, kvh, q, ng, ps, pe, m + h, l + h, acc + (size_t)h * (size_t)hd);
+        quant_rows(j, q, ng, qbuf, qq);
+        walk_heads(j, t, kvh, q, qq, ng, ps, pe, m + h, l + h, acc + (size_t)h * (size_t)hd);
     }
     if (atomic_fetch_sub_explicit(&sp->left[item], 1, memory_order_acq_rel) != 1)
         return;
@@ -498,13 +534,17 @@ void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) 
     CI_ASSERT(ci_kv_row_bytes(kv->type, kv->head_dim) == kv->row_bytes);
     CI_ASSERT(a->window >= 0 && a->softcap >= 0.0f);
     const struct ci_dot_table *tab = ci_kernels_table();
-    ci_attn_chunk_fn chunk = kv->type == CI_TYPE_F16    ? tab->attn_f16
-                             : kv->type == CI_TYPE_Q8_0 ? tab->attn_q8_0
-                                                        : tab->attn_f32;
-    ci_attn_group_fn grp = kv->type == CI_TYPE_F16    ? tab->attn_grp_f16
-                           : kv->type == CI_TYPE_Q8_0 ? tab->attn_grp_q8_0
-                                                      : tab->attn_grp_f32;
-    struct attn_job j = {.a = a, .chunk = chunk, .grp = grp, .group = a->n_head / kv->n_kv_head, .slot = 1};
+    ci_attn_chunk_fn chunk = kv->type == CI_TYPE_F16 ? tab->attn_f16 : tab->attn_f32;
+    ci_attn_group_fn grp = kv->type == CI_TYPE_F16 ? tab->attn_grp_f16 : tab->attn_grp_f32;
+    // Q8_0: integer scores (dot.h); soft-capped layers keep the float query (chunk_capped widens K instead).
+    struct attn_job j = {.a = a,
+                         .chunk = chunk,
+                         .grp = grp,
+                         .chunk_q8 = tab->attn_q8_0,
+                         .grp_q8 = tab->attn_grp_q8_0,
+                         .q8 = kv->type == CI_TYPE_Q8_0 && !(a->softcap > 0.0f),
+                         .group = a->n_head / kv->n_kv_head,
+                         .slot = 1};
     // Any two tokens to group (prefill)?  Windowed and soft-capped layers take the per-token walk (the
     // grouped chunk kernels know neither a per-row start nor the cap).
     bool runs = false;

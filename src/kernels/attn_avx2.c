@@ -1,8 +1,7 @@
 /* Attention chunk kernels for AVX2/FMA/F16C (this file, like every *_avx2.c, is built with -mavx2 -mfma
  * -mf16c; dispatch.c calls into it only after the CPU probe).  The f32 chunk is the vectorized online softmax
- * of dot.h (vectorized exp); the f16 and q8_0 chunks widen the chunk's K/V rows to float with F16C (f16) or
- * int8 -> float times the block scale (q8_0: the same single rounding as ci_dequantize_row) and run the f32
- * chunk on them, so each gives the f32 chunk's bits on the dequantized rows.  The widening is paid once per
+ * of dot.h (vectorized exp); the f16 chunks widen the chunk's K/V rows to float with F16C and run the f32
+ * chunk on them, so each gives the f32 chunk's bits on the widened rows.  The widening is paid once per
  * chunk for the whole GQA group that reads the KV head.  The grouped chunks (prefill: several tokens x heads
  * on the same K/V rows) widen once for all their rows and give each row the f32 chunk's bits, with the score
  * chains of 8 positions and the value FMAs of 8 dimension blocks interleaved so a row runs at FMA rate out of
@@ -159,6 +158,26 @@ AI void pv_row(float *a, const float *const *v, const float *w, int n, int hd, f
 
 #undef PV_FMA
 
+/* One row's online-softmax step from the scores of the chunk's positions 0..7 (sc0) and 8..15 (sc1; -inf past
+ * its n): max, exp8 weights, lane sum, rescale and the value FMAs of its n positions. */
+AI void row_update(__m256 sc0, __m256 sc1, const float *const *v, int n, int hd, float *m, float *l,
+                   float *acc) {
+    _Alignas(32) float w[CI_ATTN_CHUNK];
+    __m256 mv = _mm256_max_ps(sc0, sc1);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
+    float c = *m == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(*m - mx))));
+    __m256 vmx = _mm256_set1_ps(mx);
+    __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
+    _mm256_store_ps(w, w0);
+    _mm256_store_ps(w + 8, w1);
+    *l = *l * c + hsum(_mm256_add_ps(w0, w1));
+    pv_row(acc, v, w, n, hd, c);
+    *m = mx;
+}
+
 /* The grouped chunk of dot.h (and, with every row at n, the chunk itself: ci_avx2_attn_f32): per row the
  * scores, max, exp8 weights, lane sum, rescale and value FMAs of its n[r] positions, the chunk's K/V rows shared
  * in L1. */
@@ -178,23 +197,9 @@ void ci_avx2_attn_grp_f32(const void *const *kr, const void *const *vr, const in
         k[i] = kr[i < nmax ? i : nmax - 1];
     const float *const *v = (const float *const *)vr;
     for (int r = 0; r < nr; r++) {
-        _Alignas(32) float w[CI_ATTN_CHUNK];
         __m256 sc0 = scores8(q[r], k, hd, n[r], scale);
         __m256 sc1 = nmax > 8 ? scores8(q[r], k + 8, hd, n[r] - 8, scale) : _mm256_set1_ps(-INFINITY);
-        __m256 mv = _mm256_max_ps(sc0, sc1);
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float mx = _mm_cvtss_f32(m4) > m[r] ? _mm_cvtss_f32(m4) : m[r];
-        float c =
-            m[r] == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(m[r] - mx))));
-        __m256 vmx = _mm256_set1_ps(mx);
-        __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
-        _mm256_store_ps(w, w0);
-        _mm256_store_ps(w + 8, w1);
-        l[r] = l[r] * c + hsum(_mm256_add_ps(w0, w1));
-        pv_row(acc + (size_t)r * (size_t)hd, v, w, n[r], hd, c);
-        m[r] = mx;
+        row_update(sc0, sc1, v, n[r], hd, &m[r], &l[r], acc + (size_t)r * (size_t)hd);
     }
 }
 
@@ -215,11 +220,6 @@ void ci_avx2_attn_f16(const void *const *k, const void *const *v, int n, const f
         return;
     }
     attn_widened(CI_TYPE_F16, k, v, n, q, ng, hd, scale, m, l, acc);
-}
-
-void ci_avx2_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
-                       int hd, float scale, float *m, float *l, float *acc) {
-    attn_widened(CI_TYPE_Q8_0, k, v, n, q, ng, hd, scale, m, l, acc);
 }
 
 static void attn_grp_widened(uint32_t type, const void *const *k, const void *const *v, const int *n, int nr,
@@ -244,9 +244,73 @@ void ci_avx2_attn_grp_f16(const void *const *k, const void *const *v, const int 
     attn_grp_widened(CI_TYPE_F16, k, v, n, nr, q, hd, scale, m, l, acc);
 }
 
+/* Q8_0 scores of 8 positions for one quantized query row (dot.h): per block, the 8 positions' exact integer
+ * dots (|k| times sign-adjusted q by maddubs, pairs summed by madd, then the 8 lanes of each position summed
+ * by an hadd tree, all exact), then acc = fma(dk * dq, isum, acc) lane by lane: the scalar reference's
+ * operations, so the same bits.  Lanes j >= n get -inf (their k[j] need only be readable). */
+AI __m256 scores8_q8(const struct ci_block_q8_0 *q, const struct ci_block_q8_0 *const *k, int nb, int n,
+                     float scale) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)q[b].qs);
+        __m256i s[8];
+        for (int j = 0; j < 8; j++) {
+            const __m256i kv = _mm256_loadu_si256((const __m256i *)(const void *)k[j][b].qs);
+            s[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(kv, kv), _mm256_sign_epi8(qv, kv)),
+                                     ones);
+        }
+        __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+        __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+        __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                        _mm256_permute2x128_si256(h0, h1, 0x31)); // lane j: position j
+        const __m256 dk = _mm256_cvtph_ps(_mm_setr_epi16((short)k[0][b].d, (short)k[1][b].d, (short)k[2][b].d,
+                                                         (short)k[3][b].d, (short)k[4][b].d, (short)k[5][b].d,
+                                                         (short)k[6][b].d, (short)k[7][b].d));
+        const __m256 dq = _mm256_set1_ps(_cvtsh_ss(q[b].d));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dk, dq), _mm256_cvtepi32_ps(isum), acc);
+    }
+    __m256 valid =
+        _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps((float)n), _CMP_LT_OQ);
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_mul_ps(acc, _mm256_set1_ps(scale)), valid);
+}
+
+/* The grouped Q8_0 chunk: the V rows widened once for all rows, then per row the integer scores and the f32
+ * chunk's softmax and value FMAs (row_update), so each row gives the per-row chunk's bits. */
 void ci_avx2_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
-                           const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
-    attn_grp_widened(CI_TYPE_Q8_0, k, v, n, nr, q, hd, scale, m, l, acc);
+                           const struct ci_block_q8_0 *const *q, int hd, float scale, float *m, float *l,
+                           float *acc) {
+    int nmax = 0;
+    for (int r = 0; r < nr; r++)
+        nmax = n[r] > nmax ? n[r] : nmax;
+    if (nmax <= 0)
+        return;
+    const struct ci_block_q8_0 *kk[CI_ATTN_CHUNK]; // past nmax: the last row again (read, then masked out)
+    for (int i = 0; i < CI_ATTN_CHUNK; i++)
+        kk[i] = k[i < nmax ? i : nmax - 1];
+    _Alignas(32) float vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const void *vp[CI_ATTN_CHUNK];
+    widen_rows(CI_TYPE_Q8_0, v, nmax, hd, vf, vp);
+    const float *const *vr = (const float *const *)vp;
+    const int nb = hd / CI_QK8_0;
+    for (int r = 0; r < nr; r++) {
+        __m256 sc0 = scores8_q8(q[r], kk, nb, n[r], scale);
+        __m256 sc1 = nmax > 8 ? scores8_q8(q[r], kk + 8, nb, n[r] - 8, scale) : _mm256_set1_ps(-INFINITY);
+        row_update(sc0, sc1, vr, n[r], hd, &m[r], &l[r], acc + (size_t)r * (size_t)hd);
+    }
+}
+
+/* The Q8_0 chunk: the grouped one with every head's row seeing all n positions, 8 heads per call. */
+void ci_avx2_attn_q8_0(const void *const *k, const void *const *v, int n,
+                       const struct ci_block_q8_0 *const *q, int ng, int hd, float scale, float *m, float *l,
+                       float *acc) {
+    int nn[8];
+    for (int g = 0; g < 8; g++)
+        nn[g] = n;
+    for (int g0 = 0; g0 < ng; g0 += 8) {
+        int nr = ng - g0 < 8 ? ng - g0 : 8;
+        ci_avx2_attn_grp_q8_0(k, v, nn, nr, q + g0, hd, scale, m + g0, l + g0, acc + (size_t)g0 * (size_t)hd);
+    }
 }
 
 #endif

@@ -2,7 +2,8 @@
  * function carries a target attribute; dispatch.c calls in only after the CPU probe.
  *
  * The f32 chunk is the grouped f32 chunk below with all rows seeing the whole chunk (the AVX2 chunk's bits, its
- * chains interleaved; head_dim not a multiple of 16: the AVX2 chunk itself).  The f16 and q8_0 chunks widen the chunk's K/V rows to
+ * chains interleaved; head_dim not a multiple of 16: the AVX2 chunk itself).  The q8_0 chunks are the AVX2
+ * table's (integer scores, dot.h).  The f16 chunks widen the chunk's K/V rows to
  * float 16 lanes at a time (vcvtph2ps; int8 -> float times the block scale, the single rounding of
  * ci_dequantize_row) and run that f32 chunk, so every table gives the same bits for a KV type on a given
  * f32 chunk.  The grouped chunks (dot.h, prefill): this widening once per chunk for all rows, then a grouped
@@ -84,9 +85,13 @@ T512 void ci_avx512_attn_f16(const void *const *k, const void *const *v, int n, 
     attn_widened(CI_TYPE_F16, k, v, n, q, ng, hd, scale, m, l, acc);
 }
 
-T512 void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q,
-                              int ng, int hd, float scale, float *m, float *l, float *acc) {
-    attn_widened(CI_TYPE_Q8_0, k, v, n, q, ng, hd, scale, m, l, acc);
+/* Q8_0: the AVX2 table's integer-score chunk (dot.h: every table's Q8_0 scores are the same bits, and the
+ * AVX2 softmax and value FMAs are the ones the AVX-512 f32 chunk reproduces).  A 512-bit VNNI score loop is
+ * the next step where it pays; this keeps the AVX-512 table's results identical to the AVX2 table's. */
+T512 void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n,
+                              const struct ci_block_q8_0 *const *q, int ng, int hd, float scale, float *m,
+                              float *l, float *acc) {
+    ci_dot_avx2_table()->attn_q8_0(k, v, n, q, ng, hd, scale, m, l, acc);
 }
 
 /* ---- the grouped f32 chunk: the AVX2 arithmetic, two 8-lane chains per 16-lane instruction ----
@@ -256,9 +261,9 @@ T512 void ci_avx512_attn_grp_f16(const void *const *k, const void *const *v, con
 }
 
 T512 void ci_avx512_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
-                                  const float *const *q, int hd, float scale, float *m, float *l,
-                                  float *acc) {
-    attn_grp_widened(CI_TYPE_Q8_0, k, v, n, nr, q, hd, scale, m, l, acc);
+                                  const struct ci_block_q8_0 *const *q, int hd, float scale, float *m,
+                                  float *l, float *acc) {
+    ci_dot_avx2_table()->attn_grp_q8_0(k, v, n, nr, q, hd, scale, m, l, acc);
 }
 
 #endif

@@ -118,10 +118,9 @@ typedef void (*ci_silu_fn)(float *gate, const float *up, int64_t n);
  * The caller cuts positions into chunks at fixed multiples of CI_ATTN_CHUNK (never at KV block edges), so
  * the order of operations depends only on the position, not on the block size or the batch.
  * k[i] and v[i] point to rows of hd elements of the KV type of the table entry (struct ci_kv_layer): float
- * (attn_f32), IEEE half (attn_f16) or Q8_0 blocks of 32 along hd (attn_q8_0).  The f16 and q8_0 kernels
- * first widen the chunk's rows to float (exactly: every table converts each element to the same float, for
- * Q8_0 d * (float)q as ci_dequantize_row) and then run the table's f32 chunk on them, so their results are
- * bit for bit the table's f32 results on the dequantized K/V. */
+ * (attn_f32) or IEEE half (attn_f16); q8_0 has its own kernels below.  The f16 kernels first widen the chunk's
+ * rows to float (exactly: every table converts each element to the same float) and then run the table's f32
+ * chunk on them, so their results are bit for bit the table's f32 results on the widened K/V. */
 #define CI_ATTN_CHUNK 16
 typedef void (*ci_attn_chunk_fn)(const void *const *k, const void *const *v, int n, const float *const *q,
                                  int ng, int hd, float scale, float *m, float *l, float *acc /* [ng][hd] */);
@@ -135,6 +134,21 @@ typedef void (*ci_attn_group_fn)(const void *const *k, const void *const *v, con
                                  const float *const *q /* [nr] */, int hd, float scale, float *m, float *l,
                                  float *acc /* [nr][hd] */);
 
+/* The chunks for a Q8_0 KV cache (K and V rows of hd / 32 ggml Q8_0 blocks), as ggml's CPU flash attention
+ * does for -ctk q8_0: the query rows come quantized to Q8_0 too (q[g]: hd / 32 blocks made by
+ * ci_quantize_row, the quantizer that stores K), and each score is an integer dot in the canonical order of
+ * the quantized matmul (dot.h top): acc = 0; per block b acc = fmaf(dk_b * dq_b, isum_b, acc) with the fp16
+ * scales widened and isum_b = sum of the 32 products of int8 codes (exact); s_i = acc * scale.  Every table
+ * computes these scores bit for bit alike.  V rows are widened to float (d * q, as ci_dequantize_row), then
+ * the softmax and the weighted sum of V run as the table's f32 chunk runs them.  Same roles of n, ng, nr, m,
+ * l, acc as above; the grouped form gives each row the bits of the per-row chunk. */
+typedef void (*ci_attn_chunk_q8_fn)(const void *const *k, const void *const *v, int n,
+                                    const struct ci_block_q8_0 *const *q, int ng, int hd, float scale,
+                                    float *m, float *l, float *acc /* [ng][hd] */);
+typedef void (*ci_attn_group_q8_fn)(const void *const *k, const void *const *v, const int *n /* [nr] */,
+                                    int nr, const struct ci_block_q8_0 *const *q /* [nr] */, int hd,
+                                    float scale, float *m, float *l, float *acc /* [nr][hd] */);
+
 /* A table may leave an entry NULL: the table below it (AVX-512 -> AVX2 -> scalar) serves that entry. */
 struct ci_dot_table {
     const char *isa; // "scalar", "avx2+fma+f16c", "avx512+vnni"
@@ -144,10 +158,10 @@ struct ci_dot_table {
     ci_dot_fn f32_short; // F32 dot for attention (q.k over head_dim): any fixed order, tuned for short n
     ci_attn_chunk_fn attn_f32; // attention chunk per KV element type (attn_*.c, dot_ref.c)
     ci_attn_chunk_fn attn_f16;
-    ci_attn_chunk_fn attn_q8_0;
+    ci_attn_chunk_q8_fn attn_q8_0;
     ci_attn_group_fn attn_grp_f32; // the chunk for several query rows at once, per KV element type
     ci_attn_group_fn attn_grp_f16;
-    ci_attn_group_fn attn_grp_q8_0;
+    ci_attn_group_q8_fn attn_grp_q8_0;
     ci_quant_act_fn quant_act;
     ci_quant_act_k_fn quant_act_k;
     ci_mm_fn mm[CI_TYPE_COUNT]; // per weight type
@@ -209,38 +223,43 @@ void ci_ref_attn_f32(const void *const *k, const void *const *v, int n, const fl
                      float scale, float *m, float *l, float *acc);
 void ci_ref_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng, int hd,
                      float scale, float *m, float *l, float *acc);
-void ci_ref_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
-                      int hd, float scale, float *m, float *l, float *acc);
+void ci_ref_attn_q8_0(const void *const *k, const void *const *v, int n, const struct ci_block_q8_0 *const *q,
+                      int ng, int hd, float scale, float *m, float *l, float *acc);
 void ci_avx2_attn_f32(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                       int hd, float scale, float *m, float *l, float *acc);
 void ci_avx2_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                       int hd, float scale, float *m, float *l, float *acc);
-void ci_avx2_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
-                       int hd, float scale, float *m, float *l, float *acc);
+void ci_avx2_attn_q8_0(const void *const *k, const void *const *v, int n,
+                       const struct ci_block_q8_0 *const *q, int ng, int hd, float scale, float *m, float *l,
+                       float *acc);
 void ci_avx512_attn_f32(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                         int hd, float scale, float *m, float *l, float *acc);
 void ci_avx512_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                         int hd, float scale, float *m, float *l, float *acc);
-void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
-                         int hd, float scale, float *m, float *l, float *acc);
+void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n,
+                         const struct ci_block_q8_0 *const *q, int ng, int hd, float scale, float *m,
+                         float *l, float *acc);
 /* The grouped chunks (same files). */
 void ci_ref_attn_grp_f32(const void *const *k, const void *const *v, const int *n, int nr,
                          const float *const *q, int hd, float scale, float *m, float *l, float *acc);
 void ci_ref_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
                          const float *const *q, int hd, float scale, float *m, float *l, float *acc);
 void ci_ref_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
-                          const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+                          const struct ci_block_q8_0 *const *q, int hd, float scale, float *m, float *l,
+                          float *acc);
 void ci_avx2_attn_grp_f32(const void *const *k, const void *const *v, const int *n, int nr,
                           const float *const *q, int hd, float scale, float *m, float *l, float *acc);
 void ci_avx2_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
                           const float *const *q, int hd, float scale, float *m, float *l, float *acc);
 void ci_avx2_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
-                           const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+                           const struct ci_block_q8_0 *const *q, int hd, float scale, float *m, float *l,
+                           float *acc);
 void ci_avx512_attn_grp_f32(const void *const *k, const void *const *v, const int *n, int nr,
                             const float *const *q, int hd, float scale, float *m, float *l, float *acc);
 void ci_avx512_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
                             const float *const *q, int hd, float scale, float *m, float *l, float *acc);
 void ci_avx512_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
-                             const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+                             const struct ci_block_q8_0 *const *q, int hd, float scale, float *m, float *l,
+                             float *acc);
 
 #endif

@@ -158,30 +158,36 @@ static void mm_bf16(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t
     mm_float(dot_bf16, m, r0, r1, t0, t1);
 }
 
+/* The online-softmax update of one query row from its n scores s (overwritten with the weights) and float V
+ * rows: the f32 chunk's order (dot.h), shared by the f32 and q8_0 chunks. */
+static void softmax_pv(float *s, const float *const *v, int n, int hd, float *m, float *l, float *a) {
+    float mx = *m;
+    for (int i = 0; i < n; i++)
+        mx = s[i] > mx ? s[i] : mx;
+    float c = *m == -INFINITY ? 0.0f : expf(*m - mx);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        s[i] = expf(s[i] - mx);
+        sum += s[i];
+    }
+    *l = *l * c + sum;
+    for (int d = 0; d < hd; d++) {
+        float t = a[d] * c;
+        for (int i = 0; i < n; i++)
+            t += s[i] * v[i][d];
+        a[d] = t;
+    }
+    *m = mx;
+}
+
 void ci_ref_attn_f32(const void *const *kr, const void *const *vr, int n, const float *const *q, int ng,
                      int hd, float scale, float *m, float *l, float *acc) {
     const float *const *k = (const float *const *)kr, *const *v = (const float *const *)vr;
     for (int g = 0; g < ng; g++) {
-        float s[CI_ATTN_CHUNK], mx = m[g];
-        for (int i = 0; i < n; i++) {
+        float s[CI_ATTN_CHUNK];
+        for (int i = 0; i < n; i++)
             s[i] = dot_f32(q[g], k[i], hd) * scale;
-            mx = s[i] > mx ? s[i] : mx;
-        }
-        float c = m[g] == -INFINITY ? 0.0f : expf(m[g] - mx);
-        float sum = 0.0f;
-        for (int i = 0; i < n; i++) {
-            s[i] = expf(s[i] - mx);
-            sum += s[i];
-        }
-        l[g] = l[g] * c + sum;
-        float *a = acc + (size_t)g * (size_t)hd;
-        for (int d = 0; d < hd; d++) {
-            float t = a[d] * c;
-            for (int i = 0; i < n; i++)
-                t += s[i] * v[i][d];
-            a[d] = t;
-        }
-        m[g] = mx;
+        softmax_pv(s, v, n, hd, &m[g], &l[g], acc + (size_t)g * (size_t)hd);
     }
 }
 
@@ -218,9 +224,28 @@ void ci_ref_attn_f16(const void *const *k, const void *const *v, int n, const fl
     attn_widened(CI_TYPE_F16, k, v, n, q, ng, hd, scale, m, l, acc);
 }
 
-void ci_ref_attn_q8_0(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
-                      int hd, float scale, float *m, float *l, float *acc) {
-    attn_widened(CI_TYPE_Q8_0, k, v, n, q, ng, hd, scale, m, l, acc);
+/* The Q8_0 chunk of dot.h: integer scores against the quantized query, the V rows widened to float. */
+void ci_ref_attn_q8_0(const void *const *k, const void *const *v, int n, const struct ci_block_q8_0 *const *q,
+                      int ng, int hd, float scale, float *m, float *l, float *acc) {
+    float vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const float *vp[CI_ATTN_CHUNK];
+    for (int i = 0; i < n; i++) {
+        ci_dequantize_row(CI_TYPE_Q8_0, v[i], vf + (size_t)i * (size_t)hd, hd);
+        vp[i] = vf + (size_t)i * (size_t)hd;
+    }
+    const int nb = hd / CI_QK8_0;
+    for (int g = 0; g < ng; g++) {
+        float s[CI_ATTN_CHUNK];
+        for (int i = 0; i < n; i++) {
+            const struct ci_block_q8_0 *kb = k[i];
+            float a = 0.0f;
+            for (int b = 0; b < nb; b++)
+                a = ci_ref_qblock(CI_TYPE_Q8_0, (const uint8_t *)(const void *)&kb[b], q[g][b].qs,
+                                  ci_fp16_to_fp32(q[g][b].d), 0.0f, NULL, a);
+            s[i] = a * scale;
+        }
+        softmax_pv(s, vp, n, hd, &m[g], &l[g], acc + (size_t)g * (size_t)hd);
+    }
 }
 
 /* The grouped chunk of dot.h: by definition, the f32 chunk row by row, each on its own n[r] positions. */
@@ -244,8 +269,10 @@ void ci_ref_attn_grp_f16(const void *const *k, const void *const *v, const int *
 }
 
 void ci_ref_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
-                          const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
-    attn_grp_widened(CI_TYPE_Q8_0, k, v, n, nr, q, hd, scale, m, l, acc);
+                          const struct ci_block_q8_0 *const *q, int hd, float scale, float *m, float *l,
+                          float *acc) {
+    for (int r = 0; r < nr; r++)
+        ci_ref_attn_q8_0(k, v, n[r], q + r, 1, hd, scale, m + r, l + r, acc + (size_t)r * (size_t)hd);
 }
 
 /* SwiGLU in the order of dot.h (the SIMD tables give the same bits).  Comparisons are written as the SIMD

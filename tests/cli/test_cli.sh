@@ -343,3 +343,54 @@ fi
 printf '{"type":"number","multipleOf":3}' >"$T/s2.json"
 expect run_json_schema_unsupported 1 "multipleOf" "$BIN" run -m "$M/stories260K.gguf" --json-schema "$T/s2.json"
 expect run_regex_unsupported 1 "lookahead" "$BIN" run -m "$M/stories260K.gguf" --regex '(?=a)a'
+# The default KV pool is sized from the available memory (CINFER_MEM_AVAILABLE pretends a machine): for
+# stories260K in f16 a 16-token block is 2 x 5 layers x 4 KV heads x 8 dims x 2 bytes x 16 = 10240 bytes and its
+# F32 weights are 292800 x 4 = 1171200 bytes.  A quarter of 1 GiB minus the weights = 267264256 bytes = 26100
+# whole blocks (the cap, 4096 sequences x 128 blocks, does not bind).
+pool_line() { grep -m1 '^cinfer run: KV pool' "$T/err"; }
+if CINFER_MEM_AVAILABLE=1G "$BIN" run -m "$M/stories260K.gguf" -p "Once" -n 2 --max-seqs 4096 \
+    --kv-mem-fraction 0.25 >/dev/null 2>"$T/err" &&
+    pool_line | grep -qF 'KV pool 254.9 MiB = 26100 blocks of 16 tokens = 417600 tokens (f16, 640 bytes per token), sized by memory: 25% of 1024 MiB available minus 1 MiB of weights;'; then
+    pass kv_pool_from_memory
+else
+    fail kv_pool_from_memory "$(pool_line)"
+fi
+# The cap: 3 sequences of a 100-token context never need more than 3 x ceil(100 / 16) = 21 blocks.
+if "$BIN" run -m "$M/stories260K.gguf" -p "Once" -n 2 --max-seqs 3 -c 100 >/dev/null 2>"$T/err" &&
+    pool_line | grep -qF '= 21 blocks of 16 tokens = 336 tokens (f16, 640 bytes per token), sized by cap:'; then
+    pass kv_pool_capped
+else
+    fail kv_pool_capped "$(pool_line)"
+fi
+# Memory short (half of 40 MiB is 20 MiB, under the 64 MiB floor): 64 MiB / 10240 = 6553 blocks.
+if CINFER_MEM_AVAILABLE=40M "$BIN" run -m "$M/stories260K.gguf" -p "Once" -n 2 >/dev/null 2>"$T/err" &&
+    pool_line | grep -qF '= 6553 blocks of 16 tokens' && pool_line | grep -qF 'sized by floor:'; then
+    pass kv_pool_floor
+else
+    fail kv_pool_floor "$(pool_line)"
+fi
+# The flags still override: --kv-mem 1M = 102 blocks of 10240 bytes, --kv-blocks as given.
+if CINFER_MEM_AVAILABLE=1G "$BIN" run -m "$M/stories260K.gguf" -p "Once" -n 2 --kv-mem 1M >/dev/null 2>"$T/err" &&
+    pool_line | grep -qF '= 102 blocks of 16 tokens = 1632 tokens (f16, 640 bytes per token), sized by --kv-mem;'; then
+    pass kv_pool_kv_mem_overrides
+else
+    fail kv_pool_kv_mem_overrides "$(pool_line)"
+fi
+if "$BIN" run -m "$M/stories260K.gguf" -p "Once" -n 2 --kv-blocks 7 --kv-type f32 >/dev/null 2>"$T/err" &&
+    pool_line | grep -qF '= 7 blocks of 16 tokens = 112 tokens (f32, 1280 bytes per token), sized by --kv-blocks;'; then
+    pass kv_pool_kv_blocks_overrides
+else
+    fail kv_pool_kv_blocks_overrides "$(pool_line)"
+fi
+expect kv_mem_fraction_range 2 "--kv-mem-fraction" "$BIN" run -m "$M/stories260K.gguf" --kv-mem-fraction 1.5
+# The pool's pages are touched only as blocks are used: a 2 GiB pool leaves the peak RSS of a short run far
+# below it (measured from outside with getrusage of the child; about 18 MiB in a release build, 310 MiB under
+# ASan, whose shadow of the pool is an eighth of it; a pool cleared up front would be over 2 GiB).
+if rss=$(python3 -c 'import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' "$BIN" run -m "$M/stories260K.gguf" -p Once -n 4 \
+    --kv-mem 2G --max-seqs 4096) && [ "$rss" -lt 1048576 ]; then
+    pass kv_pool_lazy_pages
+else
+    fail kv_pool_lazy_pages "peak RSS ${rss:-?} KiB with a 2 GiB pool"
+fi

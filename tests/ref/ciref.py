@@ -124,6 +124,13 @@ def kv_round(kv_type):
     return q8_0
 
 
+def q_round(kv_type):
+    """The rounding cinfer applies to each query row before the attention scores with a cache of kv_type, or
+    None: a q8_0 cache scores with integer dots against the query quantized by the same Q8_0 quantizer as K
+    (kv_round's), as ggml's flash attention does for -ctk q8_0; f32 and f16 caches use the float query."""
+    return kv_round("q8_0") if kv_type == "q8_0" else None
+
+
 def compare_logits(rep, name, got, ref, rel_tol):
     """PASS if max|got-ref| <= rel_tol * max(1, max|ref|) at every position; prints the observed diff."""
     if got.shape != ref.shape:

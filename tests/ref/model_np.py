@@ -111,6 +111,10 @@ class Model:
         # Optional rounding of each new K/V row [n][kv_heads][head_dim] as the cache stores it (cinfer's
         # --kv-type f16 / q8_0, see ciref.kv_round); None keeps float64 K/V (an f32 cache up to arithmetic).
         self.kv_round = None
+        # Optional rounding of the query rows [n][heads][head_dim] before the scores (a q8_0 cache scores
+        # against the query quantized to Q8_0 too, see ciref.q_round); not applied to soft-capped layers,
+        # whose scores cinfer computes from the float query.
+        self.q_round = None
         self.n_vocab = self.w["token_embd.weight"].shape[0]
         # Llama 3 scaling: theta_i = pos * base^(-2i/rope_dim) / rope_freqs[i]; ignore_rope_freqs drops them
         # (what a loader that skipped the tensor would compute).
@@ -528,6 +532,8 @@ class Model:
             k = self._rope(k, pos, local)
             if self.kv_round is not None:
                 k, v = self.kv_round(k), self.kv_round(v)
+            if self.q_round is not None and not (self.attn_softcap > 0 and not self.ignore_softcap):
+                q = self.q_round(q)
             if cache["k"][layer] is not None:
                 k = np.concatenate([cache["k"][layer], k], axis=0)
                 v = np.concatenate([cache["v"][layer], v], axis=0)

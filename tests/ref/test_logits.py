@@ -13,13 +13,18 @@ Tolerances: max|cinfer - ref| <= tol * max(1, max|ref|) over all positions and v
 Determinism: --threads 1 vs 2 and --block-size 1 / 16 / context length give byte-identical logits, and the
 logits of a prefix are byte-identical to the first rows of the full sequence's logits.
 KV cache element types (--kv-type f16, q8_0): the reference rounds each new K/V row the way the cache stores it
-(numpy float16; ggml's Q8_0 quantizer then the reference dequantizer, ciref.kv_round) and cinfer's logits must
-match it within KV_TOL, on stories260K (f16 only: head_dim 8) and the f32 tiny / tiny-qwen2 synthetic models
-(head_dim 32).  Measured (max|diff| / max(1, max|ref|)): stories260K f16 5.4e-6; tiny f16 3.0e-4, q8_0 1.1e-6;
-tiny-qwen2 f16 1.3e-4, q8_0 7.6e-7.  f16 sits above f32's 1e-4 because cinfer's float32 K/V and the reference's
-float64 ones now and then round to neighbouring halves.  Against a reference that does NOT round (a cache that
-silently stays f32) the same numbers are 5.7e-4 (stories f16), 2.8e-3 / 2.0e-3 (f16) and 0.048 / 0.044 (q8_0),
-so each tolerance below fails that.  The determinism checks above run for each KV type too.
+(numpy float16; ggml's Q8_0 quantizer then the reference dequantizer, ciref.kv_round), and for q8_0 also the
+query rows before the scores (the same quantizer, ciref.q_round: cinfer's q8_0 attention scores with integer dots
+against the quantized query, as ggml's flash attention does), and cinfer's logits must match it within KV_TOL,
+on stories260K (f16 only: head_dim 8) and the f32 tiny / tiny-qwen2 synthetic models (head_dim 32).  Measured
+(max|diff| / max(1, max|ref|)): stories260K f16 5.4e-6; tiny f16 3.0e-4, q8_0 2.8e-7; tiny-qwen2 f16 1.3e-4,
+q8_0 2.6e-7 with the AVX2/AVX-512 tables; with the scalar table (CINFER_NO_SIMD=1, other float32 query values)
+1.9e-3 / 7.1e-3: a query value at a rounding edge takes the neighbouring int8 code in cinfer's float32 and the
+reference's, and these peaky synthetic models amplify one code's score change.  f16 sits above f32's 1e-4 because cinfer's float32 K/V and the reference's float64
+ones now and then round to neighbouring halves.  Against a reference that does NOT round (a cache that silently
+stays f32) the same numbers are 5.7e-4 (stories f16), 2.8e-3 / 2.0e-3 (f16) and 0.048 / 0.044 (q8_0), and
+against one that rounds K/V but scores with the float query 0.037 / 0.042 (q8_0), so each tolerance below
+fails those.  The determinism checks above run for each KV type too.
 Before any of that, the reference itself is checked: the dequantizers on hand-built blocks, the three stories260K
 readers against each other (bit-exact tensors), and full-sequence vs incremental (K/V cache) reference logits.
 """
@@ -210,7 +215,7 @@ def check_determinism(rep, label, path, tokens, n_ctx, tmp, tokenizer=None, kv_t
 
 
 # --kv-type tolerances (see the module docstring for the measurements): (model label, kv type) -> tolerance
-KV_TOL = {"f16": 1e-3, "q8_0": 5e-3}
+KV_TOL = {"f16": 1e-3, "q8_0": 1.5e-2}
 KV_TOL_STORIES_F16 = 1e-4
 
 
@@ -222,9 +227,9 @@ def check_kv_types(rep, label, path, tokens, tmp, types, tol):
         return rep.fail("kv_%s" % label, "reference cannot load %s: %s" % (path, e))
     for t in types:
         name = "logits_kv_%s_%s" % (t, label)
-        m.kv_round = ciref.kv_round(t)
+        m.kv_round, m.q_round = ciref.kv_round(t), ciref.q_round(t)
         ref = m.forward(tokens)
-        m.kv_round = None
+        m.kv_round = m.q_round = None
         try:
             got, _ = ciref.cinfer_logits(path, tokens, os.path.join(tmp, "%s.kv-%s.f32" % (label, t)), kv_type=t)
         except CinferError as e:

@@ -51,13 +51,13 @@ def check_no_sanitizer_report(name):
 class Server:
     """A `cinfer serve` process on port 0 (the kernel picks a free port; the server prints its URL)."""
 
-    def __init__(self, *args, model=STORIES, wait_ready=True, timeout=15.0, kv_type="f32"):
+    def __init__(self, *args, model=STORIES, wait_ready=True, timeout=15.0, kv_type="f32", env=None):
         # The tests compare against references computed in float (llama2.c's greedy text, the numpy model), so
         # the server gets the f32 KV cache explicitly (serve's default is f16); kv_type=None: the default.
         kv = ["--kv-type", kv_type] if kv_type and "--kv-type" not in args else []
         self.args = ["serve", "-m", model, "--port", "0", "--threads", "1"] + kv + list(args)
         self.proc = subprocess.Popen([BIN] + self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, errors="replace")
+                                     text=True, errors="replace", env=dict(os.environ, **env) if env else None)
         self.lines = []
         ALL.append(self)
         self.url = None

@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "core/check.h"
@@ -13,6 +14,7 @@
 #include "core/queue.h"
 #include "core/rng.h"
 #include "engine/engine.h"
+#include "engine/kv_budget.h"
 #include "engine/generate.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -403,7 +405,8 @@ TEST(embeddings_independent_of_batch_and_preemption) {
 }
 
 /* A model file claims a context of 16,777,216 tokens (a 1 MB file could make the engine allocate 20 GiB):
- * the pool stays within its configured budget and the served context is clamped to what the pool holds. */
+ * the pool stays within its budget (the default: half the available memory, here a pretended 1 GiB, minus
+ * the weights; or an explicit --kv-mem) and the served context is clamped to what the pool holds. */
 TEST(file_context_never_sizes_the_pool) {
     char path[512];
     test_tmp_path(path, sizeof path, "ctx.gguf");
@@ -424,6 +427,7 @@ TEST(file_context_never_sizes_the_pool) {
     struct model *m = NULL;
     ASSERT_STATUS(model_load(path, &m, &err), CI_OK);
     CHECK(m->config.n_ctx_train == 1 << 24);
+    ASSERT(setenv("CINFER_MEM_AVAILABLE", "1G", 1) == 0);
     for (int contiguous = 0; contiguous < 2; contiguous++) {
         struct engine_params p = base();
         p.contiguous_kv = contiguous;
@@ -431,7 +435,8 @@ TEST(file_context_never_sizes_the_pool) {
         ASSERT_STATUS(engine_create(m, NULL, &p, &e, &err), CI_OK);
         struct engine_info info;
         engine_info(e, &info);
-        CHECK(info.kv_bytes <= 256ll << 20);
+        CHECK(info.kv_bytes <= (512ll << 20) - (int64_t)model_weight_bytes(m));
+        CHECK(info.kv_sizing == KV_SIZED_MEMORY && info.mem_available == 1ll << 30);
         CHECK(info.n_ctx < 1 << 24 && info.n_ctx > 0);
         CHECK((int64_t)info.n_blocks * info.block_size >= info.n_ctx); // one whole-context sequence fits
         engine_free(e);
@@ -441,6 +446,7 @@ TEST(file_context_never_sizes_the_pool) {
         CHECK(info.kv_bytes <= 4 << 20 && info.n_ctx > 0);
         engine_free(e);
     }
+    unsetenv("CINFER_MEM_AVAILABLE");
     model_free(m);
     unlink(path);
 }

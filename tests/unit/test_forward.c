@@ -27,14 +27,16 @@
 #define LONG_PROMPT  450
 
 // f16 / q8_0 KV against f32: largest logit difference over the largest |logit|, about 3-4x the measured
-// values (stories260K f16 4.8e-4; synthetic tiny f16 1.8e-3, q8_0 3.4e-2: random weights, flat logits)
+// values (stories260K f16 4.8e-4; synthetic tiny f16 1.8e-3, q8_0 3.4e-2 when only K/V were rounded, 4.8e-2
+// since the q8_0 scores also quantize the query (dot.h): random weights, flat logits)
 #define TOL_F16_STORIES 2e-3
 #define TOL_F16_TINY    6e-3
 #define TOL_Q8_0_TINY   0.1
 // The MoE presets: the rounded cache can flip a near-tied router choice, a step rather than a drift (measured
-// f16 0.055 on tiny-qwen2moe-q8_0, 0.0022 on tiny-qwen3moe; q8_0 0.089 and 0.146)
+// f16 0.055 on tiny-qwen2moe-q8_0, 0.0022 on tiny-qwen3moe; q8_0 0.089 and 0.146 with only K/V rounded, 0.275
+// and 0.184 since the q8_0 scores also quantize the query: a sanity bound, the precision is test_logits.py's)
 #define TOL_F16_MOE  0.1
-#define TOL_Q8_0_MOE 0.25
+#define TOL_Q8_0_MOE 0.4
 
 struct run_cfg {
     int n_threads;
@@ -278,7 +280,7 @@ TEST(invariance_tiny_kv_types) {
  * split over the threads by segment): sequence 0 has a 450-token prompt and decodes 24 tokens at positions
  * 450..473.  Its logits are bit-identical with 1, 2, 3 or 4 threads, block sizes 16, 7 and 1, the prompt in
  * one batch or in chunks of 100 or 64 tokens (runs that cross the segment edge at 256), alone or beside
- * other sequences, for f32 and f16 KV. */
+ * other sequences, for f32, f16 and q8_0 KV. */
 TEST(invariance_long_context_threads) {
     char path[512];
     test_tmp_path(path, sizeof path, "tiny-long.gguf");
@@ -297,8 +299,8 @@ TEST(invariance_long_context_threads) {
         specs[0].prompt[i] = (int32_t)(ci_rng_u64(&rng) % (uint64_t)n_vocab);
     size_t n = (size_t)N_STEPS * n_vocab;
     float *base = ci_malloc(n * sizeof(float)), *other = ci_malloc(n * sizeof(float));
-    static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16};
-    for (int ti = 0; ti < 2; ti++) {
+    static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
+    for (int ti = 0; ti < 3; ti++) {
         kv_type = types[ti];
         struct run_cfg ref = {1, 16, 1, 0};
         if (run(&ref, base)) {

@@ -1379,6 +1379,18 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *const 
         seq[t] = att_tok_seq[t];
     }
     float scale = 1.0f / sqrtf((float)hd);
+    // A Q8_0 cache scores against the query quantized to Q8_0 as well (dot.h; not under soft-capping): the
+    // reference takes the query values those blocks hold.
+    float *qref = q;
+    if (att_type == CI_TYPE_Q8_0 && !(att_softcap > 0.0f)) {
+        struct ci_block_q8_0 qb[CI_ATTN_MAX_HEAD_DIM / CI_QK8_0];
+        qref = q2;
+        for (size_t row = 0; row < qn / (size_t)hd; row++) {
+            ci_quantize_row(CI_TYPE_Q8_0, q + row * hd, qb, hd);
+            ci_dequantize_row(CI_TYPE_Q8_0, qb, qref + row * hd, hd);
+        }
+    }
+    attn_reference(c, qref, kc, vc, scale, ref);
     struct ci_attn_args a = {.n_tokens = att_n_tokens,
                              .q = q,
                              .pos = pos,
@@ -1391,7 +1403,6 @@ static void attn_case_run(const struct att_case *c, struct ci_threadpool *const 
                              .window = att_window,
                              .softcap = att_softcap,
                              .sinks = att_sinks};
-    attn_reference(c, q, kc, vc, scale, ref);
     for (int pass = 0; pass < n_tables; pass++) {
         ci_kernels_force_table(tables[pass]);
         a.out = out;
@@ -1653,8 +1664,10 @@ TEST(kv_row_bytes) {
 
 /* Chunk kernels on their own: random q/K/V, n = 1..16 positions (two chunks in a row, so the running max,
  * sum and accumulator carry over), ng = 1, 3, 8 heads, head_dim 32, 64, 128.  For every table and KV type:
- * within 1e-5 of the scalar f32 chunk on the dequantized rows, and for f16 / q8_0 the exact bits of the
- * same table's f32 chunk on the dequantized rows (the widening is exact). */
+ * within 1e-5 of the scalar f32 chunk on the dequantized rows (q8_0: and the dequantized Q8_0 query, which
+ * its integer scores use); for f16 the exact bits of the same table's f32 chunk on the widened rows (the
+ * widening is exact); for q8_0 the running max, a pure function of the integer scores, the exact bits of the
+ * scalar q8_0 chunk in every table. */
 TEST(attn_chunk_kernels_match_scalar) {
     enum { MAXG = 8, MAXD = 128 };
     static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
@@ -1663,6 +1676,8 @@ TEST(attn_chunk_kernels_match_scalar) {
     ci_rng_seed(&r, 4242);
     float qv[MAXG * MAXD], kf[2 * CI_ATTN_CHUNK * MAXD], vf[2 * CI_ATTN_CHUNK * MAXD];
     float kd[2 * CI_ATTN_CHUNK * MAXD], vd[2 * CI_ATTN_CHUNK * MAXD]; // the stored values, dequantized
+    float qdv[MAXG * MAXD];                                           // the query as Q8_0 holds it
+    struct ci_block_q8_0 qb[MAXG * MAXD / CI_QK8_0];
     unsigned char kb[2 * CI_ATTN_CHUNK * MAXD * 4], vb[2 * CI_ATTN_CHUNK * MAXD * 4];
     for (size_t ti = 0; ti < 3; ti++)
         for (size_t hi = 0; hi < 3; hi++)
@@ -1671,6 +1686,7 @@ TEST(attn_chunk_kernels_match_scalar) {
                     uint32_t type = types[ti];
                     int hd = hds[hi], ng = ngs[gi], n = ns[ni];
                     size_t rb = ci_kv_row_bytes(type, hd);
+                    bool q8 = type == CI_TYPE_Q8_0;
                     fill_normal(&r, qv, ng * hd, 1.5);
                     fill_normal(&r, kf, 2 * n * hd, 1.0);
                     fill_normal(&r, vf, 2 * n * hd, 1.0);
@@ -1688,24 +1704,31 @@ TEST(attn_chunk_kernels_match_scalar) {
                             kdp[c][i] = kd + e * hd;
                             vdp[c][i] = vd + e * hd;
                         }
-                    const float *q[MAXG];
-                    for (int g = 0; g < ng; g++)
-                        q[g] = qv + g * hd;
-                    float scale = 1.0f / sqrtf((float)hd);
-                    // The scalar f32 chunk on the dequantized rows: the reference.
-                    float m0[MAXG], l0[MAXG], a0[MAXG * MAXD];
+                    const float *q[MAXG], *qd[MAXG];
+                    const struct ci_block_q8_0 *qq[MAXG];
                     for (int g = 0; g < ng; g++) {
-                        m0[g] = -INFINITY;
-                        l0[g] = 0;
+                        q[g] = qv + g * hd;
+                        qq[g] = qb + g * (hd / CI_QK8_0);
+                        ci_quantize_row(CI_TYPE_Q8_0, q[g], qb + g * (hd / CI_QK8_0), hd);
+                        ci_dequantize_row(CI_TYPE_Q8_0, qq[g], qdv + g * hd, hd);
+                        qd[g] = q8 ? qdv + g * hd : q[g];
+                    }
+                    float scale = 1.0f / sqrtf((float)hd);
+                    // The scalar f32 chunk on the dequantized rows: the reference; and the scalar q8_0 chunk.
+                    float m0[MAXG], l0[MAXG], a0[MAXG * MAXD], mq[MAXG], lq[MAXG], aq[MAXG * MAXD];
+                    for (int g = 0; g < ng; g++) {
+                        m0[g] = mq[g] = -INFINITY;
+                        l0[g] = lq[g] = 0;
                     }
                     memset(a0, 0, sizeof a0);
-                    for (int c = 0; c < 2; c++)
-                        ci_ref_attn_f32(kdp[c], vdp[c], n, q, ng, hd, scale, m0, l0, a0);
+                    memset(aq, 0, sizeof aq);
+                    for (int c = 0; c < 2; c++) {
+                        ci_ref_attn_f32(kdp[c], vdp[c], n, qd, ng, hd, scale, m0, l0, a0);
+                        if (q8)
+                            ci_ref_attn_q8_0(kp[c], vp[c], n, qq, ng, hd, scale, mq, lq, aq);
+                    }
                     for (int t = 0; t < n_tables; t++) {
                         const struct ci_dot_table *tab = tables[t];
-                        ci_attn_chunk_fn fn = type == CI_TYPE_F32   ? tab->attn_f32
-                                              : type == CI_TYPE_F16 ? tab->attn_f16
-                                                                    : tab->attn_q8_0;
                         float m1[MAXG], l1[MAXG], a1[MAXG * MAXD], m2[MAXG], l2[MAXG], a2[MAXG * MAXD];
                         for (int g = 0; g < ng; g++) {
                             m1[g] = m2[g] = -INFINITY;
@@ -1714,7 +1737,11 @@ TEST(attn_chunk_kernels_match_scalar) {
                         memset(a1, 0, sizeof a1);
                         memset(a2, 0, sizeof a2);
                         for (int c = 0; c < 2; c++) {
-                            fn(kp[c], vp[c], n, q, ng, hd, scale, m1, l1, a1);
+                            if (q8)
+                                tab->attn_q8_0(kp[c], vp[c], n, qq, ng, hd, scale, m1, l1, a1);
+                            else
+                                (type == CI_TYPE_F32 ? tab->attn_f32 : tab->attn_f16)(kp[c], vp[c], n, q, ng,
+                                                                                      hd, scale, m1, l1, a1);
                             tab->attn_f32(kdp[c], vdp[c], n, q, ng, hd, scale, m2, l2, a2);
                         }
                         for (int g = 0; g < ng; g++) {
@@ -1728,9 +1755,13 @@ TEST(attn_chunk_kernels_match_scalar) {
                                                tab->isa, ci_type_name(type), hd, ng, n, g, d, o1, o0);
                             }
                         }
-                        CHECK1(memcmp(m1, m2, ng * sizeof(float)) == 0);
-                        CHECK1(memcmp(l1, l2, ng * sizeof(float)) == 0);
-                        CHECK1(memcmp(a1, a2, (size_t)ng * hd * sizeof(float)) == 0);
+                        if (q8) {
+                            CHECK1(memcmp(m1, mq, ng * sizeof(float)) == 0);
+                        } else {
+                            CHECK1(memcmp(m1, m2, ng * sizeof(float)) == 0);
+                            CHECK1(memcmp(l1, l2, ng * sizeof(float)) == 0);
+                            CHECK1(memcmp(a1, a2, (size_t)ng * hd * sizeof(float)) == 0);
+                        }
                     }
                 }
 }
@@ -1749,6 +1780,7 @@ TEST(attn_group_kernels_match_per_token) {
     static float qv[MAXR * MAXD], kf[MAXP * MAXD], vf[MAXP * MAXD];
     static unsigned char kb[MAXP * MAXD * 4], vb[MAXP * MAXD * 4];
     static float a1[MAXR * MAXD], a2[MAXR * MAXD];
+    static struct ci_block_q8_0 qb[MAXR * MAXD / CI_QK8_0];
     for (size_t ti = 0; ti < 3; ti++)
         for (size_t hi = 0; hi < 3; hi++) {
             uint32_t type = types[ti];
@@ -1770,16 +1802,18 @@ TEST(attn_group_kernels_match_per_token) {
                         int ng = ngs[gi], nr = nt * ng, p_first = firsts[fi], p_last = p_first + nt - 1;
                         fill_normal(&r, qv, (int64_t)nr * hd, 1.5);
                         const float *q[MAXR];
-                        for (int i = 0; i < nr; i++)
+                        const struct ci_block_q8_0 *qq[MAXR];
+                        for (int i = 0; i < nr; i++) {
                             q[i] = qv + (size_t)i * hd;
+                            qq[i] = qb + (size_t)i * (hd / CI_QK8_0);
+                            ci_quantize_row(CI_TYPE_Q8_0, q[i], qb + (size_t)i * (hd / CI_QK8_0), hd);
+                        }
+                        const bool q8 = type == CI_TYPE_Q8_0;
                         for (int t = 0; t < n_tables; t++) {
                             const struct ci_dot_table *tab = tables[t];
-                            ci_attn_chunk_fn fn = type == CI_TYPE_F32   ? tab->attn_f32
-                                                  : type == CI_TYPE_F16 ? tab->attn_f16
-                                                                        : tab->attn_q8_0;
-                            ci_attn_group_fn gfn = type == CI_TYPE_F32   ? tab->attn_grp_f32
-                                                   : type == CI_TYPE_F16 ? tab->attn_grp_f16
-                                                                         : tab->attn_grp_q8_0;
+                            ci_attn_chunk_fn fn = type == CI_TYPE_F32 ? tab->attn_f32 : tab->attn_f16;
+                            ci_attn_group_fn gfn =
+                                type == CI_TYPE_F32 ? tab->attn_grp_f32 : tab->attn_grp_f16;
                             float m1[MAXR], l1[MAXR], m2[MAXR], l2[MAXR];
                             for (int i = 0; i < nr; i++) {
                                 m1[i] = m2[i] = -INFINITY;
@@ -1791,8 +1825,12 @@ TEST(attn_group_kernels_match_per_token) {
                                 for (int p0 = 0; p0 <= p_first + i; p0 += CI_ATTN_CHUNK) {
                                     int n = p_first + i + 1 - p0 < CI_ATTN_CHUNK ? p_first + i + 1 - p0
                                                                                  : CI_ATTN_CHUNK;
-                                    fn(kp + p0, vp + p0, n, q + i * ng, ng, hd, scale, m1 + i * ng,
-                                       l1 + i * ng, a1 + (size_t)i * ng * hd);
+                                    if (q8)
+                                        tab->attn_q8_0(kp + p0, vp + p0, n, qq + i * ng, ng, hd, scale,
+                                                       m1 + i * ng, l1 + i * ng, a1 + (size_t)i * ng * hd);
+                                    else
+                                        fn(kp + p0, vp + p0, n, q + i * ng, ng, hd, scale, m1 + i * ng,
+                                           l1 + i * ng, a1 + (size_t)i * ng * hd);
                                 }
                             for (int p0 = 0; p0 <= p_last; p0 += CI_ATTN_CHUNK) { // grouped, as attn.c
                                 int n[MAXR], i0 = p0 > p_first ? p0 - p_first : 0;
@@ -1802,8 +1840,12 @@ TEST(attn_group_kernels_match_per_token) {
                                                             ? p_first + i + 1 - p0
                                                             : CI_ATTN_CHUNK;
                                 int r0 = i0 * ng;
-                                gfn(kp + p0, vp + p0, n + r0, nr - r0, q + r0, hd, scale, m2 + r0, l2 + r0,
-                                    a2 + (size_t)r0 * hd);
+                                if (q8)
+                                    tab->attn_grp_q8_0(kp + p0, vp + p0, n + r0, nr - r0, qq + r0, hd, scale,
+                                                       m2 + r0, l2 + r0, a2 + (size_t)r0 * hd);
+                                else
+                                    gfn(kp + p0, vp + p0, n + r0, nr - r0, q + r0, hd, scale, m2 + r0,
+                                        l2 + r0, a2 + (size_t)r0 * hd);
                             }
                             if (memcmp(m1, m2, nr * sizeof(float)) != 0 ||
                                 memcmp(l1, l2, nr * sizeof(float)) != 0 ||
