@@ -100,7 +100,8 @@ enum ci_status ci_mpi_init(int *rank, int *size, struct ci_err *err) {
     return none(err);
 }
 
-void ci_mpi_finalize(void) {}
+void ci_mpi_finalize(void) {
+}
 
 void ci_mpi_abort(int code) {
     (void)code;

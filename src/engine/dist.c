@@ -57,10 +57,11 @@ enum ci_status dist_create(int n, struct dist **out, struct ci_err *err) {
         return mpi(d, s);
     d->met = true; // every rank sees the same world size: a mismatch is everybody's, ended cleanly
     if (d->size != n)
-        return ci_err_set(err, CI_ERR_INVALID,
-                          "--tp %d but this MPI world has %d process(es): start it as mpirun -np %d cinfer ... "
-                          "--tp %d",
-                          n, d->size, n, n);
+        return ci_err_set(
+            err, CI_ERR_INVALID,
+            "--tp %d but this MPI world has %d process(es): start it as mpirun -np %d cinfer ... "
+            "--tp %d",
+            n, d->size, n, n);
     return CI_OK;
 }
 
@@ -81,8 +82,8 @@ struct agree_msg {
     char msg[200];
 };
 
-enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *load_err, uint64_t options_hash,
-                          struct ci_err *err) {
+enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *load_err,
+                          uint64_t options_hash, struct ci_err *err) {
     struct agree_msg mine = {0};
     struct ci_err e = {0};
     enum ci_status s = m ? CI_OK : (load_err && load_err->code != CI_OK ? load_err->code : CI_ERR_INTERNAL);
@@ -107,8 +108,8 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
     for (int r = 0; r < d->size && s == CI_OK; r++) {
         all[r].msg[sizeof all[r].msg - 1] = '\0';
         if (all[r].status != CI_OK)
-            s = ci_err_set(err, (enum ci_status)all[r].status, "rank %d of %d failed to start: %s", r, d->size,
-                           all[r].msg);
+            s = ci_err_set(err, (enum ci_status)all[r].status, "rank %d of %d failed to start: %s", r,
+                           d->size, all[r].msg);
         else if (all[r].fingerprint != all[0].fingerprint)
             s = ci_err_set(err, CI_ERR_INVALID,
                            "rank %d loaded a different model than rank 0 (its hyper-parameters or tensor "
@@ -203,8 +204,8 @@ static enum ci_status on_allreduce(void *ctx, float *buf, size_t n, struct ci_er
     return s;
 }
 
-enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool, const struct kv_pool_params *kp,
-                         int max_tokens, int n_ctx, struct ci_err *err) {
+enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool,
+                         const struct kv_pool_params *kp, int max_tokens, int n_ctx, struct ci_err *err) {
     if (d->rank != 0 || d->opened || d->broken)
         return ci_err_set(err, CI_ERR_INTERNAL, "tensor parallelism: dist_open on rank %d (open %d)", d->rank,
                           d->opened);
@@ -238,8 +239,8 @@ struct worker {
     struct kv_pool *pool;
     struct forward *fwd;
     struct ci_kv_layer *layers;
-    uint8_t *no_logits;          // [max_tokens] zeros: the head is rank 0's
-    struct ci_attn_seq *seqs;    // [max_tokens]
+    uint8_t *no_logits;       // [max_tokens] zeros: the head is rank 0's
+    struct ci_attn_seq *seqs; // [max_tokens]
     int max_tokens, n_blocks, block_size;
 };
 
@@ -291,11 +292,12 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
     int n_tok = h[1], n_seqs = h[2], n_copies = h[3], n_ids = h[4];
     if (!w->fwd || n_tok < 1 || n_tok > w->max_tokens || n_seqs < 1 || n_seqs > n_tok || n_copies < 0 ||
         n_ids < 0)
-        return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: a malformed step (%d tokens, %d sequences)",
-                          n_tok, n_seqs);
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "tensor parallelism: a malformed step (%d tokens, %d sequences)", n_tok, n_seqs);
     size_t n = (size_t)n_copies * 3 + (size_t)n_tok * 3 + (size_t)n_seqs + (size_t)n_ids;
     enum ci_status s;
-    if ((s = reserve_buf(d, n, err)) != CI_OK || (s = mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, err))))
+    if ((s = reserve_buf(d, n, err)) != CI_OK ||
+        (s = mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, err))))
         return s;
     const int32_t *p = d->buf;
     for (int i = 0; i < n_copies; i++, p += 3) {

@@ -40,13 +40,13 @@ int dist_size(const struct dist *d);
  * this rank's part and checks with every other rank that all loaded, sharded, and hold the same model (its
  * fingerprint) with the same options (options_hash, e.g. of the command line).  The first problem, naming
  * the rank, on every rank alike. */
-enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *load_err, uint64_t options_hash,
-                          struct ci_err *err);
+enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *load_err,
+                          uint64_t options_hash, struct ci_err *err);
 
 /* Rank 0: the workers make a forward pass and KV pool like these; f (over pool) becomes the shard that
  * broadcasts each batch, and pool's block copies are repeated on the workers.  One open at a time. */
-enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool, const struct kv_pool_params *kp,
-                         int max_tokens, int n_ctx, struct ci_err *err);
+enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool,
+                         const struct kv_pool_params *kp, int max_tokens, int n_ctx, struct ci_err *err);
 /* Rank 0: the workers free what dist_open made them make (nothing if the world is broken). */
 void dist_close(struct dist *d);
 

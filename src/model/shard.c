@@ -60,14 +60,16 @@ static enum ci_status check_div(const char *what, int v, int n, struct ci_err *e
  * as even as down's blocks allow (its columns split on block boundaries: 256 for the K-quants), so they may
  * differ by a block; *len is this rank's. */
 static enum ci_status shard_ffn(struct ci_tensor *gate, struct ci_tensor *up, struct ci_tensor *down, int ff,
-                                int64_t blk, int rank, int n, const char *what, int *len, struct ci_err *err) {
+                                int64_t blk, int rank, int n, const char *what, int *len,
+                                struct ci_err *err) {
     int64_t units = ff / blk;
     int64_t lo = units * rank / n * blk, hi = units * (rank + 1) / n * blk;
     if (ff % blk || hi <= lo)
-        return ci_err_set(err, CI_ERR_UNSUPPORTED,
-                          "--tp %d: the %s (%d) holds %lld blocks of %lld columns of %s, too few to give each "
-                          "rank whole blocks: use fewer ranks or another weight type",
-                          n, what, ff, (long long)units, (long long)blk, ci_type_name(down->type));
+        return ci_err_set(
+            err, CI_ERR_UNSUPPORTED,
+            "--tp %d: the %s (%d) holds %lld blocks of %lld columns of %s, too few to give each "
+            "rank whole blocks: use fewer ranks or another weight type",
+            n, what, ff, (long long)units, (long long)blk, ci_type_name(down->type));
     slice_rows(gate, lo, hi - lo);
     slice_rows(up, lo, hi - lo);
     *len = (int)(hi - lo);
@@ -80,16 +82,18 @@ enum ci_status model_shard(struct model *m, int rank, int n, struct ci_err *err)
         return ci_err_set(err, CI_ERR_INVALID, "--tp: rank %d of %d", rank, n);
     if (n == 1)
         return CI_OK;
-    const char *why = c->encoder                            ? "an encoder (embeddings only)"
-                      : c->qkv_fused                        ? "fused Q/K/V projections"
-                      : c->ffn_fused                        ? "a fused gate/up projection"
+    const char *why = c->encoder                               ? "an encoder (embeddings only)"
+                      : c->qkv_fused                           ? "fused Q/K/V projections"
+                      : c->ffn_fused                           ? "a fused gate/up projection"
                       : c->moe_softmax_weight || c->swiglu_oai ? "gpt-oss experts"
-                                                            : NULL;
+                                                               : NULL;
     if (why)
-        return ci_err_set(err, CI_ERR_UNSUPPORTED, "--tp %d: %s (%s) is not supported with tensor parallelism yet",
-                          n, model_arch_name(c->arch), why);
+        return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                          "--tp %d: %s (%s) is not supported with tensor parallelism yet", n,
+                          model_arch_name(c->arch), why);
     enum ci_status s;
-    if ((s = check_div("head count", c->n_head, n, err)) || (s = check_div("KV head count", c->n_kv_head, n, err)))
+    if ((s = check_div("head count", c->n_head, n, err)) ||
+        (s = check_div("KV head count", c->n_kv_head, n, err)))
         return s;
     int ff = c->n_ff, ff_exp = c->n_ff_exp, ff_sh = c->n_ff_shexp; // this rank's shares
     // The FFN shares split on the coarsest block of each down projection over all layers (block sizes are
@@ -117,11 +121,12 @@ enum ci_status model_shard(struct model *m, int rank, int n, struct ci_err *err)
             if ((s = shard_ffn(&l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, c->n_ff_exp, blk_exp,
                                rank, n, "expert FFN length", &ff_exp, err)))
                 return s;
-            if (c->moe_shared_exp && (s = shard_ffn(&l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp,
-                                                    c->n_ff_shexp, blk_sh, rank, n, "shared expert FFN length",
-                                                    &ff_sh, err)))
+            if (c->moe_shared_exp &&
+                (s = shard_ffn(&l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, c->n_ff_shexp,
+                               blk_sh, rank, n, "shared expert FFN length", &ff_sh, err)))
                 return s;
-        } else if ((s = shard_ffn(&l->w_gate, &l->w_up, &l->w_down, c->n_ff, blk, rank, n, "FFN length", &ff, err))) {
+        } else if ((s = shard_ffn(&l->w_gate, &l->w_up, &l->w_down, c->n_ff, blk, rank, n, "FFN length", &ff,
+                                  err))) {
             return s;
         }
     }
@@ -141,8 +146,8 @@ static uint64_t hash_tensor(uint64_t h, const struct ci_tensor *t) {
         return ci_hash_bytes(h, "-", 1);
     if (t->name)
         h = ci_hash_bytes(h, t->name, strlen(t->name));
-    uint64_t meta[6] = {t->type, (uint64_t)t->ne[0], (uint64_t)t->ne[1], (uint64_t)t->ne[2], (uint64_t)t->ne[3],
-                        t->nbytes};
+    uint64_t meta[6] = {
+        t->type, (uint64_t)t->ne[0], (uint64_t)t->ne[1], (uint64_t)t->ne[2], (uint64_t)t->ne[3], t->nbytes};
     h = ci_hash_bytes(h, meta, sizeof meta);
     size_t k = t->nbytes < 32 ? (size_t)t->nbytes : 32;
     h = ci_hash_bytes(h, t->data, k);
@@ -151,18 +156,18 @@ static uint64_t hash_tensor(uint64_t h, const struct ci_tensor *t) {
 
 uint64_t model_fingerprint(const struct model *m) {
     const struct model_config *c = &m->config;
-    int64_t ints[] = {c->arch,      c->n_vocab,      c->n_embd,   c->n_layer,      c->n_head,
-                      c->n_kv_head, c->head_dim,     c->n_ff,     c->n_ctx_train,  c->rope_dim,
-                      c->n_expert,  c->n_expert_used, c->n_ff_exp, c->n_ff_shexp,  c->sliding_window,
-                      c->swa_period, c->rope_scaling, c->rope_orig_ctx, c->encoder, c->rope_neox};
-    float floats[] = {c->rope_base,     c->rms_eps,       c->rope_pos_scale, c->rope_attn_factor,
-                      c->rope_base_swa, c->attn_softcap,  c->final_softcap,  c->attn_scale};
+    int64_t ints[] = {c->arch,       c->n_vocab,       c->n_embd,        c->n_layer,     c->n_head,
+                      c->n_kv_head,  c->head_dim,      c->n_ff,          c->n_ctx_train, c->rope_dim,
+                      c->n_expert,   c->n_expert_used, c->n_ff_exp,      c->n_ff_shexp,  c->sliding_window,
+                      c->swa_period, c->rope_scaling,  c->rope_orig_ctx, c->encoder,     c->rope_neox};
+    float floats[] = {c->rope_base,     c->rms_eps,      c->rope_pos_scale, c->rope_attn_factor,
+                      c->rope_base_swa, c->attn_softcap, c->final_softcap,  c->attn_scale};
     uint64_t h = ci_hash_bytes(0x7470u, ints, sizeof ints);
     h = ci_hash_bytes(h, floats, sizeof floats);
     const struct model_weights *w = &m->weights;
-    const struct ci_tensor *top[] = {&w->tok_embd,   &w->output_norm, &w->output,    &w->rope_freqs,
-                                     &w->rope_long,  &w->rope_short,  &w->pos_embd,  &w->type_embd,
-                                     &w->tok_norm,   &w->tok_norm_b};
+    const struct ci_tensor *top[] = {&w->tok_embd,  &w->output_norm, &w->output,   &w->rope_freqs,
+                                     &w->rope_long, &w->rope_short,  &w->pos_embd, &w->type_embd,
+                                     &w->tok_norm,  &w->tok_norm_b};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
         h = hash_tensor(h, top[i]);
     for (int il = 0; il < c->n_layer; il++) {

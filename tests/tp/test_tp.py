@@ -18,11 +18,16 @@ mixtral / qwen3moe / qwen2moe experts, the last with a shared expert) in F32, Q8
     size than --tp, and --tp without mpirun.
 Skips (with a message, no PASS lines) only when mpirun is absent.  Prints PASS/FAIL lines."""
 
+import http.client
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 import numpy as np
 
@@ -114,6 +119,112 @@ def expect_error(name, cmd, words, timeout=60):
               err.strip().splitlines()[0] if err.strip() else "")
 
 
+class Serve:
+    """`cinfer serve` on a free port, alone or as rank 0 of `mpirun -np tp`; its stderr read on a thread."""
+
+    def __init__(self, model, tp):
+        args = ["serve", "-m", model, "--port", "0", "--kv-type", "f32", "--max-seqs", "16"]
+        cmd = mpirun(tp, args + ["--tp", str(tp), "-t", "1"]) if tp > 1 else [BIN] + args + ["-t", "2"]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+        self.lines, self.port, self.ready = [], None, threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.ready.wait(60):
+            raise ciref.CinferError("serve did not become ready: %s" % " | ".join(self.lines[-5:]))
+
+    def _read(self):
+        for raw in self.p.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.lines.append(line)
+            m = re.search(r"listening on http://[0-9.]+:([0-9]+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if " ready (" in line:
+                self.ready.set()
+
+    def complete(self, prompt, n):
+        body = json.dumps({"prompt": prompt, "max_tokens": 16, "temperature": 0, "n": n}).encode()
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = json.loads(r.read())
+        if r.status != 200:
+            raise ciref.CinferError("HTTP %d: %s" % (r.status, data))
+        return [ch["text"] for ch in sorted(data["choices"], key=lambda ch: ch["index"])]
+
+    def batch(self, prompts, n):
+        """The prompts sent at once (one thread each): {prompt: [texts]}."""
+        out, errs = {}, []
+
+        def one(p):
+            try:
+                out[p] = self.complete(p, n)
+            except Exception as e:  # noqa: BLE001 (reported as the test's failure)
+                errs.append(e)
+
+        ts = [threading.Thread(target=one, args=(p,)) for p in prompts]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise ciref.CinferError(errs[0])
+        return out
+
+    def rank0(self):
+        """The pid of rank 0 (mpirun's child whose environment says rank 0), or mpirun's own without one."""
+        try:
+            with open("/proc/%d/task/%d/children" % (self.p.pid, self.p.pid)) as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            return self.p.pid
+        for k in kids:
+            try:
+                with open("/proc/%d/environ" % k, "rb") as f:
+                    if b"OMPI_COMM_WORLD_RANK=0\0" in f.read():
+                        return k
+            except OSError:
+                pass
+        return self.p.pid
+
+    def stop(self, timeout=30):
+        """SIGTERM to the server (rank 0 under mpirun: it stops the other ranks); the exit status of the whole
+        (mpirun's), or None when something still runs after the timeout."""
+        os.kill(self.rank0(), signal.SIGTERM)
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return None
+
+
+def serving(rep_name, model):
+    """Concurrent greedy completions (a shared 100-token-long prefix, so the prefix cache hits from the second
+    round on; n = 2 samples fork the prompt's blocks and copy-on-write the shared partial block) through
+    `cinfer serve --tp 2` equal the single process's; then SIGTERM ends every rank."""
+    prefix = " ".join("w%d" % (i % 17) for i in range(60))
+    prompts = [prefix + " tail %d" % i for i in range(4)] + ["short %d" % i for i in range(2)]
+    results = {}
+    for tp in (1, 2):
+        srv = None
+        try:
+            srv = Serve(model, tp)
+            results[tp] = [srv.batch(prompts, 2), srv.batch(prompts, 2)]
+        except ciref.CinferError as e:
+            rep.fail(rep_name, "--tp %d: %s" % (tp, e))
+            if srv:
+                srv.stop()
+            return
+        rc = srv.stop()
+        if tp == 2:
+            stopped = any("cinfer serve: stopped" in line for line in srv.lines)
+            rep.check(rc == 0 and stopped, rep_name + "_sigterm_ends_all",
+                      "mpirun exit %s; stderr: %s" % (rc, srv.lines[-4:]), "rank 0 stopped, mpirun exited 0")
+    one, two = results[1], results[2]
+    same_pairs = all(len(t) == 2 and t[0] == t[1] for r in two for t in r.values())
+    rep.check(one == two and same_pairs, rep_name, "single %s\n--tp 2 %s" % (one, two),
+              "%d prompts x 2 samples x 2 rounds equal" % len(prompts))
+
+
 def synth(tmp, preset, typ, seed=1):
     path = os.path.join(tmp, "%s-%s-%d.gguf" % (preset, typ, seed))
     if not os.path.exists(path):
@@ -158,6 +269,9 @@ def main():
                 rep.check(a == b and len(a) == 40, name, "single %s, --tp 2 %s" % (a, b), "40 tokens equal")
             except ciref.CinferError as e:
                 rep.fail(name, e)
+
+        serving("serve_greedy_tiny", f32["tiny"])
+        serving("serve_greedy_qwen3moe", f32["tiny-qwen3moe"])
 
         out = os.path.join(tmp, "x.f32")
         base = ["logits", "--tokens", "1,2,3", "-o", out, "--tp", "2"]
