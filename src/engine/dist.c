@@ -173,7 +173,8 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
         return mpi(d, n_ids > INT32_MAX ? ci_err_set(err, CI_ERR_LIMIT, "tensor parallelism: step too large")
                                         : s);
     int32_t *p = d->buf;
-    memcpy(p, d->copies, (size_t)d->n_copies * 3 * sizeof *p);
+    if (d->n_copies) // copies is NULL before the first
+        memcpy(p, d->copies, (size_t)d->n_copies * 3 * sizeof *p);
     p += (size_t)d->n_copies * 3;
     memcpy(p, b->token, (size_t)b->n_tokens * sizeof *p);
     memcpy(p + b->n_tokens, b->pos, (size_t)b->n_tokens * sizeof *p);
@@ -182,7 +183,8 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
     for (int i = 0; i < b->n_seqs; i++)
         *p++ = b->seqs[i].n_blocks;
     for (int i = 0; i < b->n_seqs; i++) {
-        memcpy(p, b->seqs[i].block_table, (size_t)b->seqs[i].n_blocks * sizeof *p);
+        if (b->seqs[i].n_blocks)
+            memcpy(p, b->seqs[i].block_table, (size_t)b->seqs[i].n_blocks * sizeof *p);
         p += b->seqs[i].n_blocks;
     }
     int32_t h[DIST_HDR] = {MSG_STEP, b->n_tokens, b->n_seqs, d->n_copies, (int32_t)n_ids};

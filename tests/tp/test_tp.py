@@ -12,6 +12,10 @@ mixtral / qwen3moe / qwen2moe experts, the last with a shared expert) in F32, Q8
   - the two-rank F32 logits of tiny and tiny-qwen3moe also against the numpy reference (tests/ref/model_np.py),
     within ciref.logit_tolerance("f32");
   - greedy `cinfer run` output (40 tokens) identical to the single process's;
+  - `cinfer serve --tp 2`: concurrent greedy completions sharing a long prefix (prefix-cache hits) with n = 2
+    (forked blocks and copy-on-write, which the other rank must repeat) return the single process's text, and
+    SIGTERM to rank 0 ends every rank (mpirun exits 0); a worker killed (SIGKILL) mid-stream ends the client's
+    stream early and every process, within bounds;
   - start-up errors, each bounded by a timeout (no hang): ranks given different options, ranks given different
     model files, a rank whose file does not load, head / KV head counts not divisible by the ranks, an
     architecture the shards do not cover, K-quant columns off their 256-element blocks, a world of another
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import numpy as np
 
@@ -46,9 +51,13 @@ TOKENS = [1 + (i * 37) % 1000 for i in range(48)]
 # mechanism (it needs ptrace rights containers often lack).
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_rmaps_base_oversubscribe="1")
-# Under `make asan`: Open MPI's own allocations at exit are not cinfer's leaks.
+# Under `make asan`: Open MPI's own allocations left at exit are not cinfer's leaks.  They are suppressed by
+# library name, which needs whole stacks (no fast unwinding through Open MPI's frame-pointer-less code) and
+# its plugins still loaded at exit to name them.
 SUPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan.supp")
-ENV["LSAN_OPTIONS"] = "suppressions=%s:%s" % (SUPP, os.environ.get("LSAN_OPTIONS", ""))
+ENV["LSAN_OPTIONS"] = "suppressions=%s:print_suppressions=0:%s" % (SUPP, os.environ.get("LSAN_OPTIONS", ""))
+ENV["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
+ENV["OMPI_MCA_mca_base_component_disable_dlclose"] = "1"
 
 rep = ciref.Report()
 
@@ -122,8 +131,8 @@ def expect_error(name, cmd, words, timeout=60):
 class Serve:
     """`cinfer serve` on a free port, alone or as rank 0 of `mpirun -np tp`; its stderr read on a thread."""
 
-    def __init__(self, model, tp):
-        args = ["serve", "-m", model, "--port", "0", "--kv-type", "f32", "--max-seqs", "16"]
+    def __init__(self, model, tp, extra=()):
+        args = ["serve", "-m", model, "--port", "0", "--kv-type", "f32", "--max-seqs", "16"] + list(extra)
         cmd = mpirun(tp, args + ["--tp", str(tp), "-t", "1"]) if tp > 1 else [BIN] + args + ["-t", "2"]
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
         self.lines, self.port, self.ready = [], None, threading.Event()
@@ -170,8 +179,8 @@ class Serve:
             raise ciref.CinferError(errs[0])
         return out
 
-    def rank0(self):
-        """The pid of rank 0 (mpirun's child whose environment says rank 0), or mpirun's own without one."""
+    def rank(self, r):
+        """The pid of rank r (mpirun's child whose environment says so), or mpirun's own without one."""
         try:
             with open("/proc/%d/task/%d/children" % (self.p.pid, self.p.pid)) as f:
                 kids = [int(x) for x in f.read().split()]
@@ -180,11 +189,14 @@ class Serve:
         for k in kids:
             try:
                 with open("/proc/%d/environ" % k, "rb") as f:
-                    if b"OMPI_COMM_WORLD_RANK=0\0" in f.read():
+                    if b"OMPI_COMM_WORLD_RANK=%d\0" % r in f.read():
                         return k
             except OSError:
                 pass
         return self.p.pid
+
+    def rank0(self):
+        return self.rank(0)
 
     def stop(self, timeout=30):
         """SIGTERM to the server (rank 0 under mpirun: it stops the other ranks); the exit status of the whole
@@ -223,6 +235,61 @@ def serving(rep_name, model):
     same_pairs = all(len(t) == 2 and t[0] == t[1] for r in two for t in r.values())
     rep.check(one == two and same_pairs, rep_name, "single %s\n--tp 2 %s" % (one, two),
               "%d prompts x 2 samples x 2 rounds equal" % len(prompts))
+
+
+def rank_killed(model):
+    """A worker rank killed (SIGKILL) in the middle of a streamed completion: the client's stream ends without
+    the whole completion (an error event or a cut connection), and every process exits; both within bounds.
+    The naive policy (each step recomputes the whole sequence) keeps the generation slow enough to be
+    interrupted."""
+    name = "serve_rank_killed_mid_stream"
+    try:
+        srv = Serve(model, 2, ["--policy", "naive"])
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return
+    body = json.dumps({"prompt": "hello", "max_tokens": 480, "temperature": 0, "stream": True,
+                       "ignore_eos": True}).encode()
+    got = []
+
+    def stream():
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+            c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            while True:
+                chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+                if not chunk:
+                    break
+                got.append(chunk)
+        except Exception as e:  # noqa: BLE001 (a cut connection is one of the expected endings)
+            got.append(("error: %s" % e).encode())
+
+    t = threading.Thread(target=stream, daemon=True)
+    t.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and sum(len(g) for g in got) < 2000:  # some tokens have streamed
+        time.sleep(0.05)
+    victim = srv.rank(1)
+    if victim == srv.p.pid:
+        rep.fail(name, "no rank 1 process found")
+        srv.stop()
+        return
+    os.kill(victim, signal.SIGKILL)
+    t.join(60)
+    try:
+        rc = srv.p.wait(60)
+    except subprocess.TimeoutExpired:
+        srv.p.kill()
+        rc = None
+    text = b"".join(got).decode("utf-8", "replace")
+    whole = text.count('"finish_reason":"length"') > 0
+    tokens = text.count('"text":')
+    rep.check(not t.is_alive() and rc is not None and not whole and tokens >= 5, name,
+              "stream ended %s, mpirun exit %s, whole completion %s, %d tokens before the kill: %s" % (
+                  not t.is_alive(), rc, whole, tokens, text[-200:]),
+              "the stream ended after %d tokens (%s), mpirun exited %s" % (
+                  tokens, "error event" if '"error"' in text else "cut", rc))
 
 
 def synth(tmp, preset, typ, seed=1):
@@ -272,6 +339,7 @@ def main():
 
         serving("serve_greedy_tiny", f32["tiny"])
         serving("serve_greedy_qwen3moe", f32["tiny-qwen3moe"])
+        rank_killed(f32["tiny"])
 
         out = os.path.join(tmp, "x.f32")
         base = ["logits", "--tokens", "1,2,3", "-o", out, "--tp", "2"]
