@@ -16,7 +16,7 @@ bool cli_tp_start(const char *cmd, int n, int argc, char **argv, struct cinfer_t
         return false;
     }
     uint64_t h = 0x74702d6f707473u;
-    for (int i = 0; i < argc; i++) {
+    for (int i = 1; i < argc; i++) { // not argv[0]: the binary may sit at another path on another machine
         const char *a = argv[i];
         if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { // the value that follows may differ too
             i++;

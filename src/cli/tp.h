@@ -9,7 +9,7 @@
 
 #define CLI_TP_HELP "N  tensor parallelism over N MPI ranks: run under mpirun -np N (default 1: none)"
 
-/* n > 1: cinfer_tp_init(n) and sets lo->tp, lo->tp_options (a hash of argv[0..argc) without --threads/-t and
+/* n > 1: cinfer_tp_init(n) and sets lo->tp, lo->tp_options (a hash of argv[1..argc) without --threads/-t and
  * their values: every rank must get the same command line).  Prints the error and returns false on failure
  * (*tp may then be set: cinfer_tp_end it with ok false).  n == 1: nothing. */
 bool cli_tp_start(const char *cmd, int n, int argc, char **argv, struct cinfer_tp **tp,
