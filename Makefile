@@ -33,6 +33,17 @@ LDFLAGS_tsan := -fsanitize=thread
 LDFLAGS := $(LDFLAGS_$(VARIANT))
 LDLIBS  := -lpcre2-8 -lmicrohttpd -lcjson -lcurl -lpthread -lm
 
+# Tensor parallelism over MPI (--tp, src/core/mpi.c, the only file that includes mpi.h): on when an MPI
+# compiler wrapper is found (Debian: openmpi-bin, libopenmpi-dev); MPI=0 builds without it (--tp N > 1 is then
+# refused), MPI_CFLAGS / MPI_LIBS override what `mpicc --showme` says (MPICH: `mpicc -show`).
+MPI ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+ifeq ($(MPI),1)
+MPI_CFLAGS ?= $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/null))
+MPI_LIBS   ?= $(shell mpicc --showme:link 2>/dev/null)
+$(B)/src/core/mpi.o: CFLAGS += $(MPI_CFLAGS) -DCINFER_MPI=1
+LDLIBS += $(MPI_LIBS)
+endif
+
 # SIMD translation units get the ISA flags; everything else stays portable (runtime dispatch picks).
 SIMD_FLAGS := -mavx2 -mfma -mf16c
 

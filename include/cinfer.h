@@ -58,9 +58,33 @@ struct cinfer_load_options {
     bool tokenizer_optional;    // a model without a tokenizer loads anyway (token ids work, text does not)
     bool vocab_only;            // the tokenizer alone (the file may be a vocab-only GGUF): no weights, so
                                 // no generation, engine or logits
+    struct cinfer_tp *tp;       // tensor parallelism: keep this rank's shard, agree with the other ranks
+    uint64_t tp_options;        // with tp: a hash of the options every rank must share (the command line)
 };
 CINFER_API enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_load_options *o,
                                                      struct cinfer_model **out, struct cinfer_error *err);
+
+/* ---- tensor parallelism over MPI (README "Past one machine") ------------------------------------------
+ * `mpirun -np N cinfer run|logits --tp N ...`: every process calls cinfer_tp_init(N) (MPI_Init), then loads
+ * the model with load options .tp (each keeps its 1/N shard of every layer and the ranks check that they
+ * agree: same model, same options, all loaded).  Rank 0 then goes on as a single process would: its engine
+ * and cinfer_logits drive the other ranks, which call cinfer_tp_worker and return when rank 0 ends.  Every
+ * rank calls cinfer_tp_end last (ok false on a worker, or after an MPI failure, ends the whole job, so no
+ * rank waits forever).  Built without MPI, cinfer_tp_init returns CINFER_ERR_UNSUPPORTED. */
+struct cinfer_tp;
+CINFER_API enum cinfer_status cinfer_tp_init(int n, struct cinfer_tp **out, struct cinfer_error *err);
+CINFER_API int cinfer_tp_rank(const struct cinfer_tp *t);
+CINFER_API enum cinfer_status cinfer_tp_worker(struct cinfer_tp *t, const struct cinfer_model *m,
+                                               int n_threads, struct cinfer_error *err);
+struct cinfer_tp_stats {
+    long long steps;      // batches rank 0 broadcast
+    long long allreduces; // all-reduces run (two per layer and batch)
+    double allreduce_ms;  // time in them (waiting for the slowest rank included)
+    double allreduce_mib; // float32 data summed
+    double bcast_ms;      // time broadcasting the batches
+};
+CINFER_API void cinfer_tp_stats(const struct cinfer_tp *t, struct cinfer_tp_stats *out);
+CINFER_API void cinfer_tp_end(struct cinfer_tp *t, bool ok);
 
 #define CINFER_MAX_TENSOR_TYPES 32
 struct cinfer_model_info {

@@ -10,10 +10,11 @@
 #   libmicrohttpd-dev, libcjson-dev   the HTTP server and its JSON     libcurl4-openssl-dev   cinfer bench serve
 #   gnuplot-nox      benchmark plots    chromium   the web UI's browser test
 #   python3-jsonschema   the structured-output tests' independent validator (JSON Schema)
+#   openmpi-bin, libopenmpi-dev   tensor parallelism over MPI (--tp; mpirun and mpi.h; tests/tp/test_tp.py)
 set -eu
 missing=""
 for p in build-essential libpcre2-dev libmicrohttpd-dev libcjson-dev libcurl4-openssl-dev python3 python3-numpy \
-    python3-jsonschema clang-format clang libclang-rt-14-dev gnuplot-nox chromium; do
+    python3-jsonschema clang-format clang libclang-rt-14-dev gnuplot-nox chromium openmpi-bin libopenmpi-dev; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 # node and npm may come from elsewhere (e.g. a newer nodejs that bundles npm): only the commands matter.

@@ -9,6 +9,7 @@
 #include "cinfer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tp.h"
 #include "core/mem.h"
 
 #define MAX_TOKENS 65536
@@ -41,7 +42,7 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *tokens = NULL, *out_path = NULL;
-    int n_threads = 2, block_size = 16;
+    int n_threads = 2, block_size = 16, n_tp = 1;
     const char *kv_type_s = "f32";
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
@@ -52,6 +53,7 @@ int cmd_logits(int argc, char **argv) {
         {"--kv-type", NULL, ARG_STR, &kv_type_s, 0, 0,
          "T  KV cache element type: f32|f16|q8_0 (default f32)"},
         {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  where to write float32 [n_tokens][n_vocab]"},
+        {"--tp", NULL, ARG_INT, &n_tp, 1, 4096, CLI_TP_HELP},
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 2)) {
@@ -80,9 +82,18 @@ int cmd_logits(int argc, char **argv) {
     struct cinfer_model *m = NULL;
     float *logits = NULL;
     FILE *f = NULL;
-    struct cinfer_load_options lo = {tok_path, true, false};
+    struct cinfer_tp *tp = NULL;
+    struct cinfer_load_options lo = {tok_path, true, false, NULL, 0};
+    if (!cli_tp_start("logits", n_tp, argc, argv, &tp, &lo))
+        goto done;
     if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK)
         goto fail;
+    if (cinfer_tp_rank(tp) > 0) { // a worker: rank 0 drives the forward pass and writes the output
+        if (cinfer_tp_worker(tp, m, n_threads, &err) != CINFER_OK)
+            goto fail;
+        rc = 0;
+        goto done;
+    }
     struct cinfer_model_info mi;
     cinfer_model_info(m, &mi);
     if (!(logits = ci_malloc(sizeof(float) * (size_t)mi.n_vocab * (size_t)n))) {
@@ -97,15 +108,17 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "cinfer logits: cannot write %s: %s\n", out_path, strerror(errno));
         goto done;
     }
+    cli_tp_report("logits", tp, mi.n_layer);
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "cinfer logits: %s\n", err.message);
+    fprintf(stderr, "cinfer logits%s: %s\n", cinfer_tp_rank(tp) ? " (a --tp worker)" : "", err.message);
 done:
     if (f && fclose(f) != 0)
         rc = 1;
     ci_free(logits);
     cinfer_model_free(m);
     ci_free(ids);
+    cinfer_tp_end(tp, rc == 0);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/engine_args.h"
+#include "cli/tp.h"
 #include "core/check.h"
 
 /* The whole grammar file as a string (NULL with the reason in msg); opt names the option. */
@@ -45,6 +46,7 @@ int cmd_run(int argc, char **argv) {
                *regex = NULL;
     char *grammar = NULL;
     bool print_ids = false;
+    int n_tp = 1;
     struct cinfer_sampling *sp = &ro.sampling;
     const struct arg_spec own[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0,
@@ -69,6 +71,7 @@ int cmd_run(int argc, char **argv) {
          "exactly are errors)"},
         {"--regex", NULL, ARG_STR, &regex, 0, 0,
          "RE  constrain the whole output to match this regular expression (ECMAScript subset)"},
+        {"--tp", NULL, ARG_INT, &n_tp, 1, 4096, CLI_TP_HELP},
     };
     struct arg_spec specs[CI_ARRAY_LEN(own) + ENGINE_ARGS_N_SPECS];
     memcpy(specs, own, sizeof own);
@@ -91,6 +94,8 @@ int cmd_run(int argc, char **argv) {
     struct cinfer_model *m = NULL;
     struct cinfer_engine *e = NULL;
     struct cinfer_stream *st = NULL;
+    struct cinfer_tp *tp = NULL;
+    struct cinfer_load_options lo = {tok_path, false, false, NULL, 0};
     cinfer_token *ids = NULL;
     int n_ids = 0;
     struct cinfer_engine_options eo = ea.o;
@@ -112,8 +117,17 @@ int cmd_run(int argc, char **argv) {
     if (!engine_args_load_draft(&ea, &err))
         goto fail;
     eo.draft_model = ea.o.draft_model;
-    if (cinfer_model_load(model_path, tok_path, &m, &err) != CINFER_OK ||
-        cinfer_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err) != CINFER_OK ||
+    if (!cli_tp_start("run", n_tp, argc, argv, &tp, &lo))
+        goto done;
+    if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK)
+        goto fail;
+    if (cinfer_tp_rank(tp) > 0) { // a worker: rank 0 schedules, samples and prints
+        if (cinfer_tp_worker(tp, m, eo.n_threads, &err) != CINFER_OK)
+            goto fail;
+        rc = 0;
+        goto done;
+    }
+    if (cinfer_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err) != CINFER_OK ||
         cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK)
         goto fail;
     if (n_ids == 0) {
@@ -173,16 +187,22 @@ int cmd_run(int argc, char **argv) {
                 ss.draft_tokens ? 100.0 * (double)ss.accepted_tokens / (double)ss.draft_tokens : 0.0,
                 ss.decode_steps ? (double)ss.decode_tokens / (double)ss.decode_steps : 0.0);
     }
+    if (tp) {
+        struct cinfer_model_info mi;
+        cinfer_model_info(m, &mi);
+        cli_tp_report("run", tp, mi.n_layer);
+    }
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "cinfer run: %s\n", err.message);
+    fprintf(stderr, "cinfer run%s: %s\n", cinfer_tp_rank(tp) ? " (a --tp worker)" : "", err.message);
 done:
     cinfer_stream_release(st);
-    cinfer_engine_free(e);
+    cinfer_engine_free(e); // with --tp: the workers free their forward pass too
     cinfer_free(ids);
     cinfer_model_free(m);
     engine_args_free(&ea);
     free(grammar);
+    cinfer_tp_end(tp, rc == 0);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/engine_args.h"
 #include "cli/textfile.h"
+#include "cli/tp.h"
 #include "core/check.h"
 #include "core/mem.h"
 #include "server/http.h"
@@ -63,7 +64,8 @@ static const char *detect_template(const struct cinfer_model *m) {
 }
 
 struct loader {
-    const char *model_path, *tok_path;
+    const char *model_path;
+    struct cinfer_load_options lo; // the tokenizer, and --tp's world
     struct cinfer_engine_options eo;
     struct engine_args *ea; // --draft-model is loaded with the model
     pthread_t main;         // signalled with SIGUSR1 when done
@@ -77,7 +79,7 @@ static void *load_model(void *arg) {
     struct loader *ld = arg;
     ld->ok = engine_args_load_draft(ld->ea, &ld->err) &&
              ((ld->eo.draft_model = ld->ea->o.draft_model), true) &&
-             cinfer_model_load(ld->model_path, ld->tok_path, &ld->m, &ld->err) == CINFER_OK &&
+             cinfer_model_load_with(ld->model_path, &ld->lo, &ld->m, &ld->err) == CINFER_OK &&
              cinfer_engine_create(ld->m, &ld->eo, &ld->e, &ld->err) == CINFER_OK &&
              cinfer_engine_start(ld->e, &ld->err) == CINFER_OK;
     pthread_kill(ld->main, SIGUSR1);
@@ -92,6 +94,7 @@ struct serve_config {
     const char *allow_origin;
     const char *reasoning_format; // --reasoning-format
     int port, max_conn, max_conn_ip, timeout_s, request_timeout_s, http_threads, max_requests;
+    int n_tp; // --tp
     // decided by serve_parse
     const char *tmpl;              // the canonical template name, when --chat-template was given
     char *key;                     // the API key or NULL (owned)
@@ -101,7 +104,7 @@ struct serve_config {
     struct http_options http;
 };
 
-#define SERVE_N_SPECS 18
+#define SERVE_N_SPECS 19
 
 /* The flags of serve (before the shared engine flags), with their defaults set in c. */
 static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
@@ -155,8 +158,10 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
          "message.reasoning_content (deepseek, the default) or stays in the content (none).  Tool calls in "
          "the model's own format (Hermes/Qwen, Llama 3, Mistral, gpt-oss, DeepSeek, JSON; told from the chat "
          "template) become message.tool_calls when the request has tools"},
+        {"--tp", NULL, ARG_INT, &c->n_tp, 1, 4096, CLI_TP_HELP " (rank 0 serves HTTP)"},
     };
     _Static_assert(CI_ARRAY_LEN(s) == SERVE_N_SPECS, "SERVE_N_SPECS counts the flags above");
+    c->n_tp = 1;
     memcpy(specs, s, sizeof s);
 }
 
@@ -317,6 +322,35 @@ static void print_ready(const struct serve_config *c, const struct cinfer_model 
     fflush(stderr);
 }
 
+/* A --tp rank other than 0: no HTTP; it loads its shard and runs rank 0's forward passes until rank 0
+ * stops.  SIGINT/SIGTERM are blocked (mpirun sends them to every rank): rank 0 shuts down and then tells
+ * this rank to stop, and a rank 0 that dies makes mpirun end the job. */
+static int serve_worker(struct serve_config *c, struct cinfer_tp *tp, const struct cinfer_load_options *lo) {
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    struct cinfer_model *m = NULL;
+    struct cinfer_error err = {0};
+    int rc = 1;
+    if (cinfer_model_load_with(c->model_path, lo, &m, &err) == CINFER_OK &&
+        cinfer_tp_worker(tp, m, c->ea.o.n_threads, &err) == CINFER_OK)
+        rc = 0;
+    else
+        fprintf(stderr, "cinfer serve (a --tp worker): %s\n", err.message);
+    cinfer_model_free(m);
+    cinfer_tp_end(tp, rc == 0);
+    return rc;
+}
+
+static void serve_config_free(struct serve_config *c) {
+    engine_args_free(&c->ea);
+    cinfer_template_free(c->jinja);
+    ci_free(c->jinja_src);
+    ci_free(c->key);
+}
+
 int cmd_serve(int argc, char **argv) {
     struct serve_config c;
     int status = serve_parse(argc, argv, &c);
@@ -324,6 +358,18 @@ int cmd_serve(int argc, char **argv) {
         cinfer_template_free(c.jinja);
         ci_free(c.jinja_src);
         ci_free(c.key);
+        return status;
+    }
+    struct cinfer_tp *tp = NULL;
+    struct cinfer_load_options lo = {c.tok_path, false, false, NULL, 0};
+    if (!cli_tp_start("serve", c.n_tp, argc, argv, &tp, &lo)) {
+        serve_config_free(&c);
+        cinfer_tp_end(tp, false);
+        return 1;
+    }
+    if (cinfer_tp_rank(tp) > 0) {
+        status = serve_worker(&c, tp, &lo);
+        serve_config_free(&c);
         return status;
     }
     // Every thread started from here on (HTTP, engine, kernel pool) inherits this mask, so the signals
@@ -353,7 +399,7 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     ld->model_path = c.model_path;
-    ld->tok_path = c.tok_path;
+    ld->lo = lo;
     ld->eo = c.ea.o;
     ld->ea = &c.ea;
     int sig = load_or_stop(ld, &wait_signals);
@@ -400,7 +446,12 @@ done:
     // Order matters: the connections hold engine streams, so the HTTP server (which cancels and releases
     // them) goes before the engine, and the engine before the model.
     http_server_free(http);
-    cinfer_engine_free(e);
+    cinfer_engine_free(e); // with --tp: the other ranks free their forward pass too
+    if (tp && m) {
+        struct cinfer_model_info mi;
+        cinfer_model_info(m, &mi);
+        cli_tp_report("serve", tp, mi.n_layer);
+    }
     cinfer_model_free(m);
     engine_args_free(&c.ea);
     routes_free(routes);
@@ -408,6 +459,7 @@ done:
     cinfer_template_free(c.jinja);
     ci_free(c.jinja_src);
     ci_free(c.key);
+    cinfer_tp_end(tp, rc == 0); // rank 0 tells the others to stop
     if (rc == 0)
         fprintf(stderr, "cinfer serve: stopped\n");
     return rc;

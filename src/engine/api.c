@@ -237,6 +237,7 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
         p.draft = o->draft_model->model;
     }
     p.n_ctx = o->n_ctx;
+    p.dist = m->dist; // tensor parallelism: this engine drives the other ranks
     if (o->pooling && !cinfer_pooling_known(o->pooling)) {
         ci_err_set(&e, CI_ERR_INVALID, "unknown pooling '%s' (mean, cls, last)", o->pooling);
         return api_fail(err, &e);

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/mem.h"
+#include "engine/dist.h"
 #include "engine/kv_pool.h"
 #include "format/gguf.h"
 #include "core/threadpool.h"
@@ -109,6 +110,14 @@ enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_
         m->eog = tokenizer_eog_ids(m->tok, &m->n_eog);
     if (s == CI_OK)
         s = model_strings(m, path, &e);
+    if (o && o->tp) { // every rank, loaded or not, takes part in the agreement (or the others would wait)
+        struct ci_err ae = {0};
+        if (dist_agree(o->tp->d, s == CI_OK ? m->model : NULL, &e, o->tp_options, &ae) != CI_OK) {
+            e = ae;
+            s = ae.code;
+        }
+        m->dist = o->tp->d;
+    }
     if (s != CI_OK) {
         cinfer_model_free(m);
         return api_fail(err, &e);
@@ -119,7 +128,7 @@ enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_
 
 enum cinfer_status cinfer_model_load(const char *path, const char *tokenizer_path, struct cinfer_model **out,
                                      struct cinfer_error *err) {
-    struct cinfer_load_options o = {tokenizer_path, false, false};
+    struct cinfer_load_options o = {tokenizer_path, false, false, NULL, 0};
     return cinfer_model_load_with(path, &o, out, err);
 }
 
@@ -381,6 +390,9 @@ enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_toke
              !(s = forward_create(m->model, n_ids, n_ids, tp, &fwd, &e)) &&
              !(s = kv_seq_init(&table, n_blocks, &e)) && (s = kv_seq_reserve(pool, &table, n_ids)) != CI_OK)
         ci_err_set(&e, s, "out of memory");
+    bool opened = false; // tensor parallelism: the other ranks mirror this forward pass
+    if (s == CI_OK && m->dist && (s = dist_open(m->dist, fwd, pool, &pp, n_ids, c->n_ctx_train, &e)) == CI_OK)
+        opened = true;
     if (s == CI_OK) {
         for (int il = 0; il < c->n_layer; il++)
             kv_pool_layer(pool, il, &layers[il]);
@@ -404,6 +416,8 @@ enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_toke
     if (table.ids)
         kv_seq_release(pool, &table);
     kv_seq_deinit(&table);
+    if (opened)
+        dist_close(m->dist);
     forward_free(fwd);
     kv_pool_free(pool);
     ci_threadpool_free(tp);
@@ -415,6 +429,47 @@ enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_toke
 }
 
 /* ---- model files ---- */
+
+/* ---- tensor parallelism ---- */
+
+enum cinfer_status cinfer_tp_init(int n, struct cinfer_tp **out, struct cinfer_error *err) {
+    struct ci_err e = {0};
+    *out = NULL;
+    struct cinfer_tp *t = ci_calloc(1, sizeof *t);
+    if (!t) {
+        ci_err_set(&e, CI_ERR_NOMEM, "out of memory");
+        return api_fail(err, &e);
+    }
+    *out = t;
+    return dist_create(n, &t->d, &e) == CI_OK ? CINFER_OK : api_fail(err, &e);
+}
+
+int cinfer_tp_rank(const struct cinfer_tp *t) {
+    return t && t->d ? dist_rank(t->d) : 0;
+}
+
+enum cinfer_status cinfer_tp_worker(struct cinfer_tp *t, const struct cinfer_model *m, int n_threads,
+                                    struct cinfer_error *err) {
+    struct ci_err e = {0};
+    return dist_worker_run(t->d, m->model, n_threads, &e) == CI_OK ? CINFER_OK : api_fail(err, &e);
+}
+
+void cinfer_tp_stats(const struct cinfer_tp *t, struct cinfer_tp_stats *out) {
+    struct dist_stats ds;
+    dist_get_stats(t->d, &ds);
+    out->steps = ds.n_steps;
+    out->allreduces = ds.n_allreduce;
+    out->allreduce_ms = (double)ds.allreduce_ns / 1e6;
+    out->allreduce_mib = (double)ds.allreduce_floats * 4.0 / (1 << 20);
+    out->bcast_ms = (double)ds.bcast_ns / 1e6;
+}
+
+void cinfer_tp_end(struct cinfer_tp *t, bool ok) {
+    if (!t)
+        return;
+    dist_end(t->d, ok);
+    ci_free(t);
+}
 
 bool cinfer_weight_type_known(const char *type) {
     uint32_t t;

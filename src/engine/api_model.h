@@ -11,6 +11,7 @@
 
 struct model;
 struct tokenizer;
+struct dist;
 
 struct cinfer_model {
     struct model *model;
@@ -20,6 +21,11 @@ struct cinfer_model {
     size_t chat_template_len;
     const int32_t *eog; // [n_eog] end-of-generation token ids (the tokenizer's)
     int n_eog;
+    struct dist *dist; // tensor parallelism: model is this rank's shard (engine/dist.h); not owned
+};
+
+struct cinfer_tp {
+    struct dist *d;
 };
 
 /* Copies e into out (may be NULL) and returns its code as a cinfer_status. */

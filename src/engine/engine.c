@@ -14,6 +14,7 @@
 #include "core/queue.h"
 #include "core/sysmem.h"
 #include "core/threadpool.h"
+#include "engine/dist.h"
 #include "engine/kv_budget.h"
 #include "engine/kv_pool.h"
 #include "grammar/cache.h"
@@ -101,6 +102,7 @@ struct engine {
     struct forward *dfwd;
     struct ci_kv_layer *dlayers; // [draft n_layer]
     bool draft_warned;
+    bool dist_open; // tensor parallelism: dist_open made the workers mirror fwd and pool
     struct ci_queue *queue;
 
     struct sched_state st;
@@ -1563,6 +1565,16 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         (s = ci_queue_create(queue_capacity, &e->queue, err)))
         goto fail;
     forward_set_n_ctx(e->fwd, e->n_ctx); // Phi-3 LongRoPE: long or short factors by the served context
+    if (p->dist) { // tensor parallelism: the other ranks mirror this forward pass and KV pool
+        if (e->p.spec == ENGINE_SPEC_DRAFT) {
+            s = ci_err_set(err, CI_ERR_UNSUPPORTED,
+                           "--tp: a draft model is not supported yet (try --spec ngram)");
+            goto fail;
+        }
+        if ((s = dist_open(p->dist, e->fwd, e->pool, &kp, e->max_pass_tokens, e->n_ctx, err)) != CI_OK)
+            goto fail;
+        e->dist_open = true;
+    }
     if (e->p.spec == ENGINE_SPEC_DRAFT) {
         const struct model_config *dc = &p->draft->config;
         if (dc->n_vocab != c->n_vocab) {
@@ -1641,6 +1653,8 @@ void engine_free(struct engine *e) {
         kv_seq_deinit(&e->pad);
     }
     prefix_cache_free(e->pc);
+    if (e->dist_open)
+        dist_close(e->p.dist);
     forward_free(e->fwd);
     kv_pool_free(e->pool);
     forward_free(e->dfwd);

@@ -26,6 +26,7 @@ struct tokenizer;
 struct engine;
 struct engine_request;
 struct ci_channel;
+struct dist;
 
 /* Speculative decoding (spec.h): who proposes drafts for the decoding sequences.  Each step a decoding
  * sequence with a proposal of k tokens contributes k + 1 tokens to the batch (its last token and the drafts)
@@ -59,6 +60,7 @@ struct engine_params {
     int n_ctx;              // context limit per sequence (0: the model's training context)
     int queue_capacity;     // pending submissions (0: 1024)
     bool check_invariants;  // kv_pool_check / sched_check / prefix_cache_check after every step
+    struct dist *dist;      // tensor parallelism (rank 0 of a world whose model is sharded; dist.h), or NULL
 };
 
 struct engine_params engine_params_default(void);

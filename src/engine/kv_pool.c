@@ -29,7 +29,14 @@ struct kv_pool {
     bool has_cache;
     unsigned char *parked; // [n_blocks]
     int n_parked;
+    kv_pool_copy_hook copy_hook; // tensor parallelism: the other ranks repeat every copy (NULL: none)
+    void *copy_ctx;
 };
+
+void kv_pool_set_copy_hook(struct kv_pool *pool, kv_pool_copy_hook fn, void *ctx) {
+    pool->copy_hook = fn;
+    pool->copy_ctx = ctx;
+}
 
 static enum ci_status sizes(const struct kv_pool_params *p, size_t *array_bytes, size_t *total,
                             struct ci_err *err) {
@@ -291,6 +298,8 @@ void kv_pool_copy_block(struct kv_pool *pool, int32_t dst, int32_t src, int n_sl
     CI_ASSERT(n_slots >= 0 && n_slots <= pool->p.block_size);
     if (dst == src || n_slots == 0)
         return;
+    if (pool->copy_hook)
+        pool->copy_hook(pool->copy_ctx, dst, src, n_slots);
     size_t n_bytes = (size_t)n_slots * pool->row_bytes;
     size_t block_bytes = (size_t)pool->p.n_kv_head * pool->head_block_bytes;
     for (int il = 0; il < pool->p.n_layers; il++) {

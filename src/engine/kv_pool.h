@@ -103,6 +103,11 @@ int kv_pool_refcount(const struct kv_pool *pool, int32_t blk);
 /* Copies slots [0, n_slots) of every KV head of every layer, K and V, from block src to block dst. */
 void kv_pool_copy_block(struct kv_pool *pool, int32_t dst, int32_t src, int n_slots);
 
+/* Tensor parallelism (engine/tp.c): fn(ctx, dst, src, n_slots) runs on every kv_pool_copy_block that copies
+ * something, so the other ranks can repeat it on their own pools (which hold their own KV heads).  NULL: off. */
+typedef void (*kv_pool_copy_hook)(void *ctx, int32_t dst, int32_t src, int n_slots);
+void kv_pool_set_copy_hook(struct kv_pool *pool, kv_pool_copy_hook fn, void *ctx);
+
 /* The cache side of parking (see the header comment).  The hooks run inside kv_pool calls and must not call
  * back into the pool, except verify, which may read it.  ctx is the cache. */
 struct kv_pool_cache_hooks {

@@ -272,14 +272,15 @@ void ci_matmul_group(struct ci_threadpool *tp, int n_w, const struct ci_tensor *
         int64_t n_out = t->ne[1];
         uint64_t row_bytes = 0;
         CI_ASSERT(n_in > 0 && n_out > 0 && ci_row_bytes(t->type, (uint64_t)n_in, &row_bytes));
-        CI_ASSERT(row_bytes == t->row_bytes);
+        // A column slice (a tensor-parallel shard, model/shard.c) strides by the whole row: row_bytes is larger.
+        CI_ASSERT(row_bytes <= t->row_bytes);
         struct mm_part *p = &j.part[i];
         const bool packed = t->packed && tab->mm_packed[t->type];
         *p = (struct mm_part){
             .mm = packed ? tab->mm_packed[t->type] : ci_mm_select(tab, t->type),
             .m = {.type = t->type,
                   .w = t->data,
-                  .row_bytes = (size_t)row_bytes,
+                  .row_bytes = (size_t)t->row_bytes,
                   .n_in = n_in,
                   .n_out = n_out,
                   .x = x,

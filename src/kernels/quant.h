@@ -107,7 +107,7 @@ struct ci_tensor {
     uint32_t type; // enum ci_type
     int n_dims;
     int64_t ne[4];
-    uint64_t row_bytes; // bytes of one row of ne[0] elements
+    uint64_t row_bytes; // bytes from one row to the next: those of ne[0] elements, more for a column slice
     uint64_t nbytes;
     const void *data;
     /* The matrix packed for the selected kernels (ci_pack, made at load; NULL: none).  Views that change

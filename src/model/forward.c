@@ -44,6 +44,10 @@ struct forward {
     int32_t *e_off; // [n_expert + 1] start of each expert's group in e_tok
     float *xg;      // [max_tokens][n_embd] one expert's gathered input rows
     float *yg;      // [max_tokens][n_embd] one expert's output rows
+    // Tensor parallelism: the shard's partial sums are all-reduced (dist.allreduce NULL: a whole model).
+    struct fwd_dist dist;
+    enum ci_status dist_status; // the first failure of this batch's all-reduces (CI_OK: none)
+    struct ci_err dist_err;
 };
 
 /* Enough workspace for any matmul or matmul group of the model: the largest Q8 activations and the largest
@@ -188,6 +192,21 @@ void forward_free(struct forward *f) {
     ci_free_aligned(f->rope_cs[0]);
     ci_free_aligned(f->rope_cs[1]);
     ci_free(f);
+}
+
+void forward_set_dist(struct forward *f, const struct fwd_dist *d) {
+    if (d)
+        f->dist = *d;
+    else
+        memset(&f->dist, 0, sizeof f->dist);
+}
+
+/* A shard's partial sub-block output out[0..n) summed over the ranks.  After a failure the ranks are out of
+ * step: the rest of the batch runs without communicating and forward_batch returns the failure. */
+static void dist_sum(struct forward *f, float *out, size_t n) {
+    if (!f->dist.allreduce || f->dist_status != CI_OK)
+        return;
+    f->dist_status = f->dist.allreduce(f->dist.ctx, out, n, &f->dist_err);
 }
 
 int forward_max_tokens(const struct forward *f) {
@@ -578,6 +597,7 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     };
     ci_attention_paged(f->tp, &args);
     ci_matmul(f->tp, &l->wo, f->att, n, f->out, f->work);
+    dist_sum(f, f->out, (size_t)n * E);
     add_bias(f->out, l->bo.data, n, E);
     if (l->post_attn_norm.data) // gemma: the sub-block's output normed before the residual add
         for (int t = 0; t < n; t++)
@@ -602,6 +622,7 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
     } else {
         gated_ffn(f, &l->w_gate, &l->w_up, &l->w_down, NULL, f->xb, n, f->out);
     }
+    dist_sum(f, f->out, (size_t)n * E);
     if (l->post_ffw_norm.data)
         for (int t = 0; t < n; t++)
             ci_rmsnorm(f->out + (size_t)t * E, f->out + (size_t)t * E, l->post_ffw_norm.data, E, c->rms_eps);
@@ -616,6 +637,9 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
     enum ci_status s = check_batch(f, b, kv[0].block_size, err);
     if (s != CI_OK)
         return s;
+    if (f->dist.begin && (s = f->dist.begin(f->dist.ctx, b, err)) != CI_OK)
+        return s;
+    f->dist_status = CI_OK;
     if (c->encoder) {
         if ((s = encoder_positions(f, b, err)) != CI_OK)
             return s;
@@ -663,6 +687,11 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
     }
     *logits = f->logits;
     *n_rows = rows;
+    if (f->dist_status != CI_OK) {
+        if (err)
+            *err = f->dist_err;
+        return f->dist_status;
+    }
     // A model file truncated while mapped reads as zeros (core/mapfile.c): these logits are not the model's.
     if (model_file_damaged(f->m))
         return ci_err_set(

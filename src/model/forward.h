@@ -9,6 +9,7 @@
 #ifndef CINFER_MODEL_FORWARD_H
 #define CINFER_MODEL_FORWARD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -29,6 +30,17 @@ struct fwd_batch {
     const uint8_t *hidden; // [n_tokens] nonzero: keep this row's final normed hidden state; NULL: none
 };
 
+/* Tensor parallelism (engine/tp.c): the forward pass of a shard (model/shard.h).  allreduce sums a
+ * sub-block's partial output [n] over the ranks, in place, twice per layer (after the attention output
+ * projection and after the FFN, before their biases, post-norms and residual adds).  begin, when set (rank 0),
+ * runs first in every forward_batch: it sends the batch to the other ranks.  Either failing fails the
+ * forward_batch with its status (the ranks are then out of step: the caller ends them all). */
+struct fwd_dist {
+    void *ctx;
+    enum ci_status (*allreduce)(void *ctx, float *buf, size_t n, struct ci_err *err);
+    enum ci_status (*begin)(void *ctx, const struct fwd_batch *b, struct ci_err *err);
+};
+
 enum ci_status forward_create(const struct model *m, int max_tokens, int max_logit_rows,
                               struct ci_threadpool *tp, struct forward **out, struct ci_err *err);
 void forward_free(struct forward *f);
@@ -41,6 +53,8 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
                              const float **logits, int *n_rows, struct ci_err *err);
 
 int forward_max_tokens(const struct forward *f);
+/* Runs f as one shard of a tensor-parallel model (d copied; NULL: a whole model, the default). */
+void forward_set_dist(struct forward *f, const struct fwd_dist *d);
 
 /* The final hidden states (after the output norm, before the head: what embeddings pool) of the tokens the
  * last forward_batch marked in b->hidden, [n][n_embd] in batch order; valid until the next call. */

@@ -80,11 +80,12 @@ static enum ci_status bind_experts(struct binder *b, const char *name, int64_t n
 
 struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e) {
     struct ci_tensor v = *exps;
-    uint64_t bytes = (uint64_t)exps->ne[1] * exps->row_bytes;
+    // Experts lie nbytes / n_expert apart: a tensor-parallel shard's slice (model/shard.c) covers less.
+    uint64_t stride = exps->nbytes / (uint64_t)exps->ne[2];
     v.n_dims = 2;
     v.ne[2] = v.ne[3] = 1;
-    v.nbytes = bytes;
-    v.data = (const uint8_t *)exps->data + (uint64_t)e * bytes;
+    v.nbytes = (uint64_t)exps->ne[1] * exps->row_bytes;
+    v.data = (const uint8_t *)exps->data + (uint64_t)e * stride;
     return v;
 }
 

@@ -74,7 +74,8 @@ enum ci_status model_weights_bind(struct model_weights *w, const struct model_co
                                   weights_lookup_fn lookup, const void *src, struct ci_err *err);
 void model_weights_deinit(struct model_weights *w);
 
-/* Expert e of a bound 3-D expert tensor as a 2-D matrix (a view into the same data) that ci_matmul runs. */
+/* Expert e of a bound 3-D expert tensor as a 2-D matrix (a view into the same data) that ci_matmul runs.
+ * Expert e starts at e * nbytes / ne[2]. */
 struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e);
 
 /* Tensor i of a file's n tensors, for model_weights_check_all_used. */

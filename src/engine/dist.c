@@ -1,0 +1,387 @@
+#include "engine/dist.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/mem.h"
+#include "core/mpi.h"
+#include "core/threadpool.h"
+#include "engine/kv_pool.h"
+#include "kernels/kernels.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/shard.h"
+
+enum { MSG_OPEN = 1, MSG_STEP, MSG_CLOSE, MSG_STOP };
+#define DIST_HDR 8
+
+struct dist {
+    int rank, size;
+    bool inited;  // MPI_Init succeeded
+    bool met;     // dist_agree's exchange took place: every rank knows whether the start failed
+    bool agreed;  // dist_agree succeeded: the workers are (or will be) in their loop
+    bool broken;  // an MPI call failed: the ranks may be out of step
+    bool opened;  // rank 0: a dist_open not yet closed
+    int n_blocks; // of the open pool (rank 0: copies are checked against it)
+    // Rank 0: KV block copies since the last step, [n_copies][3]; a failed growth fails the next step.
+    int32_t *copies;
+    int n_copies, cap_copies;
+    bool copies_lost;
+    int32_t *buf; // the STEP payload (either side)
+    size_t cap_buf;
+    struct dist_stats stats;
+};
+
+static enum ci_status mpi(struct dist *d, enum ci_status s) {
+    if (s != CI_OK)
+        d->broken = true;
+    return s;
+}
+
+enum ci_status dist_create(int n, struct dist **out, struct ci_err *err) {
+    *out = NULL;
+    if (!ci_mpi_available())
+        return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                          "--tp %d: this cinfer was built without MPI (install Debian's openmpi-bin and "
+                          "libopenmpi-dev, then rebuild)",
+                          n);
+    struct dist *d = ci_calloc(1, sizeof *d);
+    if (!d)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    *out = d;
+    enum ci_status s = ci_mpi_init(&d->rank, &d->size, err);
+    d->inited = s == CI_OK;
+    if (s != CI_OK)
+        return mpi(d, s);
+    d->met = true; // every rank sees the same world size: a mismatch is everybody's, ended cleanly
+    if (d->size != n)
+        return ci_err_set(
+            err, CI_ERR_INVALID,
+            "--tp %d but this MPI world has %d process(es): start it as mpirun -np %d cinfer ... "
+            "--tp %d",
+            n, d->size, n, n);
+    return CI_OK;
+}
+
+int dist_rank(const struct dist *d) {
+    return d->rank;
+}
+
+int dist_size(const struct dist *d) {
+    return d->size;
+}
+
+/* What each rank contributes to the start-up agreement. */
+struct agree_msg {
+    int32_t status; // enum ci_status of its load and shard
+    int32_t pad;
+    uint64_t fingerprint;
+    uint64_t options;
+    char msg[200];
+};
+
+enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *load_err,
+                          uint64_t options_hash, struct ci_err *err) {
+    struct agree_msg mine = {0};
+    struct ci_err e = {0};
+    enum ci_status s = m ? CI_OK : (load_err && load_err->code != CI_OK ? load_err->code : CI_ERR_INTERNAL);
+    if (!m)
+        snprintf(mine.msg, sizeof mine.msg, "%.199s", load_err ? load_err->msg : "the model did not load");
+    if (m) {
+        mine.fingerprint = model_fingerprint(m);
+        if ((s = model_shard(m, d->rank, d->size, &e)) != CI_OK)
+            snprintf(mine.msg, sizeof mine.msg, "%.199s", e.msg);
+    }
+    mine.status = (int32_t)s;
+    mine.options = options_hash;
+    struct agree_msg *all = ci_calloc((size_t)d->size, sizeof *all);
+    if (!all) // the others wait in the allgather: only an abort ends them
+        return mpi(d, ci_err_set(err, CI_ERR_NOMEM, "out of memory"));
+    if ((s = mpi(d, ci_mpi_allgather(&mine, sizeof mine, all, err))) != CI_OK) {
+        ci_free(all);
+        return s;
+    }
+    d->met = true;
+    s = CI_OK;
+    for (int r = 0; r < d->size && s == CI_OK; r++) {
+        all[r].msg[sizeof all[r].msg - 1] = '\0';
+        if (all[r].status != CI_OK)
+            s = ci_err_set(err, (enum ci_status)all[r].status, "rank %d of %d failed to start: %s", r,
+                           d->size, all[r].msg);
+        else if (all[r].fingerprint != all[0].fingerprint)
+            s = ci_err_set(err, CI_ERR_INVALID,
+                           "rank %d loaded a different model than rank 0 (its hyper-parameters or tensor "
+                           "table differ): every rank must load the same file",
+                           r);
+        else if (all[r].options != all[0].options)
+            s = ci_err_set(err, CI_ERR_INVALID,
+                           "rank %d was started with other options than rank 0: every rank must be given the "
+                           "same command line (only --threads may differ)",
+                           r);
+    }
+    ci_free(all);
+    d->agreed = s == CI_OK;
+    return s;
+}
+
+/* ---- rank 0 ---- */
+
+static void on_copy(void *ctx, int32_t dst, int32_t src, int n_slots) {
+    struct dist *d = ctx;
+    if (d->n_copies == d->cap_copies) {
+        int cap = d->cap_copies ? 2 * d->cap_copies : 64;
+        int32_t *grown = ci_realloc(d->copies, (size_t)cap * 3 * sizeof *grown);
+        if (!grown) {
+            d->copies_lost = true;
+            return;
+        }
+        d->copies = grown;
+        d->cap_copies = cap;
+    }
+    int32_t *c = d->copies + (size_t)d->n_copies++ * 3;
+    c[0] = dst, c[1] = src, c[2] = n_slots;
+}
+
+static enum ci_status reserve_buf(struct dist *d, size_t n, struct ci_err *err) {
+    if (n <= d->cap_buf)
+        return CI_OK;
+    int32_t *grown = ci_realloc(d->buf, n * sizeof *grown);
+    if (!grown)
+        return ci_err_set(err, CI_ERR_NOMEM, "tensor parallelism: out of memory for a step of %zu ints", n);
+    d->buf = grown;
+    d->cap_buf = n;
+    return CI_OK;
+}
+
+static enum ci_status bcast_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
+    return mpi(d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, err));
+}
+
+static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_err *err) {
+    struct dist *d = ctx;
+    if (d->copies_lost) // the workers' KV would differ from ours from here on
+        return mpi(d, ci_err_set(err, CI_ERR_NOMEM, "tensor parallelism: out of memory recording KV copies"));
+    int64_t t0 = ci_now_ns();
+    size_t n_ids = 0;
+    for (int i = 0; i < b->n_seqs; i++)
+        n_ids += (size_t)b->seqs[i].n_blocks;
+    size_t n = (size_t)d->n_copies * 3 + (size_t)b->n_tokens * 3 + (size_t)b->n_seqs + n_ids;
+    enum ci_status s;
+    if (n_ids > INT32_MAX || (s = reserve_buf(d, n, err)) != CI_OK)
+        return mpi(d, n_ids > INT32_MAX ? ci_err_set(err, CI_ERR_LIMIT, "tensor parallelism: step too large")
+                                        : s);
+    int32_t *p = d->buf;
+    if (d->n_copies) // copies is NULL before the first
+        memcpy(p, d->copies, (size_t)d->n_copies * 3 * sizeof *p);
+    p += (size_t)d->n_copies * 3;
+    memcpy(p, b->token, (size_t)b->n_tokens * sizeof *p);
+    memcpy(p + b->n_tokens, b->pos, (size_t)b->n_tokens * sizeof *p);
+    memcpy(p + 2 * (size_t)b->n_tokens, b->seq, (size_t)b->n_tokens * sizeof *p);
+    p += 3 * (size_t)b->n_tokens;
+    for (int i = 0; i < b->n_seqs; i++)
+        *p++ = b->seqs[i].n_blocks;
+    for (int i = 0; i < b->n_seqs; i++) {
+        if (b->seqs[i].n_blocks)
+            memcpy(p, b->seqs[i].block_table, (size_t)b->seqs[i].n_blocks * sizeof *p);
+        p += b->seqs[i].n_blocks;
+    }
+    int32_t h[DIST_HDR] = {MSG_STEP, b->n_tokens, b->n_seqs, d->n_copies, (int32_t)n_ids};
+    if ((s = bcast_hdr(d, h, err)) != CI_OK || (s = mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, err))))
+        return s;
+    d->n_copies = 0;
+    d->stats.n_steps++;
+    d->stats.bcast_ns += ci_now_ns() - t0;
+    return CI_OK;
+}
+
+static enum ci_status on_allreduce(void *ctx, float *buf, size_t n, struct ci_err *err) {
+    struct dist *d = ctx;
+    int64_t t0 = ci_now_ns();
+    enum ci_status s = mpi(d, ci_mpi_allreduce_sum(buf, n, err));
+    d->stats.allreduce_ns += ci_now_ns() - t0;
+    d->stats.n_allreduce++;
+    d->stats.allreduce_floats += (int64_t)n;
+    return s;
+}
+
+enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool,
+                         const struct kv_pool_params *kp, int max_tokens, int n_ctx, struct ci_err *err) {
+    if (d->rank != 0 || d->opened || d->broken)
+        return ci_err_set(err, CI_ERR_INTERNAL, "tensor parallelism: dist_open on rank %d (open %d)", d->rank,
+                          d->opened);
+    int32_t h[DIST_HDR] = {MSG_OPEN, kp->block_size, kp->n_blocks, (int32_t)kp->type, max_tokens, n_ctx};
+    enum ci_status s = bcast_hdr(d, h, err);
+    if (s != CI_OK)
+        return s;
+    d->opened = true;
+    d->n_copies = 0;
+    d->copies_lost = false;
+    struct fwd_dist fd = {d, on_allreduce, on_begin};
+    forward_set_dist(f, &fd);
+    kv_pool_set_copy_hook(pool, on_copy, d);
+    return CI_OK;
+}
+
+void dist_close(struct dist *d) {
+    if (!d || !d->opened)
+        return;
+    d->opened = false;
+    int32_t h[DIST_HDR] = {MSG_CLOSE};
+    struct ci_err e;
+    if (!d->broken)
+        bcast_hdr(d, h, &e);
+}
+
+/* ---- ranks > 0 ---- */
+
+struct worker {
+    struct ci_threadpool *tp;
+    struct kv_pool *pool;
+    struct forward *fwd;
+    struct ci_kv_layer *layers;
+    uint8_t *no_logits;       // [max_tokens] zeros: the head is rank 0's
+    struct ci_attn_seq *seqs; // [max_tokens]
+    int max_tokens, n_blocks, block_size;
+};
+
+static void worker_close(struct worker *w) {
+    forward_free(w->fwd);
+    kv_pool_free(w->pool);
+    ci_free(w->layers);
+    ci_free(w->no_logits);
+    ci_free(w->seqs);
+    w->fwd = NULL;
+    w->pool = NULL;
+    w->layers = NULL;
+    w->no_logits = NULL;
+    w->seqs = NULL;
+}
+
+static enum ci_status worker_open(struct dist *d, struct worker *w, const struct model *m, const int32_t *h,
+                                  struct ci_err *err) {
+    worker_close(w);
+    const struct model_config *c = &m->config;
+    struct kv_pool_params kp = {c->n_layer, c->n_kv_head, c->head_dim, h[1], h[2], (uint32_t)h[3]};
+    w->max_tokens = h[4];
+    w->n_blocks = h[2];
+    w->block_size = h[1];
+    enum ci_status s;
+    if (w->max_tokens < 1)
+        return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: OPEN for %d tokens", w->max_tokens);
+    if ((s = kv_pool_create(&kp, &w->pool, err)) ||
+        (s = forward_create(m, w->max_tokens, 1, w->tp, &w->fwd, err)))
+        return s;
+    forward_set_n_ctx(w->fwd, h[5]);
+    struct fwd_dist fd = {d, on_allreduce, NULL};
+    forward_set_dist(w->fwd, &fd);
+    w->layers = ci_calloc((size_t)c->n_layer, sizeof *w->layers);
+    w->no_logits = ci_calloc((size_t)w->max_tokens, 1);
+    w->seqs = ci_calloc((size_t)w->max_tokens, sizeof *w->seqs);
+    if (!w->layers || !w->no_logits || !w->seqs)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    for (int il = 0; il < c->n_layer; il++)
+        kv_pool_layer(w->pool, il, &w->layers[il]);
+    return CI_OK;
+}
+
+static bool block_ok(const struct worker *w, int32_t b) {
+    return b >= -1 && b < w->n_blocks; // -1: a hole of a sliding-window table
+}
+
+static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_t *h, struct ci_err *err) {
+    int n_tok = h[1], n_seqs = h[2], n_copies = h[3], n_ids = h[4];
+    if (!w->fwd || n_tok < 1 || n_tok > w->max_tokens || n_seqs < 1 || n_seqs > n_tok || n_copies < 0 ||
+        n_ids < 0)
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "tensor parallelism: a malformed step (%d tokens, %d sequences)", n_tok, n_seqs);
+    size_t n = (size_t)n_copies * 3 + (size_t)n_tok * 3 + (size_t)n_seqs + (size_t)n_ids;
+    enum ci_status s;
+    if ((s = reserve_buf(d, n, err)) != CI_OK ||
+        (s = mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, err))))
+        return s;
+    const int32_t *p = d->buf;
+    for (int i = 0; i < n_copies; i++, p += 3) {
+        if (p[0] < 0 || p[0] >= w->n_blocks || p[1] < 0 || p[1] >= w->n_blocks || p[2] < 0 ||
+            p[2] > w->block_size)
+            return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: a malformed KV copy");
+        kv_pool_copy_block(w->pool, p[0], p[1], p[2]);
+    }
+    const int32_t *tok = p, *pos = p + n_tok, *seq = p + 2 * (size_t)n_tok;
+    p += 3 * (size_t)n_tok;
+    const int32_t *counts = p, *ids = p + n_seqs;
+    int64_t used = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (counts[i] < 0 || used + counts[i] > n_ids)
+            return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: malformed block tables");
+        w->seqs[i].block_table = ids + used;
+        w->seqs[i].n_blocks = counts[i];
+        used += counts[i];
+    }
+    for (int64_t i = 0; i < used; i++)
+        if (!block_ok(w, ids[i]))
+            return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: block id %d out of range", ids[i]);
+    struct fwd_batch b = {.n_tokens = n_tok,
+                          .token = tok,
+                          .pos = pos,
+                          .seq = seq,
+                          .logits = w->no_logits,
+                          .n_seqs = n_seqs,
+                          .seqs = w->seqs};
+    const float *logits;
+    int rows;
+    return forward_batch(w->fwd, &b, w->layers, &logits, &rows, err);
+}
+
+enum ci_status dist_worker_run(struct dist *d, const struct model *m, int n_threads, struct ci_err *err) {
+    struct worker w = {0};
+    enum ci_status s = ci_threadpool_create(n_threads, &w.tp, err);
+    while (s == CI_OK) {
+        int32_t h[DIST_HDR];
+        if ((s = bcast_hdr(d, h, err)) != CI_OK)
+            break;
+        if (h[0] == MSG_STOP)
+            break;
+        else if (h[0] == MSG_OPEN)
+            s = worker_open(d, &w, m, h, err);
+        else if (h[0] == MSG_STEP)
+            s = worker_step(d, &w, h, err);
+        else if (h[0] == MSG_CLOSE)
+            worker_close(&w);
+        else
+            s = ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: unknown message %d", h[0]);
+    }
+    if (s != CI_OK)
+        d->broken = true; // rank 0 may be waiting on this rank in a collective
+    worker_close(&w);
+    ci_threadpool_free(w.tp);
+    return s;
+}
+
+void dist_get_stats(const struct dist *d, struct dist_stats *out) {
+    *out = d->stats;
+}
+
+void dist_end(struct dist *d, bool ok) {
+    if (!d)
+        return;
+    // A failure the others cannot know of (before the agreement, or on a worker after it) leaves them
+    // waiting on a collective: only an abort ends them.
+    bool unseen = !ok && (!d->met || (d->agreed && d->rank != 0));
+    if (d->inited && d->size > 1 && (d->broken || unseen)) {
+        CI_LOG_ERR("tensor parallelism: rank %d ends every rank of the job", d->rank);
+        ci_mpi_abort(1);
+    }
+    if (d->rank == 0 && d->agreed && d->inited) {
+        dist_close(d);
+        int32_t h[DIST_HDR] = {MSG_STOP};
+        struct ci_err e;
+        if (bcast_hdr(d, h, &e) != CI_OK)
+            ci_mpi_abort(1);
+    }
+    ci_mpi_finalize();
+    ci_free(d->copies);
+    ci_free(d->buf);
+    ci_free(d);
+}

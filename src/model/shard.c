@@ -1,0 +1,179 @@
+#include "model/shard.h"
+
+#include <string.h>
+
+#include "core/hash.h"
+#include "model/model.h"
+
+/* Rows [r0, r0 + nr) of a matrix (or of each expert's matrix: the expert stride, nbytes / ne[2], stays). */
+static void slice_rows(struct ci_tensor *t, int64_t r0, int64_t nr) {
+    if (!t->data)
+        return;
+    t->data = (const uint8_t *)t->data + (uint64_t)r0 * t->row_bytes;
+    t->ne[1] = nr;
+    if (t->n_dims <= 2)
+        t->nbytes = (uint64_t)nr * t->row_bytes;
+}
+
+/* Elements [i0, i0 + n) of an F32 vector (a bias). */
+static void slice_vec(struct ci_tensor *t, int64_t i0, int64_t n) {
+    if (!t->data)
+        return;
+    t->data = (const float *)t->data + i0;
+    t->ne[0] = n;
+    t->row_bytes = t->nbytes = (uint64_t)n * sizeof(float);
+}
+
+/* Columns [c0, c0 + nc) of every row: a strided view (row_bytes stays the whole row's). */
+static enum ci_status slice_cols(struct ci_tensor *t, int64_t c0, int64_t nc, struct ci_err *err) {
+    if (!t->data)
+        return CI_OK;
+    const struct ci_type_traits *tr = ci_type_traits(t->type);
+    uint64_t bs = tr ? tr->block_size : 0;
+    if (!bs || (uint64_t)c0 % bs || (uint64_t)nc % bs)
+        return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                          "--tp: %s (%s) would be split at column %lld into slices of %lld columns, not on "
+                          "its %llu-element block boundaries: use fewer ranks or another weight type",
+                          t->name ? t->name : "a tensor", ci_type_name(t->type), (long long)c0, (long long)nc,
+                          (unsigned long long)bs);
+    t->data = (const uint8_t *)t->data + (uint64_t)c0 / bs * tr->type_size;
+    t->ne[0] = nc;
+    if (t->n_dims <= 2)
+        t->nbytes = (uint64_t)t->ne[1] * t->row_bytes;
+    return CI_OK;
+}
+
+/* The larger of blk and t's block size (t absent: blk). */
+static int64_t block_of(const struct ci_tensor *t, int64_t blk) {
+    const struct ci_type_traits *tr = t->data ? ci_type_traits(t->type) : NULL;
+    return tr && (int64_t)tr->block_size > blk ? (int64_t)tr->block_size : blk;
+}
+
+static enum ci_status check_div(const char *what, int v, int n, struct ci_err *err) {
+    if (v % n == 0)
+        return CI_OK;
+    return ci_err_set(err, CI_ERR_UNSUPPORTED, "--tp %d: the model's %s (%d) is not divisible by %d", n, what,
+                      v, n);
+}
+
+/* A gated FFN of length ff: rank's share of the gate/up rows and the matching down columns.  The shares are
+ * as even as down's blocks allow (its columns split on block boundaries: 256 for the K-quants), so they may
+ * differ by a block; *len is this rank's. */
+static enum ci_status shard_ffn(struct ci_tensor *gate, struct ci_tensor *up, struct ci_tensor *down, int ff,
+                                int64_t blk, int rank, int n, const char *what, int *len,
+                                struct ci_err *err) {
+    int64_t units = ff / blk;
+    int64_t lo = units * rank / n * blk, hi = units * (rank + 1) / n * blk;
+    if (ff % blk || hi <= lo)
+        return ci_err_set(
+            err, CI_ERR_UNSUPPORTED,
+            "--tp %d: the %s (%d) holds %lld blocks of %lld columns of %s, too few to give each "
+            "rank whole blocks: use fewer ranks or another weight type",
+            n, what, ff, (long long)units, (long long)blk, ci_type_name(down->type));
+    slice_rows(gate, lo, hi - lo);
+    slice_rows(up, lo, hi - lo);
+    *len = (int)(hi - lo);
+    return slice_cols(down, lo, hi - lo, err);
+}
+
+enum ci_status model_shard(struct model *m, int rank, int n, struct ci_err *err) {
+    struct model_config *c = &m->config;
+    if (n < 1 || rank < 0 || rank >= n)
+        return ci_err_set(err, CI_ERR_INVALID, "--tp: rank %d of %d", rank, n);
+    if (n == 1)
+        return CI_OK;
+    const char *why = c->encoder                               ? "an encoder (embeddings only)"
+                      : c->qkv_fused                           ? "fused Q/K/V projections"
+                      : c->ffn_fused                           ? "a fused gate/up projection"
+                      : c->moe_softmax_weight || c->swiglu_oai ? "gpt-oss experts"
+                                                               : NULL;
+    if (why)
+        return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                          "--tp %d: %s (%s) is not supported with tensor parallelism yet", n,
+                          model_arch_name(c->arch), why);
+    enum ci_status s;
+    if ((s = check_div("head count", c->n_head, n, err)) ||
+        (s = check_div("KV head count", c->n_kv_head, n, err)))
+        return s;
+    int ff = c->n_ff, ff_exp = c->n_ff_exp, ff_sh = c->n_ff_shexp; // this rank's shares
+    // The FFN shares split on the coarsest block of each down projection over all layers (block sizes are
+    // powers of two), so every layer's share is the same.
+    int64_t blk = 1, blk_exp = 1, blk_sh = 1;
+    for (int il = 0; il < c->n_layer; il++) {
+        const struct layer_weights *l = &m->weights.layers[il];
+        blk = block_of(&l->w_down, blk);
+        blk_exp = block_of(&l->ffn_down_exps, blk_exp);
+        blk_sh = block_of(&l->ffn_down_shexp, blk_sh);
+    }
+    const int hd = c->head_dim, nh = c->n_head / n, nkv = c->n_kv_head / n;
+    const int64_t q0 = (int64_t)rank * nh * hd, k0 = (int64_t)rank * nkv * hd;
+    for (int il = 0; il < c->n_layer; il++) {
+        struct layer_weights *l = &m->weights.layers[il];
+        slice_rows(&l->wq, q0, (int64_t)nh * hd);
+        slice_rows(&l->wk, k0, (int64_t)nkv * hd);
+        slice_rows(&l->wv, k0, (int64_t)nkv * hd);
+        slice_vec(&l->bq, q0, (int64_t)nh * hd);
+        slice_vec(&l->bk, k0, (int64_t)nkv * hd);
+        slice_vec(&l->bv, k0, (int64_t)nkv * hd);
+        if ((s = slice_cols(&l->wo, q0, (int64_t)nh * hd, err)))
+            return s;
+        if (c->n_expert) {
+            if ((s = shard_ffn(&l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, c->n_ff_exp, blk_exp,
+                               rank, n, "expert FFN length", &ff_exp, err)))
+                return s;
+            if (c->moe_shared_exp &&
+                (s = shard_ffn(&l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, c->n_ff_shexp,
+                               blk_sh, rank, n, "shared expert FFN length", &ff_sh, err)))
+                return s;
+        } else if ((s = shard_ffn(&l->w_gate, &l->w_up, &l->w_down, c->n_ff, blk, rank, n, "FFN length", &ff,
+                                  err))) {
+            return s;
+        }
+    }
+    c->n_head = nh;
+    c->n_kv_head = nkv;
+    if (!c->n_expert)
+        c->n_ff = ff;
+    c->n_ff_exp = ff_exp;
+    c->n_ff_shexp = ff_sh;
+    if (rank != 0) // the head lives on rank 0 (tied heads keep token_embd, which every rank embeds with)
+        memset(&m->weights.output, 0, sizeof m->weights.output);
+    return CI_OK;
+}
+
+static uint64_t hash_tensor(uint64_t h, const struct ci_tensor *t) {
+    if (!t->data)
+        return ci_hash_bytes(h, "-", 1);
+    if (t->name)
+        h = ci_hash_bytes(h, t->name, strlen(t->name));
+    uint64_t meta[6] = {
+        t->type, (uint64_t)t->ne[0], (uint64_t)t->ne[1], (uint64_t)t->ne[2], (uint64_t)t->ne[3], t->nbytes};
+    h = ci_hash_bytes(h, meta, sizeof meta);
+    size_t k = t->nbytes < 32 ? (size_t)t->nbytes : 32;
+    h = ci_hash_bytes(h, t->data, k);
+    return ci_hash_bytes(h, (const uint8_t *)t->data + t->nbytes - k, k);
+}
+
+uint64_t model_fingerprint(const struct model *m) {
+    const struct model_config *c = &m->config;
+    int64_t ints[] = {c->arch,       c->n_vocab,       c->n_embd,        c->n_layer,     c->n_head,
+                      c->n_kv_head,  c->head_dim,      c->n_ff,          c->n_ctx_train, c->rope_dim,
+                      c->n_expert,   c->n_expert_used, c->n_ff_exp,      c->n_ff_shexp,  c->sliding_window,
+                      c->swa_period, c->rope_scaling,  c->rope_orig_ctx, c->encoder,     c->rope_neox};
+    float floats[] = {c->rope_base,     c->rms_eps,      c->rope_pos_scale, c->rope_attn_factor,
+                      c->rope_base_swa, c->attn_softcap, c->final_softcap,  c->attn_scale};
+    uint64_t h = ci_hash_bytes(0x7470u, ints, sizeof ints);
+    h = ci_hash_bytes(h, floats, sizeof floats);
+    const struct model_weights *w = &m->weights;
+    const struct ci_tensor *top[] = {&w->tok_embd,  &w->output_norm, &w->output,   &w->rope_freqs,
+                                     &w->rope_long, &w->rope_short,  &w->pos_embd, &w->type_embd,
+                                     &w->tok_norm,  &w->tok_norm_b};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        h = hash_tensor(h, top[i]);
+    for (int il = 0; il < c->n_layer; il++) {
+        const struct ci_tensor *lt = (const struct ci_tensor *)(const void *)&w->layers[il];
+        for (size_t i = 0; i < sizeof w->layers[il] / sizeof *lt; i++)
+            h = hash_tensor(h, &lt[i]);
+    }
+    return h;
+}

@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""Tensor parallelism over MPI (`mpirun -np 2 cinfer logits|run --tp 2`, README "Past one machine").
+
+On `cinfer synth` models of several architectures (llama with GQA, llama3 RoPE scaling, qwen2 with Q/K/V
+biases, qwen3 with Q/K norms and head_dim != n_embd / n_head, gemma2 with post-norms and soft-capping,
+mixtral / qwen3moe / qwen2moe experts, the last with a shared expert) in F32, Q8_0 and a K-quant:
+  - the logits of two ranks (each a half of every layer, two all-reduces per layer) against the single
+    process's, within a stated tolerance: the shards sum the same products in another order, so the logits
+    are not bit-identical.  F32: max|d| <= F32_TOL * max(1, max|logit|) (measured: at most 4e-6 relative);
+    quantized: QUANT_TOL (the activations of each matmul are rounded to int8 blocks, so a 1-ulp difference can
+    move one rounding, and an expert router near a tie can choose differently: measured up to 0.028 relative);
+  - the two-rank F32 logits of tiny and tiny-qwen3moe also against the numpy reference (tests/ref/model_np.py),
+    within ciref.logit_tolerance("f32");
+  - greedy `cinfer run` output (40 tokens) identical to the single process's;
+  - `cinfer serve --tp 2`: concurrent greedy completions sharing a long prefix (prefix-cache hits) with n = 2
+    (forked blocks and copy-on-write, which the other rank must repeat) return the single process's text, and
+    SIGTERM to rank 0 ends every rank (mpirun exits 0); a worker killed (SIGKILL) mid-stream ends the client's
+    stream early and every process, within bounds;
+  - start-up errors, each bounded by a timeout (no hang): ranks given different options, ranks given different
+    model files, a rank whose file does not load, head / KV head counts not divisible by the ranks, an
+    architecture the shards do not cover, K-quant columns off their 256-element blocks, a world of another
+    size than --tp, and --tp without mpirun.
+Skips (with a message, no PASS lines) only when mpirun is absent.  Prints PASS/FAIL lines."""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ref"))
+
+import ciref  # noqa: E402
+import model_np  # noqa: E402
+
+BIN = ciref.BIN
+TIMEOUT = 120
+F32_TOL = 2e-5
+QUANT_TOL = 0.05
+TOKENS = [1 + (i * 37) % 1000 for i in range(48)]
+
+# Open MPI refuses root without these; --oversubscribe lets 2 ranks share fewer cores; no single-copy
+# mechanism (it needs ptrace rights containers often lack).
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_rmaps_base_oversubscribe="1")
+# Under `make asan`: Open MPI's own allocations left at exit are not cinfer's leaks.  They are suppressed by
+# library name, which needs whole stacks (no fast unwinding through Open MPI's frame-pointer-less code) and
+# its plugins still loaded at exit to name them.
+SUPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan.supp")
+ENV["LSAN_OPTIONS"] = "suppressions=%s:print_suppressions=0:%s" % (SUPP, os.environ.get("LSAN_OPTIONS", ""))
+ENV["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
+ENV["OMPI_MCA_mca_base_component_disable_dlclose"] = "1"
+
+rep = ciref.Report()
+
+
+def run(cmd, timeout=TIMEOUT):
+    """(returncode, stdout, stderr); returncode None on a timeout (a hang)."""
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, env=ENV)
+    except subprocess.TimeoutExpired as e:
+        return None, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace")
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def mpirun(n, args):
+    return ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(n), BIN] + args
+
+
+def read_logits(path, n):
+    raw = np.fromfile(path, dtype="<f4")
+    return raw.reshape(n, -1)
+
+
+def logits(model, tmp, tp=1, kv="f32"):
+    out = os.path.join(tmp, "out.f32")
+    if os.path.exists(out):
+        os.unlink(out)
+    args = ["logits", "-m", model, "--tokens", ",".join(map(str, TOKENS)), "--kv-type", kv, "-o", out]
+    cmd = mpirun(tp, args + ["--tp", str(tp), "--threads", "1"]) if tp > 1 else [BIN] + args + ["--threads", "2"]
+    rc, _, err = run(cmd)
+    if rc != 0:
+        raise ciref.CinferError("%s exited %s: %s" % (" ".join(cmd[:8]), rc, err.strip()[-600:]))
+    return read_logits(out, len(TOKENS))
+
+
+def rel(a, b):
+    return float(np.abs(a.astype(np.float64) - b).max() / max(1.0, float(np.abs(b).max())))
+
+
+def check_logits(name, model, tmp, tol):
+    try:
+        one, two = logits(model, tmp), logits(model, tmp, tp=2)
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return None
+    d = rel(two, one)
+    rep.check(d <= tol, name, "relative max|d| %.3g > %g" % (d, tol),
+              "relative max|d| %.3g, max|d| %.3g, tol %g" % (d, float(np.abs(two - one).max()), tol))
+    return two
+
+
+def greedy(model, tp):
+    args = ["run", "-m", model, "-p", "hello world", "-n", "40", "--temp", "0", "--ids", "--kv-type", "f32"]
+    cmd = mpirun(tp, args + ["--tp", str(tp), "-t", "1"]) if tp > 1 else [BIN] + args + ["-t", "2"]
+    rc, out, err = run(cmd)
+    if rc != 0:
+        raise ciref.CinferError("run exited %s: %s" % (rc, err.strip()[-400:]))
+    return out.split()
+
+
+def expect_error(name, cmd, words, timeout=60):
+    """cmd must fail (non-zero, within the timeout) with every string of words on stderr."""
+    rc, _, err = run(cmd, timeout)
+    if rc is None:
+        rep.fail(name, "hung: no exit within %d s" % timeout)
+        return
+    missing = [w for w in words if w not in err]
+    rep.check(rc != 0 and not missing, name, "exit %s, missing %s in: %s" % (rc, missing, err.strip()[-400:]),
+              err.strip().splitlines()[0] if err.strip() else "")
+
+
+class Serve:
+    """`cinfer serve` on a free port, alone or as rank 0 of `mpirun -np tp`; its stderr read on a thread."""
+
+    def __init__(self, model, tp, extra=()):
+        args = ["serve", "-m", model, "--port", "0", "--kv-type", "f32", "--max-seqs", "16"] + list(extra)
+        cmd = mpirun(tp, args + ["--tp", str(tp), "-t", "1"]) if tp > 1 else [BIN] + args + ["-t", "2"]
+        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+        self.lines, self.port, self.ready = [], None, threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.ready.wait(60):
+            raise ciref.CinferError("serve did not become ready: %s" % " | ".join(self.lines[-5:]))
+
+    def _read(self):
+        for raw in self.p.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.lines.append(line)
+            m = re.search(r"listening on http://[0-9.]+:([0-9]+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if " ready (" in line:
+                self.ready.set()
+
+    def complete(self, prompt, n):
+        body = json.dumps({"prompt": prompt, "max_tokens": 16, "temperature": 0, "n": n}).encode()
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = json.loads(r.read())
+        if r.status != 200:
+            raise ciref.CinferError("HTTP %d: %s" % (r.status, data))
+        return [ch["text"] for ch in sorted(data["choices"], key=lambda ch: ch["index"])]
+
+    def batch(self, prompts, n):
+        """The prompts sent at once (one thread each): {prompt: [texts]}."""
+        out, errs = {}, []
+
+        def one(p):
+            try:
+                out[p] = self.complete(p, n)
+            except Exception as e:  # noqa: BLE001 (reported as the test's failure)
+                errs.append(e)
+
+        ts = [threading.Thread(target=one, args=(p,)) for p in prompts]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise ciref.CinferError(errs[0])
+        return out
+
+    def rank(self, r):
+        """The pid of rank r (mpirun's child whose environment says so), or mpirun's own without one."""
+        try:
+            with open("/proc/%d/task/%d/children" % (self.p.pid, self.p.pid)) as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            return self.p.pid
+        for k in kids:
+            try:
+                with open("/proc/%d/environ" % k, "rb") as f:
+                    if b"OMPI_COMM_WORLD_RANK=%d\0" % r in f.read():
+                        return k
+            except OSError:
+                pass
+        return self.p.pid
+
+    def rank0(self):
+        return self.rank(0)
+
+    def stop(self, timeout=30):
+        """SIGTERM to the server (rank 0 under mpirun: it stops the other ranks); the exit status of the whole
+        (mpirun's), or None when something still runs after the timeout."""
+        os.kill(self.rank0(), signal.SIGTERM)
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            return None
+
+
+def serving(rep_name, model):
+    """Concurrent greedy completions (a shared 100-token-long prefix, so the prefix cache hits from the second
+    round on; n = 2 samples fork the prompt's blocks and copy-on-write the shared partial block) through
+    `cinfer serve --tp 2` equal the single process's; then SIGTERM ends every rank."""
+    prefix = " ".join("w%d" % (i % 17) for i in range(60))
+    prompts = [prefix + " tail %d" % i for i in range(4)] + ["short %d" % i for i in range(2)]
+    results = {}
+    for tp in (1, 2):
+        srv = None
+        try:
+            srv = Serve(model, tp)
+            results[tp] = [srv.batch(prompts, 2), srv.batch(prompts, 2)]
+        except ciref.CinferError as e:
+            rep.fail(rep_name, "--tp %d: %s" % (tp, e))
+            if srv:
+                srv.stop()
+            return
+        rc = srv.stop()
+        if tp == 2:
+            stopped = any("cinfer serve: stopped" in line for line in srv.lines)
+            rep.check(rc == 0 and stopped, rep_name + "_sigterm_ends_all",
+                      "mpirun exit %s; stderr: %s" % (rc, srv.lines[-4:]), "rank 0 stopped, mpirun exited 0")
+    one, two = results[1], results[2]
+    same_pairs = all(len(t) == 2 and t[0] == t[1] for r in two for t in r.values())
+    rep.check(one == two and same_pairs, rep_name, "single %s\n--tp 2 %s" % (one, two),
+              "%d prompts x 2 samples x 2 rounds equal" % len(prompts))
+
+
+def rank_killed(model):
+    """A worker rank killed (SIGKILL) in the middle of a streamed completion: the client's stream ends without
+    the whole completion (an error event or a cut connection), and every process exits; both within bounds.
+    The naive policy (each step recomputes the whole sequence) keeps the generation slow enough to be
+    interrupted."""
+    name = "serve_rank_killed_mid_stream"
+    try:
+        srv = Serve(model, 2, ["--policy", "naive"])
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return
+    body = json.dumps({"prompt": "hello", "max_tokens": 480, "temperature": 0, "stream": True,
+                       "ignore_eos": True}).encode()
+    got = []
+
+    def stream():
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+            c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            while True:
+                chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+                if not chunk:
+                    break
+                got.append(chunk)
+        except Exception as e:  # noqa: BLE001 (a cut connection is one of the expected endings)
+            got.append(("error: %s" % e).encode())
+
+    t = threading.Thread(target=stream, daemon=True)
+    t.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and sum(len(g) for g in got) < 2000:  # some tokens have streamed
+        time.sleep(0.05)
+    victim = srv.rank(1)
+    if victim == srv.p.pid:
+        rep.fail(name, "no rank 1 process found")
+        srv.stop()
+        return
+    os.kill(victim, signal.SIGKILL)
+    t.join(60)
+    try:
+        rc = srv.p.wait(60)
+    except subprocess.TimeoutExpired:
+        srv.p.kill()
+        rc = None
+    text = b"".join(got).decode("utf-8", "replace")
+    whole = text.count('"finish_reason":"length"') > 0
+    tokens = text.count('"text":')
+    rep.check(not t.is_alive() and rc is not None and not whole and tokens >= 5, name,
+              "stream ended %s, mpirun exit %s, whole completion %s, %d tokens before the kill: %s" % (
+                  not t.is_alive(), rc, whole, tokens, text[-200:]),
+              "the stream ended after %d tokens (%s), mpirun exited %s" % (
+                  tokens, "error event" if '"error"' in text else "cut", rc))
+
+
+def synth(tmp, preset, typ, seed=1):
+    path = os.path.join(tmp, "%s-%s-%d.gguf" % (preset, typ, seed))
+    if not os.path.exists(path):
+        ciref.cinfer(["synth", "--preset", preset, "--type", typ, "--seed", str(seed), "-o", path])
+    return path
+
+
+def quantize(tmp, src, typ):
+    path = src.replace(".gguf", "-%s.gguf" % typ)
+    ciref.cinfer(["quantize", src, path, typ, "--pure"])
+    return path
+
+
+def main():
+    if not shutil.which("mpirun"):
+        print("SKIP test_tp: mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev; scripts/deps.sh)")
+        return 0
+    tmp = tempfile.mkdtemp(prefix="cinfer-tp-")
+    try:
+        f32 = {p: synth(tmp, p, "f32") for p in ("tiny", "tiny-qwen2", "tiny-qwen3", "tiny-llama3", "tiny-gemma2",
+                                                 "tiny-mixtral", "tiny-qwen3moe", "tiny-qwen2moe")}
+        # --tp without mpirun: a world of one process.
+        expect_error("tp_without_mpirun", [BIN, "logits", "-m", f32["tiny"], "--tokens", "1,2", "-o",
+                                           os.path.join(tmp, "x.f32"), "--tp", "2"], ["--tp 2"])
+        for p, path in f32.items():
+            two = check_logits("logits_f32_%s" % p, path, tmp, F32_TOL)
+            if two is not None and p in ("tiny", "tiny-qwen3moe"):
+                ref = model_np.Model.load(path).forward(TOKENS)
+                tol = ciref.logit_tolerance("f32")
+                ciref.compare_logits(rep, "logits_f32_%s_vs_numpy" % p, two, ref, tol)
+        quant = [synth(tmp, p, "q8_0") for p in ("tiny", "tiny-qwen2", "tiny-qwen3moe")]
+        # A K-quant: tiny-qwen3's attention output (512 columns) splits 256 + 256 on Q4_K blocks, its FFN of 768
+        # splits 512 + 256 (the shares round to down's 256-element blocks).
+        kq = quantize(tmp, f32["tiny-qwen3"], "Q4_K_M")
+        for path in quant + [kq]:
+            check_logits("logits_%s" % os.path.basename(path)[:-5], path, tmp, QUANT_TOL)
+
+        for path in (f32["tiny"], f32["tiny-qwen3"], f32["tiny-mixtral"], quant[1], kq):
+            name = "greedy_" + os.path.basename(path)[:-5]
+            try:
+                a, b = greedy(path, 1), greedy(path, 2)
+                rep.check(a == b and len(a) == 40, name, "single %s, --tp 2 %s" % (a, b), "40 tokens equal")
+            except ciref.CinferError as e:
+                rep.fail(name, e)
+
+        serving("serve_greedy_tiny", f32["tiny"])
+        serving("serve_greedy_qwen3moe", f32["tiny-qwen3moe"])
+        rank_killed(f32["tiny"])
+
+        out = os.path.join(tmp, "x.f32")
+        base = ["logits", "--tokens", "1,2,3", "-o", out, "--tp", "2"]
+        tiny = f32["tiny"]
+        expect_error("mismatched_options",
+                     ["mpirun", "--oversubscribe", "-np", "1", BIN] + base + ["-m", tiny, "--kv-type", "f32"] +
+                     [":", "-np", "1", BIN] + base + ["-m", tiny, "--kv-type", "f16"],
+                     ["rank 1 was started with other options than rank 0"])
+        other = synth(tmp, "tiny", "f32", seed=2)
+        # Same command line, different files: rank 1 runs in a directory whose file of that name is another
+        # seed's (same shapes, other weights).
+        rel_name = os.path.basename(tiny)
+        other_dir = os.path.join(tmp, "other")
+        os.makedirs(other_dir)
+        shutil.copy(other, os.path.join(other_dir, rel_name))
+        expect_error("mismatched_model",
+                     ["mpirun", "--oversubscribe", "-np", "1", "--wdir", tmp, BIN] + base + ["-m", rel_name] +
+                     [":", "-np", "1", "--wdir", other_dir, BIN] + base + ["-m", rel_name],
+                     ["rank 1 loaded a different model than rank 0"])
+        missing_dir = os.path.join(tmp, "empty")
+        os.makedirs(missing_dir)
+        expect_error("rank_fails_to_load",
+                     ["mpirun", "--oversubscribe", "-np", "1", "--wdir", tmp, BIN] + base + ["-m", rel_name] +
+                     [":", "-np", "1", "--wdir", missing_dir, BIN] + base + ["-m", rel_name],
+                     ["rank 1 of 2 failed to start"])
+        expect_error("kv_heads_not_divisible", mpirun(2, base + ["-m", synth(tmp, "tiny-gemma3", "f32")]),
+                     ["KV head count (1) is not divisible by 2"])
+        base3 = [a if a != "2" else "3" for a in base]
+        expect_error("heads_not_divisible", mpirun(3, base3 + ["-m", tiny]), ["head count (8) is not divisible by 3"])
+        expect_error("arch_not_supported", mpirun(2, base + ["-m", synth(tmp, "tiny-phi3", "f32")]),
+                     ["phi3", "not supported with tensor parallelism"])
+        expect_error("kquant_columns_off_blocks", mpirun(2, base + ["-m", quantize(tmp, tiny, "Q4_K_M")]),
+                     ["attn_output.weight (Q4_K)", "256-element block"])
+        expect_error("world_size_mismatch", mpirun(2, base[:-1] + ["3", "-m", tiny]),
+                     ["--tp 3 but this MPI world has 2 process(es)"])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rep.exit()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
