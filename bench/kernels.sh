@@ -223,7 +223,7 @@ if [ "$WRITE_RESULTS" -eq 1 ]; then
 fi
 
 # ---- the plot ----
-if [ -s "$PLOT" ] && command -v gnuplot >/dev/null 2>&1; then
+if [ "$BATCH" != 0 ] && [ -s "$PLOT" ] && command -v gnuplot >/dev/null 2>&1; then
     n=$(grep -c '^"' "$PLOT")
     per=$((LLAMA == 1 ? 3 : 2))
     if gnuplot -e "datafile='$PLOT'; outfile='$OUT/kernels.png'; nseries=$n; per=$per" \
