@@ -459,12 +459,39 @@ AI int32_t load_i32(const int8_t *p) {
     return v;
 }
 
+/* A vertical tile's block step: the 16 rows' integer dots acc[j] of token t + j, less the unsigned offset (2^shift
+ * times the block's activation sum), continue each lane's canonical chain f[j] += (dw * dx) * isum. */
+AI void vblock_fma(const int TN, const __m512i *acc, __m512 dw, const struct ci_act_q8 *q, int64_t b, int t,
+                   int shift, __m512 *f) {
+    const float *dx = q->d + b * q->tok_stride + t;
+    const int32_t *xs = q->sum + b * q->tok_stride + t;
+    UNROLL
+    for (int j = 0; j < TN; j++) {
+        __m512i s = _mm512_sub_epi32(acc[j], _mm512_set1_epi32(xs[j] * (1 << shift)));
+        f[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[j])), _mm512_cvtepi32_ps(s), f[j]);
+    }
+}
+
+/* A vertical tile's end of slice: park the accumulators, or after the last slice store the nr real rows. */
+AI void vtile_finish(const int TN, const struct ci_mm *m, int64_t r, int nr, int t, bool last, __m512 *park,
+                     const __m512 *f) {
+    if (!last) {
+        UNROLL
+        for (int j = 0; j < TN; j++)
+            _mm512_store_ps((float *)&park[j], f[j]);
+        return;
+    }
+    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        _mm512_mask_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)r, rows, f[j]);
+}
+
 /* 16 repacked rows x TN tokens over the pack's blocks [b0, b1); F (lanes = rows) parked between slices. */
 AI void vtile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *pack, int64_t b0, int64_t b1,
               int64_t r, int nr, int t, bool first, bool last, __m512 *park) {
     const struct ci_act_q8 *q = m->q;
     const int shift = type == CI_TYPE_Q8_0 ? 7 : 3; // the unsigned offset: 128 or 8 times sum(x)
-    const int64_t stride = q->tok_stride;
     const int8_t *xt[8];
     UNROLL
     for (int j = 0; j < TN; j++)
@@ -486,25 +513,9 @@ AI void vtile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
             for (int j = 0; j < TN; j++)
                 acc[j] = _mm512_dpbusd_epi32(acc[j], w, _mm512_set1_epi32(load_i32(xt[j] + b * 32 + 4 * c)));
         }
-        __m512 dw = _mm512_load_ps(p + 512);
-        const float *dx = q->d + b * stride + t;
-        const int32_t *xs = q->sum + b * stride + t;
-        UNROLL
-        for (int j = 0; j < TN; j++) {
-            __m512i s = _mm512_sub_epi32(acc[j], _mm512_set1_epi32(xs[j] * (1 << shift)));
-            f[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[j])), _mm512_cvtepi32_ps(s), f[j]);
-        }
+        vblock_fma(TN, acc, _mm512_load_ps(p + 512), q, b, t, shift, f);
     }
-    if (!last) {
-        UNROLL
-        for (int j = 0; j < TN; j++)
-            _mm512_store_ps((float *)&park[j], f[j]);
-        return;
-    }
-    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
-    UNROLL
-    for (int j = 0; j < TN; j++)
-        _mm512_mask_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)r, rows, f[j]);
+    vtile_finish(TN, m, r, nr, t, last, park, f);
 }
 
 typedef void (*vtile_fn)(const struct ci_mm *m, const uint8_t *pack, int64_t b0, int64_t b1, int64_t r,
@@ -629,7 +640,6 @@ AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
     const size_t cb = pk_chunk_bytes(type);
     const uint8_t *scales = gp + (size_t)nb * cb;
     const int shift = type == CI_TYPE_Q8_0 ? 7 : 3; // the unsigned offset: 128 or 8 times sum(x)
-    const int64_t stride = q->tok_stride;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const int8_t *xt[8];
     UNROLL
@@ -675,26 +685,12 @@ AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
                 }
             }
         }
-        __m512 dw =
-            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(scales + (size_t)b * 32)));
-        const float *dx = q->d + b * stride + t;
-        const int32_t *xs = q->sum + b * stride + t;
-        UNROLL
-        for (int j = 0; j < TN; j++) {
-            __m512i s = _mm512_sub_epi32(acc[j], _mm512_set1_epi32(xs[j] * (1 << shift)));
-            f[j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[j])), _mm512_cvtepi32_ps(s), f[j]);
-        }
+        vblock_fma(
+            TN, acc,
+            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(scales + (size_t)b * 32))), q,
+            b, t, shift, f);
     }
-    if (!last) {
-        UNROLL
-        for (int j = 0; j < TN; j++)
-            _mm512_store_ps((float *)&park[j], f[j]);
-        return;
-    }
-    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
-    UNROLL
-    for (int j = 0; j < TN; j++)
-        _mm512_mask_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)r, rows, f[j]);
+    vtile_finish(TN, m, r, nr, t, last, park, f);
 }
 
 typedef void (*ptile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r, int nr,
