@@ -57,6 +57,8 @@
 _Static_assert(ATTN_SEG % CI_ATTN_CHUNK == 0, "segment edges must be chunk edges");
 // Split decode when fewer than this many (token, KV head) items per thread.
 #define ATTN_SPLIT_ITEMS_PER_THREAD 4
+// Chunks ahead of the current one whose K/V rows a walk prefetches (see prefetch_chunk).
+#define ATTN_PREFETCH_CHUNKS 2
 // Most scratch the split decode takes for its segment states; above it the decode is not split.
 #define ATTN_SPLIT_MAX_BYTES ((size_t)32 << 20)
 
@@ -166,6 +168,32 @@ static void chunk_capped(uint32_t type, const void *const *k, const void *const 
     }
 }
 
+/* Software prefetch of the K/V rows of the chunk at positions [p0, p0 + CI_ATTN_CHUNK) ∩ [., pe) of KV head kvh.
+ * A chunk's rows lie in one or two KV blocks at unrelated addresses, so the hardware prefetchers restart
+ * at every chunk and a decode walk over a long context stalls on each chunk's first lines; asking for the
+ * rows a few chunks ahead overlaps those misses with the current chunk's work.  No effect on any result. */
+static void prefetch_chunk(const struct ci_kv_layer *kv, const struct ci_attn_seq *s, int kvh, int p0,
+                           int pe) {
+#if defined(__GNUC__) || defined(__clang__)
+    const int bs = kv->block_size;
+    const int p1 = p0 + CI_ATTN_CHUNK < pe ? p0 + CI_ATTN_CHUNK : pe;
+    for (int p = p0; p < p1;) {
+        // The chunk's positions inside one block are contiguous slots: prefetch them as one span.
+        int span = bs - p % bs < p1 - p ? bs - p % bs : p1 - p;
+        size_t off = ci_kv_offset(kv, s->block_table[p / bs], kvh, p % bs);
+        size_t bytes = (size_t)span * kv->row_bytes;
+        const unsigned char *k = (const unsigned char *)kv->k + off, *v = (const unsigned char *)kv->v + off;
+        for (size_t b = 0; b < bytes; b += 64) {
+            __builtin_prefetch(k + b, 0, 3);
+            __builtin_prefetch(v + b, 0, 3);
+        }
+        p += span;
+    }
+#else
+    (void)kv, (void)s, (void)kvh, (void)p0, (void)pe;
+#endif
+}
+
 /* The online softmax of query rows q[0..ng) of token t over positions [ps, pe) of KV head kvh (a range inside
  * one segment), continuing the state m, l, acc.  The chunks sit at the fixed multiples of CI_ATTN_CHUNK (a
  * range starting inside one cuts it short), so the order depends only on the positions. */
@@ -179,8 +207,13 @@ static void walk_heads(const struct attn_job *j, int t, int kvh, const float *co
     CI_ASSERT(ps >= 0 && ps < pe && (pe - 1) / bs < s->n_blocks);
     const unsigned char *kb = kv->k, *vb = kv->v;
     const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
-    for (int p0 = ps - ps % CI_ATTN_CHUNK; p0 < pe; p0 += CI_ATTN_CHUNK) {
+    const int pc = ps - ps % CI_ATTN_CHUNK;
+    for (int c = 1; c < ATTN_PREFETCH_CHUNKS && pc + c * CI_ATTN_CHUNK < pe; c++)
+        prefetch_chunk(kv, s, kvh, pc + c * CI_ATTN_CHUNK, pe);
+    for (int p0 = pc; p0 < pe; p0 += CI_ATTN_CHUNK) {
         int p1 = p0 + CI_ATTN_CHUNK < pe ? p0 + CI_ATTN_CHUNK : pe, pb = p0 > ps ? p0 : ps;
+        if (p0 + ATTN_PREFETCH_CHUNKS * CI_ATTN_CHUNK < pe)
+            prefetch_chunk(kv, s, kvh, p0 + ATTN_PREFETCH_CHUNKS * CI_ATTN_CHUNK, pe);
         int n = p1 - pb;
         for (int i = 0; i < n; i++) {
             int p = pb + i;
@@ -293,8 +326,12 @@ static void walk_run(const struct attn_job *j, int t0, int nt, int kvh, int ng, 
     int n[ATTN_TOKEN_GROUP * ATTN_SUBGROUP]; // positions of the current chunk each row sees
     const unsigned char *kb = kv->k, *vb = kv->v;
     const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+    for (int c = 1; c < ATTN_PREFETCH_CHUNKS && p_seg + c * CI_ATTN_CHUNK < p_end; c++)
+        prefetch_chunk(kv, s, kvh, p_seg + c * CI_ATTN_CHUNK, p_end);
     for (int p0 = p_seg; p0 < p_end; p0 += CI_ATTN_CHUNK) {
         int np = p_end - p0 < CI_ATTN_CHUNK ? p_end - p0 : CI_ATTN_CHUNK;
+        if (p0 + ATTN_PREFETCH_CHUNKS * CI_ATTN_CHUNK < p_end)
+            prefetch_chunk(kv, s, kvh, p0 + ATTN_PREFETCH_CHUNKS * CI_ATTN_CHUNK, p_end);
         for (int i = 0; i < np; i++) {
             int p = p0 + i;
             int32_t blk = s->block_table[p / bs];
