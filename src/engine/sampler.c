@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "kernels/kernels.h"
 
 struct cand {
     float logit;
@@ -286,10 +287,7 @@ static int32_t sample_impl(struct sampler *s, const float *logits, int n_vocab, 
             x[i] = FLT_MAX;
     }
 
-    int best = 0;
-    for (int i = 1; i < n_vocab; i++)
-        if (x[i] > x[best])
-            best = i;
+    int best = ci_argmax(x, n_vocab);
     float max = x[best];
     // A temperature so small that 1/t overflows is greedy in the limit (and would give NaN weights).
     if (p->temperature <= 0.0f || 1.0f / p->temperature == INFINITY || max == -INFINITY)

@@ -1209,6 +1209,47 @@ TEST(argmax_first_of_ties) {
     ASSERT_EQ_I64(ci_argmax(e, 2), 0);
 }
 
+/* The definition: the plain scan, the first of equal maxima, NaN never winning (NaN x[0] stays). */
+static int scan_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+TEST(argmax_equals_scan) {
+    static float x[49152 + 17];
+    uint64_t st = 7;
+    const int lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 49152, 49152 + 17};
+    for (int rep = 0; rep < 40; rep++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int n = lens[li];
+            for (int i = 0; i < n; i++) {
+                st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+                uint32_t r = (uint32_t)(st >> 33);
+                // few distinct values: many ties; some NaN, -inf, +-0 (rep-dependent mix)
+                switch ((r >> 20) % (rep % 4 == 0 ? 9 : 40)) {
+                case 0:
+                    x[i] = NAN;
+                    break;
+                case 1:
+                    x[i] = -INFINITY;
+                    break;
+                case 2:
+                    x[i] = -0.0f;
+                    break;
+                case 3:
+                    x[i] = 0.0f;
+                    break;
+                default:
+                    x[i] = (float)((int)(r % 64) - 32) * (rep % 2 ? 0.25f : 1e-3f);
+                }
+            }
+            CHECK1(ci_argmax(x, n) == scan_argmax(x, n));
+        }
+}
+
 /* ---- attention ---- */
 
 /* The batch mixes prefill runs (consecutive positions of one sequence, grouped: seq 0 at 10..36 across two
@@ -1894,6 +1935,7 @@ int main(int argc, char **argv) {
     RUN(softmax_matches_double);
     RUN(silu_mul_matches_double);
     RUN(argmax_first_of_ties);
+    RUN(argmax_equals_scan);
     RUN(attention_paged_matches_contiguous_double);
     RUN(attention_paged_f16_kv);
     RUN(attention_paged_q8_0_kv);
