@@ -271,17 +271,25 @@ def test_abandoned_streams_free_their_connections():
     head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
+    resets = []
+
     def client(seed):
         rnd = random.Random(seed)
         for i in range(20):
             k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
-            k.sendall(request)
-            got, want = 0, rnd.randint(200, 3000)
-            while got < want:
-                d = k.recv(rnd.randint(50, 500))
-                if not d:
-                    break
-                got += len(d)
+            try:
+                k.sendall(request)
+                got, want = 0, rnd.randint(200, 3000)
+                while got < want:
+                    d = k.recv(rnd.randint(50, 500))
+                    if not d:
+                        break
+                    got += len(d)
+            except ConnectionResetError:
+                # The server refuses a connection over the per-address limit while this client's previous
+                # one is still being torn down (slow under the sanitizers): counted, not a failure.  What the
+                # test checks is that nothing is left behind afterwards.
+                resets.append(i)
             if i % 2:  # RST instead of FIN
                 k.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             k.close()
@@ -298,7 +306,8 @@ def test_abandoned_streams_free_their_connections():
             if left == 0:
                 break
             time.sleep(0.1)
-        check("abandoned_streams_sockets_freed", left == 0, f"{left} client sockets still open after 3 s")
+        check("abandoned_streams_sockets_freed", left == 0,
+              f"{left} client sockets still open after 3 s ({len(resets)} of 160 connections refused)")
         results = [None] * 8
 
         def health(i):
