@@ -262,6 +262,7 @@ static void on_forward(void *app, const struct http_request *req, struct http_re
 struct gather {
     struct router *r;
     bool metrics; // else models
+    char *model;  // GET /v1/models/NAME: that model's object only (else the list); owned
     int n;
     int replica[ROUTER_MAX_REPLICAS];
     struct upstream_xfer *x[ROUTER_MAX_REPLICAS];
@@ -273,6 +274,7 @@ static void gather_free(void *ctx) {
     for (int i = 0; i < g->n; i++)
         upstream_xfer_release(g->x[i]);
     http_waker_release(g->w);
+    ci_free(g->model);
     ci_free(g);
 }
 
@@ -398,7 +400,27 @@ static void merged_models(struct gather *g, struct http_response *res) {
         }
         cJSON_Delete(doc);
     }
-    char *text = ok && answered > 0 ? cJSON_PrintUnformatted(list) : NULL;
+    const cJSON *one = NULL; // GET /v1/models/NAME: the merged object whose id is NAME
+    if (ok && answered > 0 && g->model) {
+        const cJSON *m;
+        cJSON_ArrayForEach(m, data) {
+            if (strcmp(cJSON_GetObjectItemCaseSensitive(m, "id")->valuestring, g->model) == 0)
+                one = m;
+        }
+        if (!one) {
+            struct openai_error e;
+            openai_error_set(&e, 404, "model", "model_not_found", "The model '%.200s' does not exist.",
+                             g->model);
+            res->status = 404;
+            res->content_type = "application/json";
+            res->body = openai_error_json(&e, &res->body_len);
+            if (!res->body)
+                respond_error(res, false, 500, NULL, "out of memory");
+            cJSON_Delete(list);
+            return;
+        }
+    }
+    char *text = ok && answered > 0 ? cJSON_PrintUnformatted(one ? one : list) : NULL;
     cJSON_Delete(list);
     if (!ok || answered == 0) {
         if (answered == 0 && ok)
@@ -437,9 +459,11 @@ static bool gather_poll(void *ctx, struct http_conn *c, struct http_response *re
 }
 
 static void start_gather(struct router *r, const struct http_request *req, struct http_response *res,
-                         bool metrics) {
+                         bool metrics, const char *model) {
     struct gather *g = ci_calloc(1, sizeof *g);
-    if (!g || !(g->w = http_conn_waker(req->conn))) {
+    if (!g || !(g->w = http_conn_waker(req->conn)) || (model && !(g->model = ci_strdup(model)))) {
+        if (g)
+            http_waker_release(g->w);
         ci_free(g);
         respond_error(res, false, 500, NULL, "out of memory");
         return;
@@ -476,11 +500,17 @@ static void start_gather(struct router *r, const struct http_request *req, struc
 }
 
 static void on_models(void *app, const struct http_request *req, struct http_response *res) {
-    start_gather(app, req, res, false);
+    start_gather(app, req, res, false, NULL);
+}
+
+/* GET /v1/models/NAME: the replicas' lists gathered as for /v1/models, then that model's merged object (with
+ * the replicas serving it), or the 404 cinfer serve gives for a name it does not serve. */
+static void on_model(void *app, const struct http_request *req, struct http_response *res) {
+    start_gather(app, req, res, false, req->path + strlen("/v1/models/"));
 }
 
 static void on_metrics(void *app, const struct http_request *req, struct http_response *res) {
-    start_gather(app, req, res, true);
+    start_gather(app, req, res, true, NULL);
 }
 
 static void on_health(void *app, const struct http_request *req, struct http_response *res) {
@@ -509,6 +539,7 @@ static const struct http_route table[] = {
     {"/tokenize", "POST", true, on_forward},
     {"/detokenize", "POST", true, on_forward},
     {"/v1/models", "GET", true, on_models},
+    {"/v1/models/", "GET", true, on_model},
     {"/health", "GET", false, on_health},
     {"/metrics", "GET", false, on_metrics},
 };

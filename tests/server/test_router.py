@@ -16,7 +16,7 @@ chatml chat template, block size 16), judged by what the replicas themselves rep
   (the first event long before the end);
 - a client that hangs up mid-stream: the replica's request is cancelled (its running count drops to 0 and
   request_success_total{finished_reason="abort"} grows);
-- /v1/models (merged, with each replica listed), /metrics (every replica's samples with a replica label),
+- /v1/models (merged, with each replica listed) and /v1/models/NAME (that model's merged object, or a 404), /metrics (every replica's samples with a replica label),
   /health; /v1/messages and /v1/embeddings answered as the replica answers them; all replicas down: 503
   with an OpenAI-shaped error.
 Prints PASS/FAIL lines."""
@@ -327,6 +327,16 @@ def test_aggregation(model):
     check("router_models_merged", st == 200 and len(data) == 1 and
           data[0]["id"] == reps[0].json("GET", "/v1/models")[2]["data"][0]["id"] and
           sorted(data[0].get("replicas", [])) == sorted(r.url for r in reps), str(j))
+    name = reps[0].json("GET", "/v1/models")[2]["data"][0]["id"]
+    st, _, one = rt.json("GET", "/v1/models/" + name)
+    want = reps[0].json("GET", "/v1/models/" + name)[2]
+    check("router_model_by_name", st == 200 and isinstance(one, dict) and one.get("id") == name and
+          one.get("object") == want.get("object") == "model" and
+          sorted(one.get("replicas", [])) == sorted(r.url for r in reps), str(one))
+    st, _, j = rt.json("GET", "/v1/models/no-such-model")
+    st1, _, j1 = reps[0].json("GET", "/v1/models/no-such-model")
+    check("router_model_by_name_404", st == st1 == 404 and isinstance(j, dict) and
+          j.get("error", {}).get("code") == j1.get("error", {}).get("code") == "model_not_found", str(j))
     for r in reps:  # distinct counters on each, so the labelled samples can be told apart
         r.json("POST", "/v1/completions", {"prompt": "hi", "max_tokens": 1})
     reps[1].json("POST", "/v1/completions", {"prompt": "hi again", "max_tokens": 1})
