@@ -1,12 +1,15 @@
 /* cinfer router: an OpenAI-compatible front for several `cinfer serve` replicas (src/server/router.c).
  * Parses and checks the flags (every --replica URL), loads the replicas' vocabulary when --model is given
- * (for prefix keys over the same tokens as the replicas' prefix caches), serves until SIGINT/SIGTERM. */
+ * (for prefix keys over the same tokens as the replicas' prefix caches), serves until SIGINT/SIGTERM.
+ * Under mpirun with --mpi-replicas PORT, rank 0 is the router and every other rank a data-parallel replica:
+ * `cinfer serve` with the options after `--`, on port PORT + rank - 1 (mpi_replicas). */
 #include <curl/curl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cinfer.h"
 #include "cli/args.h"
@@ -15,10 +18,11 @@
 #include "cli/textfile.h"
 #include "core/check.h"
 #include "core/mem.h"
+#include "core/mpi.h"
 #include "server/http.h"
 #include "server/router.h"
 
-#define ROUTER_N_SPECS 20
+#define ROUTER_N_SPECS 21
 
 struct router_cli {
     const char *replicas[ROUTER_MAX_REPLICAS]; // as given (--replica, repeated or comma-separated)
@@ -27,7 +31,7 @@ struct router_cli {
     int n;
     const char *host, *policy, *model_path, *tmpl_name, *tmpl_file, *api_key, *max_body, *allow_origin;
     int port, block_size, table_entries, balance_abs, health_ms, connect_ms, max_conn, timeout_s,
-        request_timeout_s, http_threads;
+        request_timeout_s, http_threads, mpi_port;
     float kv_high, min_match;
 };
 
@@ -75,6 +79,9 @@ static void specs_of(struct router_cli *c, struct arg_spec *specs) {
         {"--max-body", NULL, ARG_STR, &c->max_body, 0, 0, "BYTES  request body limit (default 1M)"},
         {"--allow-origin", NULL, ARG_STR, &c->allow_origin, 0, 0,
          "ORIGIN  send CORS headers allowing ORIGIN"},
+        {"--mpi-replicas", NULL, ARG_INT, &c->mpi_port, 1, 65535,
+         "PORT  under `mpirun -np 1+N`: rank 0 routes, ranks 1..N run `cinfer serve` with the options after "
+         "`--` on ports PORT..PORT+N-1 and are the replicas (instead of --replica)"},
     };
     _Static_assert(CI_ARRAY_LEN(s) == ROUTER_N_SPECS, "ROUTER_N_SPECS counts the flags above");
     memcpy(specs, s, sizeof s);
@@ -173,7 +180,8 @@ static int parse(int argc, char **argv, struct router_cli *c) {
         args_usage("router",
                    "--replica URL [--replica URL ...] [--port N] [--policy P] [-m MODEL] [options]\n"
                    "  (--replica URL  a `cinfer serve` replica, http://HOST:PORT; repeat it or give "
-                   "URL,URL,...)",
+                   "URL,URL,...)\n"
+                   "       mpirun -np 1+N cinfer router --mpi-replicas PORT [options] -- SERVE_OPTIONS",
                    specs, ROUTER_N_SPECS);
         return 0;
     }
@@ -182,9 +190,14 @@ static int parse(int argc, char **argv, struct router_cli *c) {
     if (!take_replicas(&argc, argv, c) ||
         !args_parse("router", argc, argv, 2, specs, ROUTER_N_SPECS, pos, 0, &n_pos))
         return 2;
-    if (c->n_given == 0) {
+    if (c->n_given == 0 && !c->mpi_port) {
         fprintf(stderr,
-                "cinfer router: no replica: give --replica http://HOST:PORT (one per `cinfer serve`)\n");
+                "cinfer router: no replica: give --replica http://HOST:PORT (one per `cinfer serve`), "
+                "or run under mpirun with --mpi-replicas PORT\n");
+        return 2;
+    }
+    if (c->n_given > 0 && c->mpi_port) {
+        fprintf(stderr, "cinfer router: give --replica or --mpi-replicas, not both\n");
         return 2;
     }
     enum router_policy_kind k;
@@ -246,10 +259,107 @@ static const char *pick_template(const struct router_cli *c, const struct cinfer
     return t ? t : CINFER_CHAT_TEMPLATE_DEFAULT;
 }
 
+/* Data-parallel replicas under one mpirun (--mpi-replicas PORT).  MPI is only the rendezvous: the ranks
+ * exchange host names and leave MPI again (MPI_Finalize), then rank r >= 1 runs `cinfer serve` with the
+ * options after `--` and --port PORT + r - 1 (--host 0.0.0.0 when rank 0 is on another host, so the router
+ * can reach it), and rank 0 routes to http://HOST_r:PORT + r - 1 (127.0.0.1 for ranks on its own host).  A
+ * replica that fails to start exits non-zero, and mpirun then ends the job.  Returns -1 on rank 0 with
+ * c->urls set, else the rank's exit status. */
+static int mpi_replicas(struct router_cli *c, int serve_argc, char **serve_argv) {
+    for (int i = 0; i < serve_argc; i++)
+        if (!strcmp(serve_argv[i], "--port") || !strncmp(serve_argv[i], "--port=", 7) ||
+            !strcmp(serve_argv[i], "--host") || !strncmp(serve_argv[i], "--host=", 7) ||
+            !strcmp(serve_argv[i], "--tp") || !strncmp(serve_argv[i], "--tp=", 5)) {
+            fprintf(stderr,
+                    "cinfer router: --mpi-replicas sets each replica's --port and --host and runs "
+                    "it as one process: '%s' is not a replica option here\n",
+                    serve_argv[i]);
+            return 2;
+        }
+    int rank = 0, size = 1;
+    struct ci_err ce = {0};
+    if (ci_mpi_init(&rank, &size, &ce) != CI_OK) {
+        fprintf(stderr, "cinfer router: --mpi-replicas: %s\n", ce.msg);
+        return 1;
+    }
+    enum { NAME = 256 };
+    char mine[NAME] = {0};
+    char *names = ci_calloc((size_t)size, NAME);
+    if (!names || gethostname(mine, NAME - 1) != 0 || ci_mpi_allgather(mine, NAME, names, &ce) != CI_OK) {
+        fprintf(stderr, "cinfer router: --mpi-replicas: rank %d: %s\n", rank,
+                names ? (ce.msg[0] ? ce.msg : "gethostname failed") : "out of memory");
+        ci_free(names);
+        ci_mpi_abort(1);
+        return 1;
+    }
+    ci_mpi_finalize();
+    int rc = -1;
+    if (size < 2 || size - 1 > ROUTER_MAX_REPLICAS || c->mpi_port + size - 2 > 65535) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "cinfer router: --mpi-replicas needs mpirun -np 1+N with 1 <= N <= %d replicas and ports "
+                    "up to 65535 (this job has %d process%s)\n",
+                    ROUTER_MAX_REPLICAS, size, size == 1 ? "" : "es");
+        rc = 2;
+    } else if (rank > 0) {
+        bool local = strcmp(names + (size_t)rank * NAME, names) == 0;
+        char port[16], a_cinfer[] = "cinfer", a_serve[] = "serve", a_port[] = "--port", a_host[] = "--host",
+                       a_any[] = "0.0.0.0";
+        snprintf(port, sizeof port, "%d", c->mpi_port + rank - 1);
+        char **av = ci_calloc((size_t)serve_argc + 7, sizeof *av);
+        if (!av) {
+            fprintf(stderr, "cinfer router: rank %d: out of memory\n", rank);
+            rc = 1;
+        } else {
+            int n = 0;
+            av[n++] = a_cinfer;
+            av[n++] = a_serve;
+            for (int i = 0; i < serve_argc; i++)
+                av[n++] = serve_argv[i];
+            av[n++] = a_port;
+            av[n++] = port;
+            if (!local) {
+                av[n++] = a_host;
+                av[n++] = a_any;
+            }
+            rc = cmd_serve(n, av);
+            ci_free(av);
+        }
+    } else {
+        for (int r = 1; r < size && rc == -1; r++) {
+            const char *host =
+                strcmp(names + (size_t)r * NAME, names) == 0 ? "127.0.0.1" : names + (size_t)r * NAME;
+            size_t len = strlen(host) + 32;
+            if (!(c->urls[r - 1] = ci_malloc(len))) {
+                fprintf(stderr, "cinfer router: out of memory\n");
+                rc = 1;
+                break;
+            }
+            snprintf(c->urls[r - 1], len, "http://%s:%d", host, c->mpi_port + r - 1);
+            c->n = r;
+        }
+    }
+    ci_free(names);
+    return rc;
+}
+
 int cmd_router(int argc, char **argv) {
     struct router_cli c;
     memset(&c, 0, sizeof c);
-    int rc = parse(argc, argv, &c);
+    // Under --mpi-replicas, what follows `--` is the replicas' `cinfer serve` options.
+    int serve_at = argc;
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--")) {
+            serve_at = i;
+            break;
+        }
+    int rc = parse(serve_at, argv, &c);
+    if (rc < 0 && serve_at < argc && !c.mpi_port) {
+        fprintf(stderr, "cinfer router: options after `--` are for --mpi-replicas' serve ranks\n");
+        rc = 2;
+    }
+    if (rc < 0 && c.mpi_port)
+        rc = mpi_replicas(&c, serve_at < argc ? argc - serve_at - 1 : 0, argv + serve_at + 1);
     struct cinfer_model *m = NULL;
     struct cinfer_template *jinja = NULL;
     struct router *r = NULL;

@@ -16,9 +16,10 @@ chatml chat template, block size 16), judged by what the replicas themselves rep
   (the first event long before the end);
 - a client that hangs up mid-stream: the replica's request is cancelled (its running count drops to 0 and
   request_success_total{finished_reason="abort"} grows);
-- /v1/models (merged, with each replica listed) and /v1/models/NAME (that model's merged object, or a 404), /metrics (every replica's samples with a replica label),
-  /health; /v1/messages and /v1/embeddings answered as the replica answers them; all replicas down: 503
-  with an OpenAI-shaped error.
+- /v1/models (merged, with each replica listed) and /v1/models/NAME (that model's merged object, or a
+  404), /metrics (every replica's samples with a replica label), /health; /v1/messages and /v1/embeddings
+  answered as the replica answers them; all replicas down: 503 with an OpenAI-shaped error;
+- data-parallel replicas under one mpirun (`--mpi-replicas`, skipped without mpirun): see test_mpi_replicas.
 Prints PASS/FAIL lines."""
 import concurrent.futures
 import http.client
@@ -362,6 +363,126 @@ def test_aggregation(model):
     rt.stop()
 
 
+def free_port_pair():
+    """A port P with P and P + 1 free on 127.0.0.1 (for the two replica ranks of --mpi-replicas)."""
+    import random
+    import socket
+    for _ in range(200):
+        p = random.randint(20000, 60000)
+        socks = []
+        try:
+            for q in (p, p + 1):
+                k = socket.socket()
+                socks.append(k)
+                k.bind(("127.0.0.1", q))
+            return p
+        except OSError:
+            pass
+        finally:
+            for k in socks:
+                k.close()
+    raise RuntimeError("no free port pair")
+
+
+def test_mpi_replicas(model):
+    """`mpirun -np 3 cinfer router --mpi-replicas P -- SERVE_OPTIONS`: rank 0 routes to ranks 1 and 2, each a
+    `cinfer serve` on P and P + 1; a greedy completion through the router equals one asked of the replica
+    directly; SIGTERM to mpirun stops every rank gracefully.  Misuse is a usage error (exit 2)."""
+    if not shutil.which("mpirun"):
+        print("SKIP router_mpi_replicas: mpirun not found (scripts/deps.sh installs openmpi-bin)")
+        return
+    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tp", "lsan.supp")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_rmaps_base_oversubscribe="1",
+               OMPI_MCA_mca_base_component_disable_dlclose="1",
+               # mpirun SIGKILLs ranks 1 s after forwarding SIGTERM by default; a router draining takes longer
+               OMPI_MCA_odls_base_sigkill_timeout="10")
+    env["LSAN_OPTIONS"] = "suppressions=%s:print_suppressions=0:%s" % (supp, os.environ.get("LSAN_OPTIONS", ""))
+    env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
+    mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none"]
+    serve_args = ["-m", model, "--kv-mem", "32M", "-t", "1"]
+
+    def usage_error(name, cmd, want):
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        check(name, r.returncode == 2 and want in r.stderr, f"exit {r.returncode}: {r.stderr[-300:]}")
+
+    usage_error("router_mpi_one_process", mpirun + ["-np", "1", BIN, "router", "--port", "0", "--mpi-replicas",
+                                                     "20000", "--"] + serve_args, "mpirun -np 1+N")
+    usage_error("router_mpi_replica_port_given", mpirun + ["-np", "2", BIN, "router", "--port", "0",
+                                                           "--mpi-replicas", "20000", "--"] + serve_args +
+                ["--port", "9"], "'--port' is not a replica option")
+    usage_error("router_mpi_and_replica", [BIN, "router", "--replica", "http://127.0.0.1:9", "--mpi-replicas",
+                                           "20000"], "not both")
+    usage_error("router_serve_options_without_mpi", [BIN, "router", "--replica", "http://127.0.0.1:9", "--"] +
+                serve_args, "after `--`")
+
+    base = free_port_pair()
+    proc = subprocess.Popen(mpirun + ["-np", "3", BIN, "router", "--port", "0", "--health-interval-ms", "200",
+                                      "--mpi-replicas", str(base), "-m", model, "--"] + serve_args,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+                            env=env)
+    lines = []
+    port_seen = threading.Event()
+    router_port = []
+
+    def read():
+        for line in proc.stderr:
+            lines.append(line.rstrip())
+            m = re.search(r"cinfer router: listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                router_port.append(int(m.group(1)))
+                port_seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def ask(port, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, json.loads(data) if data else None
+
+    try:
+        ok = port_seen.wait(60)
+        health = None
+        deadline = time.monotonic() + 90
+        while ok and time.monotonic() < deadline:
+            try:
+                st, health = ask(router_port[0], "GET", "/health")
+                if st == 200 and health.get("replicas_up") == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        check("router_mpi_replicas_up", ok and isinstance(health, dict) and health.get("replicas_up") == 2 and
+              health.get("replicas") == 2, f"{health} {lines[-6:]}")
+        st, j = ask(router_port[0], "GET", "/v1/models")
+        reps = j["data"][0].get("replicas", []) if st == 200 and j.get("data") else []
+        check("router_mpi_replica_urls", sorted(reps) == ["http://127.0.0.1:%d" % base,
+                                                         "http://127.0.0.1:%d" % (base + 1)], str(j))
+        body = {"prompt": "The mpi replicas", "max_tokens": 8, "temperature": 0}
+        st, via = ask(router_port[0], "POST", "/v1/completions", body)
+        st1, direct = ask(base, "POST", "/v1/completions", body)
+        check("router_mpi_completion", st == st1 == 200 and via["choices"][0]["text"] ==
+              direct["choices"][0]["text"] and via["usage"] == direct["usage"], f"{via} | {direct}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    reader.join(10)  # the last lines (each rank's "stopped") are read to the end of mpirun's stderr
+    stopped = sum(1 for ln in lines if re.match(r"cinfer (router|serve): stopped", ln))
+    left = subprocess.run(["pgrep", "-f", "--mpi-replicas %d" % base], capture_output=True, text=True).stdout
+    check("router_mpi_sigterm_stops_all", stopped == 3 and not left.strip(),
+          f"{stopped} of 3 ranks stopped gracefully, mpirun exit {proc.returncode}; still running: "
+          f"{left.split()}; {lines[-8:]}")
+
+
 def main():
     if not os.path.exists(BIN):
         print(f"FAIL router_setup: no binary {BIN}")
@@ -379,6 +500,7 @@ def main():
         test_replica_killed(model)
         test_streams_and_endpoints(model)
         test_aggregation(model)
+        test_mpi_replicas(model)
     finally:
         check_no_sanitizer_report("router_no_sanitizer_report")
         shutil.rmtree(tmp, ignore_errors=True)
