@@ -593,23 +593,93 @@ T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
 #ifndef PK_PREFETCH
 #define PK_PREFETCH 4096 // bytes ahead in a packed group's chunk stream that decode prefetches
 #endif
+#define PACK_K_BLOCKS 4 // super-blocks per prefill slice of the packed K-quants
 
 static inline size_t pk_chunk_bytes(uint32_t type) {
     return type == CI_TYPE_Q8_0 ? 512 : 256;
 }
 
+static inline bool pk_kquant(uint32_t type) {
+    return type == CI_TYPE_Q4_K || type == CI_TYPE_Q6_K;
+}
+
+static inline int64_t pk_block_elems(uint32_t type) {
+    return pk_kquant(type) ? 256 : 32;
+}
+
+/* A 16-row group's bytes per block: the rows' own bytes (16 x 34, 18, 144 or 210). */
+static inline size_t pk_block_bytes(uint32_t type) {
+    switch (type) {
+    case CI_TYPE_Q8_0:
+        return 16 * sizeof(struct ci_block_q8_0);
+    case CI_TYPE_Q4_0:
+        return 16 * sizeof(struct ci_block_q4_0);
+    case CI_TYPE_Q4_K:
+        return 16 * 144;
+    default: // Q6_K
+        return 16 * 210;
+    }
+}
+
 static inline size_t pk_group_bytes(uint32_t type, int64_t nb) {
-    return (size_t)nb * (pk_chunk_bytes(type) + 32);
+    return (size_t)nb * pk_block_bytes(type);
 }
 
 static size_t pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
-    if ((type != CI_TYPE_Q8_0 && type != CI_TYPE_Q4_0) || n_in % 32 != 0 || n_out < PACK_ROWS)
+    if ((type != CI_TYPE_Q8_0 && type != CI_TYPE_Q4_0 && !pk_kquant(type)) ||
+        n_in % pk_block_elems(type) != 0 || n_out < PACK_ROWS)
         return 0;
-    return (size_t)(n_out / PACK_ROWS) * pk_group_bytes(type, n_in / 32);
+    return (size_t)(n_out / PACK_ROWS) * pk_group_bytes(type, n_in / pk_block_elems(type));
+}
+
+/* n bytes from src of each of the 16 rows (rows row_bytes apart) as 4-byte lanes: vector v, lane i = row i's
+ * bytes 4v..4v+3 (n a multiple of 4). */
+static void pack_lanes(const uint8_t *src, size_t row_bytes, size_t n, uint8_t *dst) {
+    for (int i = 0; i < PACK_ROWS; i++)
+        for (size_t v = 0; v < n / 4; v++)
+            memcpy(dst + 64 * v + 4 * (size_t)i, src + (size_t)i * row_bytes + 4 * v, 4);
+}
+
+/* The 16 rows' 2-byte values at src + off of each row, side by side. */
+static void pack_u16(const uint8_t *src, size_t row_bytes, size_t off, uint8_t *dst) {
+    for (int i = 0; i < PACK_ROWS; i++)
+        memcpy(dst + 2 * (size_t)i, src + (size_t)i * row_bytes + off, 2);
+}
+
+/* The K-quant layouts (per group, super-block after super-block, pk_block_bytes each, lanes = rows):
+ *  Q4_K: qs as 32 lane vectors (vector v: qs[4v..4v+3]; its low nibbles are elements 32j + 4kk.. of
+ *        sub-block j = 2 (v / 8), kk = v % 8, its high nibbles those of sub-block j + 1), the 12 scale bytes
+ *        as 3 lane vectors, then the 16 d and the 16 dmin (fp16).
+ *  Q6_K: ql then qh as 48 lane vectors (ql vector 16h + 8p + kk: ql[64h + 32p + 4kk..]; qh vector 8h + kk:
+ *        qh[32h + 4kk..]), the 16 sub-block scales as [sub-block][row] int8, then the 16 d (fp16). */
+static void pack_kq(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t g0, int64_t g1,
+                    uint8_t *dst) {
+    const size_t sb = type == CI_TYPE_Q4_K ? 144 : 210, gb = pk_block_bytes(type);
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *src = w + (size_t)(g * PACK_ROWS) * row_bytes + (size_t)b * sb;
+            uint8_t *o = dst + (size_t)g * pk_group_bytes(type, nb) + (size_t)b * gb;
+            if (type == CI_TYPE_Q4_K) {
+                pack_lanes(src + 16, row_bytes, 128, o);
+                pack_lanes(src + 4, row_bytes, 12, o + 2048);
+                pack_u16(src, row_bytes, 0, o + 2240);
+                pack_u16(src, row_bytes, 2, o + 2272);
+            } else {
+                pack_lanes(src, row_bytes, 192, o);
+                for (int i = 0; i < PACK_ROWS; i++)
+                    for (int k = 0; k < 16; k++)
+                        o[3072 + 16 * k + i] = src[(size_t)i * row_bytes + 192 + (size_t)k];
+                pack_u16(src, row_bytes, 208, o + 3328);
+            }
+        }
 }
 
 static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
                       uint8_t *dst) {
+    if (pk_kquant(type)) {
+        pack_kq(type, w, row_bytes, n_in / 256, g0, g1, dst);
+        return;
+    }
     const int64_t nb = n_in / 32;
     const size_t bb = type == CI_TYPE_Q8_0 ? sizeof(struct ci_block_q8_0) : sizeof(struct ci_block_q4_0);
     const size_t cb = pk_chunk_bytes(type);
@@ -713,14 +783,231 @@ typedef void (*ptile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, i
 PTILES(CI_TYPE_Q8_0, q8_0)
 PTILES(CI_TYPE_Q4_0, q4_0)
 
+/* The K-quants' packed tile (pack_kq's layouts): per super-block and sub-block j an exact integer dot in each
+ * lane (vpdpbusd of the unsigned codes with the token's 4 bytes broadcast), times the row's sub-block scale
+ * (vpmulld), summed into sumi; Q4_K's summ = sum_j m_j (bsum[2j] + bsum[2j + 1]) by vpdpwssd (m_j < 64 in the
+ * low half of each lane, the pair sum in the broadcast's low half); Q6_K's codes are the values plus 32, so
+ * each sub-block's dot starts from -32 bsum_k.  Then the canonical float steps of dot.h on each lane. */
+AI __m512i bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Bitwise select: bits of a where mask m is set, else bits of b. */
+AI __m512i sel(__m512i m, __m512i a, __m512i b) {
+    return _mm512_ternarylogic_epi32(m, a, b, 0xca);
+}
+
+/* Where sub-block k's codes sit in the packed super-block p: 4-element chunk i (elements x + 4i..) is lane
+ * vector lo + 64i (Q4_K: its nibbles from bit nsh; Q6_K: the low 4 bits of ql from bit nsh, and qh vector
+ * hi + 64i, bits 2r.. of each byte rotated to bits 4-5 by rot).  Q4_K: 8 sub-blocks of 8 chunks, Q6_K: 16 of
+ * 4 (k = 8h + 2r + s: elements 128h + 32r + 16s + 0..15).  k is a run-time value (the sub-block loop stays
+ * rolled: unrolled, GCC spills the 8-token tiles), so the shift counts are too. */
+struct ksrc {
+    const uint8_t *lo, *hi;
+    __m128i nsh;
+    __m512i rot;
+    int x;
+};
+
+AI struct ksrc ksrc_of(uint32_t type, const uint8_t *p, int k) {
+    struct ksrc c;
+    if (type == CI_TYPE_Q4_K) {
+        c.lo = c.hi = p + 64 * 8 * (k / 2);
+        c.nsh = _mm_cvtsi32_si128(4 * (k % 2));
+        c.rot = _mm512_setzero_si512();
+        c.x = 32 * k;
+        return c;
+    }
+    const int h = k / 8, r = k % 8 / 2, s = k % 2;
+    c.lo = p + 64 * (16 * h + 8 * (r % 2) + 4 * s);
+    c.hi = p + 2048 + 64 * (8 * h + 4 * s);
+    c.nsh = _mm_cvtsi32_si128(r >= 2 ? 4 : 0);
+    c.rot = _mm512_set1_epi32((4 - 2 * r) & 31); // rotating each dword left by 4 - 2r (mod 32)
+    c.x = 16 * k;
+    return c;
+}
+
+AI __m512i ku(uint32_t type, const struct ksrc *c, const int i) {
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    __m512i lo = _mm512_srl_epi16(_mm512_loadu_si512(c->lo + 64 * i), c->nsh);
+    if (type == CI_TYPE_Q4_K)
+        return _mm512_and_si512(lo, m0f);
+    __m512i hb = _mm512_rolv_epi32(_mm512_loadu_si512(c->hi + 64 * i), c->rot);
+    return sel(m0f, lo, _mm512_and_si512(hb, _mm512_set1_epi8(0x30)));
+}
+
+/* Sub-blocks k0 and (pair) k1 = the one sharing k0's code bytes (Q4_K: 2c, 2c + 1; Q6_K: r and r + 2) for TN
+ * tokens: each lane's exact dot, from 0 (Q6_K: -32 bsum_k, off), times the row's sub-block scale, into sumi. */
+AI void ksub(uint32_t type, const int TN, const bool pair, const uint8_t *p, int k0, int k1,
+             const int8_t *const *xb, const int32_t (*off)[16], __m512i sc0, __m512i sc1, __m512i *sumi) {
+    const int nch = type == CI_TYPE_Q4_K ? 8 : 4;
+    const struct ksrc c0 = ksrc_of(type, p, k0), c1 = ksrc_of(type, p, pair ? k1 : k0);
+    __m512i i0[8], i1[8];
+    UNROLL
+    for (int j = 0; j < TN; j++) {
+        i0[j] = type == CI_TYPE_Q6_K ? _mm512_set1_epi32(off[j][k0]) : _mm512_setzero_si512();
+        if (pair)
+            i1[j] = type == CI_TYPE_Q6_K ? _mm512_set1_epi32(off[j][k1]) : _mm512_setzero_si512();
+    }
+    UNROLL
+    for (int i = 0; i < nch; i++) {
+        const __m512i u0 = ku(type, &c0, i);
+        UNROLL
+        for (int j = 0; j < TN; j++)
+            i0[j] = _mm512_dpbusd_epi32(i0[j], u0, bcast32(xb[j] + c0.x + 4 * i));
+        if (pair) {
+            const __m512i u1 = ku(type, &c1, i);
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                i1[j] = _mm512_dpbusd_epi32(i1[j], u1, bcast32(xb[j] + c1.x + 4 * i));
+        }
+    }
+    UNROLL
+    for (int j = 0; j < TN; j++) {
+        sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(i0[j], sc0));
+        if (pair)
+            sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(i1[j], sc1));
+    }
+}
+
+/* Q4_K's 6-bit scales (mins) of the 8 sub-blocks from the lane vectors of their 12 bytes (kq_scale_min four at
+ * a time): scales 0-3 are the low 6 bits of w0's bytes, 4-7 of f1's; mins 0-3 of w1's, 4-7 of f3's. */
+AI __m512i k6(const __m512i lo4, const __m512i hi4, const int k) {
+    return _mm512_and_si512(_mm512_srli_epi32(k < 4 ? lo4 : hi4, 8 * (k % 4)), _mm512_set1_epi32(0x3f));
+}
+
+AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
+               int64_t r, int nr, int t, bool first, bool last, bool stream, __m512 *park) {
+    const struct ci_act_q8k *q = m->qk;
+    const int64_t nsb = m->n_in / 256;
+    const size_t bb = pk_block_bytes(type);
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    // Up to 4 tokens, two sub-blocks at a time (their code bytes loaded once, two dependency chains); 8
+    // tokens fill the registers with one.
+    const bool pair = TN <= 4;
+    const int nsub = type == CI_TYPE_Q4_K ? 8 : 16;
+    const int8_t *xt[8];
+    const int16_t *st[8];
+    const float *dt[8];
+    UNROLL
+    for (int j = 0; j < TN; j++) {
+        xt[j] = q->qs + (size_t)(t + j) * (size_t)m->n_in;
+        st[j] = q->bsum + (size_t)(t + j) * (size_t)(nsb * 16);
+        dt[j] = q->d + (size_t)(t + j) * (size_t)nsb;
+    }
+    __m512 f[8];
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        f[j] = first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&park[j]);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = gp + (size_t)b * bb;
+        if (stream) {
+            UNROLL
+            for (size_t c = 0; c < (bb + 63) / 64; c++)
+                _mm_prefetch((const char *)(p + PK_PREFETCH + 64 * c), _MM_HINT_T0);
+        }
+        const int8_t *xb[8];
+        __m512i sumi[8];
+        UNROLL
+        for (int j = 0; j < TN; j++) {
+            xb[j] = xt[j] + b * 256;
+            sumi[j] = _mm512_setzero_si512();
+        }
+        _Alignas(64) __m512i sc[16];     // the sub-block scales as int32 lanes
+        _Alignas(64) int32_t off[8][16]; // Q6_K: -32 bsum_k of each token (its codes are the values plus 32)
+        __m512i w1 = _mm512_setzero_si512(), w2 = w1;
+        if (type == CI_TYPE_Q4_K) {
+            const __m512i w0 = _mm512_loadu_si512(p + 2048);
+            w1 = _mm512_loadu_si512(p + 2112);
+            w2 = _mm512_loadu_si512(p + 2176);
+            const __m512i f1 = sel(m0f, w2, _mm512_srli_epi32(w0, 2));
+            UNROLL
+            for (int k = 0; k < 8; k++)
+                sc[k] = k6(w0, f1, k);
+        } else {
+            UNROLL
+            for (int k = 0; k < 16; k++)
+                sc[k] =
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p + 3072 + 16 * k)));
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                _mm512_store_si512(
+                    off[j],
+                    _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(
+                                                           (const __m256i *)(const void *)(st[j] + b * 16))),
+                                                       5)));
+        }
+        int n_steps = pair ? nsub / 2 : nsub;
+        __asm__("" : "+r"(n_steps)); // a run-time trip count: the loop stays rolled
+        for (int s = 0; s < n_steps; s++) {
+            // pairs: Q4_K (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
+            const int k0 = !pair ? s : type == CI_TYPE_Q4_K ? 2 * s : 8 * (s / 4) + s % 4;
+            const int k1 = type == CI_TYPE_Q4_K ? k0 + 1 : k0 + 4;
+            ksub(type, TN, pair, p, k0, k1, xb, (const int32_t(*)[16])off, sc[k0], sc[pair ? k1 : k0], sumi);
+        }
+        if (type == CI_TYPE_Q4_K) {
+            const __m512i f3 = sel(m0f, _mm512_srli_epi32(w2, 4), _mm512_srli_epi32(w1, 2));
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + 2240)));
+            const __m512 dmin =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + 2272)));
+            UNROLL
+            for (int j = 0; j < TN; j++) {
+                // summ = sum_k m_k (bsum[2k] + bsum[2k + 1]): m_k < 64 in each lane's low half, the pair sum
+                // (|.| <= 4096) in the broadcast's low half
+                _Alignas(32) int32_t bs[8];
+                _mm256_store_si256(
+                    (__m256i *)(void *)bs,
+                    _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(st[j] + b * 16)),
+                                      _mm256_set1_epi16(1)));
+                __m512i summ = _mm512_setzero_si512();
+                UNROLL
+                for (int k = 0; k < 8; k++)
+                    summ = _mm512_dpwssd_epi32(summ, k6(w1, f3, k), _mm512_set1_epi32(bs[k]));
+                const __m512 dx = _mm512_set1_ps(dt[j][b]);
+                f[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sumi[j]), f[j]);
+                f[j] = _mm512_fmadd_ps(_mm512_xor_ps(_mm512_mul_ps(dmin, dx), _mm512_set1_ps(-0.0f)),
+                                       _mm512_cvtepi32_ps(summ), f[j]);
+            }
+        } else {
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + 3328)));
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                f[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dt[j][b])),
+                                       _mm512_cvtepi32_ps(sumi[j]), f[j]);
+        }
+    }
+    vtile_finish(TN, m, r, nr, t, last, park, f);
+}
+
+#define KPTILE(T, name, TN)                                                                                  \
+    T512 static void name##_p##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,          \
+                                  int64_t r, int nr, int t, bool first, bool last, bool stream,              \
+                                  __m512 *park) {                                                            \
+        kptile(T, TN, m, gp, b0, b1, r, nr, t, first, last, stream, park);                                   \
+    }
+#define KPTILES(T, name)                                                                                     \
+    KPTILE(T, name, 1)                                                                                       \
+    KPTILE(T, name, 2)                                                                                       \
+    KPTILE(T, name, 4)                                                                                       \
+    KPTILE(T, name, 8)                                                                                       \
+    static const ptile_fn name##_ptiles[9] = {NULL, name##_p1, name##_p2, NULL,     name##_p4,               \
+                                              NULL, NULL,      NULL,      name##_p8};
+
+KPTILES(CI_TYPE_Q4_K, q4_k)
+KPTILES(CI_TYPE_Q6_K, q6_k)
+
 /* The packed groups inside [r0, r1) as vpanel walks them (decode: one pass over each group's blocks; prefill:
  * slices of PACK_BLOCKS blocks, their weights in L1/L2, under token groups of 8); rows past the last whole
  * group go to the file-layout kernel. */
 T512 static void ppanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const ptile_fn *tiles,
                         ci_mm_fn rest) {
     _Alignas(64) __m512 park[PACK_TOKENS];
-    const int64_t nb = m->n_in / 32, packed_rows = m->n_out / PACK_ROWS * PACK_ROWS;
-    const int64_t slice = t1 - t0 <= 8 ? nb : PACK_BLOCKS; // one token group: no reuse to keep in L1
+    const int64_t nb = m->n_in / pk_block_elems(m->type), packed_rows = m->n_out / PACK_ROWS * PACK_ROWS;
+    // one token group: no reuse to keep in L1; else slices of about 9-13 KiB of packed weights
+    const int64_t slice = t1 - t0 <= 8 ? nb : pk_kquant(m->type) ? PACK_K_BLOCKS : PACK_BLOCKS;
     const int64_t re = r1 < packed_rows ? r1 : packed_rows;
     for (int64_t r = r0; r < re; r += PACK_ROWS) {
         const uint8_t *gp = m->packed + (size_t)(r / PACK_ROWS) * pk_group_bytes(m->type, nb);
@@ -745,6 +1032,19 @@ T512 static void mm_q8_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, i
 }
 T512 static void mm_q4_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ppanel(m, r0, r1, t0, t1, q4_0_ptiles, mm_q4_0);
+}
+/* The K-quants' rows past the last whole group: this table has no unpacked kernels for them. */
+T512 static void mm_q4_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ci_dot_avx2_table()->mm[CI_TYPE_Q4_K](m, r0, r1, t0, t1);
+}
+T512 static void mm_q6_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ci_dot_avx2_table()->mm[CI_TYPE_Q6_K](m, r0, r1, t0, t1);
+}
+T512 static void mm_q4_k_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ppanel(m, r0, r1, t0, t1, q4_k_ptiles, mm_q4_k_rest);
+}
+T512 static void mm_q6_k_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ppanel(m, r0, r1, t0, t1, q6_k_ptiles, mm_q6_k_rest);
 }
 
 T512 static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, float *s,
@@ -806,7 +1106,10 @@ static const struct ci_dot_table avx512_table = {
         },
     .pack_bytes = pack_bytes,
     .pack = pack_rows,
-    .mm_packed = {[CI_TYPE_Q8_0] = mm_q8_0_packed, [CI_TYPE_Q4_0] = mm_q4_0_packed},
+    .mm_packed = {[CI_TYPE_Q8_0] = mm_q8_0_packed,
+                  [CI_TYPE_Q4_0] = mm_q4_0_packed,
+                  [CI_TYPE_Q4_K] = mm_q4_k_packed,
+                  [CI_TYPE_Q6_K] = mm_q6_k_packed},
     .silu_mul = silu_mul,
 };
 

@@ -34,8 +34,8 @@ void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float 
                void *work);
 
 /* Packing weights once at load (as llama.cpp's CPU repack buffers do): where the selected kernels have a
- * layout of their own for a matrix (the AVX-512 VNNI table for Q8_0 and Q4_0: 16 rows interleaved so one
- * vector instruction serves 16 rows), ci_pack_bytes is its size (about the matrix's own; 0: none) and ci_pack
+ * layout of their own for a matrix (the AVX-512 VNNI table for Q8_0, Q4_0, Q4_K and Q6_K: 16 rows interleaved so
+ * one vector instruction serves 16 rows), ci_pack_bytes is its size (about the matrix's own; 0: none) and ci_pack
  * writes it to dst (64-byte aligned); with w->packed pointing at it, ci_matmul reads the packed rows instead,
  * with the same bits.  A packing is valid only for the kernel table selected when it was made. */
 size_t ci_pack_bytes(const struct ci_tensor *w);

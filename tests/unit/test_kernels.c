@@ -800,7 +800,8 @@ static void packed_case(int64_t n_in) {
             continue;
         struct ci_tensor w = make_weights(&r, type, n_in, n_out);
         size_t pb = ci_pack_bytes(&w);
-        bool want_packing = has_packing && (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0);
+        bool want_packing = has_packing && (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ||
+                                            type == CI_TYPE_Q4_K || type == CI_TYPE_Q6_K);
         if (!want_packing) {
             CHECK1(pb == 0);
             ci_free((void *)(uintptr_t)w.data);
@@ -837,8 +838,11 @@ static void packed_case(int64_t n_in) {
 }
 
 TEST(matmul_packed_equals_dot) {
-    for (int64_t n_in = 160; n_in <= 320; n_in += 160) // 5 blocks: groups not a multiple of 64 bytes
-        packed_case(n_in);
+    // 5 32-blocks: groups not a multiple of 64 bytes; 1280: 5 super-blocks of the K-quants (Q6_K's groups
+    // not a multiple of 64 bytes either, prefill slices of 4 super-blocks and a short one)
+    const int64_t n_ins[] = {160, 320, 256, 1280};
+    for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++)
+        packed_case(n_ins[i]);
 }
 
 /* Every table's float -> half row conversion (the f16 KV cache's stores) is ci_fp32_to_fp16 on each element:
