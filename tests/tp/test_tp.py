@@ -26,7 +26,8 @@ four ranks, two per stage), against the same single process and within the same 
 every architecture above (4 ranks: tiny and tiny-qwen3moe) plus gemma3 (its one global layer in the last
 stage), phi3 and gpt-oss (which --tp does not cover); the quantized logits (4 ranks: tiny-qwen3moe Q8_0); greedy
 `run` (40 tokens; 4 ranks: 16 tokens of tiny and tiny-qwen3moe Q8_0); `serve --pp 2` with the prefix-cache and
-n = 2 requests; errors for more stages than layers, an encoder, and -np other than tp x pp.  The watchdog: a rank
+n = 2 requests; `cinfer bench` under --tp 2 and --pp 2 (its all-reduce and hidden-state counts add up); errors
+for more stages than layers, an encoder, and -np other than tp x pp.  The watchdog: a rank
 stopped with SIGSTOP mid-stream under `--dist-timeout 4` (--pp 2: rank 0 waits point to point; --tp 2: in an
 all-reduce) ends the client's stream and every process, the stopped one included, and stderr names the
 stopped rank and the cause.
@@ -390,6 +391,37 @@ def rank_hung(name, model, tp, pp, victim_rank, words, timeout_s=4):
                 pass
 
 
+def bench(model, tmp):
+    """`cinfer bench` (offline) under --tp 2 and --pp 2: it completes the workload and its communication line
+    adds up: two all-reduces per layer of rank 0 and batch (--tp), and (--pp) rank 0 receives the hidden state
+    of every token computed: each prompt token and each output token but the first of each request (which the
+    prompt's pass gives), n_embd float32 each."""
+    args = ["bench", "-m", model, "-n", "8", "--input-len", "32", "--output-len", "16", "--policy", "paged",
+            "--kv-type", "f32", "--no-plots", "-q", "-o", os.path.join(tmp, "bench")]
+    for tp, pp in ((2, 1), (1, 2)):
+        name = "bench_offline_%s" % label(tp, pp)
+        rc, out, err = run(dist(args, tp, pp, "-t"))
+        w = re.search(r"random, (\d+) requests.*?; (\d+) prompt \+ (\d+) output tokens", out)
+        d = re.search(r"distributed (\d+) ranks \(rank 0 holds (\d+) of (\d+) layers\): (\d+) batches broadcast "
+                      r".*?; (\d+) all-reduces", out)
+        e = re.search(r"d (\d+), ", out)
+        if rc != 0 or not w or not d or not e or "\npaged " not in out:
+            rep.fail(name, "exit %s: %s %s" % (rc, out[-600:], err[-400:]))
+            continue
+        reqs, prompt, output = map(int, w.groups())
+        ranks, held, layers, batches, allreduces = map(int, d.groups())
+        if pp == 1:
+            ok = ranks == 2 and held == layers and allreduces == 2 * held * batches
+            what = "%d all-reduces = 2 x %d layers x %d batches" % (allreduces, held, batches)
+        else:
+            h = re.search(r"([0-9.]+) MiB of hidden states received by rank 0", out)
+            want = (prompt + output - reqs) * int(e.group(1)) * 4 / (1 << 20)
+            ok = ranks == 2 and held == layers // 2 and allreduces == 0 and h and abs(float(h.group(1)) - want) < 0.01
+            what = "%s MiB of hidden states received, %.2f expected; rank 0 holds %d of %d layers" % (
+                h.group(1) if h else None, want, held, layers)
+        rep.check(ok, name, what + ": " + out[-400:], what)
+
+
 def synth(tmp, preset, typ, seed=1):
     path = os.path.join(tmp, "%s-%s-%d.gguf" % (preset, typ, seed))
     if not os.path.exists(path):
@@ -456,6 +488,7 @@ def main():
 
         serving("serve_greedy_tiny", f32["tiny"], ((2, 1), (1, 2)))
         serving("serve_greedy_qwen3moe", f32["tiny-qwen3moe"], ((2, 1), (1, 2)))
+        bench(f32["tiny"], tmp)
         rank_killed(f32["tiny"])
         # The watchdog: rank 0 waits for the stopped last stage's hidden states (point to point), or for its
         # tensor-parallel partner in an all-reduce (a collective).
