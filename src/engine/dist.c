@@ -261,7 +261,15 @@ static enum ci_status on_send(void *ctx, float *x, size_t n, struct ci_err *err)
     int64_t t0 = ci_now_ns();
     bool last = d->stage == d->pp - 1;
     int dest = last ? 0 : (d->stage + 1) * d->tp + d->tp_rank;
-    return timed(d, t0, 0, ci_mpi_isend(x, n * sizeof *x, dest, last ? TAG_BACK : TAG_FWD, err));
+    enum ci_status s = ci_mpi_isend(x, n * sizeof *x, dest, last ? TAG_BACK : TAG_FWD, err);
+    // To the next stage the send completes before this stage goes on: MPI moves a large message only while
+    // both sides call into it, and this rank computes the next micro-batch without calling MPI, so a send
+    // left pending would reach the next stage only at the flush, after that computation (no overlap).  The
+    // next stage is idle in its receive by then in a balanced pipeline.  Rank 0 takes the last stage's output
+    // only after its own micro-batches: that send stays pending to the flush.
+    if (s == CI_OK && !last)
+        s = ci_mpi_wait_sends(d->timeout_s, err);
+    return timed(d, t0, 0, s);
 }
 
 static enum ci_status on_flush(void *ctx, float *x, size_t n, struct ci_err *err) {
