@@ -65,14 +65,18 @@ CINFER_API enum cinfer_status cinfer_model_load_with(const char *path, const str
                                                      struct cinfer_model **out, struct cinfer_error *err);
 
 /* ---- tensor parallelism over MPI (README "Past one machine") ------------------------------------------
- * `mpirun -np N cinfer run|logits --tp N ...`: every process calls cinfer_tp_init(N) (MPI_Init), then loads
- * the model with load options .tp (each keeps its 1/N shard of every layer and the ranks check that they
+ * `mpirun -np N cinfer run|logits --tp N ...`: every process calls cinfer_tp_init(N, 1, ...) (MPI_Init), then
+ * loads the model with load options .tp (each keeps its 1/N shard of every layer and the ranks check that they
  * agree: same model, same options, all loaded).  Rank 0 then goes on as a single process would: its engine
  * and cinfer_logits drive the other ranks, which call cinfer_tp_worker and return when rank 0 ends.  Every
  * rank calls cinfer_tp_end last (ok false on a worker, or after an MPI failure, ends the whole job, so no
  * rank waits forever).  Built without MPI, cinfer_tp_init returns CINFER_ERR_UNSUPPORTED. */
 struct cinfer_tp;
-CINFER_API enum cinfer_status cinfer_tp_init(int n, struct cinfer_tp **out, struct cinfer_error *err);
+/* tp x pp ranks (pp > 1: pipeline parallelism, each stage a contiguous run of layers, tp ranks each);
+ * timeout_s > 0: a rank that does not answer within it inside a step ends the job (the watchdog), <= 0: no
+ * limit. */
+CINFER_API enum cinfer_status cinfer_tp_init(int tp, int pp, double timeout_s, struct cinfer_tp **out,
+                                             struct cinfer_error *err);
 CINFER_API int cinfer_tp_rank(const struct cinfer_tp *t);
 CINFER_API enum cinfer_status cinfer_tp_worker(struct cinfer_tp *t, const struct cinfer_model *m,
                                                int n_threads, struct cinfer_error *err);
@@ -82,6 +86,8 @@ struct cinfer_tp_stats {
     double allreduce_ms;  // time in them (waiting for the slowest rank included)
     double allreduce_mib; // float32 data summed
     double bcast_ms;      // time broadcasting the batches
+    double p2p_ms;        // pipeline: time sending and receiving hidden states (waiting included)
+    double p2p_mib;       // pipeline: hidden states received
 };
 CINFER_API void cinfer_tp_stats(const struct cinfer_tp *t, struct cinfer_tp_stats *out);
 CINFER_API void cinfer_tp_end(struct cinfer_tp *t, bool ok);

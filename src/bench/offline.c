@@ -16,6 +16,8 @@
 #include "core/check.h"
 #include "core/mem.h"
 #include "core/rng.h"
+#include "engine/api_model.h"
+#include "engine/dist.h"
 #include "engine/kv_pool.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -377,6 +379,22 @@ void bench_offline_opts_default(struct bench_offline_opts *o) {
     o->block_size = 16;
 }
 
+/* --tp/--pp: rank 0's communication over every run (its weights, heads and layers above are its own part). */
+static void print_dist(const struct dist *d, const struct model *m) {
+    struct dist_stats s;
+    dist_get_stats(d, &s);
+    double each = s.n_allreduce ? (double)s.allreduce_ns / 1e3 / (double)s.n_allreduce : 0.0;
+    printf("distributed %d ranks (rank 0 holds %d of %d layers): %lld batches broadcast (%.2f ms); %lld "
+           "all-reduces of %.2f MiB (%.2f ms: %.1f us each, %.1f us per layer and batch)",
+           dist_size(d), m->config.n_layer, model_n_layer_all(&m->config), (long long)s.n_steps,
+           (double)s.bcast_ns / 1e6, (long long)s.n_allreduce, (double)s.allreduce_floats * 4.0 / MIB,
+           (double)s.allreduce_ns / 1e6, each, 2.0 * each);
+    if (s.p2p_floats)
+        printf("; %.2f MiB of hidden states received by rank 0 (%.2f ms sending and receiving)",
+               (double)s.p2p_floats * 4.0 / MIB, (double)s.p2p_ns / 1e6);
+    printf("\n");
+}
+
 int bench_offline_run(struct bench_offline_opts *o) {
     uint32_t kv_type;
     if (!kv_type_parse(o->kv_type, &kv_type)) {
@@ -399,17 +417,32 @@ int bench_offline_run(struct bench_offline_opts *o) {
     double rate = o->rate;
     struct model *m = NULL;
     struct ci_err err = {0};
-    if (model_load(o->model_path, &m, &err) != CI_OK) {
+    enum ci_status ls = model_load(o->model_path, &m, &err);
+    if (o->tp) { // every rank, loaded or not, takes part in the agreement (it shards m)
+        struct ci_err ae = {0};
+        if (dist_agree(o->tp->d, ls == CI_OK ? m : NULL, &err, o->tp_options, &ae) != CI_OK) {
+            err = ae;
+            ls = ae.code;
+        } else if (dist_rank(o->tp->d) > 0) { // a worker: rank 0 runs the benchmark and prints it
+            ls = dist_worker_run(o->tp->d, m, o->threads, &err);
+            model_free(m);
+            if (ls != CI_OK)
+                fprintf(stderr, "cinfer bench (a --tp/--pp worker): %s\n", err.msg);
+            return ls == CI_OK ? 0 : 1;
+        }
+    }
+    if (ls != CI_OK) {
         fprintf(stderr, "cinfer bench: %s\n", err.msg);
+        model_free(m);
         return 1;
     }
     int rc = 2;
     struct bench_workload w = {0};
     w.long_index = -1;
     int model_ctx = m->config.n_ctx_train;
-    struct bench_engine_config ec = {o->threads,    o->ctx, o->max_seqs, o->max_batch_tokens,
-                                     o->block_size, 0,      kv_type,     ENGINE_SPEC_NONE,
-                                     o->spec_k,     NULL};
+    struct bench_engine_config ec = {
+        o->threads,       o->ctx,    o->max_seqs, o->max_batch_tokens,    o->block_size, 0, kv_type,
+        ENGINE_SPEC_NONE, o->spec_k, NULL,        o->tp ? o->tp->d : NULL};
     struct model *draft = NULL;
     if (o->spec && !engine_spec_parse(o->spec, &ec.spec)) {
         fprintf(stderr, "cinfer bench: --spec: '%s' is not one of none, ngram, draft\n", o->spec);
@@ -435,8 +468,8 @@ int bench_offline_run(struct bench_offline_opts *o) {
         return 2;
     }
     printf("model      %s: %d layers, d %d, %d heads (%d KV), vocab %d, %.1f MiB of weights, context %d\n",
-           o->model_path, m->config.n_layer, m->config.n_embd, m->config.n_head, m->config.n_kv_head,
-           m->config.n_vocab, (double)model_weight_bytes(m) / MIB, model_ctx);
+           o->model_path, model_n_layer_all(&m->config), m->config.n_embd, m->config.n_head,
+           m->config.n_kv_head, m->config.n_vocab, (double)model_weight_bytes(m) / MIB, model_ctx);
 
     if (sweep_ctx) {
         int max_ctx = 0, kept = 0;
@@ -527,6 +560,8 @@ int bench_offline_run(struct bench_offline_opts *o) {
         rc = run_set(o, m, &w, &wp, &ec, pol, NULL, n_pol, o->compare ? "compare" : "single", out_dir);
     }
 done:
+    if (o->tp)
+        print_dist(o->tp->d, m);
     bench_workload_free(&w);
     model_free(draft);
     model_free(m);

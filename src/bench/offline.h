@@ -16,6 +16,8 @@
 enum bench_sweep { BENCH_SWEEP_NONE, BENCH_SWEEP_BATCH, BENCH_SWEEP_CONTEXT };
 
 /* Lengths and ratios left at -1 take the workload's default (bench_workload_params_default). */
+struct cinfer_tp;
+
 struct bench_offline_opts {
     const char *model_path;
     const char *out_dir; // NULL: bench/out/<timestamp>
@@ -36,6 +38,8 @@ struct bench_offline_opts {
     const char *spec;       // speculative decoding: "none" (NULL), "ngram" or "draft"
     int spec_k;             // longest proposal (0: 8)
     const char *draft_path; // "draft": the draft model
+    struct cinfer_tp *tp;   // --tp/--pp (cinfer_tp_init): rank 0 runs the benchmark, the others its shards
+    uint64_t tp_options;    // the command line's hash the ranks compare
 };
 
 void bench_offline_opts_default(struct bench_offline_opts *o);

@@ -334,6 +334,7 @@ struct engine_params bench_policy_params(enum bench_policy p, const struct bench
     ep.spec = c->spec;
     ep.spec_k = c->spec_k;
     ep.draft = c->draft;
+    ep.dist = c->dist;
     ep.contiguous_kv = p < BENCH_POLICY_PAGED;
     ep.prefix_cache = p == BENCH_POLICY_PREFIX;
     ep.sched.chunked_prefill = p >= BENCH_POLICY_CHUNKED;

@@ -120,6 +120,8 @@ bool bench_policy_parse(const char *name, enum bench_policy *out);
 bool bench_policy_list_parse(const char *list, enum bench_policy *out, int max, int *n, char *msg,
                              int msg_size);
 
+struct dist;
+
 struct bench_engine_config {
     int n_threads;
     int n_ctx;
@@ -131,6 +133,7 @@ struct bench_engine_config {
     enum engine_spec spec;     // speculative decoding (engine.h)
     int spec_k;                // longest proposal (0: the engine's default)
     const struct model *draft; // ENGINE_SPEC_DRAFT
+    struct dist *dist;         // --tp/--pp: the other ranks mirror each engine's forward pass (rank 0)
 };
 
 struct engine_params bench_policy_params(enum bench_policy p, const struct bench_engine_config *c);

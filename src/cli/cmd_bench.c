@@ -6,12 +6,14 @@
 #include "cinfer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/tp.h"
 
 int cmd_bench(int argc, char **argv) {
     struct bench_offline_opts o;
     bench_offline_opts_default(&o);
     const char *workload = "random", *rate = NULL, *compare = NULL, *policy = NULL, *sweep = NULL;
     const char *batch_sizes = NULL, *contexts = NULL;
+    struct cli_dist dist = CLI_DIST_DEFAULT;
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &o.model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
         {"--workload", "-w", ARG_STR, &workload, 0, 0,
@@ -67,6 +69,7 @@ int cmd_bench(int argc, char **argv) {
          "MODE  speculative decoding: none|ngram|draft (acceptance and tokens/step reported)"},
         {"--spec-k", NULL, ARG_INT, &o.spec_k, 1, 32, "N  longest proposal (default 8)"},
         {"--draft-model", NULL, ARG_STR, &o.draft_path, 0, 0, "FILE  --spec draft: the draft model"},
+        CLI_DIST_SPECS(&dist),
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 2)) {
@@ -143,5 +146,14 @@ int cmd_bench(int argc, char **argv) {
                 contexts, BENCH_MAX_CONTEXTS);
         return 2;
     }
-    return bench_offline_run(&o);
+    struct cinfer_tp *tp = NULL;
+    struct cinfer_load_options lo = {0};
+    int rc = 1;
+    if (cli_tp_start("bench", &dist, argc, argv, &tp, &lo)) {
+        o.tp = tp;
+        o.tp_options = lo.tp_options;
+        rc = bench_offline_run(&o);
+    }
+    cinfer_tp_end(tp, rc == 0); // rank 0 tells the others to stop
+    return rc;
 }

@@ -42,7 +42,8 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *tokens = NULL, *out_path = NULL;
-    int n_threads = 2, block_size = 16, n_tp = 1;
+    int n_threads = 2, block_size = 16;
+    struct cli_dist dist = CLI_DIST_DEFAULT;
     const char *kv_type_s = "f32";
     struct arg_spec specs[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0, "FILE  model (GGUF or llama2.c checkpoint)"},
@@ -53,7 +54,7 @@ int cmd_logits(int argc, char **argv) {
         {"--kv-type", NULL, ARG_STR, &kv_type_s, 0, 0,
          "T  KV cache element type: f32|f16|q8_0 (default f32)"},
         {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  where to write float32 [n_tokens][n_vocab]"},
-        {"--tp", NULL, ARG_INT, &n_tp, 1, 4096, CLI_TP_HELP},
+        CLI_DIST_SPECS(&dist),
     };
     int n_specs = sizeof specs / sizeof specs[0];
     if (args_want_help(argc, argv, 2)) {
@@ -84,7 +85,7 @@ int cmd_logits(int argc, char **argv) {
     FILE *f = NULL;
     struct cinfer_tp *tp = NULL;
     struct cinfer_load_options lo = {tok_path, true, false, NULL, 0};
-    if (!cli_tp_start("logits", n_tp, argc, argv, &tp, &lo))
+    if (!cli_tp_start("logits", &dist, argc, argv, &tp, &lo))
         goto done;
     if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK)
         goto fail;

@@ -46,7 +46,7 @@ int cmd_run(int argc, char **argv) {
                *regex = NULL;
     char *grammar = NULL;
     bool print_ids = false;
-    int n_tp = 1;
+    struct cli_dist dist = CLI_DIST_DEFAULT;
     struct cinfer_sampling *sp = &ro.sampling;
     const struct arg_spec own[] = {
         {"--model", "-m", ARG_STR, &model_path, 0, 0,
@@ -71,7 +71,7 @@ int cmd_run(int argc, char **argv) {
          "exactly are errors)"},
         {"--regex", NULL, ARG_STR, &regex, 0, 0,
          "RE  constrain the whole output to match this regular expression (ECMAScript subset)"},
-        {"--tp", NULL, ARG_INT, &n_tp, 1, 4096, CLI_TP_HELP},
+        CLI_DIST_SPECS(&dist),
     };
     struct arg_spec specs[CI_ARRAY_LEN(own) + ENGINE_ARGS_N_SPECS];
     memcpy(specs, own, sizeof own);
@@ -117,7 +117,7 @@ int cmd_run(int argc, char **argv) {
     if (!engine_args_load_draft(&ea, &err))
         goto fail;
     eo.draft_model = ea.o.draft_model;
-    if (!cli_tp_start("run", n_tp, argc, argv, &tp, &lo))
+    if (!cli_tp_start("run", &dist, argc, argv, &tp, &lo))
         goto done;
     if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK)
         goto fail;

@@ -4,6 +4,7 @@
  * in-flight request cancelled, everything freed, exit 0. */
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +95,7 @@ struct serve_config {
     const char *allow_origin;
     const char *reasoning_format; // --reasoning-format
     int port, max_conn, max_conn_ip, timeout_s, request_timeout_s, http_threads, max_requests;
-    int n_tp; // --tp
+    struct cli_dist dist; // --tp, --pp, --dist-timeout
     // decided by serve_parse
     const char *tmpl;              // the canonical template name, when --chat-template was given
     char *key;                     // the API key or NULL (owned)
@@ -104,7 +105,7 @@ struct serve_config {
     struct http_options http;
 };
 
-#define SERVE_N_SPECS 19
+#define SERVE_N_SPECS (18 + CLI_DIST_N_SPECS)
 
 /* The flags of serve (before the shared engine flags), with their defaults set in c. */
 static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
@@ -158,10 +159,10 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
          "message.reasoning_content (deepseek, the default) or stays in the content (none).  Tool calls in "
          "the model's own format (Hermes/Qwen, Llama 3, Mistral, gpt-oss, DeepSeek, JSON; told from the chat "
          "template) become message.tool_calls when the request has tools"},
-        {"--tp", NULL, ARG_INT, &c->n_tp, 1, 4096, CLI_TP_HELP " (rank 0 serves HTTP)"},
+        CLI_DIST_SPECS(&c->dist),
     };
     _Static_assert(CI_ARRAY_LEN(s) == SERVE_N_SPECS, "SERVE_N_SPECS counts the flags above");
-    c->n_tp = 1;
+    c->dist = (struct cli_dist)CLI_DIST_DEFAULT;
     memcpy(specs, s, sizeof s);
 }
 
@@ -362,7 +363,7 @@ int cmd_serve(int argc, char **argv) {
     }
     struct cinfer_tp *tp = NULL;
     struct cinfer_load_options lo = {c.tok_path, false, false, NULL, 0};
-    if (!cli_tp_start("serve", c.n_tp, argc, argv, &tp, &lo)) {
+    if (!cli_tp_start("serve", &c.dist, argc, argv, &tp, &lo)) {
         serve_config_free(&c);
         cinfer_tp_end(tp, false);
         return 1;
@@ -438,8 +439,19 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     print_ready(&c, m, e, tmpl);
-    while (sigwait(&stop_signals, &sig) != 0)
-        ;
+    if (tp) { // --tp/--pp: a failed engine means ranks out of step (one lost, hung, or failed): end them all
+        const char *why = NULL;
+        struct timespec tick = {0, 200 * 1000 * 1000};
+        while ((sig = sigtimedwait(&stop_signals, NULL, &tick)) < 0 && !(why = cinfer_engine_failure(e)))
+            ;
+        if (why) {
+            fprintf(stderr, "cinfer serve: %s: ending every rank\n", why);
+            goto done;
+        }
+    } else {
+        while (sigwait(&stop_signals, &sig) != 0)
+            ;
+    }
     fprintf(stderr, "cinfer serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     rc = 0;
 done:

@@ -46,6 +46,9 @@ static void usage(FILE *f) {
             "usage: cinfer <command> [options]   (cinfer <command> --help for its options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nrun, serve, logits and bench take --tp N (tensor) and --pp M (pipeline parallelism)\n"
+               "over MPI: start them under mpirun -np N*M (README \"Past one machine\"); --dist-timeout S\n"
+               "bounds a hung rank.\n");
 }
 
 int main(int argc, char **argv) {

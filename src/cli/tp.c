@@ -5,13 +5,13 @@
 
 #include "core/hash.h"
 
-bool cli_tp_start(const char *cmd, int n, int argc, char **argv, struct cinfer_tp **tp,
+bool cli_tp_start(const char *cmd, const struct cli_dist *d, int argc, char **argv, struct cinfer_tp **tp,
                   struct cinfer_load_options *lo) {
     *tp = NULL;
-    if (n <= 1)
+    if (d->tp * d->pp <= 1)
         return true;
     struct cinfer_error err = {0};
-    if (cinfer_tp_init(n, tp, &err) != CINFER_OK) {
+    if (cinfer_tp_init(d->tp, d->pp, d->timeout_s, tp, &err) != CINFER_OK) {
         fprintf(stderr, "cinfer %s: %s\n", cmd, err.message);
         return false;
     }
@@ -32,6 +32,7 @@ bool cli_tp_start(const char *cmd, int n, int argc, char **argv, struct cinfer_t
 }
 
 void cli_tp_report(const char *cmd, const struct cinfer_tp *tp, int n_layer) {
+    (void)n_layer;
     if (!tp)
         return;
     struct cinfer_tp_stats s;
@@ -41,5 +42,10 @@ void cli_tp_report(const char *cmd, const struct cinfer_tp *tp, int n_layer) {
             "cinfer %s: tensor parallel: %lld batches broadcast (%.2f ms), %lld all-reduces of %.2f MiB in "
             "all (%.2f ms: %.1f us each, %.1f us per layer and batch)\n",
             cmd, s.steps, s.bcast_ms, s.allreduces, s.allreduce_mib, s.allreduce_ms, per,
-            s.steps && n_layer ? s.allreduce_ms * 1e3 / (double)s.steps / n_layer : 0.0);
+            s.allreduces ? 2.0 * per : 0.0); // two per layer (of rank 0's stage) and batch
+    if (s.p2p_mib > 0)
+        fprintf(stderr,
+                "cinfer %s: pipeline: %.2f MiB of hidden states received by rank 0, %.2f ms in its "
+                "sends and receives (waiting for the stages included)\n",
+                cmd, s.p2p_mib, s.p2p_ms);
 }

@@ -221,7 +221,7 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->format = md->format == MODEL_FORMAT_GGUF ? "GGUF" : "llama2.c";
     out->n_vocab = c->n_vocab;
     out->n_embd = c->n_embd;
-    out->n_layer = c->n_layer;
+    out->n_layer = model_n_layer_all(c); // a pipeline stage's rank: still the whole model's
     out->n_head = c->n_head;
     out->n_kv_head = c->n_kv_head;
     out->head_dim = c->head_dim;
@@ -244,7 +244,7 @@ void cinfer_model_info(const struct cinfer_model *m, struct cinfer_model_info *o
     out->ffn_fused = c->ffn_fused;
     out->qk_norm = c->qk_norm;
     out->sliding_window = c->sliding_window;
-    for (int il = 0; il < c->n_layer; il++)
+    for (int il = 0; il < model_n_layer_all(c); il++)
         out->n_swa_layers += model_layer_swa(c, il);
     out->rope_base_swa = c->rope_base_swa > 0.0f ? c->rope_base_swa : c->rope_base;
     out->attn_softcap = c->attn_softcap;
@@ -432,7 +432,8 @@ enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_toke
 
 /* ---- tensor parallelism ---- */
 
-enum cinfer_status cinfer_tp_init(int n, struct cinfer_tp **out, struct cinfer_error *err) {
+enum cinfer_status cinfer_tp_init(int tp, int pp, double timeout_s, struct cinfer_tp **out,
+                                  struct cinfer_error *err) {
     struct ci_err e = {0};
     *out = NULL;
     struct cinfer_tp *t = ci_calloc(1, sizeof *t);
@@ -441,7 +442,7 @@ enum cinfer_status cinfer_tp_init(int n, struct cinfer_tp **out, struct cinfer_e
         return api_fail(err, &e);
     }
     *out = t;
-    return dist_create(n, &t->d, &e) == CI_OK ? CINFER_OK : api_fail(err, &e);
+    return dist_create(tp, pp, timeout_s, &t->d, &e) == CI_OK ? CINFER_OK : api_fail(err, &e);
 }
 
 int cinfer_tp_rank(const struct cinfer_tp *t) {
@@ -462,6 +463,8 @@ void cinfer_tp_stats(const struct cinfer_tp *t, struct cinfer_tp_stats *out) {
     out->allreduce_ms = (double)ds.allreduce_ns / 1e6;
     out->allreduce_mib = (double)ds.allreduce_floats * 4.0 / (1 << 20);
     out->bcast_ms = (double)ds.bcast_ns / 1e6;
+    out->p2p_ms = (double)ds.p2p_ns / 1e6;
+    out->p2p_mib = (double)ds.p2p_floats * 4.0 / (1 << 20);
 }
 
 void cinfer_tp_end(struct cinfer_tp *t, bool ok) {

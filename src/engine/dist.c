@@ -17,9 +17,16 @@
 enum { MSG_OPEN = 1, MSG_STEP, MSG_CLOSE, MSG_STOP };
 #define DIST_HDR 8
 
+// Point-to-point tags: hidden states to the next stage, and the last stage's back to rank 0.
+enum { TAG_FWD = 1, TAG_BACK };
+
 struct dist {
     int rank, size;
-    bool inited;  // MPI_Init succeeded
+    int tp, pp, tp_rank, stage;  // rank = stage * tp + tp_rank
+    double timeout_s;            // the watchdog on every wait inside a step (<= 0: none)
+    struct ci_mpi_comm *tp_comm; // the stage's tensor-parallel group (NULL: the world, when pp is 1)
+    char tp_peers[96];           // its other ranks, for a timeout's message
+    bool inited;                 // MPI_Init succeeded
     bool met;     // dist_agree's exchange took place: every rank knows whether the start failed
     bool agreed;  // dist_agree succeeded: the workers are (or will be) in their loop
     bool broken;  // an MPI call failed: the ranks may be out of step
@@ -40,13 +47,14 @@ static enum ci_status mpi(struct dist *d, enum ci_status s) {
     return s;
 }
 
-enum ci_status dist_create(int n, struct dist **out, struct ci_err *err) {
+enum ci_status dist_create(int tp, int pp, double timeout_s, struct dist **out, struct ci_err *err) {
     *out = NULL;
+    int n = tp * pp;
     if (!ci_mpi_available())
         return ci_err_set(err, CI_ERR_UNSUPPORTED,
-                          "--tp %d: this cinfer was built without MPI (install Debian's openmpi-bin and "
-                          "libopenmpi-dev, then rebuild)",
-                          n);
+                          "--tp %d --pp %d: this cinfer was built without MPI (install Debian's openmpi-bin "
+                          "and libopenmpi-dev, then rebuild)",
+                          tp, pp);
     struct dist *d = ci_calloc(1, sizeof *d);
     if (!d)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
@@ -57,16 +65,30 @@ enum ci_status dist_create(int n, struct dist **out, struct ci_err *err) {
         return mpi(d, s);
     d->met = true; // every rank sees the same world size: a mismatch is everybody's, ended cleanly
     if (d->size != n)
-        return ci_err_set(
-            err, CI_ERR_INVALID,
-            "--tp %d but this MPI world has %d process(es): start it as mpirun -np %d cinfer ... "
-            "--tp %d",
-            n, d->size, n, n);
+        return ci_err_set(err, CI_ERR_INVALID,
+                          "--tp %d --pp %d needs %d ranks but this MPI world has %d process(es): start it as "
+                          "mpirun -np %d cinfer ... --tp %d --pp %d",
+                          tp, pp, n, d->size, n, tp, pp);
+    d->tp = tp, d->pp = pp, d->timeout_s = timeout_s;
+    d->stage = d->rank / tp, d->tp_rank = d->rank % tp;
+    int first = d->stage * tp, len = 0;
+    d->tp_peers[0] = '\0';
+    for (int r = first; r < first + tp; r++) // the others of this rank's group
+        if (r != d->rank && len < (int)sizeof d->tp_peers - 16)
+            len += snprintf(d->tp_peers + len, sizeof d->tp_peers - (size_t)len, "%srank %d", len ? ", " : "",
+                            r);
+    // Every rank splits (a collective), and the same way: a failure is everybody's.
+    if (pp > 1 && tp > 1 && (s = mpi(d, ci_mpi_split(d->stage, d->tp_rank, &d->tp_comm, err))) != CI_OK)
+        return s;
     return CI_OK;
 }
 
 int dist_rank(const struct dist *d) {
     return d->rank;
+}
+
+bool dist_broken(const struct dist *d) {
+    return d->broken;
 }
 
 int dist_size(const struct dist *d) {
@@ -91,7 +113,8 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
         snprintf(mine.msg, sizeof mine.msg, "%.199s", load_err ? load_err->msg : "the model did not load");
     if (m) {
         mine.fingerprint = model_fingerprint(m);
-        if ((s = model_shard(m, d->rank, d->size, &e)) != CI_OK)
+        struct shard_spec sp = {d->tp_rank, d->tp, d->stage, d->pp};
+        if ((s = model_shard(m, &sp, &e)) != CI_OK)
             snprintf(mine.msg, sizeof mine.msg, "%.199s", e.msg);
     }
     mine.status = (int32_t)s;
@@ -155,8 +178,16 @@ static enum ci_status reserve_buf(struct dist *d, size_t n, struct ci_err *err) 
     return CI_OK;
 }
 
+/* A message's header; a worker waits for it as long as rank 0 idles (no watchdog). */
 static enum ci_status bcast_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
-    return mpi(d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, err));
+    return mpi(
+        d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->rank == 0 ? d->timeout_s : 0, "another rank", err));
+}
+
+/* A step's payload, right after its header: inside the watchdog. */
+static enum ci_status bcast_payload(struct dist *d, size_t n, struct ci_err *err) {
+    return mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, d->timeout_s,
+                               d->rank ? "rank 0 or a rank relaying its broadcast" : "another rank", err));
 }
 
 static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_err *err) {
@@ -188,7 +219,7 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
         p += b->seqs[i].n_blocks;
     }
     int32_t h[DIST_HDR] = {MSG_STEP, b->n_tokens, b->n_seqs, d->n_copies, (int32_t)n_ids};
-    if ((s = bcast_hdr(d, h, err)) != CI_OK || (s = mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, err))))
+    if ((s = bcast_hdr(d, h, err)) != CI_OK || (s = bcast_payload(d, n, err)))
         return s;
     d->n_copies = 0;
     d->stats.n_steps++;
@@ -199,11 +230,73 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
 static enum ci_status on_allreduce(void *ctx, float *buf, size_t n, struct ci_err *err) {
     struct dist *d = ctx;
     int64_t t0 = ci_now_ns();
-    enum ci_status s = mpi(d, ci_mpi_allreduce_sum(buf, n, err));
+    enum ci_status s = mpi(d, ci_mpi_allreduce_sum(d->tp_comm, buf, n, d->timeout_s, d->tp_peers, err));
     d->stats.allreduce_ns += ci_now_ns() - t0;
     d->stats.n_allreduce++;
     d->stats.allreduce_floats += (int64_t)n;
     return s;
+}
+
+/* ---- pipeline stages (every rank) ---- */
+
+static enum ci_status timed(struct dist *d, int64_t t0, size_t n, enum ci_status s) {
+    d->stats.p2p_ns += ci_now_ns() - t0;
+    d->stats.p2p_floats += (int64_t)n;
+    return mpi(d, s);
+}
+
+/* A micro-batch's residual stream from the same tensor-parallel rank of the stage before. */
+static enum ci_status on_recv(void *ctx, float *x, size_t n, struct ci_err *err) {
+    struct dist *d = ctx;
+    int64_t t0 = ci_now_ns();
+    int src = (d->stage - 1) * d->tp + d->tp_rank;
+    return timed(d, t0, n, ci_mpi_recv(x, n * sizeof *x, src, TAG_FWD, d->timeout_s, err));
+}
+
+/* To the same rank of the next stage; from the last stage, its group's rank 0 to rank 0 (the head's). */
+static enum ci_status on_send(void *ctx, float *x, size_t n, struct ci_err *err) {
+    struct dist *d = ctx;
+    if (d->stage == d->pp - 1 && d->tp_rank != 0)
+        return CI_OK;
+    int64_t t0 = ci_now_ns();
+    bool last = d->stage == d->pp - 1;
+    int dest = last ? 0 : (d->stage + 1) * d->tp + d->tp_rank;
+    enum ci_status s = ci_mpi_isend(x, n * sizeof *x, dest, last ? TAG_BACK : TAG_FWD, err);
+    // To the next stage the send completes before this stage goes on: MPI moves a large message only while
+    // both sides call into it, and this rank computes the next micro-batch without calling MPI, so a send
+    // left pending would reach the next stage only at the flush, after that computation (no overlap).  The
+    // next stage is idle in its receive by then in a balanced pipeline.  Rank 0 takes the last stage's output
+    // only after its own micro-batches: that send stays pending to the flush.
+    if (s == CI_OK && !last)
+        s = ci_mpi_wait_sends(d->timeout_s, err);
+    return timed(d, t0, 0, s);
+}
+
+static enum ci_status on_flush(void *ctx, float *x, size_t n, struct ci_err *err) {
+    (void)x, (void)n;
+    struct dist *d = ctx;
+    int64_t t0 = ci_now_ns();
+    return timed(d, t0, 0, ci_mpi_wait_sends(d->timeout_s, err));
+}
+
+static enum ci_status on_gather(void *ctx, float *x, size_t n, struct ci_err *err) {
+    struct dist *d = ctx;
+    int64_t t0 = ci_now_ns();
+    return timed(d, t0, n, ci_mpi_recv(x, n * sizeof *x, (d->pp - 1) * d->tp, TAG_BACK, d->timeout_s, err));
+}
+
+/* What this rank's forward pass does with the others (begin: rank 0's step broadcast). */
+static struct fwd_dist rank_fd(struct dist *d, bool begin) {
+    struct fwd_dist fd = {
+        .ctx = d, .allreduce = d->tp > 1 ? on_allreduce : NULL, .begin = begin ? on_begin : NULL};
+    if (d->pp > 1) {
+        fd.n_micro = d->pp;
+        fd.recv = d->stage > 0 ? on_recv : NULL;
+        fd.send = on_send;
+        fd.flush = on_flush;
+        fd.gather = d->rank == 0 ? on_gather : NULL;
+    }
+    return fd;
 }
 
 enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool,
@@ -218,7 +311,7 @@ enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool
     d->opened = true;
     d->n_copies = 0;
     d->copies_lost = false;
-    struct fwd_dist fd = {d, on_allreduce, on_begin};
+    struct fwd_dist fd = rank_fd(d, true);
     forward_set_dist(f, &fd);
     kv_pool_set_copy_hook(pool, on_copy, d);
     return CI_OK;
@@ -274,7 +367,7 @@ static enum ci_status worker_open(struct dist *d, struct worker *w, const struct
         (s = forward_create(m, w->max_tokens, 1, w->tp, &w->fwd, err)))
         return s;
     forward_set_n_ctx(w->fwd, h[5]);
-    struct fwd_dist fd = {d, on_allreduce, NULL};
+    struct fwd_dist fd = rank_fd(d, false);
     forward_set_dist(w->fwd, &fd);
     w->layers = ci_calloc((size_t)c->n_layer, sizeof *w->layers);
     w->no_logits = ci_calloc((size_t)w->max_tokens, 1);
@@ -298,8 +391,7 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
                           "tensor parallelism: a malformed step (%d tokens, %d sequences)", n_tok, n_seqs);
     size_t n = (size_t)n_copies * 3 + (size_t)n_tok * 3 + (size_t)n_seqs + (size_t)n_ids;
     enum ci_status s;
-    if ((s = reserve_buf(d, n, err)) != CI_OK ||
-        (s = mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, err))))
+    if ((s = reserve_buf(d, n, err)) != CI_OK || (s = bcast_payload(d, n, err)))
         return s;
     const int32_t *p = d->buf;
     for (int i = 0; i < n_copies; i++, p += 3) {
@@ -380,6 +472,7 @@ void dist_end(struct dist *d, bool ok) {
         if (bcast_hdr(d, h, &e) != CI_OK)
             ci_mpi_abort(1);
     }
+    ci_mpi_comm_free(d->tp_comm);
     ci_mpi_finalize();
     ci_free(d->copies);
     ci_free(d->buf);

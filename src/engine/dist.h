@@ -1,5 +1,9 @@
-/* Tensor parallelism over MPI (the engine's side of it; the MPI calls are core/mpi.h, the shards
- * model/shard.h).  Every rank loads the same file and keeps its shard; rank 0 runs everything the engine does
+/* Tensor and pipeline parallelism over MPI (the engine's side of it; the MPI calls are core/mpi.h, the shards
+ * model/shard.h).  Pipeline (pp > 1): world rank r is tensor-parallel rank r % tp of stage r / tp; every rank
+ * gets each step's broadcast, the all-reduces run within a stage's group, and the forward pass moves each
+ * micro-batch's hidden states stage to stage point to point (struct fwd_dist's recv/send/flush/gather), the
+ * last stage's back to rank 0 (the head's).  Every wait inside a step has the watchdog's deadline.
+ * Tensor parallelism:  Every rank loads the same file and keeps its shard; rank 0 runs everything the engine does
  * (scheduling, the prefix cache, sampling, HTTP above it) and, for each forward pass, broadcasts the batch
  * (token ids, positions, sequence indices, block tables) and the KV block copies made since the last one
  * (copy-on-write); ranks > 0 sit in dist_worker_run and run the same forward pass on their shard, each over
@@ -30,9 +34,12 @@ struct forward;
 struct kv_pool;
 struct kv_pool_params;
 
-/* Joins the MPI world (MPI_Init) as one of n ranks: CI_ERR_INVALID when the world has another size,
- * CI_ERR_UNSUPPORTED without MPI.  On failure *out may still be set: dist_end it. */
-enum ci_status dist_create(int n, struct dist **out, struct ci_err *err);
+/* Joins the MPI world (MPI_Init) as one of tp x pp ranks: rank = stage * tp + tp_rank (stage of pp, tp_rank
+ * of the stage's tensor-parallel group).  timeout_s (> 0) bounds every wait inside a step (the watchdog:
+ * a rank hung longer fails the step, naming whom it waited for, and the job ends); <= 0: none.
+ * CI_ERR_INVALID when the world has another size, CI_ERR_UNSUPPORTED without MPI.  On failure *out may still
+ * be set: dist_end it. */
+enum ci_status dist_create(int tp, int pp, double timeout_s, struct dist **out, struct ci_err *err);
 int dist_rank(const struct dist *d);
 int dist_size(const struct dist *d);
 
@@ -50,6 +57,9 @@ enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool
 /* Rank 0: the workers free what dist_open made them make (nothing if the world is broken). */
 void dist_close(struct dist *d);
 
+/* True once an MPI call failed (or timed out): the ranks are out of step, dist_end ends them all. */
+bool dist_broken(const struct dist *d);
+
 /* Ranks > 0: the worker loop over m (sharded by dist_agree), with n_threads kernel threads, until STOP. */
 enum ci_status dist_worker_run(struct dist *d, const struct model *m, int n_threads, struct ci_err *err);
 
@@ -59,6 +69,8 @@ struct dist_stats {
     int64_t allreduce_ns;
     int64_t allreduce_floats;
     int64_t bcast_ns;
+    int64_t p2p_ns;     // pipeline: time in sends and receives of hidden states (waiting included)
+    int64_t p2p_floats; // hidden-state floats received
 };
 void dist_get_stats(const struct dist *d, struct dist_stats *out);
 

@@ -1293,8 +1293,8 @@ bool engine_step(struct engine *e) {
     if (work) {
         struct ci_err err = {0};
         enum ci_status st = execute(e, &res, &sm, &err);
-        if (st == CI_ERR_IO && model_file_damaged(e->m)) {
-            engine_fail(e, err.msg);
+        if ((st == CI_ERR_IO && model_file_damaged(e->m)) || (e->dist_open && dist_broken(e->p.dist))) {
+            engine_fail(e, err.msg); // (--tp/--pp: the ranks are out of step, a rank lost or hung)
         } else if (st != CI_OK) {
             // A batch the forward pass refuses is an engine bug: fail its sequences rather than loop.
             for (int i = 0; i < res.n_items; i++)
@@ -1543,7 +1543,7 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
     // Early freeing (as vLLM's sliding-window manager): only when every layer is local (a global layer reads
     // every position, and a block holds all layers), and not under naive, which recomputes from position 0.
     bool all_local = c->sliding_window > 0;
-    for (int il = 0; il < c->n_layer && all_local; il++)
+    for (int il = 0; il < model_n_layer_all(c) && all_local; il++)
         all_local = model_layer_swa(c, il);
     e->kv_window = all_local && p->sched.policy != SCHED_POLICY_NAIVE ? c->sliding_window : 0;
     if ((s = ci_threadpool_create(p->n_threads, &e->tp, err)) || (s = kv_pool_create(&kp, &e->pool, err)))

@@ -133,9 +133,18 @@ struct model_config {
     bool moe_shared_exp;                 // from the arch table
     bool moe_softmax_weight, swiglu_oai; // from the arch table
     bool encoder; // from the arch table: bidirectional, embeddings only (rms_eps is the LayerNorm epsilon)
+    // Pipeline parallelism (model/shard.h): this rank holds layers [layer0, layer0 + n_layer) of a model of
+    // n_layer_all (0: not cut, n_layer is the whole model's).
+    int layer0, n_layer_all;
 };
 
-/* True when layer il uses the sliding window (llama.cpp's set_swa_pattern without dense_first). */
+/* The whole model's layer count (a pipeline stage's n_layer is its own). */
+static inline int model_n_layer_all(const struct model_config *c) {
+    return c->n_layer_all ? c->n_layer_all : c->n_layer;
+}
+
+/* True when layer il (of the whole model) uses the sliding window (llama.cpp's set_swa_pattern without
+ * dense_first). */
 static inline bool model_layer_swa(const struct model_config *c, int il) {
     return c->sliding_window > 0 && (c->swa_period == 0 || il % c->swa_period < c->swa_period - 1);
 }

@@ -209,6 +209,28 @@ static void dist_sum(struct forward *f, float *out, size_t n) {
     f->dist_status = f->dist.allreduce(f->dist.ctx, out, n, &f->dist_err);
 }
 
+/* A pipeline transfer (fn: one of f->dist's), skipped after a failure like dist_sum. */
+static void dist_xfer(struct forward *f, enum ci_status (*fn)(void *, float *, size_t, struct ci_err *),
+                      float *x, size_t n) {
+    if (f->dist_status == CI_OK)
+        f->dist_status = fn(f->dist.ctx, x, n, &f->dist_err);
+}
+
+/* The token embeddings of b's rows into f->x. */
+static void embed(struct forward *f, const struct fwd_batch *b) {
+    const struct model_config *c = &f->m->config;
+    const struct ci_tensor *te = &f->m->weights.tok_embd;
+    const int n = b->n_tokens, E = c->n_embd;
+    for (int t = 0; t < n; t++)
+        ci_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)b->token[t] * te->row_bytes,
+                          f->x + (size_t)t * E, E);
+    if (c->embd_scale) { // gemma: embeddings times sqrt(n_embd)
+        const float sc = sqrtf((float)E);
+        for (size_t i = 0; i < (size_t)n * E; i++)
+            f->x[i] *= sc;
+    }
+}
+
 int forward_max_tokens(const struct forward *f) {
     return f->max_tokens;
 }
@@ -562,7 +584,7 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
                        c->rms_eps);
     }
     // Sliding-window (local) layers may have their own RoPE base and scale (gemma3: 10000, unscaled).
-    const bool local = model_layer_swa(c, il);
+    const bool local = model_layer_swa(c, c->layer0 + il); // il counts the pipeline stage's layers
     struct ci_rope_params rope = f->rope;
     if (local && c->rope_base_swa > 0.0f)
         rope.base = c->rope_base_swa;
@@ -654,18 +676,37 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
         return CI_OK;
     }
     int n = b->n_tokens, E = c->n_embd;
-    for (int t = 0; t < n; t++)
-        ci_dequantize_row(w->tok_embd.type,
-                          (const uint8_t *)w->tok_embd.data + (size_t)b->token[t] * w->tok_embd.row_bytes,
-                          f->x + (size_t)t * E, E);
-    if (c->embd_scale) { // gemma: embeddings times sqrt(n_embd)
-        const float sc = sqrtf((float)E);
-        for (size_t i = 0; i < (size_t)n * E; i++)
-            f->x[i] *= sc;
+    const struct fwd_dist *d = &f->dist;
+    // Pipeline parallelism: the rows in micro-batches, each passed on as soon as this stage is done with it,
+    // so the next stage works on it while this one goes on with the next.  A micro-batch sees the K/V of the
+    // earlier ones (each stage runs them in order), so the split needs no care for sequences.
+    int n_micro = d->n_micro > 1 ? (d->n_micro < n ? d->n_micro : n) : 1;
+    float *x_all = f->x;
+    for (int i = 0; i < n_micro; i++) {
+        int t0 = (int)((int64_t)n * i / n_micro), t1 = (int)((int64_t)n * (i + 1) / n_micro);
+        struct fwd_batch mb = *b;
+        mb.n_tokens = t1 - t0;
+        mb.token += t0, mb.pos += t0, mb.seq += t0, mb.logits += t0;
+        if (mb.hidden)
+            mb.hidden += t0;
+        f->x = x_all + (size_t)t0 * E; // layer_forward's residual stream: this micro-batch's rows
+        if (d->recv)
+            dist_xfer(f, d->recv, f->x, (size_t)mb.n_tokens * E);
+        else
+            embed(f, &mb);
+        f->rope_ready[0] = f->rope_ready[1] = false; // this micro-batch's positions
+        for (int il = 0; il < c->n_layer; il++)
+            layer_forward(f, il, &mb, kv);
+        if (d->send)
+            dist_xfer(f, d->send, f->x, (size_t)mb.n_tokens * E);
     }
-    f->rope_ready[0] = f->rope_ready[1] = false; // this batch's positions
-    for (int il = 0; il < c->n_layer; il++)
-        layer_forward(f, il, b, kv);
+    f->x = x_all;
+    if (d->flush)
+        dist_xfer(f, d->flush, NULL, 0);
+    for (int i = 0; d->gather && i < n_micro; i++) { // the last stage's output, on the head's rank
+        int t0 = (int)((int64_t)n * i / n_micro), t1 = (int)((int64_t)n * (i + 1) / n_micro);
+        dist_xfer(f, d->gather, f->x + (size_t)t0 * E, (size_t)(t1 - t0) * E);
+    }
 
     int rows = 0;
     f->n_hid = 0;

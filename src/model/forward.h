@@ -30,7 +30,7 @@ struct fwd_batch {
     const uint8_t *hidden; // [n_tokens] nonzero: keep this row's final normed hidden state; NULL: none
 };
 
-/* Tensor parallelism (engine/tp.c): the forward pass of a shard (model/shard.h).  allreduce sums a
+/* Tensor parallelism (engine/dist.c): the forward pass of a shard (model/shard.h).  allreduce sums a
  * sub-block's partial output [n] over the ranks, in place, twice per layer (after the attention output
  * projection and after the FFN, before their biases, post-norms and residual adds).  begin, when set (rank 0),
  * runs first in every forward_batch: it sends the batch to the other ranks.  Either failing fails the
@@ -39,6 +39,17 @@ struct fwd_dist {
     void *ctx;
     enum ci_status (*allreduce)(void *ctx, float *buf, size_t n, struct ci_err *err);
     enum ci_status (*begin)(void *ctx, const struct fwd_batch *b, struct ci_err *err);
+    // Pipeline parallelism (a stage's layers, model/shard.h): the batch's rows go in n_micro micro-batches
+    // (contiguous rows; <= 1: one).  recv, when set (stages > 0), fills a micro-batch's residual stream
+    // [n] from the stage before instead of embedding; send, when set, passes it on after this stage's
+    // layers (it may return before the data has left: x stays untouched until flush, which runs after the
+    // last micro-batch).  gather, when set (the head's rank), then fills each micro-batch's rows with the
+    // last stage's output, before the final norm and the head.  A failure fails the forward_batch as above.
+    int n_micro;
+    enum ci_status (*recv)(void *ctx, float *x, size_t n, struct ci_err *err);
+    enum ci_status (*send)(void *ctx, float *x, size_t n, struct ci_err *err);
+    enum ci_status (*flush)(void *ctx, float *x, size_t n, struct ci_err *err);
+    enum ci_status (*gather)(void *ctx, float *x, size_t n, struct ci_err *err);
 };
 
 enum ci_status forward_create(const struct model *m, int max_tokens, int max_logit_rows,

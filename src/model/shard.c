@@ -76,12 +76,9 @@ static enum ci_status shard_ffn(struct ci_tensor *gate, struct ci_tensor *up, st
     return slice_cols(down, lo, hi - lo, err);
 }
 
-enum ci_status model_shard(struct model *m, int rank, int n, struct ci_err *err) {
+/* The tensor-parallel cut of every layer m still holds (rank of n). */
+static enum ci_status shard_tp(struct model *m, int rank, int n, struct ci_err *err) {
     struct model_config *c = &m->config;
-    if (n < 1 || rank < 0 || rank >= n)
-        return ci_err_set(err, CI_ERR_INVALID, "--tp: rank %d of %d", rank, n);
-    if (n == 1)
-        return CI_OK;
     const char *why = c->encoder                               ? "an encoder (embeddings only)"
                       : c->qkv_fused                           ? "fused Q/K/V projections"
                       : c->ffn_fused                           ? "a fused gate/up projection"
@@ -136,8 +133,53 @@ enum ci_status model_shard(struct model *m, int rank, int n, struct ci_err *err)
         c->n_ff = ff;
     c->n_ff_exp = ff_exp;
     c->n_ff_shexp = ff_sh;
-    if (rank != 0) // the head lives on rank 0 (tied heads keep token_embd, which every rank embeds with)
+    return CI_OK;
+}
+
+/* Pipeline stage `stage` of n: its contiguous layers moved to the front of the layer array (as even as can
+ * be, earlier stages one more: stage 0's rank holds the most KV, and rank 0 sizes every rank's pool). */
+static enum ci_status shard_pp(struct model *m, int stage, int n, struct ci_err *err) {
+    struct model_config *c = &m->config;
+    if (c->encoder)
+        return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                          "--pp %d: %s is an encoder (embeddings only): not supported with pipeline "
+                          "parallelism",
+                          n, model_arch_name(c->arch));
+    if (c->n_layer < n)
+        return ci_err_set(
+            err, CI_ERR_INVALID,
+            "--pp %d: the model has %d layer(s), fewer than the %d pipeline stages: use --pp %d "
+            "or fewer",
+            n, c->n_layer, n, c->n_layer);
+    int base = c->n_layer / n, extra = c->n_layer % n;
+    int first = stage * base + (stage < extra ? stage : extra), count = base + (stage < extra);
+    struct layer_weights *l = m->weights.layers;
+    memmove(l, l + first, (size_t)count * sizeof *l);
+    memset(l + count, 0, (size_t)(c->n_layer - count) * sizeof *l);
+    c->n_layer_all = c->n_layer;
+    c->layer0 = first;
+    c->n_layer = count;
+    if (stage != 0) // the embedding is stage 0's
+        memset(&m->weights.tok_embd, 0, sizeof m->weights.tok_embd);
+    return CI_OK;
+}
+
+enum ci_status model_shard(struct model *m, const struct shard_spec *sp, struct ci_err *err) {
+    if (sp->tp < 1 || sp->pp < 1 || sp->tp_rank < 0 || sp->tp_rank >= sp->tp || sp->stage < 0 ||
+        sp->stage >= sp->pp)
+        return ci_err_set(err, CI_ERR_INVALID, "--tp/--pp: rank %d of %d in stage %d of %d", sp->tp_rank,
+                          sp->tp, sp->stage, sp->pp);
+    enum ci_status s;
+    if (sp->pp > 1 && (s = shard_pp(m, sp->stage, sp->pp, err)) != CI_OK)
+        return s;
+    if (sp->tp > 1 && (s = shard_tp(m, sp->tp_rank, sp->tp, err)) != CI_OK)
+        return s;
+    // The head and the final norm live on rank 0 (the sampler's); a tied head is token_embd, which stage
+    // 0's ranks embed with.
+    if (sp->tp_rank != 0 || sp->stage != 0) {
         memset(&m->weights.output, 0, sizeof m->weights.output);
+        memset(&m->weights.output_norm, 0, sizeof m->weights.output_norm);
+    }
     return CI_OK;
 }
 

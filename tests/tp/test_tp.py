@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tensor parallelism over MPI (`mpirun -np 2 cinfer logits|run --tp 2`, README "Past one machine").
+"""Tensor and pipeline parallelism over MPI (`mpirun -np 2 cinfer logits|run --tp 2`, `--pp 2`, and 4 ranks of
+`--tp 2 --pp 2`; README "Past one machine").
 
 On `cinfer synth` models of several architectures (llama with GQA, llama3 RoPE scaling, qwen2 with Q/K/V
 biases, qwen3 with Q/K norms and head_dim != n_embd / n_head, gemma2 with post-norms and soft-capping,
@@ -20,6 +21,16 @@ mixtral / qwen3moe / qwen2moe experts, the last with a shared expert) in F32, Q8
     model files, a rank whose file does not load, head / KV head counts not divisible by the ranks, an
     architecture the shards do not cover, K-quant columns off their 256-element blocks, a world of another
     size than --tp, and --tp without mpirun.
+Pipeline parallelism (`--pp 2`: two stages of contiguous layers, the batch in two micro-batches; `--tp 2 --pp 2`:
+four ranks, two per stage), against the same single process and within the same tolerances: F32 logits of
+every architecture above (4 ranks: tiny and tiny-qwen3moe) plus gemma3 (its one global layer in the last
+stage), phi3 and gpt-oss (which --tp does not cover); the quantized logits (4 ranks: tiny-qwen3moe Q8_0); greedy
+`run` (40 tokens; 4 ranks: 16 tokens of tiny and tiny-qwen3moe Q8_0); `serve --pp 2` with the prefix-cache and
+n = 2 requests; `cinfer bench` under --tp 2 and --pp 2 (its all-reduce and hidden-state counts add up); errors
+for more stages than layers, an encoder, and -np other than tp x pp.  The watchdog: a rank
+stopped with SIGSTOP mid-stream under `--dist-timeout 4` (--pp 2: rank 0 waits point to point; --tp 2: in an
+all-reduce) ends the client's stream and every process, the stopped one included, and stderr names the
+stopped rank and the cause.
 Skips (with a message, no PASS lines) only when mpirun is absent.  Prints PASS/FAIL lines."""
 
 import http.client
@@ -75,17 +86,28 @@ def mpirun(n, args):
     return ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(n), BIN] + args
 
 
+def dist(args, tp=1, pp=1, threads="--threads"):
+    """args alone (2 threads), or under mpirun on tp x pp ranks (1 thread each)."""
+    if tp * pp == 1:
+        return [BIN] + args + [threads, "2"]
+    return mpirun(tp * pp, args + ["--tp", str(tp), "--pp", str(pp), threads, "1"])
+
+
+def label(tp, pp):
+    return "tp%d" % tp if pp == 1 else "pp%d" % pp if tp == 1 else "tp%dpp%d" % (tp, pp)
+
+
 def read_logits(path, n):
     raw = np.fromfile(path, dtype="<f4")
     return raw.reshape(n, -1)
 
 
-def logits(model, tmp, tp=1, kv="f32"):
+def logits(model, tmp, tp=1, kv="f32", pp=1):
     out = os.path.join(tmp, "out.f32")
     if os.path.exists(out):
         os.unlink(out)
     args = ["logits", "-m", model, "--tokens", ",".join(map(str, TOKENS)), "--kv-type", kv, "-o", out]
-    cmd = mpirun(tp, args + ["--tp", str(tp), "--threads", "1"]) if tp > 1 else [BIN] + args + ["--threads", "2"]
+    cmd = dist(args, tp, pp)
     rc, _, err = run(cmd)
     if rc != 0:
         raise ciref.CinferError("%s exited %s: %s" % (" ".join(cmd[:8]), rc, err.strip()[-600:]))
@@ -96,21 +118,32 @@ def rel(a, b):
     return float(np.abs(a.astype(np.float64) - b).max() / max(1.0, float(np.abs(b).max())))
 
 
-def check_logits(name, model, tmp, tol):
+def check_logits(name, model, tmp, tol, dists=((2, 1),)):
+    """The logits of each (tp, pp) of dists against the single process's; the first's are returned.  Names
+    after the first get the layout's label (pp2, tp2pp2)."""
     try:
-        one, two = logits(model, tmp), logits(model, tmp, tp=2)
+        one = logits(model, tmp)
     except ciref.CinferError as e:
         rep.fail(name, e)
         return None
-    d = rel(two, one)
-    rep.check(d <= tol, name, "relative max|d| %.3g > %g" % (d, tol),
-              "relative max|d| %.3g, max|d| %.3g, tol %g" % (d, float(np.abs(two - one).max()), tol))
-    return two
+    first = None
+    for i, (tp, pp) in enumerate(dists):
+        n = name if i == 0 else "%s_%s" % (name, label(tp, pp))
+        try:
+            two = logits(model, tmp, tp=tp, pp=pp)
+        except ciref.CinferError as e:
+            rep.fail(n, e)
+            continue
+        d = rel(two, one)
+        rep.check(d <= tol, n, "relative max|d| %.3g > %g" % (d, tol),
+                  "relative max|d| %.3g, max|d| %.3g, tol %g" % (d, float(np.abs(two - one).max()), tol))
+        first = two if i == 0 else first
+    return first
 
 
-def greedy(model, tp):
-    args = ["run", "-m", model, "-p", "hello world", "-n", "40", "--temp", "0", "--ids", "--kv-type", "f32"]
-    cmd = mpirun(tp, args + ["--tp", str(tp), "-t", "1"]) if tp > 1 else [BIN] + args + ["-t", "2"]
+def greedy(model, tp, pp=1, n=40):
+    args = ["run", "-m", model, "-p", "hello world", "-n", str(n), "--temp", "0", "--ids", "--kv-type", "f32"]
+    cmd = dist(args, tp, pp, "-t")
     rc, out, err = run(cmd)
     if rc != 0:
         raise ciref.CinferError("run exited %s: %s" % (rc, err.strip()[-400:]))
@@ -131,9 +164,9 @@ def expect_error(name, cmd, words, timeout=60):
 class Serve:
     """`cinfer serve` on a free port, alone or as rank 0 of `mpirun -np tp`; its stderr read on a thread."""
 
-    def __init__(self, model, tp, extra=()):
+    def __init__(self, model, tp, extra=(), pp=1):
         args = ["serve", "-m", model, "--port", "0", "--kv-type", "f32", "--max-seqs", "16"] + list(extra)
-        cmd = mpirun(tp, args + ["--tp", str(tp), "-t", "1"]) if tp > 1 else [BIN] + args + ["-t", "2"]
+        cmd = dist(args, tp, pp, "-t")
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
         self.lines, self.port, self.ready = [], None, threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
@@ -209,52 +242,48 @@ class Serve:
             return None
 
 
-def serving(rep_name, model):
+def serving(rep_name, model, dists=((2, 1),)):
     """Concurrent greedy completions (a shared 100-token-long prefix, so the prefix cache hits from the second
     round on; n = 2 samples fork the prompt's blocks and copy-on-write the shared partial block) through
-    `cinfer serve --tp 2` equal the single process's; then SIGTERM ends every rank."""
+    `cinfer serve` on each (tp, pp) of dists equal the single process's; then SIGTERM ends every rank.  Names
+    after the first get the layout's label."""
     prefix = " ".join("w%d" % (i % 17) for i in range(60))
     prompts = [prefix + " tail %d" % i for i in range(4)] + ["short %d" % i for i in range(2)]
     results = {}
-    for tp in (1, 2):
+    for i, (tp, pp) in enumerate(((1, 1),) + tuple(dists)):
+        name = rep_name if i <= 1 else "%s_%s" % (rep_name, label(tp, pp))
         srv = None
         try:
-            srv = Serve(model, tp)
-            results[tp] = [srv.batch(prompts, 2), srv.batch(prompts, 2)]
+            srv = Serve(model, tp, pp=pp)
+            results[(tp, pp)] = [srv.batch(prompts, 2), srv.batch(prompts, 2)]
         except ciref.CinferError as e:
-            rep.fail(rep_name, "--tp %d: %s" % (tp, e))
+            rep.fail(name, "--tp %d --pp %d: %s" % (tp, pp, e))
             if srv:
                 srv.stop()
-            return
+            if i == 0:
+                return
+            continue
         rc = srv.stop()
-        if tp == 2:
-            stopped = any("cinfer serve: stopped" in line for line in srv.lines)
-            rep.check(rc == 0 and stopped, rep_name + "_sigterm_ends_all",
-                      "mpirun exit %s; stderr: %s" % (rc, srv.lines[-4:]), "rank 0 stopped, mpirun exited 0")
-    one, two = results[1], results[2]
-    same_pairs = all(len(t) == 2 and t[0] == t[1] for r in two for t in r.values())
-    rep.check(one == two and same_pairs, rep_name, "single %s\n--tp 2 %s" % (one, two),
-              "%d prompts x 2 samples x 2 rounds equal" % len(prompts))
+        if i == 0:
+            continue
+        stopped = any("cinfer serve: stopped" in line for line in srv.lines)
+        rep.check(rc == 0 and stopped, name + "_sigterm_ends_all",
+                  "mpirun exit %s; stderr: %s" % (rc, srv.lines[-4:]), "rank 0 stopped, mpirun exited 0")
+        one, two = results[(1, 1)], results[(tp, pp)]
+        same_pairs = all(len(t) == 2 and t[0] == t[1] for r in two for t in r.values())
+        rep.check(one == two and same_pairs, name, "single %s\n--tp %d --pp %d %s" % (one, tp, pp, two),
+                  "%d prompts x 2 samples x 2 rounds equal" % len(prompts))
 
 
-def rank_killed(model):
-    """A worker rank killed (SIGKILL) in the middle of a streamed completion: the client's stream ends without
-    the whole completion (an error event or a cut connection), and every process exits; both within bounds.
-    The naive policy (each step recomputes the whole sequence) keeps the generation slow enough to be
-    interrupted."""
-    name = "serve_rank_killed_mid_stream"
-    try:
-        srv = Serve(model, 2, ["--policy", "naive"])
-    except ciref.CinferError as e:
-        rep.fail(name, e)
-        return
+def start_stream(srv):
+    """A long streamed greedy completion on a thread; returns (thread, chunks) once some tokens have come."""
     body = json.dumps({"prompt": "hello", "max_tokens": 480, "temperature": 0, "stream": True,
                        "ignore_eos": True}).encode()
     got = []
 
     def stream():
         try:
-            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=90)
             c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
             r = c.getresponse()
             while True:
@@ -270,12 +299,11 @@ def rank_killed(model):
     deadline = time.time() + 60
     while time.time() < deadline and sum(len(g) for g in got) < 2000:  # some tokens have streamed
         time.sleep(0.05)
-    victim = srv.rank(1)
-    if victim == srv.p.pid:
-        rep.fail(name, "no rank 1 process found")
-        srv.stop()
-        return
-    os.kill(victim, signal.SIGKILL)
+    return t, got
+
+
+def stream_ended(name, srv, t, got, extra_ok=True, extra_msg=""):
+    """The stream ended without the whole completion and mpirun exited, both within bounds."""
     t.join(60)
     try:
         rc = srv.p.wait(60)
@@ -285,11 +313,113 @@ def rank_killed(model):
     text = b"".join(got).decode("utf-8", "replace")
     whole = text.count('"finish_reason":"length"') > 0
     tokens = text.count('"text":')
-    rep.check(not t.is_alive() and rc is not None and not whole and tokens >= 5, name,
-              "stream ended %s, mpirun exit %s, whole completion %s, %d tokens before the kill: %s" % (
-                  not t.is_alive(), rc, whole, tokens, text[-200:]),
-              "the stream ended after %d tokens (%s), mpirun exited %s" % (
-                  tokens, "error event" if '"error"' in text else "cut", rc))
+    rep.check(not t.is_alive() and rc is not None and not whole and tokens >= 5 and extra_ok, name,
+              "stream ended %s, mpirun exit %s, whole completion %s, %d tokens before the fault%s: %s" % (
+                  not t.is_alive(), rc, whole, tokens, extra_msg, text[-200:]),
+              "the stream ended after %d tokens (%s), mpirun exited %s%s" % (
+                  tokens, "error event" if '"error"' in text else "cut", rc, extra_msg))
+
+
+def rank_killed(model):
+    """A worker rank killed (SIGKILL) in the middle of a streamed completion: the client's stream ends without
+    the whole completion (an error event or a cut connection), and every process exits; both within bounds.
+    The naive policy (each step recomputes the whole sequence) keeps the generation slow enough to be
+    interrupted."""
+    name = "serve_rank_killed_mid_stream"
+    try:
+        srv = Serve(model, 2, ["--policy", "naive"])
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return
+    t, got = start_stream(srv)
+    victim = srv.rank(1)
+    if victim == srv.p.pid:
+        rep.fail(name, "no rank 1 process found")
+        srv.stop()
+        return
+    os.kill(victim, signal.SIGKILL)
+    stream_ended(name, srv, t, got)
+
+
+def alive(pid):
+    """True while pid runs or is stopped (not gone, not a zombie)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def rank_hung(name, model, tp, pp, victim_rank, words, timeout_s=4):
+    """The watchdog: a rank stopped (SIGSTOP: alive but never answering) in the middle of a streamed
+    completion under --dist-timeout: the client's stream ends without the whole completion, every process
+    exits (the stopped one included) within bounds, and stderr names the stopped rank and the cause (the
+    words).  The stopped process is continued and killed afterwards whatever happened."""
+    try:
+        srv = Serve(model, tp, ["--policy", "naive", "--dist-timeout", str(timeout_s)], pp=pp)
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return
+    t, got = start_stream(srv)
+    victim = srv.rank(victim_rank)
+    if victim == srv.p.pid:
+        rep.fail(name, "no rank %d process found" % victim_rank)
+        srv.stop()
+        return
+    t0 = time.time()
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        t.join(60)
+        try:
+            srv.p.wait(60)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.time() - t0
+        gone = not alive(victim)
+        time.sleep(0.3)  # the reader thread takes the last lines
+        log = "\n".join(srv.lines)
+        missing = [w for w in words if w not in log]
+        stream_ended(name, srv, t, got, gone and not missing and took < 60,
+                     "; stopped rank %s, %.1f s after the stop, missing %s in stderr%s" % (
+                         "gone" if gone else "STILL ALIVE", took, missing,
+                         "" if not missing else ": " + log[-600:]))
+    finally:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(victim, sig)
+            except OSError:
+                pass
+
+
+def bench(model, tmp):
+    """`cinfer bench` (offline) under --tp 2 and --pp 2: it completes the workload and its communication line
+    adds up: two all-reduces per layer of rank 0 and batch (--tp), and (--pp) rank 0 receives the hidden state
+    of every token computed: each prompt token and each output token but the first of each request (which the
+    prompt's pass gives), n_embd float32 each."""
+    args = ["bench", "-m", model, "-n", "8", "--input-len", "32", "--output-len", "16", "--policy", "paged",
+            "--kv-type", "f32", "--no-plots", "-q", "-o", os.path.join(tmp, "bench")]
+    for tp, pp in ((2, 1), (1, 2)):
+        name = "bench_offline_%s" % label(tp, pp)
+        rc, out, err = run(dist(args, tp, pp, "-t"))
+        w = re.search(r"random, (\d+) requests.*?; (\d+) prompt \+ (\d+) output tokens", out)
+        d = re.search(r"distributed (\d+) ranks \(rank 0 holds (\d+) of (\d+) layers\): (\d+) batches broadcast "
+                      r".*?; (\d+) all-reduces", out)
+        e = re.search(r"d (\d+), ", out)
+        if rc != 0 or not w or not d or not e or "\npaged " not in out:
+            rep.fail(name, "exit %s: %s %s" % (rc, out[-600:], err[-400:]))
+            continue
+        reqs, prompt, output = map(int, w.groups())
+        ranks, held, layers, batches, allreduces = map(int, d.groups())
+        if pp == 1:
+            ok = ranks == 2 and held == layers and allreduces == 2 * held * batches
+            what = "%d all-reduces = 2 x %d layers x %d batches" % (allreduces, held, batches)
+        else:
+            h = re.search(r"([0-9.]+) MiB of hidden states received by rank 0", out)
+            want = (prompt + output - reqs) * int(e.group(1)) * 4 / (1 << 20)
+            ok = ranks == 2 and held == layers // 2 and allreduces == 0 and h and abs(float(h.group(1)) - want) < 0.01
+            what = "%s MiB of hidden states received, %.2f expected; rank 0 holds %d of %d layers" % (
+                h.group(1) if h else None, want, held, layers)
+        rep.check(ok, name, what + ": " + out[-400:], what)
 
 
 def synth(tmp, preset, typ, seed=1):
@@ -316,30 +446,56 @@ def main():
         # --tp without mpirun: a world of one process.
         expect_error("tp_without_mpirun", [BIN, "logits", "-m", f32["tiny"], "--tokens", "1,2", "-o",
                                            os.path.join(tmp, "x.f32"), "--tp", "2"], ["--tp 2"])
+        pp = ((1, 2),)
+        tp_pp = ((1, 2), (2, 2))
         for p, path in f32.items():
-            two = check_logits("logits_f32_%s" % p, path, tmp, F32_TOL)
+            # --tp 2 --pp 2 (4 ranks on 2 cores: slow) on a dense model and on an MoE; --pp 2 on every one.
+            two = check_logits("logits_f32_%s" % p, path, tmp, F32_TOL,
+                               ((2, 1),) + (tp_pp if p in ("tiny", "tiny-qwen3moe") else pp))
             if two is not None and p in ("tiny", "tiny-qwen3moe"):
                 ref = model_np.Model.load(path).forward(TOKENS)
                 tol = ciref.logit_tolerance("f32")
                 ciref.compare_logits(rep, "logits_f32_%s_vs_numpy" % p, two, ref, tol)
+        # Pipeline stages only (--tp does not cover these): gemma3's global layer is the last of six (one KV
+        # head), so stage 1 must know its layers' indices in the whole model (local or global, RoPE base);
+        # phi3's fused Q/K/V and gate/up, gpt-oss's biased experts and sinks stay whole in their stage.
+        for p in ("tiny-gemma3", "tiny-phi3", "tiny-gpt-oss"):
+            check_logits("logits_f32_%s_pp2" % p, synth(tmp, p, "f32"), tmp, F32_TOL, pp)
         quant = [synth(tmp, p, "q8_0") for p in ("tiny", "tiny-qwen2", "tiny-qwen3moe")]
         # A K-quant: tiny-qwen3's attention output (512 columns) splits 256 + 256 on Q4_K blocks, its FFN of 768
         # splits 512 + 256 (the shares round to down's 256-element blocks).
         kq = quantize(tmp, f32["tiny-qwen3"], "Q4_K_M")
         for path in quant + [kq]:
-            check_logits("logits_%s" % os.path.basename(path)[:-5], path, tmp, QUANT_TOL)
+            base_name = os.path.basename(path)[:-5]
+            check_logits("logits_%s" % base_name, path, tmp, QUANT_TOL,
+                         ((2, 1),) + (tp_pp if base_name == "tiny-qwen3moe-q8_0-1" else pp))
 
         for path in (f32["tiny"], f32["tiny-qwen3"], f32["tiny-mixtral"], quant[1], kq):
             name = "greedy_" + os.path.basename(path)[:-5]
             try:
-                a, b = greedy(path, 1), greedy(path, 2)
+                a, b, c = greedy(path, 1), greedy(path, 2), greedy(path, 1, 2)
                 rep.check(a == b and len(a) == 40, name, "single %s, --tp 2 %s" % (a, b), "40 tokens equal")
+                rep.check(a == c, name + "_pp2", "single %s, --pp 2 %s" % (a, c), "40 tokens equal")
+            except ciref.CinferError as e:
+                rep.fail(name, e)
+        for path in (f32["tiny"], quant[2]):  # 4 ranks on 2 cores: fewer tokens
+            name = "greedy_%s_tp2pp2" % os.path.basename(path)[:-5]
+            try:
+                a, b = greedy(path, 1, n=16), greedy(path, 2, 2, n=16)
+                rep.check(a == b and len(a) == 16, name, "single %s, --tp 2 --pp 2 %s" % (a, b), "16 tokens equal")
             except ciref.CinferError as e:
                 rep.fail(name, e)
 
-        serving("serve_greedy_tiny", f32["tiny"])
-        serving("serve_greedy_qwen3moe", f32["tiny-qwen3moe"])
+        serving("serve_greedy_tiny", f32["tiny"], ((2, 1), (1, 2)))
+        serving("serve_greedy_qwen3moe", f32["tiny-qwen3moe"], ((2, 1), (1, 2)))
+        bench(f32["tiny"], tmp)
         rank_killed(f32["tiny"])
+        # The watchdog: rank 0 waits for the stopped last stage's hidden states (point to point), or for its
+        # tensor-parallel partner in an all-reduce (a collective).
+        rank_hung("serve_rank_hung_pp2_watchdog", f32["tiny"], 1, 2, 1,
+                  ["of hidden states", "rank 1 did not complete within 4 s: rank 1 hung, stopped or too slow"])
+        rank_hung("serve_rank_hung_tp2_watchdog", f32["tiny"], 2, 1, 1,
+                  ["rank 0: MPI_Allreduce did not complete within 4 s", "rank 1 hung, stopped or too slow"])
 
         out = os.path.join(tmp, "x.f32")
         base = ["logits", "--tokens", "1,2,3", "-o", out, "--tp", "2"]
@@ -374,7 +530,14 @@ def main():
         expect_error("kquant_columns_off_blocks", mpirun(2, base + ["-m", quantize(tmp, tiny, "Q4_K_M")]),
                      ["attn_output.weight (Q4_K)", "256-element block"])
         expect_error("world_size_mismatch", mpirun(2, base[:-1] + ["3", "-m", tiny]),
-                     ["--tp 3 but this MPI world has 2 process(es)"])
+                     ["--tp 3 --pp 1 needs 3 ranks but this MPI world has 2 process(es)"])
+        expect_error("world_size_mismatch_tp2pp2", mpirun(2, base + ["--pp", "2", "-m", tiny]),
+                     ["--tp 2 --pp 2 needs 4 ranks but this MPI world has 2 process(es)", "mpirun -np 4"])
+        base_pp = base[:-2] + ["--pp", "5"]  # tiny has 4 layers
+        expect_error("pp_more_stages_than_layers", mpirun(5, base_pp + ["-m", tiny]),
+                     ["--pp 5: the model has 4 layer(s), fewer than the 5 pipeline stages"])
+        expect_error("pp_encoder", mpirun(2, base[:-2] + ["--pp", "2", "-m", synth(tmp, "tiny-bert", "f32")]),
+                     ["--pp 2", "encoder", "not supported with pipeline parallelism"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return rep.exit()
