@@ -11,15 +11,15 @@
 #define THINK_MARKER_MAX 48 // the longest marker text followed
 
 enum think_state {
-    THINK_BEFORE, // the start marker not seen yet
-    THINK_INSIDE, // in the block, counting its tokens
+    THINK_BEFORE,  // the start marker not seen yet
+    THINK_INSIDE,  // in the block, counting its tokens
     THINK_FORCING, // the budget is spent: the end marker is being forced
     THINK_DONE     // the block ended (or never will be tracked again)
 };
 
 struct think {
     enum think_state state;
-    int n;                            // tokens generated inside the block
+    int n;                           // tokens generated inside the block
     char tail[2 * THINK_MARKER_MAX]; // the last bytes of text (markers spanning several tokens)
     size_t tail_n;
 };
