@@ -381,9 +381,9 @@ static cJSON *all_of2(const cJSON *a, const cJSON *b) {
 }
 
 /* m := m ∧ b (m is owned and mutable; b flattened). */
-#define MULTIPLE_MAX    1e9  // the largest multipleOf
-#define MULTIPLE_STATES 1000 // the largest multipleOf for an unbounded range (one grammar rule per remainder)
-#define MULTIPLE_LIST   512  // the most multiples written out one by one (a bounded range)
+#define MULTIPLE_MAX    1e9 // the largest multipleOf
+#define MULTIPLE_STATES 200 // the largest multipleOf for an unbounded range (16 grammar rules per remainder)
+#define MULTIPLE_LIST   512 // the most multiples written out one by one (a bounded range)
 
 static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const char *path) {
     if (cJSON_IsFalse(b))
@@ -755,54 +755,68 @@ static int mag_range(struct jsc *c, struct gtext *t, long long a, bool a_ex, lon
 #define BOUND_INT_MAX 1e17
 #define BOUND_NUM_MAX 1e9
 
-/* The positive multiples of k (without leading zeros, any length) as rules "<name>_<r>" over the remainder r
- * of the digits so far (a divisibility automaton): returns the first rule's name in start. */
+#define MULTIPLE_DIGITS 16 // the longest multiple written by the automaton (as the integer primitive)
+
+/* Writes " | "-separated alternatives "[digits] <base>-<t>-<l>" from remainder r (r < 0: the first digit,
+ * 1-9), each digit class leading to the same next remainder t, only to live states (live[t]: a multiple is
+ * still reachable within the digits left). */
+static void digit_steps(struct jsc *c, const char *base, long long k, long long r, int l, const bool *live,
+                        const char *sep) {
+    int lo = r < 0 ? 1 : 0;
+    long long from = r < 0 ? 0 : r;
+    for (int d = lo; d <= 9; d++) {
+        long long t = (10 * from + d) % k;
+        bool first = live[t];
+        for (int e = lo; e < d && first; e++)
+            first = (10 * from + e) % k != t;
+        if (!first)
+            continue;
+        gtext_printf(c->out, "%s[", sep);
+        for (int e = d; e <= 9; e++)
+            if ((10 * from + e) % k == t)
+                gtext_printf(c->out, "%d", e);
+        gtext_printf(c->out, "] %s-%lld-%d", base, t, l);
+        sep = " | ";
+    }
+}
+
+/* The positive multiples of k below 10^16 without leading zeros, as rules "<base>-<r>-<l>" over the
+ * remainder r of the l digits so far (a divisibility automaton, at most k * 16 rules; states from which no
+ * multiple can be reached in the digits left are left out): returns the first rule's name in start. */
 static enum ci_status multiples_rules(struct jsc *c, long long k, const char *path, char start[16]) {
     char base[16];
     enum ci_status st = new_rule(c, path, base);
     if (st != CI_OK)
         return st;
-    if (c->n_rules + k > GRAM_SCHEMA_MAX_RULES)
+    if (c->n_rules + k * MULTIPLE_DIGITS > GRAM_SCHEMA_MAX_RULES)
         return sfail(c, CI_ERR_LIMIT, path, "the schema needs more than %d grammar rules",
                      GRAM_SCHEMA_MAX_RULES);
-    c->n_rules += (int)k;
-    for (long long r = 0; r < k; r++) {
-        gtext_printf(c->out, "%s-%lld ::= %s", base, r, r == 0 ? "\"\"" : "");
-        const char *sep = r == 0 ? " | " : "";
-        for (int d = 0; d <= 9; d++) { // one alternative per next remainder, its digits as a class
-            long long t = (10 * r + d) % k;
-            bool first = true;
-            for (int e = 0; e < d; e++)
-                first &= (10 * r + e) % k != t;
-            if (!first)
-                continue;
-            gtext_printf(c->out, "%s[", sep);
-            for (int e = d; e <= 9; e++)
-                if ((10 * r + e) % k == t)
-                    gtext_printf(c->out, "%d", e);
-            gtext_printf(c->out, "] %s-%lld", base, t);
-            sep = " | ";
+    c->n_rules += (int)(k * MULTIPLE_DIGITS);
+    // live[l][r]: from remainder r after l digits, a multiple of k is reachable with at most 16 - l more
+    bool *live = ci_calloc((size_t)(MULTIPLE_DIGITS + 1) * (size_t)k, sizeof *live);
+    if (!live)
+        return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+    for (int l = MULTIPLE_DIGITS; l >= 1; l--)
+        for (long long r = 0; r < k; r++) {
+            bool ok = r == 0;
+            for (int d = 0; d <= 9 && !ok && l < MULTIPLE_DIGITS; d++)
+                ok = live[(size_t)(l + 1) * (size_t)k + (size_t)((10 * r + d) % k)];
+            live[(size_t)l * (size_t)k + (size_t)r] = ok;
         }
-        gtext_put(c->out, "\n", 1);
-    }
-    // the first digit: 1-9
+    for (int l = 1; l <= MULTIPLE_DIGITS; l++)
+        for (long long r = 0; r < k; r++) {
+            if (!live[(size_t)l * (size_t)k + (size_t)r])
+                continue;
+            gtext_printf(c->out, "%s-%lld-%d ::= %s", base, r, l, r == 0 ? "\"\"" : "");
+            if (l < MULTIPLE_DIGITS)
+                digit_steps(c, base, k, r, l + 1, live + (size_t)(l + 1) * (size_t)k, r == 0 ? " | " : "");
+            gtext_put(c->out, "\n", 1);
+        }
     snprintf(start, 16, "%s", base);
     gtext_printf(c->out, "%s ::= ", base);
-    const char *sep = "";
-    for (int d = 1; d <= 9; d++) {
-        bool first = true;
-        for (int e = 1; e < d; e++)
-            first &= e % k != d % k;
-        if (!first)
-            continue;
-        gtext_printf(c->out, "%s[", sep);
-        for (int e = d; e <= 9; e++)
-            if (e % k == d % k)
-                gtext_printf(c->out, "%d", e);
-        gtext_printf(c->out, "] %s-%lld", base, d % k);
-        sep = " | ";
-    }
+    digit_steps(c, base, k, -1, 1, live + (size_t)k, "");
     gtext_put(c->out, "\n", 1);
+    ci_free(live);
     return CI_OK;
 }
 
@@ -826,7 +840,7 @@ static enum ci_status multiples_in(struct jsc *c, long long k, long long a, long
     // unbounded above: the automaton, when nothing below the bound is a positive multiple
     if (a > k || k > MULTIPLE_STATES)
         return sfail(c, CI_ERR_UNSUPPORTED, path, "'multipleOf' %lld is not supported %s", k,
-                     k > MULTIPLE_STATES ? "on an unbounded range (at most 1000 there)"
+                     k > MULTIPLE_STATES ? "on an unbounded range (at most 200 there)"
                                          : "with a lower bound above it and no upper bound");
     char start[16];
     enum ci_status st = multiples_rules(c, k, path, start);
@@ -912,8 +926,10 @@ static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, co
         }
         if (lo > lim)
             return sfail(c, CI_ERR_UNSUPPORTED, path, "a minimum above %g is not supported", lim);
-        if (lo < -lim)
-            lo_inf = true;
+        if (lo < -lim && integer)
+            lo_inf = true; // integer's 17 digits stay above it
+        else if (lo < -lim)
+            lo = -lim; // a number bound beyond 1e9 is rounded inward (fractions near it are not exact)
     }
     if (!hi_inf) {
         if (hi != floor(hi)) {
@@ -925,8 +941,10 @@ static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, co
         }
         if (hi < -lim)
             return sfail(c, CI_ERR_UNSUPPORTED, path, "a maximum below %g is not supported", -lim);
-        if (hi > lim)
+        if (hi > lim && integer)
             hi_inf = true;
+        else if (hi > lim)
+            hi = lim;
     }
     long long L = lo_inf ? 0 : (long long)lo, H = hi_inf ? 0 : (long long)hi;
     if (has_mult)

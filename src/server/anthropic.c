@@ -172,6 +172,19 @@ static enum ci_status tool_result(const cJSON *b, const char *param, cJSON *out,
         return openai_bad(err, param, "'%s.tool_use_id' must be a non-empty string", param);
     if (!openai_absent(is_error) && !cJSON_IsBool(is_error))
         return openai_bad(err, param, "'%s.is_error' must be a boolean", param);
+    // it answers a tool_use block of an earlier assistant message (Anthropic's API checks this too)
+    bool found = false;
+    const cJSON *prev, *call;
+    cJSON_ArrayForEach(prev, out) {
+        cJSON_ArrayForEach(call, cJSON_GetObjectItemCaseSensitive(prev, "tool_calls")) {
+            found = found || strcmp(str_of(call, "id") ? str_of(call, "id") : "", id->valuestring) == 0;
+        }
+    }
+    if (!found)
+        return openai_bad(err, param,
+                          "'%s.tool_use_id': '%.64s' is the id of no tool_use block of an earlier "
+                          "assistant message",
+                          param, id->valuestring);
     struct text t = {0};
     char what[160];
     snprintf(what, sizeof what, "%s.content", param);

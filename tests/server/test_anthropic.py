@@ -403,6 +403,14 @@ def test_errors(s):
          400, "invalid_request_error"),
         ("error_tool_without_schema", dict(base, tools=[{"name": "x"}]), 400, "invalid_request_error"),
         ("error_unknown_model", dict(base, model="claude-3-opus"), 404, "not_found_error"),
+        ("error_tool_result_without_tool_use", {"messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "x"}]}],
+            "tools": [WEATHER], "max_tokens": 4}, 400, "invalid_request_error"),
+        ("error_tool_result_first", {"messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}],
+            "max_tokens": 4}, 400, "invalid_request_error"),
         ("error_thinking_unsigned", {"messages": [
             {"role": "user", "content": "Hi"},
             {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}, {"type": "text", "text": "a"}]},

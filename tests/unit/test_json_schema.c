@@ -280,6 +280,11 @@ TEST(schema_language) {
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"dependentRequired\":{\"a\":[\"b\"]}}", 0,
          "{\"a\":1}", 0},
         {"{}", 0, "{\"x\": [1, \"a\", {\"y\": null}]}", 1},
+        // number bounds beyond 1e9 (rounded inward, never dropped)
+        {"{\"type\":\"number\",\"maximum\":5000000000}", 0, "99999999999", 0},
+        {"{\"type\":\"number\",\"maximum\":5000000000}", 0, "12.5", 1},
+        {"{\"type\":\"number\",\"minimum\":-5000000000,\"maximum\":0}", 0, "-99999999999", 0},
+        {"{\"type\":\"number\",\"minimum\":-5000000000,\"maximum\":0}", 0, "-3.25", 1},
         // not {"type": ...}: those types removed
         {"{\"not\":{\"type\":\"null\"}}", 0, "null", 0},
         {"{\"not\":{\"type\":\"null\"}}", 0, "1", 1},
@@ -299,6 +304,10 @@ TEST(schema_language) {
         {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "700000000007", 1},
         {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "700000000008", 2},
         {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "15", 2},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "7000000000000000", 1},  // 16 digits: the most
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "70000000000000007", 0}, // 17: too long
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "100000000000000", 2},   // -> 1000000000000001
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "1000000000000002", 0},  // 16 digits, remainder 1
         {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "014", 0},
         {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "-90", 1},
         {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "-100", 0},
