@@ -454,6 +454,13 @@ struct cinfer_request_options {
         CINFER_GRAMMAR_JSON_SCHEMA,
         CINFER_GRAMMAR_REGEX
     } grammar_kind;
+    // A reasoning budget (Anthropic's thinking.budget_tokens): with think_end set, once think_budget tokens
+    // were generated inside the reasoning block (from the end of the text think_start, or from the first
+    // token when think_open: the prompt left the block open), the text think_end is forced: each following
+    // token is sampled among those that spell it (under the grammar too, when both allow one).  NULL: none.
+    const char *think_start, *think_end;
+    int think_budget; // >= 0
+    bool think_open;
 };
 CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
 

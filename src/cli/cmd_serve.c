@@ -133,7 +133,7 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
          "NAME  model name of the API (default: the model's)"},
         {"--chat-template", NULL, ARG_STR, &c->tmpl_name, 0, 0,
          "NAME  a built-in chat template (default: the model's own Jinja template; without one, the built-in "
-         "detected from the model, else chatml)"},
+         "detected from the model, else chatml); a FILE ending in .jinja is read as --chat-template-file"},
         {"--chat-template-file", NULL, ARG_STR, &c->tmpl_file, 0, 0,
          "FILE  a Jinja chat template to use instead of the model's"},
         {"--max-connections", NULL, ARG_INT, &c->max_conn, 1, 100000,
@@ -197,6 +197,13 @@ static int serve_parse(int argc, char **argv, struct serve_config *c) {
     if (c->api_key && c->key_file) {
         fprintf(stderr, "cinfer serve: give --api-key or --api-key-file, not both\n");
         return 2;
+    }
+    // --chat-template FILE.jinja: the file, as --chat-template-file (no built-in name ends so)
+    size_t tn = c->tmpl_name ? strlen(c->tmpl_name) : 0;
+    if (tn > 6 && strcmp(c->tmpl_name + tn - 6, ".jinja") == 0 &&
+        !cinfer_chat_template_lookup(c->tmpl_name) && !c->tmpl_file) {
+        c->tmpl_file = c->tmpl_name;
+        c->tmpl_name = NULL;
     }
     if (c->tmpl_name && !(c->tmpl = cinfer_chat_template_lookup(c->tmpl_name))) {
         fprintf(stderr, "cinfer serve: --chat-template: '%s' is not a known template\n", c->tmpl_name);

@@ -385,6 +385,12 @@ enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_to
         rp.grammar_len = strlen(o->grammar);
         rp.grammar_front = grammar_front(o->grammar_kind);
     }
+    if (o->think_end && o->think_end[0]) {
+        rp.think_start = o->think_start;
+        rp.think_end = o->think_end;
+        rp.think_budget = o->think_budget;
+        rp.think_open = o->think_open;
+    }
     rp.sampling.logit_bias = (const struct sampling_logit_bias *)o->logit_bias;
     rp.sampling.n_logit_bias = o->n_logit_bias;
     if (o->embedding) {

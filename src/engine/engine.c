@@ -22,6 +22,7 @@
 #include "engine/metrics.h"
 #include "engine/prefix_cache.h"
 #include "engine/spec.h"
+#include "engine/think.h"
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -61,6 +62,12 @@ struct engine_request {
     struct request_metrics *metrics; // [n]
     int n_live;                      // samples not finished (engine thread)
     struct gram_ref *grammar;        // the compiled grammar constraining every sample (NULL: none)
+    // Reasoning budget (engine.h's think_*): think_force is the grammar of the end marker's text, forced
+    // once a sample's reasoning block holds think_budget tokens (NULL: no budget).
+    struct gram_ref *think_force;
+    char *think_start, *think_end;
+    int think_budget;
+    bool think_open;
 };
 
 /* The engine's sequence: the scheduler's struct seq plus what streaming text needs. */
@@ -71,6 +78,8 @@ struct eseq {
     bool has_detok, has_stop;
     struct gram_matcher *gm; // the grammar's state after this sample's generated tokens (NULL: none)
     int gslot;               // the engine's gslots entry gm lives in (-1: gm has a space of its own)
+    struct think think;      // the reasoning budget's state (request with think_force)
+    struct gram_matcher *fm; // forcing the end of the reasoning block (NULL: not forcing)
     // Draft model proposer: the draft's KV of tokens[0, d_computed) in its own pool, and this step's k.
     struct kv_seq_blocks dblocks;
     int d_computed;
@@ -131,6 +140,7 @@ struct engine {
     struct gram_cache *gcache;
     struct gram_vocab *gvocab;
     uint32_t *gmask; // [(n_vocab + 31) / 32]
+    uint32_t *fmask; // [(n_vocab + 31) / 32] the reasoning budget's forcing mask
     float *grow;     // [n_vocab]
     // The matchers' shared spaces, one per grammar in use or recently used (engine thread): the samples of a
     // request and later requests with the same grammar share stack nodes and cached masks.
@@ -245,6 +255,9 @@ static void request_free(struct engine_request *r) {
     ci_free(r->bias);
     ci_free(r->embedding);
     gram_ref_release(r->grammar);
+    gram_ref_release(r->think_force);
+    ci_free(r->think_start);
+    ci_free(r->think_end);
     for (int i = 0; r->stop && i < r->n_stop; i++)
         ci_free(r->stop[i]);
     ci_free(r->stop);
@@ -295,6 +308,29 @@ static int64_t blocks_for(const struct engine *e, int64_t n_tokens) {
     return (n_tokens + e->block_size - 1) / e->block_size;
 }
 
+/* The reasoning budget's markers copied, and the end marker's text compiled as a one-string grammar (GBNF
+ * literal), which is what forcing it means: each token drawn among those that spell it next. */
+static enum ci_status think_prepare(struct engine *e, struct engine_request *r,
+                                    const struct engine_request_params *p, struct ci_err *err) {
+    char g[16 + 4 * THINK_MARKER_MAX];
+    size_t n = (size_t)snprintf(g, sizeof g, "root ::= \"");
+    for (const unsigned char *c = (const unsigned char *)p->think_end; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            n += (size_t)snprintf(g + n, sizeof g - n, "\\%c", *c);
+        else if (*c < 0x20)
+            n += (size_t)snprintf(g + n, sizeof g - n, "\\x%02X", *c);
+        else
+            g[n++] = (char)*c;
+    }
+    n += (size_t)snprintf(g + n, sizeof g - n, "\"\n");
+    r->think_budget = p->think_budget;
+    r->think_open = p->think_open;
+    if (!(r->think_end = ci_strdup(p->think_end)) ||
+        (p->think_start && p->think_start[0] && !(r->think_start = ci_strdup(p->think_start))))
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    return gram_cache_get(e->gcache, GRAM_FRONT_GBNF, g, n, &r->think_force, err);
+}
+
 enum ci_status engine_submit(struct engine *e, const struct engine_request_params *p,
                              struct engine_request **out, struct ci_err *err) {
     *out = NULL;
@@ -332,6 +368,14 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
         return ci_err_set(err, CI_ERR_INVALID, "text and stop strings need a tokenizer");
     if (p->grammar && !e->tok)
         return ci_err_set(err, CI_ERR_INVALID, "a grammar needs the model's tokenizer");
+    if (p->think_end && (!e->tok || !p->want_text || p->think_budget < 0 || !p->think_end[0] ||
+                         strlen(p->think_end) > THINK_MARKER_MAX ||
+                         (p->think_start && strlen(p->think_start) > THINK_MARKER_MAX)))
+        return ci_err_set(
+            err, CI_ERR_INVALID,
+            "a reasoning budget needs the tokenizer, text, a budget >= 0 and markers of 1 to %d "
+            "bytes",
+            THINK_MARKER_MAX);
     enum ci_status s = sampling_params_validate(&p->sampling, c->n_vocab, err);
     if (s != CI_OK)
         return s;
@@ -395,6 +439,8 @@ enum ci_status engine_submit(struct engine *e, const struct engine_request_param
     if (p->grammar && (s = gram_cache_get(e->gcache, (enum gram_front)p->grammar_front, p->grammar,
                                           p->grammar_len, &r->grammar, err)) != CI_OK)
         goto fail;
+    if (p->think_end && (s = think_prepare(e, r, p, err)) != CI_OK)
+        goto fail;
     int64_t now = p->t_arrival_ns > 0 ? p->t_arrival_ns : ci_now_ns();
     for (int i = 0; i < p->n; i++) {
         // Room for every token and its text pieces, so the engine never finds a channel full.
@@ -453,6 +499,7 @@ static void seq_destroy(struct eseq *q) {
         stop_matcher_deinit(&q->stop);
     sampler_free(q->s.sampler);
     gram_matcher_free(q->gm);
+    gram_matcher_free(q->fm);
     if (q->gm && q->gslot >= 0)
         q->s.req->e->gslots[q->gslot].users--;
     kv_seq_deinit(&q->s.blocks);
@@ -473,10 +520,12 @@ static enum ci_status build_gram_vocab(struct engine *e, struct ci_err *err) {
     size_t words = ((size_t)n + 31) / 32;
     if (!e->gmask)
         e->gmask = ci_calloc(words, sizeof *e->gmask);
+    if (!e->fmask)
+        e->fmask = ci_calloc(words, sizeof *e->fmask);
     if (!e->grow)
         e->grow = ci_calloc((size_t)n, sizeof *e->grow);
     enum ci_status s;
-    if (!ptrs || !lens || !e->gmask || !e->grow) {
+    if (!ptrs || !lens || !e->gmask || !e->fmask || !e->grow) {
         s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     } else {
         for (int i = 0; i < n && i < nt; i++) {
@@ -526,6 +575,12 @@ static enum ci_status matcher_for(struct engine *e, struct gram_ref *ref, struct
     return s;
 }
 
+/* The reasoning budget is spent: q's next tokens spell the end marker. */
+static enum ci_status think_force(struct engine *e, struct eseq *q, struct ci_err *err) {
+    q->think.state = THINK_FORCING;
+    return gram_matcher_create(gram_ref_grammar(q->s.req->think_force), e->gvocab, &q->fm, err);
+}
+
 static enum ci_status seq_create(struct engine *e, struct engine_request *r, int sample, struct eseq **out,
                                  struct ci_err *err) {
     struct eseq *q = ci_calloc(1, sizeof *q);
@@ -567,10 +622,15 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
             goto fail;
         q->has_stop = true;
     }
-    if (r->grammar) {
+    if (r->grammar || r->think_force) {
         if (!e->gvocab && (st = build_gram_vocab(e, err)) != CI_OK)
             goto fail;
-        if ((st = matcher_for(e, r->grammar, q, err)) != CI_OK)
+        if (r->grammar && (st = matcher_for(e, r->grammar, q, err)) != CI_OK)
+            goto fail;
+    }
+    if (r->think_force) {
+        think_init(&q->think, r->think_open);
+        if (q->think.state == THINK_INSIDE && r->think_budget <= 0 && (st = think_force(e, q, err)) != CI_OK)
             goto fail;
     }
     *out = q;
@@ -669,6 +729,15 @@ static enum engine_finish seq_emit(struct engine *e, struct eseq *q, int32_t tok
         const char *text;
         size_t n_text;
         detok_push(&q->detok, tok, &text, &n_text);
+        if (r->think_force &&
+            think_push(&q->think, r->think_start, r->think_end, r->think_budget, text, n_text) &&
+            think_force(e, q, &(struct ci_err){0}) != CI_OK)
+            return ENGINE_FINISH_ERROR;
+        if (q->fm && (q->think.state == THINK_DONE || gram_matcher_is_done(q->fm))) { // the marker is written
+            q->think.state = THINK_DONE;
+            gram_matcher_free(q->fm);
+            q->fm = NULL;
+        }
         if (stop_matcher_feed(&q->stop, text, n_text, &out, &n, &stop) != CI_OK)
             return ENGINE_FINISH_ERROR;
     }
@@ -740,30 +809,49 @@ static void handle_cancellations(struct engine *e) {
 static int32_t sample_token(struct engine *e, struct seq *s, const float *row, int32_t draft,
                             float *logprob) {
     int n_vocab = e->m->config.n_vocab;
-    struct gram_matcher *gm = ((struct eseq *)s)->gm;
+    struct eseq *q = (struct eseq *)s;
+    struct gram_matcher *gm = q->gm;
     *logprob = 0.0f;
-    if (gm) { // the grammar's mask first: every sampler setting and the logprobs see only allowed tokens
+    if (gm ||
+        q->fm) { // the grammar's mask first: every sampler setting and the logprobs see only allowed tokens
         int64_t t0 = ci_now_ns();
         struct ci_err err = {0};
-        if (gram_matcher_mask(gm, e->gmask, &err) != CI_OK)
+        if (gm && gram_matcher_mask(gm, e->gmask, &err) != CI_OK)
             return -1;
+        const uint32_t *mask = gm ? e->gmask : NULL;
+        if (q->fm) { // forcing the end of the reasoning: the tokens that spell it (and that the grammar allows)
+            size_t words = ((size_t)n_vocab + 31) / 32;
+            uint32_t any = 0;
+            if (gram_matcher_mask(q->fm, e->fmask, &err) == CI_OK)
+                for (size_t w = 0; w < words; w++)
+                    any |= e->fmask[w] &= gm ? e->gmask[w] : ~0u;
+            if (any) {
+                mask = e->fmask;
+            } else { // the grammar allows none of them: the grammar wins and the block is not forced
+                gram_matcher_free(q->fm);
+                q->fm = NULL;
+                q->think.state = THINK_DONE;
+            }
+        }
         bool any = false;
-        for (int i = 0; i < n_vocab; i++) {
-            bool ok = (e->gmask[i >> 5] >> (i & 31)) & 1u;
+        for (int i = 0; mask && i < n_vocab; i++) {
+            bool ok = (mask[i >> 5] >> (i & 31)) & 1u;
             e->grow[i] = ok ? row[i] : -INFINITY;
             any |= ok;
         }
         e->step_grammar_ns += ci_now_ns() - t0;
         e->step_grammar_masks++;
-        if (!any)
+        if (mask && !any)
             return -1; // no token of the vocabulary can continue the grammar
-        row = e->grow;
+        if (mask)
+            row = e->grow;
     }
     int32_t tok = draft >= 0 ? sampler_sample_draft(s->sampler, row, n_vocab, s->tokens, s->n_tokens, draft)
                              : sampler_sample(s->sampler, row, n_vocab, s->tokens, s->n_tokens);
-    if (gm) {
+    if (gm || q->fm) {
         int64_t t0 = ci_now_ns();
-        bool ok = gram_matcher_accept_token(gm, tok);
+        bool ok =
+            (!gm || gram_matcher_accept_token(gm, tok)) && (!q->fm || gram_matcher_accept_token(q->fm, tok));
         e->step_grammar_ns += ci_now_ns() - t0;
         if (!ok)
             return -1; // cannot happen: the sampler picks an allowed token (NaN logits aside)
@@ -797,7 +885,8 @@ static int32_t sample_token(struct engine *e, struct seq *s, const float *row, i
         ids[j] = i;
         lps[j] = (float)(row[i] - lse);
     }
-    for (int j = 0; gm && j < have; j++) // tokens the grammar forbids (when fewer than n_top are allowed):
+    for (int j = 0; (gm || q->fm) && j < have;
+         j++) // tokens the grammar forbids (when fewer than n_top are allowed):
         lps[j] = lps[j] < -9999.0f ? -9999.0f : lps[j]; // OpenAI's floor rather than -inf (JSON has none)
     return tok;
 }
@@ -1684,6 +1773,7 @@ void engine_free(struct engine *e) {
     gram_cache_free(e->gcache);
     gram_vocab_free(e->gvocab);
     ci_free(e->gmask);
+    ci_free(e->fmask);
     ci_free(e->grow);
     ci_free(e);
 }

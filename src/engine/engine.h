@@ -108,6 +108,10 @@ struct engine_request_params {
     // Speculative decoding for this request when the engine has a proposer: 0: the engine's k; > 0: at
     // most this many drafts; < 0: off.
     int spec_k;
+    // Reasoning budget (cinfer.h's think_*): think_end NULL: none; else needs want_text.
+    const char *think_start, *think_end;
+    int think_budget;
+    bool think_open;
 };
 
 #define ENGINE_MAX_LOGPROBS 20

@@ -223,8 +223,28 @@ static bool constraining(const char *k) {
     return !in_list(k, ANNOTATIONS) && (in_list(k, KNOWN) || in_list(k, UNSUPPORTED));
 }
 
+static unsigned type_mask(const cJSON *t);
+
+/* The types that "not": {"type": ...} (nothing else that constrains) excludes, the one form of 'not' compiled
+ * exactly (by removing them); 0 for any other 'not', or a schema whose enum/const/anyOf/oneOf would not see
+ * it. */
+static unsigned not_types(const cJSON *s) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "not");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(n, "type");
+    if (!cJSON_IsObject(n) || !t || cJSON_GetObjectItemCaseSensitive(s, "enum") ||
+        cJSON_GetObjectItemCaseSensitive(s, "const") || cJSON_GetObjectItemCaseSensitive(s, "anyOf") ||
+        cJSON_GetObjectItemCaseSensitive(s, "oneOf"))
+        return 0;
+    for (const cJSON *k = n->child; k; k = k->next)
+        if (strcmp(k->string, "type") != 0 && constraining(k->string))
+            return 0;
+    return type_mask(t);
+}
+
 static enum ci_status check_keywords(struct jsc *c, const cJSON *s, const char *path) {
     for (const cJSON *k = s->child; k; k = k->next) {
+        if (!strcmp(k->string, "not") && not_types(s))
+            continue;
         if (in_list(k->string, UNSUPPORTED))
             return sfail(c, CI_ERR_UNSUPPORTED, path, "the keyword '%s' is not supported", k->string);
         if (!strcmp(k->string, "if") &&
@@ -232,12 +252,8 @@ static enum ci_status check_keywords(struct jsc *c, const cJSON *s, const char *
             return sfail(c, CI_ERR_UNSUPPORTED, path, "the keyword 'if' (with then/else) is not supported");
     }
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
-    if (m) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
-        bool integer = cJSON_IsString(t) && !strcmp(t->valuestring, "integer");
-        if (!(cJSON_IsNumber(m) && m->valuedouble == 1 && integer))
-            return sfail(c, CI_ERR_UNSUPPORTED, path, "the keyword 'multipleOf' is not supported");
-    }
+    if (m && !(cJSON_IsNumber(m) && m->valuedouble > 0))
+        return sfail(c, CI_ERR_INVALID, path, "'multipleOf' must be a number above 0");
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(s, "unevaluatedProperties");
     if (u && !cJSON_IsFalse(u) && !cJSON_IsTrue(u))
         return sfail(c, CI_ERR_UNSUPPORTED, path,
@@ -365,6 +381,10 @@ static cJSON *all_of2(const cJSON *a, const cJSON *b) {
 }
 
 /* m := m ∧ b (m is owned and mutable; b flattened). */
+#define MULTIPLE_MAX    1e9 // the largest multipleOf
+#define MULTIPLE_STATES 200 // the largest multipleOf for an unbounded range (16 grammar rules per remainder)
+#define MULTIPLE_LIST   512 // the most multiples written out one by one (a bounded range)
+
 static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const char *path) {
     if (cJSON_IsFalse(b))
         return unsat_fail(c, path, "'allOf' with a false schema matches nothing");
@@ -474,6 +494,17 @@ static enum ci_status merge_into(struct jsc *c, cJSON *m, const cJSON *b, const 
                     cJSON_AddItemToArray(n, cJSON_Duplicate(e, true));
             }
             cJSON_ReplaceItemInObjectCaseSensitive(m, key, n);
+        } else if (!strcmp(key, "multipleOf") && cJSON_IsNumber(k) && cJSON_IsNumber(v) &&
+                   k->valuedouble == floor(k->valuedouble) && v->valuedouble == floor(v->valuedouble) &&
+                   k->valuedouble >= 1 && v->valuedouble >= 1 && k->valuedouble <= MULTIPLE_MAX &&
+                   v->valuedouble <= MULTIPLE_MAX) { // both: multiples of their least common multiple
+            long long ka = (long long)k->valuedouble, va = (long long)v->valuedouble, x = ka, y = va;
+            while (y) {
+                long long t = x % y;
+                x = y;
+                y = t;
+            }
+            cJSON_ReplaceItemInObjectCaseSensitive(m, key, cJSON_CreateNumber((double)(ka / x) * (double)va));
         } else if (!strcmp(key, "uniqueItems")) {
             cJSON_ReplaceItemInObjectCaseSensitive(m, key, cJSON_CreateBool(true));
         } else {
@@ -724,6 +755,122 @@ static int mag_range(struct jsc *c, struct gtext *t, long long a, bool a_ex, lon
 #define BOUND_INT_MAX 1e17
 #define BOUND_NUM_MAX 1e9
 
+#define MULTIPLE_DIGITS 16 // the longest multiple written by the automaton (as the integer primitive)
+
+/* Writes " | "-separated alternatives "[digits] <base>-<t>-<l>" from remainder r (r < 0: the first digit,
+ * 1-9), each digit class leading to the same next remainder t, only to live states (live[t]: a multiple is
+ * still reachable within the digits left). */
+static void digit_steps(struct jsc *c, const char *base, long long k, long long r, int l, const bool *live,
+                        const char *sep) {
+    int lo = r < 0 ? 1 : 0;
+    long long from = r < 0 ? 0 : r;
+    for (int d = lo; d <= 9; d++) {
+        long long t = (10 * from + d) % k;
+        bool first = live[t];
+        for (int e = lo; e < d && first; e++)
+            first = (10 * from + e) % k != t;
+        if (!first)
+            continue;
+        gtext_printf(c->out, "%s[", sep);
+        for (int e = d; e <= 9; e++)
+            if ((10 * from + e) % k == t)
+                gtext_printf(c->out, "%d", e);
+        gtext_printf(c->out, "] %s-%lld-%d", base, t, l);
+        sep = " | ";
+    }
+}
+
+/* The positive multiples of k below 10^16 without leading zeros, as rules "<base>-<r>-<l>" over the
+ * remainder r of the l digits so far (a divisibility automaton, at most k * 16 rules; states from which no
+ * multiple can be reached in the digits left are left out): returns the first rule's name in start. */
+static enum ci_status multiples_rules(struct jsc *c, long long k, const char *path, char start[16]) {
+    char base[16];
+    enum ci_status st = new_rule(c, path, base);
+    if (st != CI_OK)
+        return st;
+    if (c->n_rules + k * MULTIPLE_DIGITS > GRAM_SCHEMA_MAX_RULES)
+        return sfail(c, CI_ERR_LIMIT, path, "the schema needs more than %d grammar rules",
+                     GRAM_SCHEMA_MAX_RULES);
+    c->n_rules += (int)(k * MULTIPLE_DIGITS);
+    // live[l][r]: from remainder r after l digits, a multiple of k is reachable with at most 16 - l more
+    bool *live = ci_calloc((size_t)(MULTIPLE_DIGITS + 1) * (size_t)k, sizeof *live);
+    if (!live)
+        return ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+    for (int l = MULTIPLE_DIGITS; l >= 1; l--)
+        for (long long r = 0; r < k; r++) {
+            bool ok = r == 0;
+            for (int d = 0; d <= 9 && !ok && l < MULTIPLE_DIGITS; d++)
+                ok = live[(size_t)(l + 1) * (size_t)k + (size_t)((10 * r + d) % k)];
+            live[(size_t)l * (size_t)k + (size_t)r] = ok;
+        }
+    for (int l = 1; l <= MULTIPLE_DIGITS; l++)
+        for (long long r = 0; r < k; r++) {
+            if (!live[(size_t)l * (size_t)k + (size_t)r])
+                continue;
+            gtext_printf(c->out, "%s-%lld-%d ::= %s", base, r, l, r == 0 ? "\"\"" : "");
+            if (l < MULTIPLE_DIGITS)
+                digit_steps(c, base, k, r, l + 1, live + (size_t)(l + 1) * (size_t)k, r == 0 ? " | " : "");
+            gtext_put(c->out, "\n", 1);
+        }
+    snprintf(start, 16, "%s", base);
+    gtext_printf(c->out, "%s ::= ", base);
+    digit_steps(c, base, k, -1, 1, live + (size_t)k, "");
+    gtext_put(c->out, "\n", 1);
+    ci_free(live);
+    return CI_OK;
+}
+
+/* The magnitudes in [a, b] (b < 0: unbounded) that are multiples of k, as alternatives after prefix
+ * (e.g. "\"-\" "); *n counts the alternatives written.  Exact or an error naming multipleOf. */
+static enum ci_status multiples_in(struct jsc *c, long long k, long long a, long long b, const char *prefix,
+                                   const char *path, struct gtext *body, int *n) {
+    long long first = (a + k - 1) / k * k;
+    if (b >= 0) {
+        if (first > b)
+            return CI_OK;
+        long long count = (b - first) / k + 1;
+        if (count > MULTIPLE_LIST)
+            return sfail(c, CI_ERR_UNSUPPORTED, path,
+                         "'multipleOf' %lld with bounds holding more than %d multiples is not supported", k,
+                         MULTIPLE_LIST);
+        for (long long v = first; v <= b; v += k)
+            gtext_printf(body, "%s%s\"%lld\"", (*n)++ ? " | " : "", prefix, v);
+        return CI_OK;
+    }
+    // unbounded above: the automaton, when nothing below the bound is a positive multiple
+    if (a > k || k > MULTIPLE_STATES)
+        return sfail(c, CI_ERR_UNSUPPORTED, path, "'multipleOf' %lld is not supported %s", k,
+                     k > MULTIPLE_STATES ? "on an unbounded range (at most 200 there)"
+                                         : "with a lower bound above it and no upper bound");
+    char start[16];
+    enum ci_status st = multiples_rules(c, k, path, start);
+    if (st != CI_OK)
+        return st;
+    if (a == 0)
+        gtext_printf(body, "%s%s\"0\"", (*n)++ ? " | " : "", prefix);
+    gtext_printf(body, "%s%s%s", (*n)++ ? " | " : "", prefix, start);
+    return CI_OK;
+}
+
+/* An integer (or a number: written as an integer, a subset of its forms) that is a multiple of the integer
+ * k, within [L, H] (infinite ends flagged). */
+static enum ci_status gen_multiple(struct jsc *c, long long k, bool lo_inf, long long L, bool hi_inf,
+                                   long long H, const char *path, struct gtext *body) {
+    int n = 0;
+    enum ci_status st = CI_OK;
+    gtext_put(body, "(", 1);
+    if (hi_inf || H >= 0) // the non-negative side
+        st = multiples_in(c, k, lo_inf || L < 0 ? 0 : L, hi_inf ? -1 : H, "", path, body, &n);
+    if (st == CI_OK && (lo_inf || L < 0)) { // the negative side, by magnitude
+        long long a = hi_inf || H >= 0 ? 1 : -H;
+        st = multiples_in(c, k, a, lo_inf ? -1 : -L, "\"-\" ", path, body, &n);
+    }
+    gtext_put(body, ")", 1);
+    if (st == CI_OK && !n)
+        return unsat_fail(c, path, "no multiple of %lld fits the bounds", k);
+    return st;
+}
+
 static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, const char *path,
                                  struct gtext *body) {
     double mn = 0, mx = 0, emn = 0, emx = 0;
@@ -753,7 +900,16 @@ static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, co
         hi = emx;
         hi_ex = true;
     }
-    if (lo_inf && hi_inf) {
+    double mult = 1;
+    bool has_mult = get_num(s, "multipleOf", &mult) && !(integer && mult == 1);
+    if (has_mult && (mult != floor(mult) || mult > MULTIPLE_MAX))
+        return sfail(c, CI_ERR_UNSUPPORTED, path,
+                     "'multipleOf' %g is not supported (integer multipleOf up to %g only: decimal multiples "
+                     "are not exact in binary floating point)",
+                     mult, MULTIPLE_MAX);
+    if (has_mult)
+        integer = true; // a number that is a multiple of an integer: written as an integer
+    if (lo_inf && hi_inf && !has_mult) {
         c->prims |= integer ? P_INTEGER : P_NUMBER;
         gtext_put(body, integer ? "integer" : "number", integer ? 7 : 6);
         return CI_OK;
@@ -770,8 +926,10 @@ static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, co
         }
         if (lo > lim)
             return sfail(c, CI_ERR_UNSUPPORTED, path, "a minimum above %g is not supported", lim);
-        if (lo < -lim)
-            lo_inf = true;
+        if (lo < -lim && integer)
+            lo_inf = true; // integer's 17 digits stay above it
+        else if (lo < -lim)
+            lo = -lim; // a number bound beyond 1e9 is rounded inward (fractions near it are not exact)
     }
     if (!hi_inf) {
         if (hi != floor(hi)) {
@@ -783,10 +941,14 @@ static enum ci_status gen_number(struct jsc *c, const cJSON *s, bool integer, co
         }
         if (hi < -lim)
             return sfail(c, CI_ERR_UNSUPPORTED, path, "a maximum below %g is not supported", -lim);
-        if (hi > lim)
+        if (hi > lim && integer)
             hi_inf = true;
+        else if (hi > lim)
+            hi = lim;
     }
     long long L = lo_inf ? 0 : (long long)lo, H = hi_inf ? 0 : (long long)hi;
+    if (has_mult)
+        return gen_multiple(c, (long long)mult, lo_inf, L, hi_inf, H, path, body);
     int n = 0;
     gtext_put(body, "(", 1);
     if (integer) {
@@ -1319,7 +1481,8 @@ static unsigned implied_types(const cJSON *s) {
     static const char *const ARR[] = {"items",       "prefixItems",     "minItems", "maxItems",
                                       "uniqueItems", "additionalItems", NULL};
     static const char *const STR[] = {"minLength", "maxLength", "pattern", "format", NULL};
-    static const char *const NUM[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    static const char *const NUM[] = {"minimum",          "maximum",    "exclusiveMinimum",
+                                      "exclusiveMaximum", "multipleOf", NULL};
     for (const cJSON *k = s->child; k; k = k->next) {
         if (in_list(k->string, OBJ))
             m |= T_OBJECT;
@@ -1626,6 +1789,22 @@ static enum ci_status gen(struct jsc *c, const cJSON *s, const char *path, int d
             }
         } else {
             m = implied_types(s);
+        }
+        unsigned nt = not_types(s); // "not": {"type": ...}: those types removed
+        if (nt) {
+            if (!m)
+                m = T_ALL;
+            if (nt & T_NUMBER)
+                nt |= T_INTEGER;
+            if ((nt & T_INTEGER) && !(nt & T_NUMBER) && (m & T_NUMBER)) {
+                st = sfail(c, CI_ERR_UNSUPPORTED, path,
+                           "the keyword 'not' with type integer on numbers is not supported");
+                goto done;
+            }
+            if (!(m &= ~nt)) {
+                st = unsat_fail(c, path, "'not' excludes every type the schema allows");
+                goto done;
+            }
         }
         if (!m) {
             c->prims |= P_VALUE;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/mem.h"
 #include "server/json_check.h"
 
@@ -171,6 +172,19 @@ static enum ci_status tool_result(const cJSON *b, const char *param, cJSON *out,
         return openai_bad(err, param, "'%s.tool_use_id' must be a non-empty string", param);
     if (!openai_absent(is_error) && !cJSON_IsBool(is_error))
         return openai_bad(err, param, "'%s.is_error' must be a boolean", param);
+    // it answers a tool_use block of an earlier assistant message (Anthropic's API checks this too)
+    bool found = false;
+    const cJSON *prev, *call;
+    cJSON_ArrayForEach(prev, out) {
+        cJSON_ArrayForEach(call, cJSON_GetObjectItemCaseSensitive(prev, "tool_calls")) {
+            found = found || strcmp(str_of(call, "id") ? str_of(call, "id") : "", id->valuestring) == 0;
+        }
+    }
+    if (!found)
+        return openai_bad(err, param,
+                          "'%s.tool_use_id': '%.64s' is the id of no tool_use block of an earlier "
+                          "assistant message",
+                          param, id->valuestring);
     struct text t = {0};
     char what[160];
     snprintf(what, sizeof what, "%s.content", param);
@@ -182,6 +196,21 @@ static enum ci_status tool_result(const cJSON *b, const char *param, cJSON *out,
         s = openai_nomem(err);
     ci_free(t.s);
     return s;
+}
+
+/* A thinking block of an earlier assistant turn ({"type":"thinking","thinking","signature"}) into think: the
+ * assistant message's reasoning_content, which thinking templates show for the turns they keep (as the
+ * OpenAI path passes reasoning_content through).  The signature is required, as Anthropic does, and
+ * accepted whatever it holds: cinfer's own (anthropic_signature) only labels the text, it guards nothing. */
+static enum ci_status thinking_block(const cJSON *b, const char *bp, struct text *think,
+                                     struct openai_error *err) {
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(b, "thinking");
+    const cJSON *sig = cJSON_GetObjectItemCaseSensitive(b, "signature");
+    if (!cJSON_IsString(th))
+        return openai_bad(err, bp, "'%s.thinking' must be a string", bp);
+    if (!cJSON_IsString(sig))
+        return openai_bad(err, bp, "'%s.signature' must be a string", bp);
+    return text_add(think, th->valuestring) ? CI_OK : openai_nomem(err);
 }
 
 /* Message i of the request → one or more chat messages appended to out. */
@@ -206,7 +235,7 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
         return add_message(out, role->valuestring, content->valuestring) ? CI_OK : openai_nomem(err);
     if (!cJSON_IsArray(content))
         return openai_bad(err, param, "'%s' must be a string or an array of content blocks", param);
-    struct text t = {0};
+    struct text t = {0}, think = {0};
     cJSON *calls = cJSON_CreateArray();
     enum ci_status s = calls ? CI_OK : openai_nomem(err);
     int j = 0, n_results = 0;
@@ -231,9 +260,13 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
             s = !user ? openai_bad(err, bp, "'%s': tool_result blocks belong to user messages", bp)
                       : tool_result(b, bp, out, err);
             n_results++;
-        } else if (!user && (strcmp(type->valuestring, "thinking") == 0 ||
-                             strcmp(type->valuestring, "redacted_thinking") == 0)) {
-            // an earlier turn's reasoning: templates drop it from the history anyway
+        } else if (!user && strcmp(type->valuestring, "thinking") == 0) {
+            s = thinking_block(b, bp, &think, err);
+        } else if (!user && strcmp(type->valuestring, "redacted_thinking") == 0) {
+            // Anthropic's encrypted reasoning: nothing a template can show; cinfer never writes one
+            const cJSON *data = cJSON_GetObjectItemCaseSensitive(b, "data");
+            if (!cJSON_IsString(data))
+                s = openai_bad(err, bp, "'%s.data' must be a string", bp);
         } else {
             s = openai_bad(
                 err, bp,
@@ -246,7 +279,7 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
         // An assistant turn of tool calls alone gets content "" rather than null: templates such as Qwen3's
         // apply string tests to every assistant content, and null fails them.
         cJSON *m = add_message(out, role->valuestring, t.s ? t.s : "");
-        if (!m)
+        if (!m || (think.n_parts && !cJSON_AddStringToObject(m, "reasoning_content", think.s)))
             s = openai_nomem(err);
         else if (n_calls && cJSON_AddItemToObject(m, "tool_calls", calls))
             calls = NULL;
@@ -255,6 +288,7 @@ static enum ci_status one_message(const cJSON *msg, int i, cJSON *out, struct op
     }
     cJSON_Delete(calls);
     ci_free(t.s);
+    ci_free(think.s);
     return s;
 }
 
@@ -463,6 +497,11 @@ static enum ci_status parse_thinking(const cJSON *root, bool count_only, struct 
             return openai_bad(err, "thinking.budget_tokens",
                               "'thinking.budget_tokens' (%d) must be less than 'max_tokens' (%d)",
                               r->thinking_budget, r->q.max_tokens);
+        if (r->tool_choice == ANTHROPIC_TOOL_ANY || r->tool_choice == ANTHROPIC_TOOL_TOOL)
+            return openai_bad(
+                err, "thinking",
+                "thinking may not be enabled when 'tool_choice' forces tool use (as Anthropic's "
+                "API: use tool_choice auto or none)");
     }
     r->thinking = on ? ANTHROPIC_THINKING_ENABLED : ANTHROPIC_THINKING_DISABLED;
     cJSON *kw = cJSON_AddObjectToObject(chat, "chat_template_kwargs");
@@ -618,6 +657,15 @@ bool anthropic_output_blocks(const struct anthropic_request *r, const char *text
     return true;
 }
 
+void anthropic_signature(const uint64_t key[2], const char *text, size_t n,
+                         char out[ANTHROPIC_SIGNATURE_LEN]) {
+    // Two independently keyed 64-bit hashes, each also over the other key, so neither half reveals a key.
+    uint64_t a = ci_hash_bytes(ci_hash_bytes(key[0], text, n), &key[1], sizeof key[1]);
+    uint64_t b = ci_hash_bytes(ci_hash_bytes(key[1], text, n), &key[0], sizeof key[0]);
+    snprintf(out, ANTHROPIC_SIGNATURE_LEN, "cinfer1.%016llx%016llx", (unsigned long long)a,
+             (unsigned long long)b);
+}
+
 void anthropic_tool_use_id(uint64_t seed, int k, char out[32]) {
     char call[30];
     tool_call_id(seed, k, call); // "call_" and 24 characters
@@ -720,10 +768,9 @@ static cJSON *block_json(const struct anthropic_block *b) {
         ok = cJSON_AddStringToObject(o, "type", "text") &&
              sse_add_string(o, "text", b->text ? b->text : "", b->len);
     } else if (ok && b->type == ANTHROPIC_BLOCK_THINKING) {
-        // Anthropic's signature verifies a thinking block sent back; cinfer has none to give (empty).
         ok = cJSON_AddStringToObject(o, "type", "thinking") &&
              sse_add_string(o, "thinking", b->text ? b->text : "", b->len) &&
-             cJSON_AddStringToObject(o, "signature", "");
+             cJSON_AddStringToObject(o, "signature", b->signature);
     } else if (ok) {
         cJSON *input = cJSON_Parse(b->input_json ? b->input_json : "{}");
         ok = cJSON_AddStringToObject(o, "type", "tool_use") && add_or_null(o, "id", b->id) &&
@@ -889,6 +936,10 @@ bool anthropic_stream_text(struct sse_buf *b, int index, const char *text, size_
 
 bool anthropic_stream_thinking(struct sse_buf *b, int index, const char *text, size_t n) {
     return stream_delta(b, index, "thinking_delta", "thinking", text, n);
+}
+
+bool anthropic_stream_signature(struct sse_buf *b, int index, const char *signature) {
+    return stream_delta(b, index, "signature_delta", "signature", signature, strlen(signature));
 }
 
 bool anthropic_stream_end(struct sse_buf *b, const struct anthropic_info *info, int last) {

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/status.h"
 #include "server/openai.h"
@@ -52,8 +53,8 @@ struct anthropic_request {
     enum anthropic_tool_choice tool_choice; // ANTHROPIC_TOOL_AUTO when absent
     char *tool_name;                        // tool_choice {"type":"tool","name"}, else NULL
     // "thinking": passed to the template as chat_template_kwargs.enable_thinking (absent: not passed);
-    // enabled: the answer's reasoning is a thinking block.  The budget is validated, not enforced (max_tokens
-    // bounds the whole answer).
+    // enabled: the answer's reasoning is a thinking block, ended (its end marker forced by the engine) once
+    // it holds budget_tokens tokens.
     enum anthropic_thinking thinking;
     int thinking_budget; // budget_tokens (enabled), else 0
 };
@@ -79,13 +80,22 @@ bool anthropic_path(const char *path);
 
 enum anthropic_block_type { ANTHROPIC_BLOCK_TEXT, ANTHROPIC_BLOCK_TOOL_USE, ANTHROPIC_BLOCK_THINKING };
 
+#define ANTHROPIC_SIGNATURE_LEN 48 // a thinking block's signature, NUL included
+
+/* A thinking block's signature: "cinfer1." and 32 hex digits of a keyed hash of the thinking text (key: the
+ * server's random secret), the same for the same text on one server.  Opaque to clients, as Anthropic's;
+ * a 128-bit keyed hash, not a cryptographic MAC. */
+void anthropic_signature(const uint64_t key[2], const char *text, size_t n,
+                         char out[ANTHROPIC_SIGNATURE_LEN]);
+
 /* One content block of the assistant's answer. */
 struct anthropic_block {
     enum anthropic_block_type type;
     char *text; // TEXT, THINKING: [len] bytes (NUL-terminated)
     size_t len;
-    char *id, *name;  // TOOL_USE: "toolu_…" and the tool's name
-    char *input_json; // TOOL_USE: the input object as JSON text
+    char signature[ANTHROPIC_SIGNATURE_LEN]; // THINKING: its signature ("" until the caller signs it)
+    char *id, *name;                         // TOOL_USE: "toolu_…" and the tool's name
+    char *input_json;                        // TOOL_USE: the input object as JSON text
 };
 
 /* The answer's content blocks when the request offers no tools: one text block holding the whole text.
@@ -94,7 +104,7 @@ bool anthropic_output_blocks(const struct anthropic_request *r, const char *text
                              struct anthropic_block **out, int *n);
 /* The content blocks of an answer split by the tool-call parser (tool_parse.h, the model's own format): with
  * thinking, a thinking block with the reasoning when there is any ({"type":"thinking","thinking","signature"},
- * the signature empty); a text block with the content when there is any (or when there are no calls), then a
+ * the signature the caller's to fill, anthropic_signature); a text block with the content when there is any (or when there are no calls), then a
  * tool_use block for each of the first n_calls calls, ids from seed (anthropic_tool_use_id); the caller
  * answers stop_reason "tool_use" when there is one.  false: out of memory. */
 bool anthropic_blocks_from_parse(const struct tool_parse_result *p, int n_calls, bool thinking, uint64_t seed,
@@ -137,6 +147,9 @@ bool anthropic_stream_start(struct sse_buf *b, const struct anthropic_info *info
 bool anthropic_stream_text(struct sse_buf *b, int index, const char *text, size_t n);
 /* A content_block_delta thinking_delta of the thinking block index. */
 bool anthropic_stream_thinking(struct sse_buf *b, int index, const char *text, size_t n);
+/* A content_block_delta signature_delta of the thinking block index: Anthropic sends it last, just before the
+ * block's content_block_stop. */
+bool anthropic_stream_signature(struct sse_buf *b, int index, const char *signature);
 bool anthropic_stream_block(struct sse_buf *b, int stop, const struct anthropic_block *blk);
 bool anthropic_stream_end(struct sse_buf *b, const struct anthropic_info *info, int last);
 bool anthropic_stream_error(struct sse_buf *b, const struct openai_error *e);

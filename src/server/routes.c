@@ -47,6 +47,7 @@ struct routes {
     bool reasoning_none;   // --reasoning-format none
     atomic_int n_inflight;
     atomic_uint_fast64_t next_id;
+    uint64_t sig_key[2]; // the secret key of thinking blocks' signatures (anthropic_signature), random
 };
 
 /* ---- small helpers ------------------------------------------------------------------------------------ */
@@ -158,6 +159,7 @@ struct choice {
     // /v1/messages streaming: the content block now open (-1: none yet) and whether it is a text block
     int a_block;
     bool a_in_text;
+    bool a_in_think; // the open block is the thinking block (its signature not sent yet)
 };
 
 struct gen {
@@ -305,6 +307,9 @@ static cJSON *anthropic_response(struct gen *g) {
             return NULL;
         made = anthropic_blocks_from_parse(&p, answer_calls(g, &p),
                                            g->a.thinking == ANTHROPIC_THINKING_ENABLED, g->id_bits, &b, &n);
+        for (int i = 0; made && i < n; i++)
+            if (b[i].type == ANTHROPIC_BLOCK_THINKING)
+                anthropic_signature(g->r->sig_key, b[i].text, b[i].len, b[i].signature);
         tool_parse_result_free(&p);
     } else {
         made = anthropic_output_blocks(&g->a, c->text ? c->text : "", c->len, &b, &n);
@@ -531,10 +536,18 @@ static bool emit_parsed_anthropic(struct gen *g, int i, bool final) {
             ok = anthropic_stream_block(&g->out, c->a_block, &think);
             c->a_block++;
             c->a_in_text = false;
+            c->a_in_think = true;
         }
         ok = ok && anthropic_stream_thinking(&g->out, c->a_block, p.reasoning + c->sent_reasoning,
                                              p.reasoning_len - c->sent_reasoning);
         c->sent_reasoning = p.reasoning_len;
+    }
+    // The thinking block is whole once anything follows it (or at the end): its signature closes it.
+    if (c->a_in_think && (final || p.content_len > c->sent_content || answer_calls(g, &p) > c->sent_calls)) {
+        char sig[ANTHROPIC_SIGNATURE_LEN];
+        anthropic_signature(g->r->sig_key, p.reasoning, p.reasoning_len, sig);
+        ok = ok && anthropic_stream_signature(&g->out, c->a_block, sig);
+        c->a_in_think = false;
     }
     if (p.content_len > c->sent_content) {
         if (!c->a_in_text) {
@@ -1035,6 +1048,14 @@ static struct gen *gen_start(struct routes *r, enum openai_endpoint ep, const st
                 g->popts.tools = g->a.n_tools > 0 && g->a.tool_choice != ANTHROPIC_TOOL_NONE;
                 if (g->a.thinking != ANTHROPIC_THINKING_ENABLED)
                     g->popts.reasoning = g->popts.in_reasoning = false;
+                // budget_tokens: the <think> block ends (its end marker forced) once it holds that many
+                // tokens.  Harmony's analysis channel ends in control tokens, which are not forced.
+                if (g->popts.reasoning && r->tool_format != TOOL_FORMAT_HARMONY) {
+                    ro.think_start = "<think>";
+                    ro.think_end = "\n</think>\n\n";
+                    ro.think_budget = g->a.thinking_budget;
+                    ro.think_open = opens;
+                }
             }
             g->parse = g->popts.tools || g->popts.reasoning;
             s = tokenize(r, prompt, true, &ids, &n_ids, &ce);
@@ -1699,6 +1720,14 @@ enum ci_status routes_create(struct routes **out, struct ci_err *err) {
     atomic_init(&r->ready, false);
     atomic_init(&r->n_inflight, 0);
     atomic_init(&r->next_id, 0);
+    // Thinking signatures' key: random bytes, or (without /dev/urandom) bits of the clock and an address.
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(r->sig_key, sizeof r->sig_key, 1, f) != 1) {
+        r->sig_key[0] = splitmix64((uint64_t)ci_now_ns());
+        r->sig_key[1] = splitmix64(r->sig_key[0] ^ (uint64_t)(uintptr_t)r);
+    }
+    if (f)
+        fclose(f);
     *out = r;
     return CI_OK;
 }

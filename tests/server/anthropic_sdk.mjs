@@ -3,7 +3,9 @@
 // message object, stop reasons max_tokens and stop_sequence), messages.stream (the SDK parses the event
 // stream; its text events joined and its final message equal the non-streamed answer at temperature 0),
 // messages.countTokens (equal to the answer's usage.input_tokens), a tool_use -> tool_result round trip
-// through a real template, extended thinking (thinking blocks and thinking_delta events), and the SDK's error classes for the server's Anthropic-shaped errors.  Prints
+// through a real template, extended thinking (thinking blocks with signatures, thinking_delta and signature_delta
+// events, budget_tokens enforced, earlier turns' thinking passed back to the template), and the SDK's error
+// classes for the server's Anthropic-shaped errors.  Prints
 // PASS/FAIL lines.
 //   node tests/server/anthropic_sdk.mjs SDK_DIR BASE_URL API_KEY MODEL_NAME [NPM_DIR TEMPLATE]
 // NPM_DIR (scripts/llamacpp-setup.sh's, for @huggingface/jinja) and TEMPLATE (the server's
@@ -176,8 +178,11 @@ await step("sdk_thinking", async () => {
     grammar: "root ::= " + JSON.stringify(raw) };
   const want = [{ type: "thinking", thinking: "The user greets me.", signature: "" }, { type: "text", text: "Hello there!" }];
   const m = await client.messages.create(body);
-  check("sdk_thinking_blocks", JSON.stringify(m.content) === JSON.stringify(want) && m.stop_reason === "end_turn",
-    JSON.stringify(m));
+  // The signature is opaque (Anthropic's are too): a non-empty string, the same for the same thinking text.
+  const sig = m.content[0] && m.content[0].signature;
+  want[0].signature = sig;
+  check("sdk_thinking_blocks", JSON.stringify(m.content) === JSON.stringify(want) && m.stop_reason === "end_turn" &&
+    typeof sig === "string" && sig.length >= 16, JSON.stringify(m));
   let thinking = "", text = "";
   const types = [];
   const stream = client.messages.stream(body);
@@ -186,11 +191,16 @@ await step("sdk_thinking", async () => {
   stream.on("streamEvent", (ev) => {
     if (ev.type === "content_block_start") types.push(ev.content_block.type);
     if (ev.type === "content_block_delta") types.push(ev.delta.type);
+    if (ev.type === "content_block_stop") types.push(`stop${ev.index}`);
   });
   const final = await stream.finalMessage();
+  // Anthropic's order: the thinking deltas, then one signature_delta, then the thinking block's stop.
+  const sigAt = types.indexOf("signature_delta");
   check("sdk_thinking_stream", JSON.stringify(final.content) === JSON.stringify(want) &&
     thinking === want[0].thinking && text === want[1].text && types[0] === "thinking" &&
-    types[1] === "thinking_delta" && types.includes("text") && types.at(-1) === "text_delta",
+    types[1] === "thinking_delta" && sigAt > 1 && types[sigAt + 1] === "stop0" &&
+    types.lastIndexOf("signature_delta") === sigAt && types.slice(1, sigAt).every((t) => t === "thinking_delta") &&
+    types.includes("text") && types.at(-2) === "text_delta",
     `${JSON.stringify(final.content)} ${JSON.stringify(thinking)} ${JSON.stringify(text)} ${types.join(",")}`);
   const plain = await client.messages.create({ ...body, thinking: undefined });
   check("sdk_thinking_absent_is_text", plain.content.length === 1 && plain.content[0].type === "text" &&
@@ -207,6 +217,89 @@ await step("sdk_thinking", async () => {
       `${JSON.stringify(c)} vs ${ref.count} tokens of ${JSON.stringify(prompt)}`);
   }
 });
+// budget_tokens is enforced: a grammar (llama.cpp's field) makes the model open a <think> block that nothing
+// in it can close except the grammar's own "\n</think>" path, and allows no end of generation before
+// "Done."; without the budget (the same grammar on /v1/chat/completions) the thinking runs to max_tokens.  With
+// budget_tokens B the server forces the end of the block after B thinking tokens: stop_reason end_turn, the
+// blocks [thinking, text "Done."], and output_tokens = (the tokens spelling "<think>\n", at most 8) + B + (the
+// forced "\n</think>\n\n" and "Done.", at most 16).  Streamed the same.
+await step("sdk_thinking_budget", async () => {
+  if (!npmDir || !templatePath) return;
+  const grammar = 'root ::= "<think>\\n" [^<]* "\\n</think>\\n\\nDone."';
+  const messages = [{ role: "user", content: "Hi" }];
+  for (const budget of [1024, 1100]) {
+    const body = { model, max_tokens: 1400, temperature: 0, thinking: { type: "enabled", budget_tokens: budget },
+      messages, grammar };
+    const m = await client.messages.create(body);
+    const out = m.usage.output_tokens;
+    check(`sdk_thinking_budget_${budget}`, m.stop_reason === "end_turn" && m.content.length === 2 &&
+      m.content[0].type === "thinking" && m.content[0].thinking.length > 0 && m.content[1].type === "text" &&
+      m.content[1].text === "Done." && out > budget && out <= budget + 24,
+      `${out} tokens, ${m.stop_reason}, ${JSON.stringify(m.content.map((b) => b.type))}`);
+    const final = await client.messages.stream(body).finalMessage();
+    check(`sdk_thinking_budget_${budget}_stream`, JSON.stringify(final.content) === JSON.stringify(m.content) &&
+      final.usage.output_tokens === out, `${JSON.stringify(final.usage)} vs ${out}`);
+  }
+  const r = await fetch(baseURL + "/v1/chat/completions", { method: "POST", body: JSON.stringify({ model,
+    max_tokens: 1400, temperature: 0, messages, grammar }), headers: { "Content-Type": "application/json",
+    Authorization: "Bearer " + apiKey } });
+  const c = await r.json();
+  check("sdk_thinking_budget_control", c.choices[0].finish_reason === "length" && c.usage.completion_tokens === 1400,
+    JSON.stringify(c.usage));
+});
+
+// An earlier turn's thinking block goes back to the template as the assistant message's reasoning_content
+// (Qwen3's template shows it for the turns after the last user query: a tool round trip), so the prompt's
+// token count equals that of @huggingface/jinja's render with reasoning_content (and differs from the render
+// without it).  The block's signature is required (a 400 without it, as Anthropic's API); redacted_thinking
+// blocks are accepted and add nothing to the prompt.
+await step("sdk_thinking_history", async () => {
+  if (!npmDir || !templatePath) return;
+  const fs = await import("node:fs");
+  const { Template } = await import(pathToFileURL(path.join(npmDir, "node_modules/@huggingface/jinja/dist/index.js")).href);
+  const tmpl = new Template(fs.readFileSync(templatePath, "utf8"));
+  const tools = [{ name: "get_weather", description: "Weather of a city",
+    input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } }];
+  const thought = "Paris weather needs the tool.";
+  const first = await client.messages.create({ model, max_tokens: 2048, temperature: 0, tools,
+    thinking: { type: "enabled", budget_tokens: 1024 }, messages: [{ role: "user", content: "Weather in Paris?" }],
+    grammar: "root ::= " + JSON.stringify(`<think>\n${thought}\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>`) });
+  check("sdk_thinking_history_first", first.stop_reason === "tool_use" && first.content.length === 2 &&
+    first.content[0].type === "thinking" && first.content[0].thinking === thought &&
+    first.content[1].type === "tool_use", JSON.stringify(first.content));
+  const messages = [{ role: "user", content: "Weather in Paris?" },
+    { role: "assistant", content: first.content },
+    { role: "user", content: [{ type: "tool_result", tool_use_id: first.content[1].id, content: "21 C" }] }];
+  const post = async (p, b) => (await fetch(baseURL + p, { method: "POST", body: JSON.stringify(b),
+    headers: { "Content-Type": "application/json", Authorization: "Bearer " + apiKey } })).json();
+  const openai = (reasoning) => [{ role: "user", content: "Weather in Paris?" },
+    { role: "assistant", content: "", ...(reasoning ? { reasoning_content: thought } : {}),
+      tool_calls: [{ id: first.content[1].id, type: "function",
+        function: { name: "get_weather", arguments: { city: "Paris" } } }] },
+    { role: "tool", tool_call_id: first.content[1].id, content: "21 C" }];
+  const fnTools = tools.map((t) => ({ type: "function", function: { name: t.name, description: t.description,
+    parameters: t.input_schema } }));
+  const ref = async (reasoning) => (await post("/tokenize", { prompt: tmpl.render({ messages: openai(reasoning),
+    tools: fnTools, add_generation_prompt: true, enable_thinking: true }) })).count;
+  const [withIt, without] = [await ref(true), await ref(false)];
+  const c = await client.messages.countTokens({ model, tools, messages,
+    thinking: { type: "enabled", budget_tokens: 1024 } });
+  check("sdk_thinking_history_prompt", c.input_tokens === withIt && withIt > without,
+    `${c.input_tokens} vs ${withIt} (with reasoning_content) / ${without} (without)`);
+  const redacted = messages.map((m, i) => i !== 1 ? m : { role: "assistant", content: [
+    { type: "redacted_thinking", data: "opaque" }, first.content[1]] });
+  const cr = await client.messages.countTokens({ model, tools, messages: redacted,
+    thinking: { type: "enabled", budget_tokens: 1024 } });
+  check("sdk_thinking_history_redacted", cr.input_tokens === without, `${cr.input_tokens} vs ${without}`);
+  const unsigned = messages.map((m, i) => i !== 1 ? m : { role: "assistant", content: [
+    { type: "thinking", thinking: thought }, first.content[1]] });
+  await expectError("sdk_thinking_history_unsigned", () => client.messages.countTokens({ model, tools,
+    messages: unsigned }), sdk.BadRequestError, 400, "invalid_request_error");
+});
+
+await expectError("sdk_error_thinking_forced_tool", () => client.messages.create({ ...conversation, max_tokens: 2048,
+  tools: [{ name: "f", input_schema: { type: "object" } }], tool_choice: { type: "any" },
+  thinking: { type: "enabled", budget_tokens: 1024 } }), sdk.BadRequestError, 400, "invalid_request_error");
 await expectError("sdk_error_thinking_budget", () => client.messages.create({ ...conversation, max_tokens: 2048,
   thinking: { type: "enabled", budget_tokens: 100 } }), sdk.BadRequestError, 400, "invalid_request_error");
 await expectError("sdk_error_thinking_over_max_tokens", () => client.messages.create({ ...conversation,

@@ -11,6 +11,8 @@ Anthropic's published wire format, written here from the API reference (never fr
   by hand; the request must cost exactly /tokenize's count of that prompt (usage.input_tokens and
   count_tokens) and, at temperature 0, generate exactly what /v1/completions generates from that prompt;
 - an assistant prefill (a final assistant turn of text): the prompt ends with it and the answer continues it;
+- earlier turns' thinking blocks: the template sees them as the message's reasoning_content (signature
+  required, any value accepted), redacted_thinking blocks add nothing;
 - stop reasons: max_tokens, stop_sequence (with the sequence, the text cut before its first occurrence, as
   the greedy text without stop sequences shows), end_turn (a grammar that completes);
 - streaming: the event sequence message_start, content_block_start, ping, content_block_delta*,
@@ -35,7 +37,7 @@ KEY = "anthropic-test-key"
 NAME = "tiny"
 
 TEMPLATE = """{%- for m in messages -%}
-<{{ m.role }}>{{ m.content if m.content is not none else '(none)' }}
+<{{ m.role }}>{% if m.reasoning_content is defined %}[thought: {{ m.reasoning_content }}]{% endif %}{{ m.content if m.content is not none else '(none)' }}
 {%- if m.tool_calls is defined %}{% for c in m.tool_calls %} call {{ c.id }} {{ c.function.name }} {{ c.function.arguments }}{% endfor %}{% endif %}
 {%- if m.tool_call_id is defined %} for {{ m.tool_call_id }}{% endif %}
 {{ '\\n' }}
@@ -259,6 +261,27 @@ def test_round_trip(s):
     check("round_trip_tool_calls_only", st == 200 and j.get("input_tokens") == len(tokens(s, prompt)), f"{st} {j}")
 
 
+def test_thinking_history(s):
+    """An earlier assistant turn's thinking blocks reach the template as that message's reasoning_content
+    (joined by "\n", as text blocks are), with any signature; redacted_thinking blocks add nothing."""
+    body = {"messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Greet back.", "signature": "from-elsewhere"},
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
+            {"type": "thinking", "thinking": "Briefly.", "signature": ""},
+            {"type": "text", "text": "Hello"}]},
+        {"role": "user", "content": "Bye"}]}
+    prompt = "<user>Hi\n<assistant>[thought: Greet back.\nBriefly.]Hello\n<user>Bye\n<assistant>"
+    st, _, j = post(s, "/v1/messages/count_tokens", dict({"model": NAME}, **body))
+    want = len(tokens(s, prompt))
+    check("thinking_history_reasoning_content", st == 200 and j.get("input_tokens") == want,
+          f"{st} {j} vs {want} tokens of {prompt!r}")
+    st, _, j = message(s, dict(body, max_tokens=5, temperature=0))
+    ref = completion(s, prompt, 5)
+    check("thinking_history_generation", st == 200 and j["content"][0]["text"] == ref, f"{st} {j} vs {ref!r}")
+
+
 def test_prefill(s):
     """A final assistant turn of text is a prefill: the prompt is the template's generation prompt followed
     by that text, and the answer continues it (the prefill itself is not repeated)."""
@@ -380,6 +403,38 @@ def test_errors(s):
          400, "invalid_request_error"),
         ("error_tool_without_schema", dict(base, tools=[{"name": "x"}]), 400, "invalid_request_error"),
         ("error_unknown_model", dict(base, model="claude-3-opus"), 404, "not_found_error"),
+        ("error_tool_result_without_tool_use", {"messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "x"}]}],
+            "tools": [WEATHER], "max_tokens": 4}, 400, "invalid_request_error"),
+        ("error_tool_result_first", {"messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}],
+            "max_tokens": 4}, 400, "invalid_request_error"),
+        ("error_thinking_unsigned", {"messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}, {"type": "text", "text": "a"}]},
+            {"role": "user", "content": "b"}], "max_tokens": 4}, 400, "invalid_request_error"),
+        ("error_thinking_not_string", {"messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": 3, "signature": "s"}]},
+            {"role": "user", "content": "b"}], "max_tokens": 4}, 400, "invalid_request_error"),
+        ("error_thinking_in_user", {"messages": [{"role": "user", "content": [
+            {"type": "thinking", "thinking": "t", "signature": "s"}]}], "max_tokens": 4}, 400,
+         "invalid_request_error"),
+        ("error_redacted_thinking_without_data", {"messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "redacted_thinking"}, {"type": "text", "text": "a"}]},
+            {"role": "user", "content": "b"}], "max_tokens": 4}, 400, "invalid_request_error"),
+        ("error_thinking_budget_below_1024", dict(base, max_tokens=2048,
+                                                  thinking={"type": "enabled", "budget_tokens": 1023}), 400,
+         "invalid_request_error"),
+        ("error_thinking_budget_not_below_max_tokens", dict(base, max_tokens=1024,
+                                                            thinking={"type": "enabled", "budget_tokens": 1024}),
+         400, "invalid_request_error"),
+        ("error_thinking_with_forced_tool", dict(base, max_tokens=2048, tools=[WEATHER], tool_choice={"type": "any"},
+                                                 thinking={"type": "enabled", "budget_tokens": 1024}), 400,
+         "invalid_request_error"),
     ]
     for name, body, status, etype in cases:
         st, _, j = message(s, body)
@@ -470,6 +525,7 @@ def main():
                 test_stream(s, *got)
             test_count_tokens(s)
             test_round_trip(s)
+            test_thinking_history(s)
             test_prefill(s)
             test_tool_use(s)
             test_tool_choice_forced(s)

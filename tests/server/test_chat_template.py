@@ -145,6 +145,15 @@ def main():
         r = subprocess.run([BIN, "serve", "-m", STORIES, "--port", "0", "--chat-template-file", bad],
                            capture_output=True, text=True, timeout=30)
         check("bad_template_file_refused", r.returncode == 2 and "line 3" in r.stderr, f"{r.returncode} {r.stderr}")
+        # --chat-template FILE.jinja reads the file as --chat-template-file does (the same error, its line)
+        r = subprocess.run([BIN, "serve", "-m", STORIES, "--port", "0", "--chat-template", bad],
+                           capture_output=True, text=True, timeout=30)
+        check("chat_template_jinja_path_is_a_file", r.returncode == 2 and "line 3" in r.stderr,
+              f"{r.returncode} {r.stderr}")
+        r = subprocess.run([BIN, "serve", "-m", STORIES, "--port", "0", "--chat-template", "nope"],
+                           capture_output=True, text=True, timeout=30)
+        check("chat_template_unknown_name", r.returncode == 2 and "not a known template" in r.stderr,
+              f"{r.returncode} {r.stderr}")
 
         s = Server("--chat-template-file", path)
         try:

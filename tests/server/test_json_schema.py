@@ -61,6 +61,54 @@ def test_corpus(s):
     check("corpus_size", len(schemas) >= 200, f"{len(schemas)} schemas")
 
 
+# multipleOf (integer divisors) and 'not' of types: compiled exactly; multipleOf as a list of multiples in a bounded range or a divisibility
+# automaton (one rule per remainder) on an unbounded one; every sample is valid by python3-jsonschema, and the
+# samples are not all alike (the grammar does not collapse to one value).
+MULTIPLE_OF = [
+    {"type": "integer", "multipleOf": 7},
+    {"type": "integer", "multipleOf": 3, "minimum": 0},
+    {"type": "integer", "multipleOf": 5, "minimum": 1},
+    {"type": "integer", "multipleOf": 12, "maximum": -1},
+    {"type": "integer", "multipleOf": 10, "minimum": -95, "maximum": 1000},
+    {"type": "integer", "multipleOf": 250, "exclusiveMinimum": 0, "exclusiveMaximum": 100000},
+    {"type": "integer", "multipleOf": 1000000, "minimum": 0, "maximum": 100000000},
+    {"type": "number", "multipleOf": 4},
+    {"type": "number", "multipleOf": 2, "minimum": 0.5, "maximum": 99.5},
+    {"multipleOf": 9},
+    {"type": ["integer", "string"], "multipleOf": 6, "maxLength": 3},
+    {"allOf": [{"type": "integer", "multipleOf": 4}, {"multipleOf": 6}]},
+    {"type": "object", "properties": {"qty": {"type": "integer", "multipleOf": 25, "minimum": 0},
+                                      "price": {"type": "number", "multipleOf": 1}},
+     "required": ["qty", "price"], "additionalProperties": False},
+    {"type": "array", "items": {"type": "integer", "multipleOf": 13}, "minItems": 2, "maxItems": 4},
+    # not {"type": ...}: compiled by removing the types
+    {"not": {"type": "null"}},
+    {"type": ["string", "integer", "null"], "not": {"type": ["string", "null"]}},
+    {"type": "object", "properties": {"a": {"not": {"type": ["object", "array", "string"]}}}, "required": ["a"]},
+]
+
+
+def test_keywords(s):
+    schemas = [(f"k{i}", sc) for i, sc in enumerate(MULTIPLE_OF)]
+    out = []
+    _, results = jsb.run_subset(s, "keywords", schemas, 4, 400, 4, show_invalid=True, log=out.append)
+    print("\n".join(out))
+    not_compiled = [(r["id"], r["status"], r["error"][:160]) for r in results if r["status"] != 200]
+    check("keywords_all_compile", not not_compiled, f"{not_compiled}")
+    bad = [(r["id"], r["invalid"][:1]) for r in results if r.get("invalid")]
+    check("keywords_outputs_valid", not bad, f"{bad[:3]}")
+    cut = sum(r["length"] for r in results)
+    check("keywords_outputs_finish", cut <= 5, f"{cut} outputs cut by max_tokens")
+    # the outputs themselves: every sample of the unbounded {"multipleOf": 7} differs from "0" somewhere
+    texts = set()
+    for seed in range(4):
+        st, _, j = post(s, {"guided_json": MULTIPLE_OF[0], "seed": 100 + seed, "max_tokens": 400})
+        if st == 200 and j["choices"][0]["finish_reason"] == "stop":
+            texts.add(j["choices"][0]["text"])
+    ok = len(texts) >= 2 and all(int(t) % 7 == 0 for t in texts)
+    check("multipleof_outputs_vary", ok, f"{texts}")
+
+
 def test_bench_subset(s):
     for subset in ("Glaiveai2K", "Github_trivial", "Github_easy"):
         path = os.path.join(jsb.DATA, subset + ".jsonl")
@@ -185,8 +233,12 @@ def expect_400(s, name, body, param, words):
 def test_errors(s):
     def js(schema):
         return {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
-    for kw, schema in (("multipleOf", {"type": "number", "multipleOf": 3}),
-                       ("not", {"not": {"type": "string"}}),
+    for kw, schema in (("multipleOf", {"type": "number", "multipleOf": 0.01}),
+                       ("multipleOf", {"type": "integer", "multipleOf": 1001}),
+                       ("multipleOf", {"type": "integer", "multipleOf": 7, "minimum": 50}),
+                       ("multipleOf", {"type": "integer", "multipleOf": 3, "minimum": 0, "maximum": 3000}),
+                       ("not", {"not": {"type": "string", "maxLength": 3}}),
+                       ("not", {"type": "number", "not": {"type": "integer"}}),
                        ("if", {"if": {"type": "string"}, "then": {"maxLength": 2}}),
                        ("patternProperties", {"type": "object", "properties": {"\u00e9": {}},
                                               "patternProperties": {"^a": {}}}),
@@ -211,6 +263,10 @@ def test_errors(s):
     expect_400(s, "regex_syntax", {"guided_regex": "(ab"}, "guided_regex", ["missing ')'"])
     expect_400(s, "schema_not_json", {"guided_json": "{\"type\": "}, "guided_json", ["not valid JSON"])
     expect_400(s, "schema_bad_type", js({"type": 5}), "response_format", ["type"])
+    expect_400(s, "schema_bad_multipleof", js({"type": "integer", "multipleOf": -2}), "response_format",
+               ["multipleOf"])
+    expect_400(s, "schema_multipleof_nothing_fits", js({"type": "integer", "multipleOf": 10, "minimum": 1,
+                                                        "maximum": 9}), "response_format", ["multiple"])
     expect_400(s, "schema_bad_ref", js({"$ref": "#/$defs/nope"}), "response_format", ["$ref", "nope"])
     expect_400(s, "schema_remote_ref", js({"$ref": "http://example.com/s.json"}), "response_format",
                ["$ref", "within the schema"])
@@ -258,7 +314,8 @@ def main():
     try:
         jsb.BIAS.update(jsb.closing_bias(s))
         check("closing_bias_tokens", len(jsb.BIAS) == 3, f"{jsb.BIAS}")
-        for t in (test_errors, test_fields, test_choice, test_regex, test_corpus, test_bench_subset):
+        for t in (test_errors, test_fields, test_choice, test_regex, test_keywords, test_corpus,
+                  test_bench_subset):
             if only and not any(o in t.__name__ for o in only):
                 continue
             try:

@@ -313,7 +313,7 @@ def test_tool_choice_forced(srv):
     check("tool_choice_auto_control", n_calls == 0, f"{n_calls} of 6 auto answers were calls")
     # a parameters schema the compiler cannot honour: 400 naming tools, only when the call is forced
     odd = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "integer", "multipleOf": 3}}, "required": ["x"]}}}]
+        "type": "object", "properties": {"x": {"type": "integer", "multipleOf": 0.5}}, "required": ["x"]}}}]
     st, _, j = srv.json("POST", "/v1/chat/completions", dict(base, tools=odd, tool_choice="required"))
     err = j.get("error", {}) if isinstance(j, dict) else {}
     check("tool_choice_unenforceable_schema_400", st == 400 and err.get("param") == "tools" and

@@ -280,6 +280,47 @@ TEST(schema_language) {
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"dependentRequired\":{\"a\":[\"b\"]}}", 0,
          "{\"a\":1}", 0},
         {"{}", 0, "{\"x\": [1, \"a\", {\"y\": null}]}", 1},
+        // number bounds beyond 1e9 (rounded inward, never dropped)
+        {"{\"type\":\"number\",\"maximum\":5000000000}", 0, "99999999999", 0},
+        {"{\"type\":\"number\",\"maximum\":5000000000}", 0, "12.5", 1},
+        {"{\"type\":\"number\",\"minimum\":-5000000000,\"maximum\":0}", 0, "-99999999999", 0},
+        {"{\"type\":\"number\",\"minimum\":-5000000000,\"maximum\":0}", 0, "-3.25", 1},
+        // not {"type": ...}: those types removed
+        {"{\"not\":{\"type\":\"null\"}}", 0, "null", 0},
+        {"{\"not\":{\"type\":\"null\"}}", 0, "1", 1},
+        {"{\"not\":{\"type\":\"null\"}}", 0, "[true]", 1},
+        {"{\"type\":[\"string\",\"null\"],\"not\":{\"type\":\"string\"}}", 0, "null", 1},
+        {"{\"type\":[\"string\",\"null\"],\"not\":{\"type\":\"string\"}}", 0, "\"a\"", 0},
+        {"{\"not\":{\"type\":[\"number\",\"boolean\"]}}", 0, "3", 0},
+        {"{\"not\":{\"type\":[\"number\",\"boolean\"]}}", 0, "true", 0},
+        {"{\"not\":{\"type\":[\"number\",\"boolean\"]}}", 0, "{}", 1},
+        // multipleOf: the divisibility automaton (unbounded) and the listed multiples (bounded); 2: a prefix
+        // of a valid value but not one (15 -> 154, 55 -> 550, 3 -> 30, 8 -> 84, 18 -> 180)
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "1001", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "-96", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "5.", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "0", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "-21", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "700000000007", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "700000000008", 2},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "15", 2},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "7000000000000000", 1},  // 16 digits: the most
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "70000000000000007", 0}, // 17: too long
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "100000000000000", 2},   // -> 1000000000000001
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "1000000000000002", 0},  // 16 digits, remainder 1
+        {"{\"type\":\"integer\",\"multipleOf\":7}", 0, "014", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "-90", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "-100", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "1000", 1},
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "1010", 0},
+        {"{\"type\":\"integer\",\"multipleOf\":10,\"minimum\":-95,\"maximum\":1000}", 0, "55", 2},
+        {"{\"type\":\"number\",\"multipleOf\":2,\"minimum\":0.5}", 0, "2", 1},
+        {"{\"type\":\"number\",\"multipleOf\":2,\"minimum\":0.5}", 0, "0", 0},
+        {"{\"type\":\"number\",\"multipleOf\":2,\"minimum\":0.5}", 0, "-2", 0},
+        {"{\"type\":\"number\",\"multipleOf\":2,\"minimum\":0.5}", 0, "3", 2},
+        {"{\"type\":\"integer\",\"allOf\":[{\"multipleOf\":4},{\"multipleOf\":6}]}", 0, "36", 1},
+        {"{\"type\":\"integer\",\"allOf\":[{\"multipleOf\":4},{\"multipleOf\":6}]}", 0, "8", 2},
+        {"{\"type\":\"integer\",\"allOf\":[{\"multipleOf\":4},{\"multipleOf\":6}]}", 0, "18", 2},
     };
     run_cases(cases, sizeof cases / sizeof *cases, true);
 }
@@ -289,8 +330,14 @@ TEST(schema_errors) {
         const char *schema;
         const char *needle;
     } cases[] = {
-        {"{\"type\":\"number\",\"multipleOf\":2}", "'multipleOf'"},
+        {"{\"type\":\"number\",\"multipleOf\":0.5}", "'multipleOf'"},
+        {"{\"type\":\"integer\",\"multipleOf\":3,\"minimum\":0,\"maximum\":3000}", "'multipleOf'"},
+        {"{\"type\":\"integer\",\"multipleOf\":3,\"minimum\":4}", "'multipleOf'"},
+        {"{\"type\":\"integer\",\"multipleOf\":0}", "'multipleOf'"},
         {"{\"not\":{}}", "'not'"},
+        {"{\"not\":{\"type\":\"string\",\"maxLength\":2}}", "'not'"},
+        {"{\"type\":\"number\",\"not\":{\"type\":\"integer\"}}", "'not'"},
+        {"{\"enum\":[1,\"a\"],\"not\":{\"type\":\"string\"}}", "'not'"},
         {"{\"if\":{},\"then\":{}}", "'if'"},
         {"{\"type\":\"object\",\"propertyNames\":{}}", "'propertyNames'"},
         {"{\"contains\":{}}", "'contains'"},
