@@ -902,7 +902,10 @@ static void verify_drafts(struct engine *e, struct seq *q, const float *rows, st
     q->spec_k =
         spec_adapt_k(q->spec_k, nd, accepted,
                      e->p.spec_k_min < q->req->spec_k ? e->p.spec_k_min : q->req->spec_k, q->req->spec_k);
-    q->spec_pause = spec_backoff(&q->spec_misses, nd, accepted);
+    // Not for n-gram lookup: its proposals cost nothing to make, a miss only the rows verified (k
+    // adapts those down to one), and its hits come in bursts (a repeat starts) that a pause would skip.
+    if (e->dpool || e->proposer)
+        q->spec_pause = spec_backoff(&q->spec_misses, nd, accepted);
 }
 
 /* Runs the pass built so far, then samples its rows.  Returns the number of sequences that finished. */
