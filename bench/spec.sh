@@ -8,8 +8,8 @@
 #       (cinfer quantize --pure): cinfer --spec draft vs llama.cpp --spec-type draft-simple -md
 # Batch 1 (`cinfer run`, llama-speculative-simple; plain llama.cpp decode from llama-bench tg), repetitions
 # interleaved (plain, speculative, plain, ...) and reported as medians, with acceptance and tokens per step.
-# Then the crossover for (b): `cinfer bench --sweep batch` with speculation off and on at each batch size; the
-# crossover is the smallest batch size where speculation stops paying (on/off < 1).
+# Then the crossover for (b): `cinfer bench --sweep batch` with speculation off and on at each batch size (R
+# interleaved runs, medians); the crossover is the smallest batch size where speculation stops paying (on/off < 1).
 #
 #   bench/spec.sh [-r R] [-n N] [-t T] [-k K] [--batches LIST] [--sweep-prompts N] [--sweep-output N]
 #                 [--cases a,b] [--no-llamacpp] [--no-sweep] [--bin CINFER] [--files DIR] [--out DIR]
@@ -112,7 +112,9 @@ if [ "$LLAMA" -eq 1 ]; then
                 -lm -lpthread 2>"$OUT/llama/build.log" || die "compiling llama-speculative-simple failed (see $OUT/llama/build.log)"
         fi
     fi
-    [ -x "$LSPEC" ] && [ -x "$LBENCH" ] || die "no llama-speculative-simple / llama-bench ($LSPEC, $LBENCH)"
+    if [ ! -x "$LSPEC" ] || [ ! -x "$LBENCH" ]; then
+        die "no llama-speculative-simple / llama-bench ($LSPEC, $LBENCH)"
+    fi
 fi
 
 # cinfer_run TAG MODEL THREADS N PROMPT [spec options...]: one `cinfer run`, greedy; prints "tok/s accepted drafted
@@ -193,27 +195,41 @@ if echo "$CASES" | grep -q b; then
         "--spec-type draft-simple -md $D --spec-draft-n-max $K --spec-draft-n-min 0 -td $THREADS"
     if [ "$SWEEP" -eq 1 ]; then
         echo "spec.sh: (b) crossover: cinfer bench --sweep batch --batch-sizes $BATCHES, speculation off and on ..." >&2
-        for mode in off on; do
-            opt=""
-            [ $mode = on ] && opt="--spec draft --draft-model $D --spec-k $K"
-            # shellcheck disable=SC2086
-            "$BIN" bench -m "$T" --sweep batch --batch-sizes "$BATCHES" -n "$SW_PROMPTS" --input-len 16 \
-                --output-len "$SW_OUT" --range-ratio 0 -t "$THREADS" -q --no-plots -o "$RAW/sweep-$mode" $opt \
-                >"$RAW/sweep-$mode.txt" 2>&1 || die "cinfer bench failed (see $RAW/sweep-$mode.txt)"
+        for r in $(seq 1 "$REPS"); do # interleaved: off, on, off, on, ...
+            for mode in off on; do
+                echo "spec.sh: (b) sweep, speculation $mode, repetition $r of $REPS ..." >&2
+                opt=""
+                [ $mode = on ] && opt="--spec draft --draft-model $D --spec-k $K"
+                # shellcheck disable=SC2086
+                "$BIN" bench -m "$T" --sweep batch --batch-sizes "$BATCHES" -n "$SW_PROMPTS" --input-len 16 \
+                    --output-len "$SW_OUT" --range-ratio 0 -t "$THREADS" -q --no-plots -o "$RAW/sweep-$mode-$r" $opt \
+                    >"$RAW/sweep-$mode-$r.txt" 2>&1 || die "cinfer bench failed (see $RAW/sweep-$mode-$r.txt)"
+            done
         done
         echo
-        echo "| (b) cinfer bench --sweep batch, $SW_PROMPTS prompts of 16 tokens, $SW_OUT output tokens | output tok/s, spec off | spec on | on/off |"
+        echo "| (b) cinfer bench --sweep batch, $SW_PROMPTS prompts of 16 tokens, $SW_OUT output tokens, $REPS interleaved runs (median) | output tok/s, spec off | spec on | on/off |"
         echo "|---:|---:|---:|---:|"
         cross=""
+        first=${BATCHES%%,*}
         for b in $(echo "$BATCHES" | tr ',' ' '); do
-            get() { awk -F, -v l="bs$b" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $1 == l { print $c["output_tok_s"] }' "$1"; }
-            off=$(get "$RAW/sweep-off/summary.csv") on=$(get "$RAW/sweep-on/summary.csv")
+            get() { # the median over the repetitions of output_tok_s at batch size b
+                for f in "$RAW"/sweep-"$1"-*/summary.csv; do
+                    awk -F, -v l="bs$b" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $1 == l { print $c["output_tok_s"] }' "$f"
+                done | median
+            }
+            off=$(get off) on=$(get on)
             r=$(ratio "$on" "$off")
             echo "| batch $b | $off | $on | $r |"
             [ -z "$cross" ] && [ "$r" != "-" ] && awk -v r="$r" 'BEGIN { exit !(r < 1) }' && cross=$b
         done
-        grep "speculative draft" "$RAW/sweep-on.txt" | head -1 | sed 's/^/  (acceptance, first batch size) /'
-        echo "crossover (smallest batch size where speculation stops paying): ${cross:-none up to the largest batch tried}"
+        grep "speculative draft" "$RAW/sweep-on-1.txt" | head -1 | sed 's/^/  (acceptance, first batch size) /'
+        if [ -z "$cross" ]; then
+            echo "crossover: speculation pays at every batch size tried (up to ${BATCHES##*,})"
+        elif [ "$cross" = "$first" ]; then
+            echo "crossover: speculation does not pay even at batch $first"
+        else
+            echo "crossover (smallest batch size where speculation stops paying): $cross"
+        fi
     fi
 fi
 exit 0
