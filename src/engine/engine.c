@@ -596,6 +596,7 @@ static enum ci_status seq_create(struct engine *e, struct engine_request *r, int
     s->no_prefix_match = r->pooling == ENGINE_POOLING_MEAN || r->pooling == ENGINE_POOLING_CLS ||
                          r->e->m->config.encoder; // bidirectional: a prefix's states depend on what follows
     s->spec_k = r->spec_k > 0 ? (r->spec_k + 1) / 2 : 0; // adapts from half the longest proposal
+    s->spec_misses = s->spec_pause = 0;
     if (s->spec_k > 0 && s->spec_k < e->p.spec_k_min)
         s->spec_k = r->spec_k < e->p.spec_k_min ? r->spec_k : e->p.spec_k_min;
     enum ci_status st = CI_OK;
@@ -990,6 +991,10 @@ static void verify_drafts(struct engine *e, struct seq *q, const float *rows, st
     q->spec_k =
         spec_adapt_k(q->spec_k, nd, accepted,
                      e->p.spec_k_min < q->req->spec_k ? e->p.spec_k_min : q->req->spec_k, q->req->spec_k);
+    // Not for n-gram lookup: its proposals cost nothing to make, a miss only the rows verified (k
+    // adapts those down to one), and its hits come in bursts (a repeat starts) that a pause would skip.
+    if (e->dpool || e->proposer)
+        q->spec_pause = spec_backoff(&q->spec_misses, nd, accepted);
 }
 
 /* Runs the pass built so far, then samples its rows.  Returns the number of sequences that finished. */
@@ -1314,6 +1319,10 @@ static void propose(struct engine *e) {
         if (s->state != SEQ_STATE_RUNNING || s->n_tokens <= s->n_prompt || s->n_computed != s->n_tokens - 1 ||
             s->spec_k <= 0)
             continue;
+        if (s->spec_pause > 0) { // backing off (spec_backoff); a draft model catches up when it resumes
+            s->spec_pause--;
+            continue;
+        }
         int k = s->spec_k, left = s->req->max_tokens - seq_n_output(s) - 1;
         k = k < left ? k : left;
         k = k < limit ? k : limit;

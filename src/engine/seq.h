@@ -53,6 +53,8 @@ struct seq {
     // back to n_tokens - 1.  Preemption drops the drafts.
     int n_draft;
     int spec_k; // the sequence's current proposal length (adaptive, 0: speculation off for it)
+    // Backoff (spec_backoff): verifications in a row that accepted nothing, and steps left without proposals.
+    int spec_misses, spec_pause;
 };
 
 static inline int seq_n_output(const struct seq *s) {

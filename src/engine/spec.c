@@ -24,3 +24,18 @@ int spec_adapt_k(int k, int proposed, int accepted, int k_min, int k_max) {
     k = accepted >= proposed ? k + 2 : k - 1;
     return k < k_min ? k_min : k > k_max ? k_max : k;
 }
+
+int spec_backoff(int *misses, int proposed, int accepted) {
+    if (proposed <= 0)
+        return 0;
+    if (accepted > 0) {
+        *misses = 0;
+        return 0;
+    }
+    if (*misses < SPEC_BACKOFF_MISSES + 16) // bounded: the pause is capped long before the shift overflows
+        (*misses)++;
+    if (*misses < SPEC_BACKOFF_MISSES)
+        return 0;
+    int pause = 2 << (*misses - SPEC_BACKOFF_MISSES);
+    return pause < SPEC_BACKOFF_MAX_PAUSE ? pause : SPEC_BACKOFF_MAX_PAUSE;
+}

@@ -22,4 +22,15 @@ int spec_ngram_propose(const int32_t *tokens, int n, int n_max, int k, int32_t *
 /* The next k after a verification that accepted `accepted` of `proposed` drafts. */
 int spec_adapt_k(int k, int proposed, int accepted, int k_min, int k_max);
 
+/* Backoff for proposals that never pay (a draft model that disagrees with the target): every verification
+ * costs the draft's passes and wider target rows, so after SPEC_BACKOFF_MISSES
+ * verifications in a row that accepted nothing the sequence proposes nothing for a pause that doubles with
+ * each further miss (2, 4, ... up to SPEC_BACKOFF_MAX_PAUSE decode steps), then probes again; one accepted draft
+ * ends it.  Updates *misses after a verification of `proposed` drafts with `accepted` kept and returns the
+ * number of steps to decode without proposals.  The engine applies it to draft models (and proposer hooks),
+ * not to n-gram lookup. */
+#define SPEC_BACKOFF_MISSES    4
+#define SPEC_BACKOFF_MAX_PAUSE 64
+int spec_backoff(int *misses, int proposed, int accepted);
+
 #endif

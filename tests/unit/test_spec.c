@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "core/queue.h"
 #include "core/rng.h"
+#include "format/gguf.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
@@ -149,6 +150,18 @@ TEST(ngram_proposals) {
     }
     CHECK(spec_adapt_k(4, 4, 4, 1, 8) == 6 && spec_adapt_k(7, 3, 3, 1, 8) == 8);
     CHECK(spec_adapt_k(4, 4, 2, 1, 8) == 3 && spec_adapt_k(1, 2, 0, 1, 8) == 1);
+    // Backoff, from its definition: 4 misses in a row, then pauses of 2, 4, 8, ... capped at 64 steps; a
+    // verification without drafts changes nothing, one accepted draft starts over.
+    int misses = 0, pauses[12];
+    for (int i = 0; i < 12; i++)
+        pauses[i] = spec_backoff(&misses, 3, 0);
+    static const int want_p[12] = {0, 0, 0, 2, 4, 8, 16, 32, 64, 64, 64, 64};
+    CHECK(memcmp(pauses, want_p, sizeof want_p) == 0);
+    CHECK(spec_backoff(&misses, 0, 0) == 0 && spec_backoff(&misses, 2, 0) == 64);
+    CHECK(spec_backoff(&misses, 2, 1) == 0 && misses == 0 && spec_backoff(&misses, 2, 0) == 0 && misses == 1);
+    misses = 0;
+    for (int i = 0; i < 1000; i++) // a very long losing streak stays bounded
+        CHECK(spec_backoff(&misses, 1, 0) <= 64 && misses <= 64);
 }
 
 /* ---- greedy: identical tokens -------------------------------------------------------------------------- */
@@ -158,6 +171,8 @@ static struct engine_request *oracle_handles[N_REQ];
 static float eos_bias; // > 0: EOS counts (not ignored) and gets this logit bias, so samples end on it
 static int want_finish[N_REQ];
 static int oracle_first;
+static int oracle_wrong_until;  // > 0: proposals for outputs below it are wrong (a losing streak), then right
+static int oracle_streak_calls; // proposals asked for inside that streak
 static int oracle(void *ctx, const struct engine_request *r, int sample, const int32_t *tokens, int n_tokens,
                   int k, int32_t *out) {
     (void)ctx;
@@ -170,8 +185,11 @@ static int oracle(void *ctx, const struct engine_request *r, int sample, const i
     if (q < 0)
         return 0;
     int n_out = n_tokens - reqs[q].n_prompt, got = 0;
+    oracle_streak_calls += n_out < oracle_wrong_until;
     for (int j = n_out; j < n_want[q] && got < k; j++)
-        out[got++] = j % 4 == 2 && eos_bias <= 0 ? (want[q][j] + 1) % 512 : want[q][j];
+        out[got++] = (j % 4 == 2 && eos_bias <= 0 && !oracle_wrong_until) || j < oracle_wrong_until
+                         ? (want[q][j] + 1) % 512
+                         : want[q][j];
     // Ending on EOS (not streamed, so not in want): propose it, and tokens after it that must never appear.
     for (int j = 0; eos_bias > 0 && want_finish[q] == ENGINE_FINISH_STOP && got < k; j++)
         out[got++] = j == 0 ? tokenizer_eos(tok) : want[q][0];
@@ -734,6 +752,86 @@ TEST(engine_sampling_keeps_the_distribution) {
     }
 }
 
+/* Backoff: a sequence whose proposals keep failing stops proposing for a while (spec_backoff) and its
+ * output stays the plain decode's.  The oracle proposes only wrong tokens for the first 24 outputs, then the
+ * reference: far fewer proposals are asked for inside the streak than there are decode steps, and most drafts
+ * are accepted after it.  A draft model whose output norm is zeroed (every logit 0, so it always proposes
+ * token 0, which the model never emits) pauses for up to 64 steps at a time, then catches up on the tokens it
+ * skipped (its KV over long gaps, in several passes); its drafts are fewer than half the decode steps (without
+ * the backoff every decode step brings at least one). */
+static struct model *bad_draft_model(struct ci_err *err) {
+    char in[1024], dpath[256];
+    snprintf(dpath, sizeof dpath, "/tmp/cinfer-test-spec-bad-%d.gguf", (int)getpid());
+    struct quantize_options qo = {1, true};
+    struct quantize_report qr;
+    struct model *m = NULL;
+    if (quantize_model(test_model_path(in, sizeof in, "stories260K.gguf"), dpath, "Q4_0", &qo, &qr, err) !=
+        CI_OK)
+        return NULL;
+    FILE *f = fopen(dpath, "r+b");
+    uint8_t *buf = NULL;
+    long size = 0;
+    struct gguf *g = NULL;
+    bool ok = f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+              (buf = malloc((size_t)size)) && fread(buf, 1, (size_t)size, f) == (size_t)size &&
+              gguf_open_mem(buf, (uint64_t)size, &g, err) == CI_OK;
+    int64_t ti = ok ? gguf_find_tensor(g, "output_norm.weight") : -1;
+    if (ti >= 0) {
+        const struct ci_tensor *t = gguf_tensor(g, ti);
+        long off = (long)((const uint8_t *)t->data - buf);
+        memset(buf + off, 0, t->nbytes);
+        ok = fseek(f, off, SEEK_SET) == 0 && fwrite(buf + off, 1, t->nbytes, f) == t->nbytes;
+    }
+    ok = ok && ti >= 0;
+    if (f)
+        ok = fclose(f) == 0 && ok;
+    gguf_free(g);
+    free(buf);
+    if (ok && model_load(dpath, &m, err) != CI_OK)
+        m = NULL;
+    unlink(dpath);
+    return ok ? m : NULL;
+}
+
+TEST(greedy_identical_through_backoff) {
+    struct engine_params p = base();
+    struct run_stats st;
+    oracle_wrong_until = 24;
+    oracle_streak_calls = 0;
+    bool ok = run_and_check("oracle-streak", p, PROP_ORACLE, 0, N_REQ, 1, 1, &st);
+    oracle_wrong_until = 0;
+    printf("  oracle with a losing streak: %d proposals in %d streak steps, %lld of %lld drafts accepted\n",
+           oracle_streak_calls, N_REQ * 23, (long long)st.accepted, (long long)st.drafts);
+    if (ok && (oracle_streak_calls * 2 >= N_REQ * 23 || st.accepted * 2 < st.drafts))
+        TEST_FAILF("oracle streak: %d proposals in %d decode steps, %lld accepted", oracle_streak_calls,
+                   N_REQ * 23, (long long)st.accepted);
+
+    struct ci_err err = {0};
+    struct model *good = draft, *bad = bad_draft_model(&err);
+    if (!bad) {
+        TEST_FAILF("bad draft model: %s", err.msg);
+        return;
+    }
+    draft = bad;
+    for (int v = 0; v < 2; v++) {
+        p = base();
+        if (v == 1) {
+            p.block_size = 1; // gaps span many blocks, and passes of 8 tokens
+            p.sched.max_batch_tokens = 8;
+        }
+        const char *label = v ? "bad-draft-block-1" : "bad-draft";
+        if (run_and_check(label, p, PROP_DRAFT, 0, N_REQ, 1, 1, &st)) {
+            printf("  %s: %lld drafts (%lld accepted) in %lld decode steps\n", label, (long long)st.drafts,
+                   (long long)st.accepted, (long long)st.dec_steps);
+            if (st.drafts == 0 || st.accepted != 0 || st.drafts * 2 >= st.dec_steps)
+                TEST_FAILF("%s: %lld drafts, %lld accepted in %lld decode steps", label, (long long)st.drafts,
+                           (long long)st.accepted, (long long)st.dec_steps);
+        }
+    }
+    draft = good;
+    model_free(bad);
+}
+
 int main(int argc, char **argv) {
     test_main(argc, argv);
     struct ci_err err = {0};
@@ -764,6 +862,7 @@ int main(int argc, char **argv) {
     RUN(greedy_identical_ending_on_eos);
     RUN(greedy_identical_with_prefix_hits_and_preemption);
     RUN(greedy_identical_for_n_samples);
+    RUN(greedy_identical_through_backoff);
     RUN(stop_strings_and_max_tokens);
     RUN(sampler_draft_keeps_the_distribution);
     RUN(engine_sampling_keeps_the_distribution);
