@@ -450,6 +450,10 @@ def test_default_kv_type():
     """Without --kv-type, serve's KV cache is f16 (llama.cpp's default; the other tests pass f32 explicitly)."""
     s = Server(kv_type=None)
     try:
+        # The start-up lines are read on a thread: the pool line may arrive just after /health turns 200.
+        deadline = time.monotonic() + 10
+        while not any("KV pool" in line for line in s.lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
         kv = [line for line in s.lines if "KV pool" in line]
         check("serve_kv_type_default_f16", len(kv) == 1 and "(f16, 640 bytes per token)" in kv[0], " | ".join(kv))
         check("serve_args_no_kv_type", "--kv-type" not in s.args, str(s.args))
