@@ -40,6 +40,10 @@ void ci_matmul(struct ci_threadpool *tp, const struct ci_tensor *w, const float 
  * with the same bits.  A packing is valid only for the kernel table selected when it was made. */
 size_t ci_pack_bytes(const struct ci_tensor *w);
 void ci_pack(const struct ci_tensor *w, void *dst);
+/* Part of ci_pack: the rows [r0, r1) of the packing (r0 and r1 multiples of ci_pack_rows(), r1 at most the
+ * rows of whole groups), written where ci_pack writes them in dst; the parts together give ci_pack's bytes. */
+int ci_pack_rows(void);
+void ci_pack_part(const struct ci_tensor *w, void *dst, int64_t r0, int64_t r1);
 
 /* ci_matmul of several matrices over the same input in one pool dispatch (decode's Q/K/V, gate/up): y[i] =
  * x · w[i]^T, each bit for bit what ci_matmul computes; the activations are quantized once per form.  Every

@@ -346,7 +346,18 @@ size_t ci_pack_bytes(const struct ci_tensor *w) {
 }
 
 void ci_pack(const struct ci_tensor *w, void *dst) {
+    ci_pack_part(w, dst, 0, w->ne[1] / CI_MM_ROW_ALIGN * CI_MM_ROW_ALIGN);
+}
+
+int ci_pack_rows(void) {
+    return CI_MM_ROW_ALIGN;
+}
+
+void ci_pack_part(const struct ci_tensor *w, void *dst, int64_t r0, int64_t r1) {
     const struct ci_dot_table *tab = ci_kernels_table();
     CI_ASSERT(ci_pack_bytes(w) > 0 && tab->pack && ((uintptr_t)dst & 63) == 0);
-    tab->pack(w->type, w->data, (size_t)w->row_bytes, w->ne[0], 0, w->ne[1] / CI_MM_ROW_ALIGN, dst);
+    CI_ASSERT(r0 >= 0 && r0 <= r1 && r0 % CI_MM_ROW_ALIGN == 0 && r1 % CI_MM_ROW_ALIGN == 0 &&
+              r1 <= w->ne[1]);
+    tab->pack(w->type, w->data, (size_t)w->row_bytes, w->ne[0], r0 / CI_MM_ROW_ALIGN, r1 / CI_MM_ROW_ALIGN,
+              dst);
 }

@@ -10,10 +10,10 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 
-/* Calls fn on every matrix that ci_matmul runs: each layer's tensors (struct layer_weights is all tensors;
- * 3-D expert stacks and vectors have no packing) and the output head (a copy when tied: the token embedding
- * keeps serving row lookups from the file). */
-static void each_matrix(struct model *m, void (*fn)(struct ci_tensor *t, void *ctx), void *ctx) {
+/* Calls fn on every tensor a forward pass reads each step: each layer's tensors (struct layer_weights is all
+ * tensors; 3-D expert stacks have no packing), the output head (a copy when tied: the token embedding keeps
+ * serving row lookups from the file) and the final norm. */
+static void each_tensor(struct model *m, void (*fn)(struct ci_tensor *t, void *ctx), void *ctx) {
     const size_t per_layer = sizeof(struct layer_weights) / sizeof(struct ci_tensor);
     for (int il = 0; il < m->config.n_layer; il++) {
         struct ci_tensor *all = (struct ci_tensor *)&m->weights.layers[il];
@@ -23,34 +23,68 @@ static void each_matrix(struct model *m, void (*fn)(struct ci_tensor *t, void *c
     }
     if (m->weights.output.data)
         fn(&m->weights.output, ctx);
+    if (m->weights.output_norm.data)
+        fn(&m->weights.output_norm, ctx);
 }
+
+/* Vectors (norm weights, biases, sinks) are read by every step.  Left in the file mapping, each read faults
+ * back the pages around it that the packing gave back (the kernel maps a whole folio, and reads around it:
+ * measured, one request re-mapped 58 of the 136 MiB of a packed smollm2-135m Q8_0, as much peak memory as the
+ * packing saves), so once matrices are packed the vectors are copied next to them. */
+static bool is_vector(const struct ci_tensor *t) {
+    return t->n_dims == 1 && !t->packed && t->nbytes > 0;
+}
+
+// Rows packed between two releases of their file pages (a multiple of every table's row group).
+#define PACK_SLICE_ROWS 1024
 
 struct pack_plan {
     size_t bytes;
-    int n;
+    int n; // matrices packed (the vectors copied along are not counted)
     struct model *m;
     uint8_t *at; // next free byte of the packed buffer
 };
 
 static void count(struct ci_tensor *t, void *ctx) {
     struct pack_plan *p = ctx;
-    size_t b = ci_pack_bytes(t);
+    size_t b = is_vector(t) ? (size_t)t->nbytes : ci_pack_bytes(t);
     if (b && !t->packed && p->bytes <= SIZE_MAX - 64 - b) {
         p->bytes += (b + 63) & ~(size_t)63;
-        p->n++;
+        p->n += !is_vector(t);
     }
+}
+
+static void count_matrix_only(struct ci_tensor *t, void *ctx) {
+    if (!is_vector(t))
+        count(t, ctx);
 }
 
 static void pack(struct ci_tensor *t, void *ctx) {
     struct pack_plan *p = ctx;
+    if (is_vector(t)) {
+        const void *file = t->data;
+        memcpy(p->at, file, t->nbytes);
+        t->data = p->at;
+        p->at += (t->nbytes + 63) & ~(uint64_t)63;
+        if (p->m->gguf)
+            gguf_release(p->m->gguf, file, t->nbytes);
+        return;
+    }
     size_t b = ci_pack_bytes(t);
     if (!b || t->packed)
         return;
-    ci_pack(t, p->at);
+    // A slice of rows at a time, each slice's file pages given back once packed, so the matrix is never
+    // resident twice (the largest one, often the tied head, would otherwise set the peak memory).  The rows
+    // are read from the packing from now on; a tail past the last whole group re-faults.
+    const int64_t step = PACK_SLICE_ROWS, rows = t->ne[1] / ci_pack_rows() * ci_pack_rows();
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        int64_t r1 = r0 + step < rows ? r0 + step : rows;
+        ci_pack_part(t, p->at, r0, r1);
+        if (p->m->gguf) // from the matrix's start: the page a slice edge splits goes with the later slice
+            gguf_release(p->m->gguf, t->data, (uint64_t)r1 * t->row_bytes);
+    }
     t->packed = p->at;
     p->at += (b + 63) & ~(size_t)63;
-    if (p->m->gguf) // the rows are read from the packing now (a tail past the last 16-row group re-faults)
-        gguf_release(p->m->gguf, t->data, t->nbytes);
 }
 
 static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -66,16 +100,18 @@ void model_pack_weights(const struct model *cm) {
     m->pack_tried = true;
     ci_kernels_init();
     struct pack_plan plan = {.m = m};
-    each_matrix(m, count, &plan);
-    if (plan.n == 0)
+    each_tensor(m, count_matrix_only, &plan);
+    if (plan.n == 0) // nothing packed: the file's pages stay, and the vectors with them
         goto done;
+    plan = (struct pack_plan){.m = m};
+    each_tensor(m, count, &plan);
     if (!(m->packed = ci_malloc_aligned(plan.bytes))) { // an optimisation only: run from the file's layout
         CI_LOG_WARN("no memory to pack %d weight matrices (%zu bytes): running them as stored", plan.n,
                     plan.bytes);
         goto done;
     }
     plan.at = m->packed;
-    each_matrix(m, pack, &plan);
+    each_tensor(m, pack, &plan);
     CI_LOG_INFO("packed %d weight matrices (%.1f MiB) for the %s kernels", plan.n,
                 (double)plan.bytes / (1024.0 * 1024.0), ci_kernels_isa());
 done:

@@ -811,6 +811,15 @@ static void packed_case(int64_t n_in) {
         uint8_t *packed = ci_malloc_aligned(pb);
         ci_pack(&w, packed);
         w.packed = packed;
+        // The packing made in parts (as the model's loader does, giving back each part's file pages) is
+        // the same bytes.
+        uint8_t *parts = ci_malloc_aligned(pb);
+        memset(parts, 0x5a, pb);
+        const int64_t edges[] = {0, 16, 48, n_out / 16 * 16};
+        for (int k = 0; k < 3; k++)
+            ci_pack_part(&w, parts, edges[k], edges[k + 1]);
+        CHECK1(ci_pack_rows() == 16 && memcmp(parts, packed, pb) == 0);
+        ci_free_aligned(parts);
         for (int p = 0; p < 3; p++)
             for (int n_tok = 1; n_tok <= max_tok; n_tok += (n_tok < 4 ? 1 : 5)) { // 1-4 decode, 9, 14, 19
                 size_t wb = ci_matmul_work_bytes(type, n_in, n_tok);
