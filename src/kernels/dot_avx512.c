@@ -595,27 +595,32 @@ T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
 #endif
 #define PACK_K_BLOCKS 4 // super-blocks per prefill slice of the packed K-quants
 
+/* A 16-row group's code bytes per block (its scales follow all its blocks): Q5_0 adds one vector of qh. */
 static inline size_t pk_chunk_bytes(uint32_t type) {
-    return type == CI_TYPE_Q8_0 ? 512 : 256;
+    return type == CI_TYPE_Q8_0 ? 512 : type == CI_TYPE_Q5_0 ? 320 : 256;
 }
 
 static inline bool pk_kquant(uint32_t type) {
-    return type == CI_TYPE_Q4_K || type == CI_TYPE_Q6_K;
+    return type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K;
 }
 
 static inline int64_t pk_block_elems(uint32_t type) {
     return pk_kquant(type) ? 256 : 32;
 }
 
-/* A 16-row group's bytes per block: the rows' own bytes (16 x 34, 18, 144 or 210). */
+/* A 16-row group's bytes per block: the rows' own bytes (16 x 34, 18, 22, 144, 176 or 210). */
 static inline size_t pk_block_bytes(uint32_t type) {
     switch (type) {
     case CI_TYPE_Q8_0:
         return 16 * sizeof(struct ci_block_q8_0);
     case CI_TYPE_Q4_0:
         return 16 * sizeof(struct ci_block_q4_0);
+    case CI_TYPE_Q5_0:
+        return 16 * 22;
     case CI_TYPE_Q4_K:
         return 16 * 144;
+    case CI_TYPE_Q5_K:
+        return 16 * 176;
     default: // Q6_K
         return 16 * 210;
     }
@@ -626,7 +631,7 @@ static inline size_t pk_group_bytes(uint32_t type, int64_t nb) {
 }
 
 static size_t pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
-    if ((type != CI_TYPE_Q8_0 && type != CI_TYPE_Q4_0 && !pk_kquant(type)) ||
+    if ((type != CI_TYPE_Q8_0 && type != CI_TYPE_Q4_0 && type != CI_TYPE_Q5_0 && !pk_kquant(type)) ||
         n_in % pk_block_elems(type) != 0 || n_out < PACK_ROWS)
         return 0;
     return (size_t)(n_out / PACK_ROWS) * pk_group_bytes(type, n_in / pk_block_elems(type));
@@ -650,20 +655,26 @@ static void pack_u16(const uint8_t *src, size_t row_bytes, size_t off, uint8_t *
  *  Q4_K: qs as 32 lane vectors (vector v: qs[4v..4v+3]; its low nibbles are elements 32j + 4kk.. of
  *        sub-block j = 2 (v / 8), kk = v % 8, its high nibbles those of sub-block j + 1), the 12 scale bytes
  *        as 3 lane vectors, then the 16 d and the 16 dmin (fp16).
+ *  Q5_K: Q4_K's qs vectors, then qh as 8 lane vectors (vector kk: qh[4kk..4kk+3], whose bit j is the 5th
+ *        bit of sub-block j's elements 4kk..), then Q4_K's scales, d and dmin.
  *  Q6_K: ql then qh as 48 lane vectors (ql vector 16h + 8p + kk: ql[64h + 32p + 4kk..]; qh vector 8h + kk:
  *        qh[32h + 4kk..]), the 16 sub-block scales as [sub-block][row] int8, then the 16 d (fp16). */
 static void pack_kq(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t g0, int64_t g1,
                     uint8_t *dst) {
-    const size_t sb = type == CI_TYPE_Q4_K ? 144 : 210, gb = pk_block_bytes(type);
+    const size_t gb = pk_block_bytes(type), sb = gb / PACK_ROWS;
     for (int64_t g = g0; g < g1; g++)
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *src = w + (size_t)(g * PACK_ROWS) * row_bytes + (size_t)b * sb;
             uint8_t *o = dst + (size_t)g * pk_group_bytes(type, nb) + (size_t)b * gb;
-            if (type == CI_TYPE_Q4_K) {
-                pack_lanes(src + 16, row_bytes, 128, o);
-                pack_lanes(src + 4, row_bytes, 12, o + 2048);
-                pack_u16(src, row_bytes, 0, o + 2240);
-                pack_u16(src, row_bytes, 2, o + 2272);
+            if (type != CI_TYPE_Q6_K) {
+                const bool q5 = type == CI_TYPE_Q5_K;
+                const size_t sc = q5 ? 2560 : 2048; // the scales' vectors
+                pack_lanes(src + (q5 ? 48 : 16), row_bytes, 128, o);
+                if (q5)
+                    pack_lanes(src + 16, row_bytes, 32, o + 2048);
+                pack_lanes(src + 4, row_bytes, 12, o + sc);
+                pack_u16(src, row_bytes, 0, o + sc + 192);
+                pack_u16(src, row_bytes, 2, o + sc + 224);
             } else {
                 pack_lanes(src, row_bytes, 192, o);
                 for (int i = 0; i < PACK_ROWS; i++)
@@ -681,8 +692,10 @@ static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t
         return;
     }
     const int64_t nb = n_in / 32;
-    const size_t bb = type == CI_TYPE_Q8_0 ? sizeof(struct ci_block_q8_0) : sizeof(struct ci_block_q4_0);
+    const size_t bb = pk_block_bytes(type) / PACK_ROWS;
     const size_t cb = pk_chunk_bytes(type);
+    // Q5_0's vectors: qs (at 6 in the block) then qh (at 2); the others' are their bytes from 2 on
+    const size_t at = type == CI_TYPE_Q5_0 ? 6 : 2;
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *chunks = dst + (size_t)g * pk_group_bytes(type, nb), *scales = chunks + (size_t)nb * cb;
         for (int i = 0; i < PACK_ROWS; i++) {
@@ -692,7 +705,7 @@ static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t
                 memcpy(scales + (size_t)b * 32 + 2 * (size_t)i, blk, 2);
                 for (size_t c = 0; c < cb / 64; c++)
                     for (int k = 0; k < 4; k++) {
-                        uint8_t v = blk[2 + 4 * c + (size_t)k];
+                        uint8_t v = at == 6 && c == 4 ? blk[2 + (size_t)k] : blk[at + 4 * c + (size_t)k];
                         chunks[(size_t)b * cb + 64 * c + 4 * (size_t)i + (size_t)k] =
                             type == CI_TYPE_Q8_0 ? (uint8_t)(v ^ 0x80) : v;
                     }
@@ -709,7 +722,8 @@ AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
     const int64_t nb = m->n_in / 32;
     const size_t cb = pk_chunk_bytes(type);
     const uint8_t *scales = gp + (size_t)nb * cb;
-    const int shift = type == CI_TYPE_Q8_0 ? 7 : 3; // the unsigned offset: 128 or 8 times sum(x)
+    // the unsigned offset: 128, 8 or 16 times sum(x)
+    const int shift = type == CI_TYPE_Q8_0 ? 7 : type == CI_TYPE_Q5_0 ? 4 : 3;
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     const int8_t *xt[8];
     UNROLL
@@ -742,10 +756,24 @@ AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
                         _mm512_dpbusd_epi32(acc[j], w, _mm512_set1_epi32(load_i32(xt[j] + b * 32 + 4 * c)));
             }
         } else {
+            const __m512i qh = type == CI_TYPE_Q5_0 ? _mm512_loadu_si512(p + 256) : _mm512_setzero_si512();
             UNROLL
             for (int c = 0; c < 4; c++) {
                 __m512i w = _mm512_loadu_si512(p + 64 * c);
                 __m512i lo = _mm512_and_si512(w, low4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low4);
+                if (type == CI_TYPE_Q5_0) { // the 5th bits: qh bit 4c + k (lo) and 16 + 4c + k (hi) -> byte k
+                    const __m512i base = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
+                    const __m512i bits = _mm512_set1_epi32(c % 2 ? (int)0x80402010 : 0x08040201);
+                    const __m512i sixteen = _mm512_set1_epi8(16);
+                    const __mmask64 ml = _mm512_test_epi8_mask(
+                        _mm512_shuffle_epi8(qh, _mm512_add_epi8(base, _mm512_set1_epi8((char)(c / 2)))),
+                        bits);
+                    const __mmask64 mh = _mm512_test_epi8_mask(
+                        _mm512_shuffle_epi8(qh, _mm512_add_epi8(base, _mm512_set1_epi8((char)(2 + c / 2)))),
+                        bits);
+                    lo = _mm512_mask_add_epi8(lo, ml, lo, sixteen);
+                    hi = _mm512_mask_add_epi8(hi, mh, hi, sixteen);
+                }
                 UNROLL
                 for (int j = 0; j < TN; j++) {
                     acc[j] =
@@ -782,6 +810,7 @@ typedef void (*ptile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, i
 
 PTILES(CI_TYPE_Q8_0, q8_0)
 PTILES(CI_TYPE_Q4_0, q4_0)
+PTILES(CI_TYPE_Q5_0, q5_0)
 
 /* The K-quants' packed tile (pack_kq's layouts): per super-block and sub-block j an exact integer dot in each
  * lane (vpdpbusd of the unsigned codes with the token's 4 bytes broadcast), times the row's sub-block scale
@@ -813,10 +842,11 @@ struct ksrc {
 
 AI struct ksrc ksrc_of(uint32_t type, const uint8_t *p, int k) {
     struct ksrc c;
-    if (type == CI_TYPE_Q4_K) {
-        c.lo = c.hi = p + 64 * 8 * (k / 2);
+    if (type != CI_TYPE_Q6_K) { // Q5_K: bit k of the qh vectors rotated to bit 4
+        c.lo = p + 64 * 8 * (k / 2);
+        c.hi = p + 2048;
         c.nsh = _mm_cvtsi32_si128(4 * (k % 2));
-        c.rot = _mm512_setzero_si512();
+        c.rot = _mm512_set1_epi32((4 - k) & 31);
         c.x = 32 * k;
         return c;
     }
@@ -835,14 +865,14 @@ AI __m512i ku(uint32_t type, const struct ksrc *c, const int i) {
     if (type == CI_TYPE_Q4_K)
         return _mm512_and_si512(lo, m0f);
     __m512i hb = _mm512_rolv_epi32(_mm512_loadu_si512(c->hi + 64 * i), c->rot);
-    return sel(m0f, lo, _mm512_and_si512(hb, _mm512_set1_epi8(0x30)));
+    return sel(m0f, lo, _mm512_and_si512(hb, _mm512_set1_epi8(type == CI_TYPE_Q5_K ? 0x10 : 0x30)));
 }
 
 /* Sub-blocks k0 and (pair) k1 = the one sharing k0's code bytes (Q4_K: 2c, 2c + 1; Q6_K: r and r + 2) for TN
  * tokens: each lane's exact dot, from 0 (Q6_K: -32 bsum_k, off), times the row's sub-block scale, into sumi. */
 AI void ksub(uint32_t type, const int TN, const bool pair, const uint8_t *p, int k0, int k1,
              const int8_t *const *xb, const int32_t (*off)[16], __m512i sc0, __m512i sc1, __m512i *sumi) {
-    const int nch = type == CI_TYPE_Q4_K ? 8 : 4;
+    const int nch = type == CI_TYPE_Q6_K ? 4 : 8;
     const struct ksrc c0 = ksrc_of(type, p, k0), c1 = ksrc_of(type, p, pair ? k1 : k0);
     __m512i i0[8], i1[8];
     UNROLL
@@ -887,7 +917,9 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
     // Up to 4 tokens, two sub-blocks at a time (their code bytes loaded once, two dependency chains); 8
     // tokens fill the registers with one.
     const bool pair = TN <= 4;
-    const int nsub = type == CI_TYPE_Q4_K ? 8 : 16;
+    const bool q6 = type == CI_TYPE_Q6_K;
+    const size_t sc_at = type == CI_TYPE_Q5_K ? 2560 : 2048; // Q4_K, Q5_K: the scale bytes' vectors
+    const int nsub = q6 ? 16 : 8;
     const int8_t *xt[8];
     const int16_t *st[8];
     const float *dt[8];
@@ -918,10 +950,10 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
         _Alignas(64) __m512i sc[16];     // the sub-block scales as int32 lanes
         _Alignas(64) int32_t off[8][16]; // Q6_K: -32 bsum_k of each token (its codes are the values plus 32)
         __m512i w1 = _mm512_setzero_si512(), w2 = w1;
-        if (type == CI_TYPE_Q4_K) {
-            const __m512i w0 = _mm512_loadu_si512(p + 2048);
-            w1 = _mm512_loadu_si512(p + 2112);
-            w2 = _mm512_loadu_si512(p + 2176);
+        if (!q6) {
+            const __m512i w0 = _mm512_loadu_si512(p + sc_at);
+            w1 = _mm512_loadu_si512(p + sc_at + 64);
+            w2 = _mm512_loadu_si512(p + sc_at + 128);
             const __m512i f1 = sel(m0f, w2, _mm512_srli_epi32(w0, 2));
             UNROLL
             for (int k = 0; k < 8; k++)
@@ -943,16 +975,17 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
         int n_steps = pair ? nsub / 2 : nsub;
         __asm__("" : "+r"(n_steps)); // a run-time trip count: the loop stays rolled
         for (int s = 0; s < n_steps; s++) {
-            // pairs: Q4_K (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
-            const int k0 = !pair ? s : type == CI_TYPE_Q4_K ? 2 * s : 8 * (s / 4) + s % 4;
-            const int k1 = type == CI_TYPE_Q4_K ? k0 + 1 : k0 + 4;
+            // pairs: Q4_K, Q5_K (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
+            const int k0 = !pair ? s : !q6 ? 2 * s : 8 * (s / 4) + s % 4;
+            const int k1 = !q6 ? k0 + 1 : k0 + 4;
             ksub(type, TN, pair, p, k0, k1, xb, (const int32_t(*)[16])off, sc[k0], sc[pair ? k1 : k0], sumi);
         }
-        if (type == CI_TYPE_Q4_K) {
+        if (!q6) {
             const __m512i f3 = sel(m0f, _mm512_srli_epi32(w2, 4), _mm512_srli_epi32(w1, 2));
-            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + 2240)));
+            const __m512 d =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + sc_at + 192)));
             const __m512 dmin =
-                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + 2272)));
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + sc_at + 224)));
             UNROLL
             for (int j = 0; j < TN; j++) {
                 // summ = sum_k m_k (bsum[2k] + bsum[2k + 1]): m_k < 64 in each lane's low half, the pair sum
@@ -997,6 +1030,7 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
                                               NULL, NULL,      NULL,      name##_p8};
 
 KPTILES(CI_TYPE_Q4_K, q4_k)
+KPTILES(CI_TYPE_Q5_K, q5_k)
 KPTILES(CI_TYPE_Q6_K, q6_k)
 
 /* The packed groups inside [r0, r1) as vpanel walks them (decode: one pass over each group's blocks; prefill:
@@ -1033,15 +1067,27 @@ T512 static void mm_q8_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, i
 T512 static void mm_q4_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ppanel(m, r0, r1, t0, t1, q4_0_ptiles, mm_q4_0);
 }
-/* The K-quants' rows past the last whole group: this table has no unpacked kernels for them. */
+/* Q5_0 and the K-quants' rows past the last whole group: this table has no unpacked kernels for them. */
+T512 static void mm_q5_0_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ci_dot_avx2_table()->mm[CI_TYPE_Q5_0](m, r0, r1, t0, t1);
+}
+T512 static void mm_q5_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ppanel(m, r0, r1, t0, t1, q5_0_ptiles, mm_q5_0_rest);
+}
 T512 static void mm_q4_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ci_dot_avx2_table()->mm[CI_TYPE_Q4_K](m, r0, r1, t0, t1);
+}
+T512 static void mm_q5_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ci_dot_avx2_table()->mm[CI_TYPE_Q5_K](m, r0, r1, t0, t1);
 }
 T512 static void mm_q6_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ci_dot_avx2_table()->mm[CI_TYPE_Q6_K](m, r0, r1, t0, t1);
 }
 T512 static void mm_q4_k_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ppanel(m, r0, r1, t0, t1, q4_k_ptiles, mm_q4_k_rest);
+}
+T512 static void mm_q5_k_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ppanel(m, r0, r1, t0, t1, q5_k_ptiles, mm_q5_k_rest);
 }
 T512 static void mm_q6_k_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ppanel(m, r0, r1, t0, t1, q6_k_ptiles, mm_q6_k_rest);
@@ -1108,7 +1154,9 @@ static const struct ci_dot_table avx512_table = {
     .pack = pack_rows,
     .mm_packed = {[CI_TYPE_Q8_0] = mm_q8_0_packed,
                   [CI_TYPE_Q4_0] = mm_q4_0_packed,
+                  [CI_TYPE_Q5_0] = mm_q5_0_packed,
                   [CI_TYPE_Q4_K] = mm_q4_k_packed,
+                  [CI_TYPE_Q5_K] = mm_q5_k_packed,
                   [CI_TYPE_Q6_K] = mm_q6_k_packed},
     .silu_mul = silu_mul,
 };

@@ -800,8 +800,9 @@ static void packed_case(int64_t n_in) {
             continue;
         struct ci_tensor w = make_weights(&r, type, n_in, n_out);
         size_t pb = ci_pack_bytes(&w);
-        bool want_packing = has_packing && (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ||
-                                            type == CI_TYPE_Q4_K || type == CI_TYPE_Q6_K);
+        bool want_packing =
+            has_packing && (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 || type == CI_TYPE_Q5_0 ||
+                            type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K);
         if (!want_packing) {
             CHECK1(pb == 0);
             ci_free((void *)(uintptr_t)w.data);
