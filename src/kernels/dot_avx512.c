@@ -935,11 +935,6 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
         f[j] = first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&park[j]);
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *p = gp + (size_t)b * bb;
-        if (stream) {
-            UNROLL
-            for (size_t c = 0; c < (bb + 63) / 64; c++)
-                _mm_prefetch((const char *)(p + PK_PREFETCH + 64 * c), _MM_HINT_T0);
-        }
         const int8_t *xb[8];
         __m512i sumi[8];
         UNROLL
@@ -974,7 +969,11 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
         }
         int n_steps = pair ? nsub / 2 : nsub;
         __asm__("" : "+r"(n_steps)); // a run-time trip count: the loop stays rolled
+        const int n_lines = (int)((bb + 63) / 64), per_step = (n_lines + n_steps - 1) / n_steps;
         for (int s = 0; s < n_steps; s++) {
+            if (stream) // the next blocks' lines, spread over the steps (a burst of them stalls the loads)
+                for (int c = s * per_step; c < (s + 1) * per_step && c < n_lines; c++)
+                    _mm_prefetch((const char *)(p + PK_PREFETCH + 64 * c), _MM_HINT_T0);
             // pairs: Q4_K, Q5_K (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
             const int k0 = !pair ? s : !q6 ? 2 * s : 8 * (s / 4) + s % 4;
             const int k1 = !q6 ? k0 + 1 : k0 + 4;

@@ -43,21 +43,11 @@ struct pack_plan {
     int n; // matrices packed (the vectors copied along are not counted)
     struct model *m;
     uint8_t *at; // next free byte of the packed buffer
-    bool q6_k;   // pack Q6_K too (CINFER_PACK_Q6_K=1)
 };
-
-/* What the kernels can pack and this model packs.  Q6_K only on request: its packed tile is faster from
- * 2 tokens on, but for one token from memory it measured slower than the file-layout kernels (AMD EPYC Zen 5,
- * 2 threads), and the output head of a Q4_K_M file is Q6_K. */
-static size_t pack_size(const struct pack_plan *p, const struct ci_tensor *t) {
-    if (t->type == CI_TYPE_Q6_K && !p->q6_k)
-        return 0;
-    return ci_pack_bytes(t);
-}
 
 static void count(struct ci_tensor *t, void *ctx) {
     struct pack_plan *p = ctx;
-    size_t b = is_vector(t) ? (size_t)t->nbytes : pack_size(p, t);
+    size_t b = is_vector(t) ? (size_t)t->nbytes : ci_pack_bytes(t);
     if (b && !t->packed && p->bytes <= SIZE_MAX - 64 - b) {
         p->bytes += (b + 63) & ~(size_t)63;
         p->n += !is_vector(t);
@@ -80,7 +70,7 @@ static void pack(struct ci_tensor *t, void *ctx) {
             gguf_release(p->m->gguf, file, t->nbytes);
         return;
     }
-    size_t b = pack_size(p, t);
+    size_t b = ci_pack_bytes(t);
     if (!b || t->packed)
         return;
     // A slice of rows at a time, each slice's file pages given back once packed, so the matrix is never
@@ -109,13 +99,11 @@ void model_pack_weights(const struct model *cm) {
         goto done;
     m->pack_tried = true;
     ci_kernels_init();
-    const char *q6 = getenv("CINFER_PACK_Q6_K");
-    const bool q6_k = q6 && *q6 && strcmp(q6, "0") != 0;
-    struct pack_plan plan = {.m = m, .q6_k = q6_k};
+    struct pack_plan plan = {.m = m};
     each_tensor(m, count_matrix_only, &plan);
     if (plan.n == 0) // nothing packed: the file's pages stay, and the vectors with them
         goto done;
-    plan = (struct pack_plan){.m = m, .q6_k = q6_k};
+    plan = (struct pack_plan){.m = m};
     each_tensor(m, count, &plan);
     if (!(m->packed = ci_malloc_aligned(plan.bytes))) { // an optimisation only: run from the file's layout
         CI_LOG_WARN("no memory to pack %d weight matrices (%zu bytes): running them as stored", plan.n,
