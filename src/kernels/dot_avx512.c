@@ -601,7 +601,7 @@ static inline size_t pk_chunk_bytes(uint32_t type) {
 }
 
 static inline bool pk_kquant(uint32_t type) {
-    return type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K;
+    return type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
 }
 
 static inline int64_t pk_block_elems(uint32_t type) {
@@ -614,6 +614,7 @@ static inline size_t pk_block_bytes(uint32_t type) {
     case CI_TYPE_Q8_0:
         return 16 * sizeof(struct ci_block_q8_0);
     case CI_TYPE_Q4_0:
+    case CI_TYPE_IQ4_NL:
         return 16 * sizeof(struct ci_block_q4_0);
     case CI_TYPE_Q5_0:
         return 16 * 22;
@@ -621,6 +622,8 @@ static inline size_t pk_block_bytes(uint32_t type) {
         return 16 * 144;
     case CI_TYPE_Q5_K:
         return 16 * 176;
+    case CI_TYPE_IQ4_XS:
+        return 16 * 136;
     default: // Q6_K
         return 16 * 210;
     }
@@ -631,7 +634,8 @@ static inline size_t pk_group_bytes(uint32_t type, int64_t nb) {
 }
 
 static size_t pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
-    if ((type != CI_TYPE_Q8_0 && type != CI_TYPE_Q4_0 && type != CI_TYPE_Q5_0 && !pk_kquant(type)) ||
+    if ((type != CI_TYPE_Q8_0 && type != CI_TYPE_Q4_0 && type != CI_TYPE_Q5_0 && type != CI_TYPE_IQ4_NL &&
+         !pk_kquant(type)) ||
         n_in % pk_block_elems(type) != 0 || n_out < PACK_ROWS)
         return 0;
     return (size_t)(n_out / PACK_ROWS) * pk_group_bytes(type, n_in / pk_block_elems(type));
@@ -651,12 +655,30 @@ static void pack_u16(const uint8_t *src, size_t row_bytes, size_t off, uint8_t *
         memcpy(dst + 2 * (size_t)i, src + (size_t)i * row_bytes + off, 2);
 }
 
+/* IQ4_XS's 128 code bytes of the 16 rows in Q4_K's packed order: lane vector v = 8p + i, byte k: element
+ * 4i + k of sub-block 2p in the low nibble, of sub-block 2p + 1 in the high one (IQ4_XS keeps element e of
+ * sub-block j in nibble e / 16 of qs[16j + e % 16]). */
+static void pack_iq4_xs_codes(const uint8_t *qs, size_t row_bytes, uint8_t *dst) {
+    for (int i = 0; i < PACK_ROWS; i++) {
+        const uint8_t *q = qs + (size_t)i * row_bytes;
+        for (int v = 0; v < 32; v++)
+            for (int k = 0; k < 4; k++) {
+                const int e = 4 * (v % 8) + k, j = 2 * (v / 8);
+                const int n0 = q[16 * j + e % 16] >> (4 * (e / 16)) & 15;
+                const int n1 = q[16 * (j + 1) + e % 16] >> (4 * (e / 16)) & 15;
+                dst[64 * v + 4 * i + k] = (uint8_t)(n0 | n1 << 4);
+            }
+    }
+}
+
 /* The K-quant layouts (per group, super-block after super-block, pk_block_bytes each, lanes = rows):
  *  Q4_K: qs as 32 lane vectors (vector v: qs[4v..4v+3]; its low nibbles are elements 32j + 4kk.. of
  *        sub-block j = 2 (v / 8), kk = v % 8, its high nibbles those of sub-block j + 1), the 12 scale bytes
  *        as 3 lane vectors, then the 16 d and the 16 dmin (fp16).
  *  Q5_K: Q4_K's qs vectors, then qh as 8 lane vectors (vector kk: qh[4kk..4kk+3], whose bit j is the 5th
  *        bit of sub-block j's elements 4kk..), then Q4_K's scales, d and dmin.
+ *  IQ4_XS: the codes as Q4_K's (its nibbles regrouped so: the file keeps each 32-element sub-block as an
+ *        IQ4_NL block), scales_l as one lane vector, the 16 scales_h (u16), the 16 d (fp16).
  *  Q6_K: ql then qh as 48 lane vectors (ql vector 16h + 8p + kk: ql[64h + 32p + 4kk..]; qh vector 8h + kk:
  *        qh[32h + 4kk..]), the 16 sub-block scales as [sub-block][row] int8, then the 16 d (fp16). */
 static void pack_kq(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t g0, int64_t g1,
@@ -666,7 +688,12 @@ static void pack_kq(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *src = w + (size_t)(g * PACK_ROWS) * row_bytes + (size_t)b * sb;
             uint8_t *o = dst + (size_t)g * pk_group_bytes(type, nb) + (size_t)b * gb;
-            if (type != CI_TYPE_Q6_K) {
+            if (type == CI_TYPE_IQ4_XS) {
+                pack_iq4_xs_codes(src + 8, row_bytes, o);
+                pack_lanes(src + 4, row_bytes, 4, o + 2048);
+                pack_u16(src, row_bytes, 2, o + 2112);
+                pack_u16(src, row_bytes, 0, o + 2144);
+            } else if (type != CI_TYPE_Q6_K) {
                 const bool q5 = type == CI_TYPE_Q5_K;
                 const size_t sc = q5 ? 2560 : 2048; // the scales' vectors
                 pack_lanes(src + (q5 ? 48 : 16), row_bytes, 128, o);
@@ -714,6 +741,13 @@ static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t
     }
 }
 
+/* IQ4_NL's 16 values plus 128 (unsigned for vpdpbusd; the dot then carries 128 sum(x)) in every 128-bit lane. */
+AI __m512i iq4nl_table_u(void) {
+    return _mm512_xor_si512(
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)ci_iq4nl_values)),
+        _mm512_set1_epi8((char)0x80));
+}
+
 /* 16 packed rows (group base gp) x TN tokens over blocks [b0, b1); F (lanes = rows) parked between slices.
  * stream: the blocks come from memory (the first token group over them), so prefetch ahead. */
 AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
@@ -723,8 +757,8 @@ AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
     const size_t cb = pk_chunk_bytes(type);
     const uint8_t *scales = gp + (size_t)nb * cb;
     // the unsigned offset: 128, 8 or 16 times sum(x)
-    const int shift = type == CI_TYPE_Q8_0 ? 7 : type == CI_TYPE_Q5_0 ? 4 : 3;
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    const int shift = type == CI_TYPE_Q8_0 || type == CI_TYPE_IQ4_NL ? 7 : type == CI_TYPE_Q5_0 ? 4 : 3;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), table = iq4nl_table_u();
     const int8_t *xt[8];
     UNROLL
     for (int j = 0; j < TN; j++)
@@ -774,6 +808,10 @@ AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
                     lo = _mm512_mask_add_epi8(lo, ml, lo, sixteen);
                     hi = _mm512_mask_add_epi8(hi, mh, hi, sixteen);
                 }
+                if (type == CI_TYPE_IQ4_NL) { // the table's values plus 128
+                    lo = _mm512_shuffle_epi8(table, lo);
+                    hi = _mm512_shuffle_epi8(table, hi);
+                }
                 UNROLL
                 for (int j = 0; j < TN; j++) {
                     acc[j] =
@@ -811,6 +849,7 @@ typedef void (*ptile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, i
 PTILES(CI_TYPE_Q8_0, q8_0)
 PTILES(CI_TYPE_Q4_0, q4_0)
 PTILES(CI_TYPE_Q5_0, q5_0)
+PTILES(CI_TYPE_IQ4_NL, iq4_nl)
 
 /* The K-quants' packed tile (pack_kq's layouts): per super-block and sub-block j an exact integer dot in each
  * lane (vpdpbusd of the unsigned codes with the token's 4 bytes broadcast), times the row's sub-block scale
@@ -864,6 +903,8 @@ AI __m512i ku(uint32_t type, const struct ksrc *c, const int i) {
     __m512i lo = _mm512_srl_epi16(_mm512_loadu_si512(c->lo + 64 * i), c->nsh);
     if (type == CI_TYPE_Q4_K)
         return _mm512_and_si512(lo, m0f);
+    if (type == CI_TYPE_IQ4_XS)
+        return _mm512_shuffle_epi8(iq4nl_table_u(), _mm512_and_si512(lo, m0f));
     __m512i hb = _mm512_rolv_epi32(_mm512_loadu_si512(c->hi + 64 * i), c->rot);
     return sel(m0f, lo, _mm512_and_si512(hb, _mm512_set1_epi8(type == CI_TYPE_Q5_K ? 0x10 : 0x30)));
 }
@@ -877,9 +918,10 @@ AI void ksub(uint32_t type, const int TN, const bool pair, const uint8_t *p, int
     __m512i i0[8], i1[8];
     UNROLL
     for (int j = 0; j < TN; j++) {
-        i0[j] = type == CI_TYPE_Q6_K ? _mm512_set1_epi32(off[j][k0]) : _mm512_setzero_si512();
+        const bool has_off = type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
+        i0[j] = has_off ? _mm512_set1_epi32(off[j][k0]) : _mm512_setzero_si512();
         if (pair)
-            i1[j] = type == CI_TYPE_Q6_K ? _mm512_set1_epi32(off[j][k1]) : _mm512_setzero_si512();
+            i1[j] = has_off ? _mm512_set1_epi32(off[j][k1]) : _mm512_setzero_si512();
     }
     UNROLL
     for (int i = 0; i < nch; i++) {
@@ -917,7 +959,7 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
     // Up to 4 tokens, two sub-blocks at a time (their code bytes loaded once, two dependency chains); 8
     // tokens fill the registers with one.
     const bool pair = TN <= 4;
-    const bool q6 = type == CI_TYPE_Q6_K;
+    const bool q6 = type == CI_TYPE_Q6_K, xs = type == CI_TYPE_IQ4_XS, mins = !q6 && !xs;
     const size_t sc_at = type == CI_TYPE_Q5_K ? 2560 : 2048; // Q4_K, Q5_K: the scale bytes' vectors
     const int nsub = q6 ? 16 : 8;
     const int8_t *xt[8];
@@ -942,10 +984,35 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
             xb[j] = xt[j] + b * 256;
             sumi[j] = _mm512_setzero_si512();
         }
-        _Alignas(64) __m512i sc[16];     // the sub-block scales as int32 lanes
-        _Alignas(64) int32_t off[8][16]; // Q6_K: -32 bsum_k of each token (its codes are the values plus 32)
+        _Alignas(64) __m512i sc[16]; // the sub-block scales as int32 lanes
+        // Q6_K: -32 bsum_k of each token (its codes are the values plus 32); IQ4_XS: -128 times its sub-block's
+        // sum (its codes are the table's values plus 128)
+        _Alignas(64) int32_t off[8][16];
         __m512i w1 = _mm512_setzero_si512(), w2 = w1;
-        if (!q6) {
+        if (xs) { // 6-bit scales: 4 bits of scales_l, 2 of scales_h, minus 32
+            const __m512i l = _mm512_loadu_si512(p + 2048);
+            const __m512i h =
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p + 2112)));
+            UNROLL
+            for (int k = 0; k < 8; k++)
+                sc[k] = _mm512_sub_epi32(
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(l, 4 * k), _mm512_set1_epi32(15)),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * k), _mm512_set1_epi32(3)),
+                                          4)),
+                    _mm512_set1_epi32(32));
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                _mm256_store_si256(
+                    (__m256i *)(void *)off[j],
+                    _mm256_sub_epi32(
+                        _mm256_setzero_si256(),
+                        _mm256_slli_epi32(
+                            _mm256_madd_epi16(
+                                _mm256_loadu_si256((const __m256i *)(const void *)(st[j] + b * 16)),
+                                _mm256_set1_epi16(1)),
+                            7)));
+        } else if (mins) {
             const __m512i w0 = _mm512_loadu_si512(p + sc_at);
             w1 = _mm512_loadu_si512(p + sc_at + 64);
             w2 = _mm512_loadu_si512(p + sc_at + 128);
@@ -974,12 +1041,12 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
             if (stream) // the next blocks' lines, spread over the steps (a burst of them stalls the loads)
                 for (int c = s * per_step; c < (s + 1) * per_step && c < n_lines; c++)
                     _mm_prefetch((const char *)(p + PK_PREFETCH + 64 * c), _MM_HINT_T0);
-            // pairs: Q4_K, Q5_K (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
+            // pairs: Q4_K, Q5_K, IQ4_XS (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
             const int k0 = !pair ? s : !q6 ? 2 * s : 8 * (s / 4) + s % 4;
             const int k1 = !q6 ? k0 + 1 : k0 + 4;
             ksub(type, TN, pair, p, k0, k1, xb, (const int32_t(*)[16])off, sc[k0], sc[pair ? k1 : k0], sumi);
         }
-        if (!q6) {
+        if (mins) {
             const __m512i f3 = sel(m0f, _mm512_srli_epi32(w2, 4), _mm512_srli_epi32(w1, 2));
             const __m512 d =
                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + sc_at + 192)));
@@ -1004,7 +1071,8 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
                                        _mm512_cvtepi32_ps(summ), f[j]);
             }
         } else {
-            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + 3328)));
+            const __m512 d =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p + (xs ? 2144 : 3328))));
             UNROLL
             for (int j = 0; j < TN; j++)
                 f[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dt[j][b])),
@@ -1030,6 +1098,7 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
 
 KPTILES(CI_TYPE_Q4_K, q4_k)
 KPTILES(CI_TYPE_Q5_K, q5_k)
+KPTILES(CI_TYPE_IQ4_XS, iq4_xs)
 KPTILES(CI_TYPE_Q6_K, q6_k)
 
 /* The packed groups inside [r0, r1) as vpanel walks them (decode: one pass over each group's blocks; prefill:
@@ -1072,6 +1141,18 @@ T512 static void mm_q5_0_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int
 }
 T512 static void mm_q5_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ppanel(m, r0, r1, t0, t1, q5_0_ptiles, mm_q5_0_rest);
+}
+T512 static void mm_iq4_nl_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ci_dot_avx2_table()->mm[CI_TYPE_IQ4_NL](m, r0, r1, t0, t1);
+}
+T512 static void mm_iq4_nl_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ppanel(m, r0, r1, t0, t1, iq4_nl_ptiles, mm_iq4_nl_rest);
+}
+T512 static void mm_iq4_xs_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ci_dot_avx2_table()->mm[CI_TYPE_IQ4_XS](m, r0, r1, t0, t1);
+}
+T512 static void mm_iq4_xs_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    ppanel(m, r0, r1, t0, t1, iq4_xs_ptiles, mm_iq4_xs_rest);
 }
 T512 static void mm_q4_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ci_dot_avx2_table()->mm[CI_TYPE_Q4_K](m, r0, r1, t0, t1);
@@ -1156,6 +1237,8 @@ static const struct ci_dot_table avx512_table = {
                   [CI_TYPE_Q5_0] = mm_q5_0_packed,
                   [CI_TYPE_Q4_K] = mm_q4_k_packed,
                   [CI_TYPE_Q5_K] = mm_q5_k_packed,
+                  [CI_TYPE_IQ4_NL] = mm_iq4_nl_packed,
+                  [CI_TYPE_IQ4_XS] = mm_iq4_xs_packed,
                   [CI_TYPE_Q6_K] = mm_q6_k_packed},
     .silu_mul = silu_mul,
 };

@@ -802,7 +802,8 @@ static void packed_case(int64_t n_in) {
         size_t pb = ci_pack_bytes(&w);
         bool want_packing =
             has_packing && (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 || type == CI_TYPE_Q5_0 ||
-                            type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K);
+                            type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K ||
+                            type == CI_TYPE_IQ4_NL || type == CI_TYPE_IQ4_XS);
         if (!want_packing) {
             CHECK1(pb == 0);
             ci_free((void *)(uintptr_t)w.data);
