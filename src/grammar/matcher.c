@@ -475,7 +475,16 @@ struct gram_space *gram_space_scratch(const struct grammar *g, const struct gram
 }
 
 void gram_space_reset_nodes(struct gram_space *m) {
-    memset(m->htab, 0, ((size_t)m->hmask + 1) * sizeof *m->htab);
+    if ((size_t)m->n_nodes * 8 > (size_t)m->hmask + 1) {
+        memset(m->htab, 0, ((size_t)m->hmask + 1) * sizeof *m->htab);
+    } else { // few nodes in a table grown by an earlier walk: clear just theirs (each is on its probe path)
+        for (uint32_t id = 1; id < m->n_nodes; id++) {
+            uint32_t i = (uint32_t)mix(((uint64_t)m->npos[id] << 32) | m->nparent[id]) & m->hmask;
+            while (m->htab[i] != id + 1)
+                i = (i + 1) & m->hmask;
+            m->htab[i] = 0;
+        }
+    }
     m->n_nodes = 1;
 }
 

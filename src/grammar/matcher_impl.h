@@ -10,7 +10,7 @@
 
 struct trie_node {
     uint32_t first_child, next_sibling;
-    uint32_t tok_first, tok_n; // tokens whose bytes end here: toks[tok_first .. + tok_n)
+    uint32_t tok_first, tok_n;   // tokens whose bytes end here: toks[tok_first .. + tok_n)
     uint32_t sub_first, sub_end; // the tokens of the subtree (this node's first): toks[sub_first .. sub_end)
     uint8_t byte;
 };

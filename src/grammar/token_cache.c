@@ -236,7 +236,7 @@ static bool classify(struct gram_tcache *tc, const struct tkey *k) {
 }
 
 const struct gram_tc_entry *gram_tcache_get(struct gram_tcache *tc, const struct gram_space *sp,
-                                           uint32_t node, bool *first) {
+                                            uint32_t node, bool *first) {
     struct tkey key;
     for (int i = 0; i < GRAM_TCACHE_DEPTH; i++) {
         key.pos[i] = node ? sp->npos[node] : GRAM_NONE;

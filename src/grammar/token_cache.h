@@ -39,7 +39,7 @@ struct gram_tc_entry {
     uint32_t *acc; // accepted token ids [n_acc], or a bitset of (n_vocab + 31) / 32 words when acc_bits
     uint32_t n_acc;
     bool acc_bits;
-    uint32_t *dep; // dependent tokens: rank ranges [dep[2i], dep[2i + 1])
+    uint32_t *dep;  // dependent tokens: rank ranges [dep[2i], dep[2i + 1])
     uint32_t n_dep; // ranges
 };
 
@@ -53,7 +53,7 @@ void gram_tcache_new_mask(struct gram_tcache *tc);
 /* The entry of the stack `node` of space sp (its top GRAM_TCACHE_DEPTH positions; computed now if new); NULL
  * when unavailable (budget or memory).  *first: the first time this entry is asked for in this mask. */
 const struct gram_tc_entry *gram_tcache_get(struct gram_tcache *tc, const struct gram_space *sp,
-                                           uint32_t node, bool *first);
+                                            uint32_t node, bool *first);
 
 struct gram_tcache_stats {
     uint32_t computed, unavailable;
