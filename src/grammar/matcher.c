@@ -498,6 +498,8 @@ enum ci_status gram_space_create(const struct grammar *g, const struct gram_voca
     struct gram_space *m = gram_space_scratch(g, v);
     if (!m)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    const char *env = getenv("CINFER_GRAMMAR_TABLE"); // "0": the trie walk only (to compare, README)
+    m->tc_off = env && !strcmp(env, "0");
     // The start state: every alternative of the start rule expanded with nothing below it.
     m->n_arena = 0;
     uint32_t i = g->rule_start[g->start];
