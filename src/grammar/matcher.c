@@ -492,6 +492,12 @@ void gram_space_use_table(struct gram_space *sp, bool on) {
     sp->tc_off = !on;
 }
 
+void gram_space_table_limit(struct gram_space *sp, uint64_t bytes) {
+    sp->tc_limit = bytes;
+    if (sp->tc)
+        gram_tcache_set_limit(sp->tc, bytes);
+}
+
 enum ci_status gram_space_create(const struct grammar *g, const struct gram_vocab *v, struct gram_space **out,
                                  struct ci_err *err) {
     *out = NULL;
@@ -674,6 +680,8 @@ static bool ensure_table(struct gram_space *m) {
     if (m->tc)
         return true;
     m->tc = gram_tcache_create(m->g, m->v);
+    if (m->tc && m->tc_limit)
+        gram_tcache_set_limit(m->tc, m->tc_limit);
     m->dep = ci_calloc(((size_t)m->v->n_toks + 31) / 32 + 1, sizeof *m->dep);
     if (!m->tc || !m->dep) {
         gram_tcache_free(m->tc);

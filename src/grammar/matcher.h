@@ -56,6 +56,8 @@ void gram_space_free(struct gram_space *sp);
 /* Whether masks use the per-position token table (default on; off: the trie walk only, for tests and
  * benchmarks: both give the same masks). */
 void gram_space_use_table(struct gram_space *sp, bool on);
+/* Bounds the table's entries to `bytes` (tests: the fallback to the walk past the bound). */
+void gram_space_table_limit(struct gram_space *sp, uint64_t bytes);
 
 struct gram_matcher;
 

@@ -85,6 +85,7 @@ struct gram_space {
     uint32_t n_start;
     struct gram_tcache *tc; // the per-position token table (token_cache.h); NULL until the first mask
     bool tc_off;            // masks by the trie walk only (tests, benchmarks)
+    uint64_t tc_limit;      // the table's bound on its entries' bytes (0: GRAM_TCACHE_MAX_BYTES)
     uint32_t *dep;          // scratch: [(n_toks + 31) / 32] ranks to check against the whole state
 };
 

@@ -40,6 +40,7 @@ struct gram_tcache {
     uint32_t *acc, *dep; // the position being computed
     size_t n_acc, cap_acc, n_dep, cap_dep;
     bool oom;
+    uint64_t max_bytes;
     struct gram_tcache_stats stats;
 };
 
@@ -89,6 +90,7 @@ struct gram_tcache *gram_tcache_create(const struct grammar *g, const struct gra
         return NULL;
     tc->g = g;
     tc->v = v;
+    tc->max_bytes = GRAM_TCACHE_MAX_BYTES;
     tc->sc = gram_space_scratch(g, v);
     tc->frames = ci_calloc(v->max_len + 2, sizeof *tc->frames);
     if (!tc->sc || !tc->frames || !grow_slots(tc)) {
@@ -112,6 +114,10 @@ void gram_tcache_free(struct gram_tcache *tc) {
     ci_free(tc->acc);
     ci_free(tc->dep);
     ci_free(tc);
+}
+
+void gram_tcache_set_limit(struct gram_tcache *tc, uint64_t bytes) {
+    tc->max_bytes = bytes;
 }
 
 void gram_tcache_new_mask(struct gram_tcache *tc) {
@@ -267,7 +273,7 @@ const struct gram_tc_entry *gram_tcache_get(struct gram_tcache *tc, const struct
         e.n_acc = e.acc_bits ? (uint32_t)words : (uint32_t)tc->n_acc;
         e.n_dep = (uint32_t)(tc->n_dep / 2);
         uint64_t bytes = ((uint64_t)e.n_acc + 2 * (uint64_t)e.n_dep) * sizeof(uint32_t) + sizeof e;
-        ok = tc->stats.bytes + bytes <= GRAM_TCACHE_MAX_BYTES;
+        ok = tc->stats.bytes + bytes <= tc->max_bytes;
         if (ok && tc->n_ents == tc->cap_ents) {
             uint32_t cap = tc->cap_ents ? 2 * tc->cap_ents : 64;
             struct gram_tc_entry *p = ci_realloc(tc->ents, cap * sizeof *p);
@@ -286,9 +292,10 @@ const struct gram_tc_entry *gram_tcache_get(struct gram_tcache *tc, const struct
             if (e.acc_bits)
                 for (size_t i = 0; i < tc->n_acc; i++)
                     e.acc[tc->acc[i] >> 5] |= 1u << (tc->acc[i] & 31);
-            else
+            else if (tc->n_acc) // (the buffers are NULL until a first token)
                 memcpy(e.acc, tc->acc, tc->n_acc * sizeof *e.acc);
-            memcpy(e.dep, tc->dep, tc->n_dep * sizeof *e.dep);
+            if (tc->n_dep)
+                memcpy(e.dep, tc->dep, tc->n_dep * sizeof *e.dep);
             tc->stats.bytes += bytes;
             tc->stats.acc_tokens += tc->n_acc;
             for (uint32_t i = 0; i < e.n_dep; i++)

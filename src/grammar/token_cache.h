@@ -32,8 +32,8 @@
 #include "grammar/grammar.h"
 #include "grammar/matcher_impl.h"
 
-#define GRAM_TCACHE_MAX_BYTES (64u << 20)
-#define GRAM_TCACHE_DEPTH     2 // stack nodes known in an entry's key: the top and its parent
+#define GRAM_TCACHE_MAX_BYTES (16u << 20) // per space; the engine keeps 16 spaces
+#define GRAM_TCACHE_DEPTH     2           // stack nodes known in an entry's key: the top and its parent
 
 struct gram_tc_entry {
     uint32_t *acc; // accepted token ids [n_acc], or a bitset of (n_vocab + 31) / 32 words when acc_bits
@@ -48,6 +48,8 @@ struct gram_tcache;
 /* NULL when out of memory. */
 struct gram_tcache *gram_tcache_create(const struct grammar *g, const struct gram_vocab *v);
 void gram_tcache_free(struct gram_tcache *tc);
+/* The bound on the entries' bytes (default GRAM_TCACHE_MAX_BYTES); entries already made stay. */
+void gram_tcache_set_limit(struct gram_tcache *tc, uint64_t bytes);
 /* A new mask: gram_tcache_get's *first is true once per entry until the next call. */
 void gram_tcache_new_mask(struct gram_tcache *tc);
 /* The entry of the stack `node` of space sp (its top GRAM_TCACHE_DEPTH positions; computed now if new); NULL

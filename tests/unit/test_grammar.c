@@ -433,7 +433,7 @@ static struct gram_vocab *tok_vocab(struct tokenizer *t) {
 /* Random walks: at each state the mask equals trying every token; then a random allowed token is taken.
  * table: masks from the per-position token table (token_cache.h), else by the trie walk alone. */
 static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char *text, uint64_t seed,
-                          int steps, int min_states, const char *what, bool table) {
+                          int steps, int min_states, const char *what, bool table, uint64_t limit) {
     struct grammar *g = parse(text);
     if (!g)
         return;
@@ -449,6 +449,8 @@ static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char 
     CHECK(gram_space_create(g, v, &sp, &err) == CI_OK);
     if (sp) {
         gram_space_use_table(sp, table);
+        if (limit)
+            gram_space_table_limit(sp, limit);
         CHECK(gram_matcher_create_in(sp, &m, &err) == CI_OK);
     }
     int compared = 0, total_allowed = 0;
@@ -505,7 +507,10 @@ static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char 
     if (m)
         gram_matcher_stats(m, &gs);
     // The table was used (or not) as asked: every mask without a partial character came from it.
-    if (table)
+    if (table && limit) // past the bound: some masks fell back to the walk
+        CHECKF(gs.table_unavailable > 0 && gs.table_masks > 0,
+               "%s: the table's %llu-byte bound never reached", what, (unsigned long long)limit);
+    else if (table)
         CHECKF(gs.table_masks > 0 && gs.table_unavailable == 0,
                "%s: %llu masks from the table, %u positions "
                "unavailable",
@@ -537,13 +542,16 @@ TEST(mask_matches_brute_force) {
             continue;
         struct gram_vocab *v = tok_vocab(t);
         for (int table = 1; v && table >= 0; table--) { // the same walks (seeds) with the table and without
-            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json", table);
-            mask_vs_brute(t, v, G_ARITH, 2 + k, 20, 5, "arithmetic", table);
-            mask_vs_brute(t, v, G_JAPANESE, 3 + k, 15, 5, "japanese", table);
-            mask_vs_brute(t, v, G_CHESS, 4 + k, 20, 5, "chess", table);
-            mask_vs_brute(t, v, G_CLIKE, 5 + k, 20, 5, "c-like", table);
-            mask_vs_brute(t, v, "root ::= \"é\" | \"😀😀\" | [^a-z]{2}\n", 6 + k, 6, 2, "utf8", table);
+            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json", table, 0);
+            mask_vs_brute(t, v, G_ARITH, 2 + k, 20, 5, "arithmetic", table, 0);
+            mask_vs_brute(t, v, G_JAPANESE, 3 + k, 15, 5, "japanese", table, 0);
+            mask_vs_brute(t, v, G_CHESS, 4 + k, 20, 5, "chess", table, 0);
+            mask_vs_brute(t, v, G_CLIKE, 5 + k, 20, 5, "c-like", table, 0);
+            mask_vs_brute(t, v, "root ::= \"é\" | \"😀😀\" | [^a-z]{2}\n", 6 + k, 6, 2, "utf8", table, 0);
         }
+        // A table bounded to a few entries: the masks past it come from the walk, still equal.
+        if (v)
+            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json, table bounded to 2 KiB", true, 2048);
         gram_vocab_free(v);
         tokenizer_free(t);
     }
