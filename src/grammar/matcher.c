@@ -700,7 +700,8 @@ static bool ensure_table(struct gram_space *m) {
 static bool mask_from_table(struct gram_matcher *mt, uint32_t *bits) {
     struct gram_space *m = mt->sp;
     const struct gram_vocab *v = m->v;
-    if (m->tc_off || mt->u.rem != 0)
+    // Many parses at once: the walk, whose GRAM_MAX_STACKS limits the table cannot see (token_cache.h).
+    if (m->tc_off || mt->u.rem != 0 || mt->n_st > GRAM_MAX_STACKS / 16)
         return false;
     size_t dwords = ((size_t)v->n_toks + 31) / 32;
     if (!ensure_table(m))

@@ -16,7 +16,8 @@
  * A state's mask is then the union of its tops' accepted sets plus its tops' dependent tokens that the whole
  * state takes, which equals the trie walk over the whole state (a token is taken by a stack set exactly
  * when some one stack takes it) -- except where the walk hits the GRAM_MAX_STACKS limits mid-token (it then
- * rejects a token that a single stack's table may accept).
+ * rejects a token that a single stack's table may accept; the matcher keeps the walk for states of more
+ * than GRAM_MAX_STACKS / 16 parses, where that could happen).
  *
  * Cost and bounds: an entry is computed on first use (one trie walk from that single stack, the cost of
  * one uncached mask of a narrow state), by the space's thread; accepted sets are stored as token lists or a
