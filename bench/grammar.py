@@ -15,6 +15,8 @@ of that repetition's pair; the mask share (grammar time / constrained step time,
 same steps) is the direct measure and does not depend on the noise between requests.
 
     bench/grammar.py -m MODEL [--grammars a.gbnf,b.gbnf] [--batch 1,16] [--reps 5] [--tokens 48]
+                     [--schemas Github_easy:40,Glaiveai2K:100]   (JSONSchemaBench schemas, every K-th, as
+                     response_format json_schema; then --grammars "" to run only those)
     cinfer synth --preset smollm2-135m --type q8_0 -o /tmp/smol.gguf && bench/grammar.py -m /tmp/smol.gguf
 
 The compile time of the grammar corpus (tests/data/grammars) and the time of uncached masks are printed by
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,7 +86,9 @@ class Server:
 def run_case(s, grammar, n, seed, tokens):
     body = {"prompt": "Once upon a time", "max_tokens": tokens, "n": n, "temperature": 1.0, "seed": seed,
             "ignore_eos": True}
-    if grammar is not None:
+    if isinstance(grammar, dict):  # a JSON schema
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "s", "schema": grammar}}
+    elif grammar is not None:
         body["grammar"] = grammar
     k = s.mark()
     s.post("/v1/completions", body)
@@ -106,18 +111,27 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--schemas", default="", help="JSONSchemaBench subsets (SUBSET:K, every K-th schema)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each repetition's ratio")
     a = ap.parse_args()
     batches = [int(x) for x in a.batch.split(",")]
     grammars = []
-    for g in a.grammars.split(","):
+    for g in filter(None, a.grammars.split(",")):
         path = g if g.endswith(".gbnf") else os.path.join(ROOT, "tests/data/grammars", g + ".gbnf")
         with open(path, encoding="utf-8") as f:
             grammars.append((os.path.basename(path)[:-5], f.read()))
+    data = os.environ.get("JSONSCHEMABENCH") or os.path.join(ROOT, "..", "shared", "data", "jsonschemabench")
+    for spec in filter(None, a.schemas.split(",")):
+        subset, _, every = spec.partition(":")
+        with open(os.path.join(data, subset + ".jsonl"), encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if line.strip() and i % int(every or 1) == 0:
+                    grammars.append((f"{subset[:10]}:{i}", json.loads(line)["schema"]))
     s = Server(a.bin, a.model, a.threads, max(batches))
     rng = random.Random(1)
     print(f"{'grammar':<18} {'n':>3} {'steps':>11} {'plain ms':>9} {'gram ms':>9} {'overhead':>9} "
-          f"{'mask ms/step':>12} {'mask us/tok':>11} {'mask share':>10}")
+          f"{'mask ms/step':>12} {'mask us/tok':>11} {'p90 us/tok':>10} {'max us/tok':>10} {'mask share':>10}")
+    every_tok, shares = {}, {}  # per batch size: mask us/token of every constrained step; mask shares
     try:
         s.post("/v1/completions", {"prompt": "warm up", "max_tokens": 4})
         for name, text in grammars:
@@ -128,7 +142,10 @@ def main():
                     rng.shuffle(order)
                     got = {}
                     for constrained in order:
-                        got[constrained] = run_case(s, text if constrained else None, n, 100 + rep, a.tokens)
+                        try:
+                            got[constrained] = run_case(s, text if constrained else None, n, 100 + rep, a.tokens)
+                        except urllib.error.HTTPError:  # a schema the front end declines (400)
+                            got[constrained] = []
                     # A constrained request may end early (the grammar complete): compare the same steps (the
                     # first k of each request), as the first decode steps can differ from later ones.
                     k = min(len(got[False]), len(got[True]))
@@ -145,10 +162,20 @@ def main():
                 p = statistics.median(x[0] for x in plain)
                 g = statistics.median(x[0] for x in gram)
                 gm = statistics.median(x[1] for x in gram)
-                per_tok = statistics.median(1e3 * x[1] / x[2] for x in gram if x[2])
+                toks = sorted(1e3 * x[1] / x[2] for x in gram if x[2])
+                every_tok.setdefault(n, []).extend(toks)
+                shares.setdefault(n, []).append(gm / g)
+                per_tok = statistics.median(toks)
                 print(f"{name:<18} {n:>3} {len(plain):>5}/{len(gram):<5} {p:>9.2f} {g:>9.2f} "
                       f"{100 * (statistics.median(ratios) - 1):>+8.1f}% {gm:>12.3f} {per_tok:>11.1f} "
-                      f"{100 * gm / g:>9.1f}%", flush=True)
+                      f"{toks[len(toks) * 9 // 10]:>10.1f} {toks[-1]:>10.1f} {100 * gm / g:>9.1f}%", flush=True)
+        for n, toks in sorted(every_tok.items()):
+            toks.sort()
+            sh = sorted(shares[n])
+            print(f"all {len(sh)} grammars, n={n}: mask per token (a step's grammar time / its masks) median "
+                  f"{statistics.median(toks):.1f} us, p90 {toks[len(toks) * 9 // 10]:.1f} us, max {toks[-1]:.1f} us "
+                  f"over {len(toks)} steps; mask share of the step median {100 * statistics.median(sh):.2f}%, "
+                  f"max {100 * sh[-1]:.2f}%")
     finally:
         s.close()
 

@@ -6,30 +6,12 @@
 
 #include "core/hash.h"
 #include "core/mem.h"
+#include "grammar/matcher_impl.h"
+#include "grammar/token_cache.h"
 
-#define NONE UINT32_MAX
+#define NONE GRAM_NONE
 
 /* ---- vocabulary trie ------------------------------------------------------------------------------------- */
-
-struct trie_node {
-    uint32_t first_child, next_sibling;
-    uint32_t tok_first, tok_n; // tokens whose bytes end here: toks[tok_first .. + tok_n)
-    uint8_t byte;
-};
-
-struct gram_vocab {
-    int n_vocab;
-    char *pool;
-    uint64_t *off;
-    uint32_t *len; // 0: never allowed
-    uint8_t *is_eog;
-    int32_t *eog;
-    int n_eog;
-    struct trie_node *nodes; // [0]: the root
-    uint32_t n_nodes;
-    int32_t *toks;
-    uint32_t max_len;
-};
 
 void gram_vocab_free(struct gram_vocab *v) {
     if (!v)
@@ -109,7 +91,7 @@ enum ci_status gram_vocab_create(int n_vocab, const char *const *bytes, const ui
     qsort_r(v->toks, (size_t)n_toks, sizeof *v->toks, cmp_tok, v);
     if (!(path = ci_calloc(v->max_len + 1, sizeof *path)))
         goto nomem;
-    v->nodes[0] = (struct trie_node){NONE, NONE, 0, 0, 0};
+    v->nodes[0] = (struct trie_node){NONE, NONE, 0, 0, 0, (uint32_t)n_toks, 0};
     v->n_nodes = 1;
     uint32_t *lastc = ci_malloc((total + 1) * sizeof *lastc);
     if (!lastc)
@@ -129,7 +111,7 @@ enum ci_status gram_vocab_create(int n_vocab, const char *const *bytes, const ui
         path[0] = 0;
         for (uint32_t d = lcp; d < L; d++) {
             uint32_t p = path[d], c = v->n_nodes++;
-            v->nodes[c] = (struct trie_node){NONE, NONE, 0, 0, (uint8_t)s[d]};
+            v->nodes[c] = (struct trie_node){NONE, NONE, 0, 0, (uint32_t)k, (uint32_t)k + 1, (uint8_t)s[d]};
             lastc[c] = NONE;
             if (lastc[p] == NONE)
                 v->nodes[p].first_child = c;
@@ -137,6 +119,11 @@ enum ci_status gram_vocab_create(int n_vocab, const char *const *bytes, const ui
                 v->nodes[lastc[p]].next_sibling = c;
             lastc[p] = c;
             path[d + 1] = c;
+        }
+        for (uint32_t d = 0; d <= L; d++) { // k is the largest rank under the path yet (ranks come in order)
+            struct trie_node *pn = &v->nodes[path[d]];
+            pn->sub_first = pn->sub_first < (uint32_t)k ? pn->sub_first : (uint32_t)k;
+            pn->sub_end = (uint32_t)k + 1;
         }
         struct trie_node *n = &v->nodes[path[L]];
         if (n->tok_n == 0)
@@ -146,6 +133,7 @@ enum ci_status gram_vocab_create(int n_vocab, const char *const *bytes, const ui
     }
     ci_free(lastc);
     ci_free(path);
+    v->n_toks = (uint32_t)n_toks;
     *out = v;
     return CI_OK;
 nomem:
@@ -155,54 +143,6 @@ nomem:
 }
 
 /* ---- matcher --------------------------------------------------------------------------------------------- */
-
-struct u8state {
-    uint32_t acc;
-    uint8_t rem, lo, hi; // continuation bytes still to come; the range the next one must be in
-};
-
-struct mstate {
-    size_t off; // the stack set: arena[off .. off + n), sorted node ids
-    uint32_t n;
-    struct u8state u;
-};
-
-struct frame {
-    uint32_t child; // next child to visit
-    size_t mark;    // arena length to restore when this frame is left
-    struct mstate s;
-};
-
-struct cache_entry {
-    uint64_t hash;
-    uint32_t *key; // [n_key]: the stack set then the UTF-8 state
-    uint32_t n_key;
-    uint32_t *bits;
-};
-
-#define CACHE_SLOTS 32
-
-/* What the matchers of one grammar and vocabulary share: the stack nodes (so equal states have equal ids
- * across matchers), the mask cache, the scratch. */
-struct gram_space {
-    const struct grammar *g;
-    const struct gram_vocab *v;
-    // hash-consed stack nodes; node 0 is the empty stack
-    uint32_t *npos, *nparent;
-    uint32_t n_nodes, cap_nodes;
-    uint32_t *htab; // node id + 1, 0: free
-    uint32_t hmask;
-    // scratch: stack sets of the steps being computed
-    uint32_t *arena;
-    size_t n_arena, cap_arena;
-    struct frame *frames;
-    bool failed; // out of memory or too many stacks in the current computation
-    struct cache_entry cache[CACHE_SLOTS];
-    uint32_t cache_next;
-    struct gram_matcher_stats stats;
-    uint32_t *start; // the start state's stack set [n_start]
-    uint32_t n_start;
-};
 
 struct gram_matcher {
     struct gram_space *sp;
@@ -247,7 +187,7 @@ static bool grow_nodes(struct gram_space *m) {
     return true;
 }
 
-static uint32_t intern(struct gram_space *m, uint32_t pos, uint32_t parent) {
+uint32_t gram_intern(struct gram_space *m, uint32_t pos, uint32_t parent) {
     uint32_t i = (uint32_t)mix(((uint64_t)pos << 32) | parent) & m->hmask;
     for (; m->htab[i]; i = (i + 1) & m->hmask) {
         uint32_t id = m->htab[i] - 1;
@@ -259,7 +199,7 @@ static uint32_t intern(struct gram_space *m, uint32_t pos, uint32_t parent) {
             m->failed = true;
             return 0;
         }
-        return intern(m, pos, parent);
+        return gram_intern(m, pos, parent);
     }
     uint32_t id = m->n_nodes++;
     m->npos[id] = pos;
@@ -301,13 +241,15 @@ static void expand(struct gram_space *m, uint32_t pos, uint32_t parent, int dept
     const struct grammar *g = m->g;
     uint32_t op = g->elems[pos].op;
     if (gram_is_end(op)) {
-        if (parent == 0)
+        if (parent == m->unknown)
+            m->escaped = true; // the table's scratch: what follows depends on the stack below
+        else if (parent == 0)
             arena_push(m, 0);
         else
             expand(m, m->npos[parent], m->nparent[parent], depth + 1, base);
     } else if (op == GRAM_REF) {
         uint32_t ret = pos + 1;
-        uint32_t retnode = gram_is_end(g->elems[ret].op) ? parent : intern(m, ret, parent);
+        uint32_t retnode = gram_is_end(g->elems[ret].op) ? parent : gram_intern(m, ret, parent);
         uint32_t i = g->rule_start[g->elems[pos].val];
         for (;;) {
             expand(m, i, retnode, depth + 1, base);
@@ -318,7 +260,7 @@ static void expand(struct gram_space *m, uint32_t pos, uint32_t parent, int dept
             i++;
         }
     } else {
-        arena_push(m, intern(m, pos, parent));
+        arena_push(m, gram_intern(m, pos, parent));
     }
 }
 
@@ -367,8 +309,7 @@ static bool some_top_intersects(struct gram_space *m, const struct mstate *s, ui
     return false;
 }
 
-/* One byte: false when no parse can take it (out is then unspecified). */
-static bool step_byte(struct gram_space *m, const struct mstate *in, uint8_t b, struct mstate *out) {
+bool gram_step_byte(struct gram_space *m, const struct mstate *in, uint8_t b, struct mstate *out) {
     if (in->u.rem == 0) {
         if (b < 0x80) {
             advance_cp(m, in, b, out);
@@ -436,7 +377,7 @@ static bool run_bytes(struct gram_matcher *mt, const char *bytes, size_t n, stru
         return false;
     for (size_t i = 0; i < n; i++) {
         struct mstate next;
-        if (!step_byte(m, s, (uint8_t)bytes[i], &next) || m->failed)
+        if (!gram_step_byte(m, s, (uint8_t)bytes[i], &next) || m->failed)
             return false;
         *s = next;
     }
@@ -497,6 +438,8 @@ void gram_space_free(struct gram_space *m) {
     ci_free(m->arena);
     ci_free(m->frames);
     ci_free(m->start);
+    ci_free(m->dep);
+    gram_tcache_free(m->tc);
     for (int i = 0; i < CACHE_SLOTS; i++) {
         ci_free(m->cache[i].key);
         ci_free(m->cache[i].bits);
@@ -513,22 +456,56 @@ void gram_matcher_free(struct gram_matcher *m) {
     ci_free(m);
 }
 
-enum ci_status gram_space_create(const struct grammar *g, const struct gram_vocab *v, struct gram_space **out,
-                                 struct ci_err *err) {
-    *out = NULL;
+struct gram_space *gram_space_scratch(const struct grammar *g, const struct gram_vocab *v) {
     struct gram_space *m = ci_calloc(1, sizeof *m);
     if (!m)
-        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        return NULL;
     m->g = g;
     m->v = v;
+    m->unknown = NONE;
     m->frames = ci_calloc(v->max_len + 2, sizeof *m->frames);
     if (!m->frames || !grow_nodes(m)) {
         gram_space_free(m);
-        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+        return NULL;
     }
     m->npos[0] = NONE;
     m->nparent[0] = 0;
     m->n_nodes = 1;
+    return m;
+}
+
+void gram_space_reset_nodes(struct gram_space *m) {
+    if ((size_t)m->n_nodes * 8 > (size_t)m->hmask + 1) {
+        memset(m->htab, 0, ((size_t)m->hmask + 1) * sizeof *m->htab);
+    } else { // few nodes in a table grown by an earlier walk: clear just theirs (each is on its probe path)
+        for (uint32_t id = 1; id < m->n_nodes; id++) {
+            uint32_t i = (uint32_t)mix(((uint64_t)m->npos[id] << 32) | m->nparent[id]) & m->hmask;
+            while (m->htab[i] != id + 1)
+                i = (i + 1) & m->hmask;
+            m->htab[i] = 0;
+        }
+    }
+    m->n_nodes = 1;
+}
+
+void gram_space_use_table(struct gram_space *sp, bool on) {
+    sp->tc_off = !on;
+}
+
+void gram_space_table_limit(struct gram_space *sp, uint64_t bytes) {
+    sp->tc_limit = bytes;
+    if (sp->tc)
+        gram_tcache_set_limit(sp->tc, bytes);
+}
+
+enum ci_status gram_space_create(const struct grammar *g, const struct gram_vocab *v, struct gram_space **out,
+                                 struct ci_err *err) {
+    *out = NULL;
+    struct gram_space *m = gram_space_scratch(g, v);
+    if (!m)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    const char *env = getenv("CINFER_GRAMMAR_TABLE"); // "0": the trie walk only (to compare, README)
+    m->tc_off = env && !strcmp(env, "0");
     // The start state: every alternative of the start rule expanded with nothing below it.
     m->n_arena = 0;
     uint32_t i = g->rule_start[g->start];
@@ -622,6 +599,148 @@ static void set_node_tokens(const struct gram_vocab *v, uint32_t node, uint32_t 
     }
 }
 
+/* The first set rank >= from in dep (ranks [0, n)), or UINT32_MAX. */
+static uint32_t next_dep(const uint32_t *dep, uint32_t n, uint32_t from) {
+    uint32_t nw = (n + 31) / 32;
+    for (uint32_t w = from >> 5; w < nw; w++) {
+        uint32_t x = dep[w] & (w == from >> 5 ? ~0u << (from & 31) : ~0u);
+        if (x)
+            return w * 32 + (uint32_t)__builtin_ctz(x);
+    }
+    return UINT32_MAX;
+}
+
+/* Walks the trie depth first from the state, advancing a copy of it one byte per edge (a dead prefix prunes
+ * its subtree), and sets the bits of the tokens the state takes.  dep (a bitset of ranks; NULL: every
+ * token): only those tokens, and subtrees without one are skipped.  False when out of memory. */
+static bool walk(struct gram_matcher *mt, uint32_t *bits, const uint32_t *dep) {
+    struct gram_space *m = mt->sp;
+    const struct gram_vocab *v = m->v;
+    struct mstate s0;
+    if (!load_state(mt, &s0))
+        return false;
+    // The first dependent rank at or after the last subtree looked at: subtrees come in rank order.
+    uint32_t cur = dep ? next_dep(dep, v->n_toks, 0) : 0;
+    struct frame *fr = m->frames;
+    int top = 0;
+    fr[0] = (struct frame){v->nodes[0].first_child, m->n_arena, s0};
+    while (top >= 0) {
+        struct frame *f = &fr[top];
+        uint32_t c = f->child;
+        if (c == NONE) {
+            m->n_arena = f->mark;
+            top--;
+            continue;
+        }
+        const struct trie_node *t = &v->nodes[c];
+        f->child = t->next_sibling;
+        if (dep) {
+            if (cur < t->sub_first)
+                cur = next_dep(dep, v->n_toks, t->sub_first);
+            if (cur >= t->sub_end)
+                continue;
+        }
+        size_t mark = m->n_arena;
+        struct mstate ns;
+        m->stats.nodes_visited++;
+        m->failed = false;
+        if (!gram_step_byte(m, &f->s, t->byte, &ns) || m->failed) {
+            m->n_arena = mark;
+            continue;
+        }
+        if (!dep) {
+            set_node_tokens(v, c, bits);
+        } else {
+            for (uint32_t r = t->tok_first; r < t->tok_first + t->tok_n; r++)
+                if ((dep[r >> 5] >> (r & 31)) & 1u) {
+                    int32_t id = v->toks[r];
+                    bits[id >> 5] |= 1u << (id & 31);
+                }
+        }
+        if (t->first_child != NONE) {
+            fr[++top] = (struct frame){t->first_child, mark, ns};
+        } else {
+            m->n_arena = mark;
+        }
+    }
+    return true;
+}
+
+static void set_ranks(uint32_t *dep, uint32_t a, uint32_t b) {
+    for (; a < b && (a & 31); a++)
+        dep[a >> 5] |= 1u << (a & 31);
+    for (; a + 32 <= b; a += 32)
+        dep[a >> 5] = ~0u;
+    for (; a < b; a++)
+        dep[a >> 5] |= 1u << (a & 31);
+}
+
+/* The space's table, made on first use; false when out of memory (the space then masks by the walk). */
+static bool ensure_table(struct gram_space *m) {
+    if (m->tc)
+        return true;
+    m->tc = gram_tcache_create(m->g, m->v);
+    if (m->tc && m->tc_limit)
+        gram_tcache_set_limit(m->tc, m->tc_limit);
+    m->dep = ci_calloc(((size_t)m->v->n_toks + 31) / 32 + 1, sizeof *m->dep);
+    if (!m->tc || !m->dep) {
+        gram_tcache_free(m->tc);
+        ci_free(m->dep);
+        m->tc = NULL;
+        m->dep = NULL;
+        m->tc_off = true;
+        return false;
+    }
+    return true;
+}
+
+/* The mask from the per-position table (token_cache.h): the union of the tops' accepted tokens, plus their
+ * dependent tokens that the whole state takes.  False (bits then partly written) when the table is off or
+ * does not apply: a partial character pending, or a top's entry unavailable. */
+static bool mask_from_table(struct gram_matcher *mt, uint32_t *bits) {
+    struct gram_space *m = mt->sp;
+    const struct gram_vocab *v = m->v;
+    // Many parses at once: the walk, whose GRAM_MAX_STACKS limits the table cannot see (token_cache.h).
+    if (m->tc_off || mt->u.rem != 0 || mt->n_st > GRAM_MAX_STACKS / 16)
+        return false;
+    size_t dwords = ((size_t)v->n_toks + 31) / 32;
+    if (!ensure_table(m))
+        return false;
+    gram_tcache_new_mask(m->tc);
+    bool any_dep = false, ok = true;
+    for (uint32_t k = 0; k < mt->n_st && ok; k++) {
+        uint32_t id = mt->st[k];
+        if (id == 0)
+            continue;
+        bool first;
+        const struct gram_tc_entry *e = gram_tcache_get(m->tc, m, id, &first);
+        if (!e) {
+            ok = false;
+            break;
+        }
+        if (!first)
+            continue;
+        if (e->acc_bits)
+            for (uint32_t w = 0; w < e->n_acc; w++)
+                bits[w] |= e->acc[w];
+        else
+            for (uint32_t i = 0; i < e->n_acc; i++)
+                bits[e->acc[i] >> 5] |= 1u << (e->acc[i] & 31);
+        for (uint32_t i = 0; i < e->n_dep; i++)
+            set_ranks(m->dep, e->dep[2 * i], e->dep[2 * i + 1]);
+        any_dep |= e->n_dep > 0;
+    }
+    if (ok && any_dep) {
+        ok = walk(mt, bits, m->dep);
+        m->stats.table_dep_walks++;
+    }
+    if (any_dep)
+        memset(m->dep, 0, dwords * sizeof *m->dep);
+    if (ok)
+        m->stats.table_masks++;
+    return ok;
+}
+
 enum ci_status gram_matcher_mask(struct gram_matcher *mt, uint32_t *bits, struct ci_err *err) {
     struct gram_space *m = mt->sp;
     const struct gram_vocab *v = m->v;
@@ -645,35 +764,10 @@ enum ci_status gram_matcher_mask(struct gram_matcher *mt, uint32_t *bits, struct
             return CI_OK;
         }
     }
-    struct mstate s0;
-    if (!load_state(mt, &s0))
-        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
-    struct frame *fr = m->frames;
-    int top = 0;
-    fr[0] = (struct frame){v->nodes[0].first_child, m->n_arena, s0};
-    while (top >= 0) {
-        struct frame *f = &fr[top];
-        uint32_t c = f->child;
-        if (c == NONE) {
-            m->n_arena = f->mark;
-            top--;
-            continue;
-        }
-        f->child = v->nodes[c].next_sibling;
-        size_t mark = m->n_arena;
-        struct mstate ns;
-        m->stats.nodes_visited++;
-        m->failed = false;
-        if (!step_byte(m, &f->s, v->nodes[c].byte, &ns) || m->failed) {
-            m->n_arena = mark;
-            continue;
-        }
-        set_node_tokens(v, c, bits);
-        if (v->nodes[c].first_child != NONE) {
-            fr[++top] = (struct frame){v->nodes[c].first_child, mark, ns};
-        } else {
-            m->n_arena = mark;
-        }
+    if (!mask_from_table(mt, bits)) {
+        memset(bits, 0, words * sizeof *bits);
+        if (!walk(mt, bits, NULL))
+            return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     }
     if (gram_matcher_is_accepting(mt))
         for (int i = 0; i < v->n_eog; i++)
@@ -701,6 +795,16 @@ enum ci_status gram_matcher_mask(struct gram_matcher *mt, uint32_t *bits, struct
 
 void gram_matcher_stats(const struct gram_matcher *m, struct gram_matcher_stats *out) {
     *out = m->sp->stats;
+    if (m->sp->tc) {
+        struct gram_tcache_stats ts;
+        gram_tcache_stats(m->sp->tc, &ts);
+        out->table_positions = ts.computed;
+        out->table_unavailable = ts.unavailable;
+        out->table_bytes = ts.bytes;
+        out->table_ns = ts.ns;
+        out->table_acc_tokens = ts.acc_tokens;
+        out->table_dep_tokens = ts.dep_tokens;
+    }
     out->n_stacks = m->n_st;
     out->n_nodes = m->sp->n_nodes;
 }

@@ -13,10 +13,14 @@
  * and shared read-only by every matcher.  Tokens with no bytes or that the caller excludes (control tokens)
  * are never allowed; end-of-generation tokens are allowed exactly when the matcher is accepting.
  *
- * Mask: gram_matcher_mask walks the trie depth first, advancing a copy of the state one byte per edge, so a
- * prefix shared by many tokens is matched once and a dead prefix prunes its whole subtree; the masks of
- * states seen before come from the cache of the matcher's space (keyed by the state), which matchers of the
- * same grammar can share (gram_space).
+ * Mask: the masks of states seen before come from the cache of the matcher's space (keyed by the state),
+ * which matchers of the same grammar can share (gram_space).  A new state's mask comes from the space's
+ * per-position token table (token_cache.h, XGrammar's adaptive token mask cache): for each stack top, the
+ * tokens it accepts whatever the stack below, precomputed on the top's first use, united, plus a check of
+ * only the few tokens whose fate depends on the stack below.  The check, and the fallback when the table
+ * does not apply (a partial character pending, the table over its memory bound), walk the trie depth first,
+ * advancing a copy of the state one byte per edge, so a prefix shared by many tokens is matched once and a
+ * dead prefix prunes its whole subtree.  Both give the same mask.
  *
  * Ownership: a matcher belongs to one thread at a time; it keeps pointers to its grammar and vocabulary,
  * which must outlive it. */
@@ -49,6 +53,11 @@ struct gram_space;
 enum ci_status gram_space_create(const struct grammar *g, const struct gram_vocab *v, struct gram_space **out,
                                  struct ci_err *err);
 void gram_space_free(struct gram_space *sp);
+/* Whether masks use the per-position token table (default on; off: the trie walk only, for tests and
+ * benchmarks: both give the same masks). */
+void gram_space_use_table(struct gram_space *sp, bool on);
+/* Bounds the table's entries to `bytes` (tests: the fallback to the walk past the bound). */
+void gram_space_table_limit(struct gram_space *sp, uint64_t bytes);
 
 struct gram_matcher;
 
@@ -80,6 +89,10 @@ enum ci_status gram_matcher_mask(struct gram_matcher *m, uint32_t *bits, struct 
 
 struct gram_matcher_stats { // of the matcher's space
     uint64_t masks, cache_hits, nodes_visited;
+    uint64_t table_masks, table_dep_walks;       // masks from the table; those that checked dependent tokens
+    uint64_t table_bytes, table_ns;              // the table's size and the time spent computing it
+    uint64_t table_acc_tokens, table_dep_tokens; // summed over its entries
+    uint32_t table_positions, table_unavailable; // entries computed; positions that fell back to the walk
     uint32_t n_stacks, n_nodes;
 };
 void gram_matcher_stats(const struct gram_matcher *m, struct gram_matcher_stats *out);

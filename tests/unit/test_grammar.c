@@ -430,9 +430,10 @@ static struct gram_vocab *tok_vocab(struct tokenizer *t) {
     return v;
 }
 
-/* Random walks: at each state the mask equals trying every token; then a random allowed token is taken. */
+/* Random walks: at each state the mask equals trying every token; then a random allowed token is taken.
+ * table: masks from the per-position token table (token_cache.h), else by the trie walk alone. */
 static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char *text, uint64_t seed,
-                          int steps, int min_states, const char *what) {
+                          int steps, int min_states, const char *what, bool table, uint64_t limit) {
     struct grammar *g = parse(text);
     if (!g)
         return;
@@ -443,8 +444,15 @@ static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char 
     struct ci_rng rng;
     ci_rng_seed(&rng, seed);
     struct gram_matcher *m = NULL;
+    struct gram_space *sp = NULL;
     struct ci_err err = {0};
-    CHECK(gram_matcher_create(g, v, &m, &err) == CI_OK);
+    CHECK(gram_space_create(g, v, &sp, &err) == CI_OK);
+    if (sp) {
+        gram_space_use_table(sp, table);
+        if (limit)
+            gram_space_table_limit(sp, limit);
+        CHECK(gram_matcher_create_in(sp, &m, &err) == CI_OK);
+    }
     int compared = 0, total_allowed = 0;
     double mask_ns = 0;
     for (int step = 0; m && step < steps; step++) {
@@ -498,10 +506,26 @@ static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char 
     struct gram_matcher_stats gs = {0};
     if (m)
         gram_matcher_stats(m, &gs);
-    printf("  %s: %d states, %.1f allowed tokens per state on average, %.0f us per mask, %u stack nodes\n",
-           what, compared, compared ? (double)total_allowed / compared : 0.0,
-           compared ? mask_ns / compared / 1e3 : 0.0, gs.n_nodes);
+    // The table was used (or not) as asked: every mask without a partial character came from it.
+    if (table && limit) // past the bound: some masks fell back to the walk
+        CHECKF(gs.table_unavailable > 0 && gs.table_masks > 0,
+               "%s: the table's %llu-byte bound never reached", what, (unsigned long long)limit);
+    else if (table)
+        CHECKF(gs.table_masks > 0 && gs.table_unavailable == 0,
+               "%s: %llu masks from the table, %u positions "
+               "unavailable",
+               what, (unsigned long long)gs.table_masks, gs.table_unavailable);
+    else
+        CHECKF(gs.table_masks == 0, "%s: the table was used while off", what);
+    printf(
+        "  %s (%s): %d states, %.1f allowed tokens per state on average, %.0f us per mask, %u stack nodes, "
+        "%u table entries (%.1f KiB, %.1f ms, %llu dependent tokens), %llu trie nodes visited\n",
+        what, table ? "table" : "walk", compared, compared ? (double)total_allowed / compared : 0.0,
+        compared ? mask_ns / compared / 1e3 : 0.0, gs.n_nodes, gs.table_positions,
+        (double)gs.table_bytes / 1024, (double)gs.table_ns / 1e6, (unsigned long long)gs.table_dep_tokens,
+        (unsigned long long)gs.nodes_visited);
     gram_matcher_free(m);
+    gram_space_free(sp);
     free(bits);
     free(ref);
     free(allowed);
@@ -510,20 +534,24 @@ static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char 
 
 TEST(mask_matches_brute_force) {
     static const char *const vocabs[] = {"ggml-vocab/ggml-vocab-gpt-2.gguf",
-                                         "ggml-vocab/ggml-vocab-llama-spm.gguf"};
+                                         "ggml-vocab/ggml-vocab-llama-spm.gguf",
+                                         "ggml-vocab/ggml-vocab-starcoder.gguf"};
     for (size_t k = 0; k < sizeof vocabs / sizeof vocabs[0]; k++) {
         struct tokenizer *t = test_load_tokenizer(vocabs[k]);
         if (!t)
             continue;
         struct gram_vocab *v = tok_vocab(t);
-        if (v) {
-            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json");
-            mask_vs_brute(t, v, G_ARITH, 2 + k, 20, 5, "arithmetic");
-            mask_vs_brute(t, v, G_JAPANESE, 3 + k, 15, 5, "japanese");
-            mask_vs_brute(t, v, G_CHESS, 4 + k, 20, 5, "chess");
-            mask_vs_brute(t, v, G_CLIKE, 5 + k, 20, 5, "c-like");
-            mask_vs_brute(t, v, "root ::= \"é\" | \"😀😀\" | [^a-z]{2}\n", 6 + k, 6, 2, "utf8");
+        for (int table = 1; v && table >= 0; table--) { // the same walks (seeds) with the table and without
+            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json", table, 0);
+            mask_vs_brute(t, v, G_ARITH, 2 + k, 20, 5, "arithmetic", table, 0);
+            mask_vs_brute(t, v, G_JAPANESE, 3 + k, 15, 5, "japanese", table, 0);
+            mask_vs_brute(t, v, G_CHESS, 4 + k, 20, 5, "chess", table, 0);
+            mask_vs_brute(t, v, G_CLIKE, 5 + k, 20, 5, "c-like", table, 0);
+            mask_vs_brute(t, v, "root ::= \"é\" | \"😀😀\" | [^a-z]{2}\n", 6 + k, 6, 2, "utf8", table, 0);
         }
+        // A table bounded to a few entries: the masks past it come from the walk, still equal.
+        if (v)
+            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json, table bounded to 2 KiB", true, 2048);
         gram_vocab_free(v);
         tokenizer_free(t);
     }

@@ -16,10 +16,13 @@
  * fails (it is the point of the program). */
 #include <glob.h>
 
+#include <cjson/cJSON.h>
+
 #include "core/mem.h"
 #include "core/clock.h"
 #include "core/rng.h"
 #include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "test_util.h"
 
@@ -398,7 +401,10 @@ TEST(corpus_reachability) {
 /* ---- random walks ----------------------------------------------------------------------------------------- */
 
 TEST(corpus_mask_vs_brute_force) {
-    for (size_t v = 0; v < sizeof VOCABS / sizeof VOCABS[0]; v++) {
+    // The same walks (seeds) with masks from the per-position token table and from the trie walk alone.
+    for (size_t vt = 0; vt < 2 * sizeof VOCABS / sizeof VOCABS[0]; vt++) {
+        size_t v = vt / 2;
+        bool table = vt % 2 == 0;
         struct vocab_ctx c;
         if (!open_vocab(&c, VOCABS[v])) {
             close_vocab(&c);
@@ -411,11 +417,15 @@ TEST(corpus_mask_vs_brute_force) {
         long states = 0, allowed_total = 0;
         double *mask_us = calloc((size_t)C.n * 8, sizeof *mask_us); // uncached masks' times
         int n_timed = 0;
+        uint64_t table_masks = 0, table_ns = 0, table_entries = 0;
         for (int k = 0; k < C.n; k++) {
             struct gram_matcher *m = NULL;
+            struct gram_space *sp = NULL;
             struct ci_err err = {0};
-            if (gram_matcher_create(C.g[k], c.v, &m, &err) != CI_OK) {
+            if (gram_space_create(C.g[k], c.v, &sp, &err) != CI_OK ||
+                (gram_space_use_table(sp, table), gram_matcher_create_in(sp, &m, &err)) != CI_OK) {
                 TEST_FAILF("%s: %s", C.name[k], err.msg);
+                gram_space_free(sp);
                 continue;
             }
             for (int step = 0; step < 6; step++) {
@@ -441,20 +451,220 @@ TEST(corpus_mask_vs_brute_force) {
                     break;
                 CHECK(gram_matcher_accept_token(m, allowed[ci_rng_u64(&rng) % (uint64_t)na]));
             }
+            struct gram_matcher_stats gs;
+            gram_matcher_stats(m, &gs);
+            table_masks += gs.table_masks;
+            table_ns += gs.table_ns;
+            table_entries += gs.table_positions;
+            CHECKF(table ? gs.table_unavailable == 0 : gs.table_masks == 0,
+                   "%s %s: table %s: %llu masks from it", c.file, C.name[k], table ? "on" : "off",
+                   (unsigned long long)gs.table_masks);
             gram_matcher_free(m);
+            gram_space_free(sp);
         }
+        if (table)
+            CHECKF(table_masks > 0, "%s: no mask came from the table", c.file);
         qsort(mask_us, (size_t)n_timed, sizeof *mask_us, cmp_double);
-        printf(
-            "  %s: %ld random-walk states equal to the brute force, %.1f allowed tokens per state; uncached "
-            "mask %.0f us median, %.0f us p90 (%d masks)\n",
-            c.file, states, states ? (double)allowed_total / states : 0.0,
-            n_timed ? mask_us[n_timed / 2] : 0.0, n_timed ? mask_us[n_timed * 9 / 10] : 0.0, n_timed);
+        printf("  %s (%s): %ld random-walk states equal to the brute force, %.1f allowed tokens per state; "
+               "uncached mask %.0f us median, %.0f us p90 (%d masks, %llu from the table, whose %llu entries "
+               "took "
+               "%.1f ms in all)\n",
+               c.file, table ? "table" : "walk", states, states ? (double)allowed_total / states : 0.0,
+               n_timed ? mask_us[n_timed / 2] : 0.0, n_timed ? mask_us[n_timed * 9 / 10] : 0.0, n_timed,
+               (unsigned long long)table_masks, (unsigned long long)table_entries, (double)table_ns / 1e6);
         free(mask_us);
         free(bits);
         free(ref);
         free(allowed);
         close_vocab(&c);
     }
+}
+
+/* ---- JSONSchemaBench ------------------------------------------------------------------------------------ */
+
+/* Per-mask times of one kind (us). */
+struct times {
+    double *us;
+    int n, cap;
+};
+static void times_add(struct times *t, double us) {
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 1024;
+        t->us = realloc(t->us, (size_t)t->cap * sizeof *t->us);
+    }
+    t->us[t->n++] = us;
+}
+static void times_print(const char *what, struct times *t) {
+    qsort(t->us, (size_t)t->n, sizeof *t->us, cmp_double);
+    printf("    %-34s %6d masks: median %7.1f us, p90 %7.1f us, max %8.1f us\n", what, t->n,
+           t->n ? t->us[t->n / 2] : 0.0, t->n ? t->us[t->n * 9 / 10] : 0.0, t->n ? t->us[t->n - 1] : 0.0);
+    free(t->us);
+    *t = (struct times){0};
+}
+
+static int64_t timed_mask(struct gram_matcher *m, uint32_t *bits, bool *cached, bool *new_entry) {
+    struct gram_matcher_stats s0, s1;
+    struct ci_err err = {0};
+    gram_matcher_stats(m, &s0);
+    int64_t t0 = ci_now_ns();
+    CHECK(gram_matcher_mask(m, bits, &err) == CI_OK);
+    int64_t dt = ci_now_ns() - t0;
+    gram_matcher_stats(m, &s1);
+    *cached = s1.cache_hits > s0.cache_hits;
+    *new_entry = s1.table_positions + s1.table_unavailable > s0.table_positions + s0.table_unavailable;
+    return dt;
+}
+
+/* Schemas of JSONSchemaBench (../shared/data/jsonschemabench, or $JSONSCHEMABENCH) compiled by the JSON Schema
+ * front end; on each, two random walks (a random allowed token per step) in one space with the table and one
+ * without: at every state the two masks are equal, and every 8th state equals the brute force.  The second
+ * walk meets the table entries the first computed (a later request with the same schema).  Times printed per
+ * kind.  $CINFER_JSB_EVERY (every K-th schema, default 40), $CINFER_JSB_STEPS (per walk, default 24) and
+ * $CINFER_JSB_VOCAB (default StarCoder's 49,152 tokens, SmolLM2's size) widen it into the benchmark of
+ * bench/RESULTS.md. */
+TEST(jsonschemabench_masks) {
+    const char *dir = getenv("JSONSCHEMABENCH");
+    char dbuf[1200];
+    if (!dir) {
+        snprintf(dbuf, sizeof dbuf, "%s/../shared/data/jsonschemabench", root_dir());
+        dir = dbuf;
+    }
+    int every = getenv("CINFER_JSB_EVERY") ? atoi(getenv("CINFER_JSB_EVERY")) : 40;
+    int steps = getenv("CINFER_JSB_STEPS") ? atoi(getenv("CINFER_JSB_STEPS")) : 24;
+    const char *vf =
+        getenv("CINFER_JSB_VOCAB") ? getenv("CINFER_JSB_VOCAB") : "ggml-vocab/ggml-vocab-starcoder.gguf";
+    static const char *const SUBSETS[] = {"Glaiveai2K", "Github_trivial", "Github_easy"};
+    struct vocab_ctx c;
+    if (!open_vocab(&c, vf)) {
+        close_vocab(&c);
+        printf("  (no vocabulary %s: skipped)\n", vf);
+        return;
+    }
+    uint32_t *a = calloc(c.words, sizeof *a), *b = calloc(c.words, sizeof *b),
+             *ref = calloc(c.words, sizeof *ref);
+    int32_t *allowed = calloc((size_t)c.n, sizeof *allowed);
+    for (size_t si = 0; si < sizeof SUBSETS / sizeof SUBSETS[0]; si++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s.jsonl", dir, SUBSETS[si]);
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            printf("  (no %s: skipped)\n", path);
+            continue;
+        }
+        struct times t_walk = {0}, t_cold = {0}, t_warm = {0}, u_walk = {0}, u_cold = {0}, u_warm = {0},
+                     u_steady = {0}, t_entries = {0}, t_compile = {0};
+        int schemas = 0, compiled = 0, states = 0, brute = 0;
+        long dep_tokens = 0, entries = 0;
+        static char line[1 << 20];
+        struct ci_rng rng;
+        ci_rng_seed(&rng, 11 + si);
+        for (int ln = 0; fgets(line, sizeof line, f); ln++) {
+            if (ln % every)
+                continue;
+            cJSON *j = cJSON_Parse(line);
+            char *schema = j ? cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "schema")) : NULL;
+            cJSON_Delete(j);
+            if (!schema)
+                continue;
+            schemas++;
+            int64_t t0 = ci_now_ns();
+            struct gtext gt = {0};
+            struct grammar *g = NULL;
+            struct ci_err err = {0};
+            if (gram_json_schema_to_gbnf(schema, strlen(schema), &gt, &err) == CI_OK)
+                gram_parse_gbnf(gt.s, gt.n, &g, &err);
+            gtext_free(&gt);
+            free(schema);
+            if (!g)
+                continue; // a schema the front end declines (the server answers 400)
+            times_add(&t_compile, (double)(ci_now_ns() - t0) / 1e3);
+            compiled++;
+            struct gram_space *sa = NULL, *sb = NULL;
+            CHECK(gram_space_create(g, c.v, &sa, &err) == CI_OK &&
+                  gram_space_create(g, c.v, &sb, &err) == CI_OK);
+            if (!sa || !sb) {
+                gram_space_free(sa);
+                gram_space_free(sb);
+                gram_free(g);
+                continue;
+            }
+            gram_space_use_table(sb, false);
+            for (int walk = 0; walk < 2; walk++) {
+                struct gram_matcher *ma = NULL, *mb = NULL;
+                CHECK(gram_matcher_create_in(sa, &ma, &err) == CI_OK &&
+                      gram_matcher_create_in(sb, &mb, &err) == CI_OK);
+                for (int step = 0; ma && mb && step < steps; step++) {
+                    bool ca, cb, ea, eb;
+                    double ua = (double)timed_mask(ma, a, &ca, &ea) / 1e3,
+                           ub = (double)timed_mask(mb, b, &cb, &eb) / 1e3;
+                    if (!ca && !ea)
+                        times_add(&u_steady, ua);
+                    times_add(walk ? &t_warm : &t_cold, ua);
+                    times_add(&t_walk, ub);
+                    if (!ca)
+                        times_add(walk ? &u_warm : &u_cold, ua);
+                    if (!cb)
+                        times_add(&u_walk, ub);
+                    int d = mask_diff(&c, a, b);
+                    CHECKF(d == 0,
+                           "%s line %d walk %d step %d: %d tokens differ between the table and the walk",
+                           SUBSETS[si], ln, walk, step, d);
+                    states++;
+                    if (step % 8 == 0) {
+                        brute_mask(&c, ma, ref);
+                        d = mask_diff(&c, a, ref);
+                        CHECKF(d == 0, "%s line %d walk %d step %d: %d tokens differ from the brute force",
+                               SUBSETS[si], ln, walk, step, d);
+                        brute++;
+                    }
+                    int na = 0;
+                    for (int32_t id = 0; id < c.n; id++)
+                        if (bit(a, id) && !tokenizer_is_eog(c.t, id))
+                            allowed[na++] = id;
+                    if (na == 0)
+                        break;
+                    int32_t pick = allowed[ci_rng_u64(&rng) % (uint64_t)na];
+                    CHECK(gram_matcher_accept_token(ma, pick) && gram_matcher_accept_token(mb, pick));
+                }
+                gram_matcher_free(ma);
+                gram_matcher_free(mb);
+            }
+            struct gram_matcher *m = NULL;
+            if (gram_matcher_create_in(sa, &m, &err) == CI_OK) {
+                struct gram_matcher_stats gs;
+                gram_matcher_stats(m, &gs);
+                times_add(&t_entries, (double)gs.table_ns / 1e3);
+                dep_tokens += (long)gs.table_dep_tokens;
+                entries += gs.table_positions;
+                CHECKF(gs.table_unavailable == 0, "%s line %d: %u table entries unavailable", SUBSETS[si], ln,
+                       gs.table_unavailable);
+            }
+            gram_matcher_free(m);
+            gram_space_free(sa);
+            gram_space_free(sb);
+            gram_free(g);
+        }
+        fclose(f);
+        printf(
+            "  %s (every %d, %s): %d schemas, %d compiled, %d states equal between the table and the walk, "
+            "%d equal to the brute force; %ld table entries, %.1f dependent tokens per entry\n",
+            SUBSETS[si], every, c.file, schemas, compiled, states, brute, entries,
+            entries ? (double)dep_tokens / (double)entries : 0.0);
+        times_print("walk (table off), every mask", &t_walk);
+        times_print("table, first walk, every mask", &t_cold);
+        times_print("table, second walk, every mask", &t_warm);
+        times_print("walk (table off), uncached masks", &u_walk);
+        times_print("table, first walk, uncached masks", &u_cold);
+        times_print("table, second walk, uncached masks", &u_warm);
+        times_print("table, uncached, no entry computed", &u_steady);
+        times_print("compile (schema -> grammar), per schema", &t_compile);
+        times_print("table entries' time, per schema", &t_entries);
+    }
+    free(a);
+    free(b);
+    free(ref);
+    free(allowed);
+    close_vocab(&c);
 }
 
 int main(int argc, char **argv) {
@@ -468,6 +678,7 @@ int main(int argc, char **argv) {
         test_total_failed++;
     RUN(corpus_reachability);
     RUN(corpus_mask_vs_brute_force);
+    RUN(jsonschemabench_masks);
     for (int k = 0; k < C.n; k++) {
         gram_free(C.g[k]);
         free(C.name[k]);
