@@ -137,15 +137,15 @@ static enum ci_status wait_req(MPI_Request *r, double timeout_s, const char *cal
     }
 }
 
-enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *peers,
-                            struct ci_err *err) {
+enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *call,
+                            const char *peers, struct ci_err *err) {
     for (size_t off = 0; off < bytes; off += CHUNK) {
         size_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
         MPI_Request r;
         int rc = MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &r);
         if (rc != MPI_SUCCESS)
             return fail(err, "MPI_Ibcast", rc);
-        enum ci_status s = wait_req(&r, timeout_s, "MPI_Bcast", peers, err);
+        enum ci_status s = wait_req(&r, timeout_s, call ? call : "MPI_Bcast", peers, err);
         if (s != CI_OK)
             return s;
     }
@@ -256,9 +256,9 @@ void ci_mpi_comm_free(struct ci_mpi_comm *c) {
     (void)c;
 }
 
-enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *peers,
-                            struct ci_err *err) {
-    (void)buf, (void)bytes, (void)root, (void)timeout_s, (void)peers;
+enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *call,
+                            const char *peers, struct ci_err *err) {
+    (void)buf, (void)bytes, (void)root, (void)timeout_s, (void)call, (void)peers;
     return none(err);
 }
 

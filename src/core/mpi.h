@@ -7,7 +7,7 @@
  * Watchdog: the calls of a running step take timeout_s (> 0) and wait for completion by polling nonblocking
  * MPI (MPI_Test between short sleeps), so a rank that is alive but hung (stopped, deadlocked, swapping) turns
  * into CI_ERR_IO naming the call and the ranks it waited for, instead of a wait without end.  timeout_s <= 0
- * waits as long as it takes (an idle server's workers waiting for the next step).
+ * waits as long as it takes.
  *
  * Threads: initialised with MPI_THREAD_SERIALIZED; the caller makes sure one thread at a time calls in
  * (the engine thread during a run, the main thread before and after). */
@@ -31,9 +31,10 @@ struct ci_mpi_comm;
 enum ci_status ci_mpi_split(int color, int key, struct ci_mpi_comm **out, struct ci_err *err);
 void ci_mpi_comm_free(struct ci_mpi_comm *c);
 
-/* buf[0..bytes) of world rank root to every rank.  peers names the ranks waited for in a timeout's message. */
-enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *peers,
-                            struct ci_err *err);
+/* buf[0..bytes) of world rank root to every rank.  call (NULL: "MPI_Bcast") and peers (the ranks waited for)
+ * name the wait in a timeout's message. */
+enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *call,
+                            const char *peers, struct ci_err *err);
 /* buf[0..n) summed over the ranks of c (float32), the sum on each of them. */
 enum ci_status ci_mpi_allreduce_sum(struct ci_mpi_comm *c, float *buf, size_t n, double timeout_s,
                                     const char *peers, struct ci_err *err);

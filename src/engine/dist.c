@@ -1,7 +1,10 @@
 #include "engine/dist.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -14,7 +17,7 @@
 #include "model/model.h"
 #include "model/shard.h"
 
-enum { MSG_OPEN = 1, MSG_STEP, MSG_CLOSE, MSG_STOP };
+enum { MSG_OPEN = 1, MSG_STEP, MSG_CLOSE, MSG_STOP, MSG_TICK };
 #define DIST_HDR 8
 
 // Point-to-point tags: hidden states to the next stage, and the last stage's back to rank 0.
@@ -27,11 +30,11 @@ struct dist {
     struct ci_mpi_comm *tp_comm; // the stage's tensor-parallel group (NULL: the world, when pp is 1)
     char tp_peers[96];           // its other ranks, for a timeout's message
     bool inited;                 // MPI_Init succeeded
-    bool met;     // dist_agree's exchange took place: every rank knows whether the start failed
-    bool agreed;  // dist_agree succeeded: the workers are (or will be) in their loop
-    bool broken;  // an MPI call failed: the ranks may be out of step
-    bool opened;  // rank 0: a dist_open not yet closed
-    int n_blocks; // of the open pool (rank 0: copies are checked against it)
+    bool met;           // dist_agree's exchange took place: every rank knows whether the start failed
+    bool agreed;        // dist_agree succeeded: the workers are (or will be) in their loop
+    atomic_bool broken; // an MPI call failed: the ranks may be out of step (rank 0's ticker may set it)
+    bool opened;        // rank 0: a dist_open not yet closed
+    int n_blocks;       // of the open pool (rank 0: copies are checked against it)
     // Rank 0: KV block copies since the last step, [n_copies][3]; a failed growth fails the next step.
     int32_t *copies;
     int n_copies, cap_copies;
@@ -39,6 +42,16 @@ struct dist {
     int32_t *buf; // the STEP payload (either side)
     size_t cap_buf;
     struct dist_stats stats;
+    // Rank 0's idle ticks (timeout_s > 0): a thread sends a TICK header whenever no header went out for
+    // tick_s, so a worker waiting for the next step can give rank 0 timeout_s.  lock serialises rank 0's
+    // MPI calls between the two threads; in_pass (a forward pass runs, its collectives in flight) keeps
+    // the ticker out of the pass's sequence of collectives.
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t ticker;
+    bool lock_made, ticking, stop_tick, in_pass;
+    double tick_s;
+    int64_t last_hdr_ns;
 };
 
 static enum ci_status mpi(struct dist *d, enum ci_status s) {
@@ -59,6 +72,19 @@ enum ci_status dist_create(int tp, int pp, double timeout_s, struct dist **out, 
     if (!d)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     *out = d;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) == 0) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (pthread_mutex_init(&d->lock, NULL) == 0) {
+            if (pthread_cond_init(&d->wake, &ca) == 0)
+                d->lock_made = true;
+            else
+                pthread_mutex_destroy(&d->lock);
+        }
+        pthread_condattr_destroy(&ca);
+    }
+    if (!d->lock_made)
+        return ci_err_set(err, CI_ERR_NOMEM, "tensor parallelism: no mutex for the idle ticks");
     enum ci_status s = ci_mpi_init(&d->rank, &d->size, err);
     d->inited = s == CI_OK;
     if (s != CI_OK)
@@ -70,6 +96,8 @@ enum ci_status dist_create(int tp, int pp, double timeout_s, struct dist **out, 
                           "mpirun -np %d cinfer ... --tp %d --pp %d",
                           tp, pp, n, d->size, n, tp, pp);
     d->tp = tp, d->pp = pp, d->timeout_s = timeout_s;
+    // A tick well inside the workers' deadline (a loaded machine may run the ticker late), every 5 s at most.
+    d->tick_s = timeout_s / 4 < 5 ? timeout_s / 4 : 5;
     d->stage = d->rank / tp, d->tp_rank = d->rank % tp;
     int first = d->stage * tp, len = 0;
     d->tp_peers[0] = '\0';
@@ -93,6 +121,65 @@ bool dist_broken(const struct dist *d) {
 
 int dist_size(const struct dist *d) {
     return d->size;
+}
+
+/* A message's header.  Rank 0 sends one (a step, or an idle tick) at least every tick_s, so a worker gives it
+ * timeout_s like any other wait: a rank 0 stopped or dead is caught even while the server idles.  Rank 0
+ * calls it with d->lock held. */
+static enum ci_status bcast_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
+    if (d->rank == 0) {
+        d->last_hdr_ns = ci_now_ns();
+        return mpi(d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->timeout_s, NULL, "another rank", err));
+    }
+    char call[96];
+    snprintf(call, sizeof call, "the wait for rank 0's next step or idle tick (sent every %g s)", d->tick_s);
+    return mpi(d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->timeout_s, call, "rank 0", err));
+}
+
+/* Rank 0: a header outside a forward pass (open, close, stop), serialised with the ticker. */
+static enum ci_status send_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
+    pthread_mutex_lock(&d->lock);
+    enum ci_status s = bcast_hdr(d, h, err);
+    pthread_mutex_unlock(&d->lock);
+    return s;
+}
+
+/* Rank 0's ticker thread: a TICK whenever no header went out for tick_s and no pass runs. */
+static void *tick_main(void *arg) {
+    struct dist *d = arg;
+    pthread_mutex_lock(&d->lock);
+    while (!d->stop_tick) {
+        int64_t due = d->last_hdr_ns + (int64_t)(d->tick_s * 1e9), now = ci_now_ns();
+        if (d->in_pass || now < due) {
+            if (d->in_pass || due - now > (int64_t)(d->tick_s * 1e9))
+                due = now + (int64_t)(d->tick_s * 1e9);
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + (due - now);
+            ts.tv_sec = (time_t)(at / 1000000000), ts.tv_nsec = (long)(at % 1000000000);
+            pthread_cond_timedwait(&d->wake, &d->lock, &ts);
+            continue;
+        }
+        int32_t h[DIST_HDR] = {MSG_TICK};
+        struct ci_err e;
+        if (bcast_hdr(d, h, &e) != CI_OK) { // broken: the engine's next step fails, dist_end aborts
+            CI_LOG_ERR("tensor parallelism: idle tick: %s", e.msg);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    return NULL;
+}
+
+static void stop_ticker(struct dist *d) {
+    if (!d->ticking)
+        return;
+    pthread_mutex_lock(&d->lock);
+    d->stop_tick = true;
+    pthread_cond_signal(&d->wake);
+    pthread_mutex_unlock(&d->lock);
+    pthread_join(d->ticker, NULL);
+    d->ticking = false;
 }
 
 /* What each rank contributes to the start-up agreement. */
@@ -146,6 +233,14 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
     }
     ci_free(all);
     d->agreed = s == CI_OK;
+    if (d->agreed && d->rank == 0 && d->size > 1 && d->timeout_s > 0) {
+        d->last_hdr_ns = ci_now_ns();
+        if (pthread_create(&d->ticker, NULL, tick_main, d) != 0) {
+            d->broken = true; // the workers are in their loop: dist_end must abort them
+            return ci_err_set(err, CI_ERR_NOMEM, "tensor parallelism: could not start the idle tick thread");
+        }
+        d->ticking = true;
+    }
     return s;
 }
 
@@ -178,15 +273,9 @@ static enum ci_status reserve_buf(struct dist *d, size_t n, struct ci_err *err) 
     return CI_OK;
 }
 
-/* A message's header; a worker waits for it as long as rank 0 idles (no watchdog). */
-static enum ci_status bcast_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
-    return mpi(
-        d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->rank == 0 ? d->timeout_s : 0, "another rank", err));
-}
-
 /* A step's payload, right after its header: inside the watchdog. */
 static enum ci_status bcast_payload(struct dist *d, size_t n, struct ci_err *err) {
-    return mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, d->timeout_s,
+    return mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, d->timeout_s, NULL,
                                d->rank ? "rank 0 or a rank relaying its broadcast" : "another rank", err));
 }
 
@@ -219,12 +308,24 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
         p += b->seqs[i].n_blocks;
     }
     int32_t h[DIST_HDR] = {MSG_STEP, b->n_tokens, b->n_seqs, d->n_copies, (int32_t)n_ids};
-    if ((s = bcast_hdr(d, h, err)) != CI_OK || (s = bcast_payload(d, n, err)))
+    pthread_mutex_lock(&d->lock);
+    s = d->broken ? ci_err_set(err, CI_ERR_IO, "tensor parallelism: an earlier MPI call failed")
+                  : bcast_hdr(d, h, err);
+    d->in_pass = s == CI_OK; // on_end clears it
+    pthread_mutex_unlock(&d->lock);
+    if (s != CI_OK || (s = bcast_payload(d, n, err)) != CI_OK)
         return s;
     d->n_copies = 0;
     d->stats.n_steps++;
     d->stats.bcast_ns += ci_now_ns() - t0;
     return CI_OK;
+}
+
+static void on_end(void *ctx) {
+    struct dist *d = ctx;
+    pthread_mutex_lock(&d->lock);
+    d->in_pass = false;
+    pthread_mutex_unlock(&d->lock);
 }
 
 static enum ci_status on_allreduce(void *ctx, float *buf, size_t n, struct ci_err *err) {
@@ -287,8 +388,10 @@ static enum ci_status on_gather(void *ctx, float *x, size_t n, struct ci_err *er
 
 /* What this rank's forward pass does with the others (begin: rank 0's step broadcast). */
 static struct fwd_dist rank_fd(struct dist *d, bool begin) {
-    struct fwd_dist fd = {
-        .ctx = d, .allreduce = d->tp > 1 ? on_allreduce : NULL, .begin = begin ? on_begin : NULL};
+    struct fwd_dist fd = {.ctx = d,
+                          .allreduce = d->tp > 1 ? on_allreduce : NULL,
+                          .begin = begin ? on_begin : NULL,
+                          .end = begin ? on_end : NULL};
     if (d->pp > 1) {
         fd.n_micro = d->pp;
         fd.recv = d->stage > 0 ? on_recv : NULL;
@@ -305,7 +408,7 @@ enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool
         return ci_err_set(err, CI_ERR_INTERNAL, "tensor parallelism: dist_open on rank %d (open %d)", d->rank,
                           d->opened);
     int32_t h[DIST_HDR] = {MSG_OPEN, kp->block_size, kp->n_blocks, (int32_t)kp->type, max_tokens, n_ctx};
-    enum ci_status s = bcast_hdr(d, h, err);
+    enum ci_status s = send_hdr(d, h, err);
     if (s != CI_OK)
         return s;
     d->opened = true;
@@ -324,7 +427,7 @@ void dist_close(struct dist *d) {
     int32_t h[DIST_HDR] = {MSG_CLOSE};
     struct ci_err e;
     if (!d->broken)
-        bcast_hdr(d, h, &e);
+        send_hdr(d, h, &e);
 }
 
 /* ---- ranks > 0 ---- */
@@ -441,6 +544,8 @@ enum ci_status dist_worker_run(struct dist *d, const struct model *m, int n_thre
             s = worker_step(d, &w, h, err);
         else if (h[0] == MSG_CLOSE)
             worker_close(&w);
+        else if (h[0] == MSG_TICK)
+            continue; // rank 0 is alive and idle
         else
             s = ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: unknown message %d", h[0]);
     }
@@ -460,6 +565,7 @@ void dist_end(struct dist *d, bool ok) {
         return;
     // A failure the others cannot know of (before the agreement, or on a worker after it) leaves them
     // waiting on a collective: only an abort ends them.
+    stop_ticker(d); // before any other MPI call: one thread at a time
     bool unseen = !ok && (!d->met || (d->agreed && d->rank != 0));
     if (d->inited && d->size > 1 && (d->broken || unseen)) {
         CI_LOG_ERR("tensor parallelism: rank %d ends every rank of the job", d->rank);
@@ -476,5 +582,9 @@ void dist_end(struct dist *d, bool ok) {
     ci_mpi_finalize();
     ci_free(d->copies);
     ci_free(d->buf);
+    if (d->lock_made) {
+        pthread_mutex_destroy(&d->lock);
+        pthread_cond_destroy(&d->wake);
+    }
     ci_free(d);
 }

@@ -15,7 +15,9 @@
  *         replace any earlier ones);
  *   STEP  {n_tokens, n_seqs, n_copies, n_ids}: payload [n_copies][3] (dst, src, slots), token[n_tokens],
  *         pos[n_tokens], seq[n_tokens], blocks[n_seqs], ids[n_ids] (the block tables one after another);
- *   CLOSE: free them;  STOP: leave the loop.
+ *   CLOSE: free them;  STOP: leave the loop;  TICK: nothing (rank 0 is alive: with a timeout, rank 0's ticker
+ *         thread sends one whenever no header went out for timeout/4 s, at most 5 s, outside forward passes, so
+ *         workers wait for each header with the watchdog's deadline and an idle server never trips it).
  *
  * Failures: an MPI call that fails marks the world broken and comes back as a status; dist_end then ends
  * every process (MPI_Abort), as it does for any failure on a worker, so no rank waits forever on a

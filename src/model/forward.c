@@ -652,15 +652,28 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
         f->x[i] += f->out[i];
 }
 
+static enum ci_status run_batch(struct forward *f, const struct fwd_batch *b, const struct ci_kv_layer *kv,
+                                const float **logits, int *n_rows, struct ci_err *err);
+
 enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const struct ci_kv_layer *kv,
                              const float **logits, int *n_rows, struct ci_err *err) {
-    const struct model_config *c = &f->m->config;
-    const struct model_weights *w = &f->m->weights;
     enum ci_status s = check_batch(f, b, kv[0].block_size, err);
     if (s != CI_OK)
         return s;
     if (f->dist.begin && (s = f->dist.begin(f->dist.ctx, b, err)) != CI_OK)
         return s;
+    s = run_batch(f, b, kv, logits, n_rows, err);
+    if (f->dist.end)
+        f->dist.end(f->dist.ctx);
+    return s;
+}
+
+/* forward_batch after its checks and the step's broadcast. */
+static enum ci_status run_batch(struct forward *f, const struct fwd_batch *b, const struct ci_kv_layer *kv,
+                                const float **logits, int *n_rows, struct ci_err *err) {
+    const struct model_config *c = &f->m->config;
+    const struct model_weights *w = &f->m->weights;
+    enum ci_status s;
     f->dist_status = CI_OK;
     if (c->encoder) {
         if ((s = encoder_positions(f, b, err)) != CI_OK)

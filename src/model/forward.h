@@ -39,6 +39,8 @@ struct fwd_dist {
     void *ctx;
     enum ci_status (*allreduce)(void *ctx, float *buf, size_t n, struct ci_err *err);
     enum ci_status (*begin)(void *ctx, const struct fwd_batch *b, struct ci_err *err);
+    // end, when set, runs as forward_batch returns after a begin that succeeded (rank 0: the pass is over).
+    void (*end)(void *ctx);
     // Pipeline parallelism (a stage's layers, model/shard.h): the batch's rows go in n_micro micro-batches
     // (contiguous rows; <= 1: one).  recv, when set (stages > 0), fills a micro-batch's residual stream
     // [n] from the stage before instead of embedding; send, when set, passes it on after this stage's

@@ -30,7 +30,9 @@ n = 2 requests; `cinfer bench` under --tp 2 and --pp 2 (its all-reduce and hidde
 for more stages than layers, an encoder, and -np other than tp x pp.  The watchdog: a rank
 stopped with SIGSTOP mid-stream under `--dist-timeout 4` (--pp 2: rank 0 waits point to point; --tp 2: in an
 all-reduce) ends the client's stream and every process, the stopped one included, and stderr names the
-stopped rank and the cause.
+stopped rank and the cause; rank 0 stopped while `serve --tp 2 --dist-timeout 2` idles ends every process with
+rank 1 naming rank 0 (its idle ticks stopped), and a healthy server idle for three times the timeout (--tp 2
+and --pp 2) still answers with the single process's text.
 Skips (with a message, no PASS lines) only when mpirun is absent.  Prints PASS/FAIL lines."""
 
 import http.client
@@ -391,6 +393,74 @@ def rank_hung(name, model, tp, pp, victim_rank, words, timeout_s=4):
                 pass
 
 
+def rank0_hung_idle(model, timeout_s=2):
+    """Rank 0 of an idle `serve --tp 2` stopped (SIGSTOP): its idle ticks stop, so rank 1, which waits for
+    the next step, gives up after --dist-timeout, names rank 0, and every process exits (the stopped rank 0
+    included), within bounds.  Without the ticks a worker waits for rank 0 without a limit."""
+    name = "serve_rank0_hung_idle_watchdog"
+    try:
+        srv = Serve(model, 2, ["--dist-timeout", str(timeout_s)])
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return
+    victim, worker = srv.rank(0), srv.rank(1)
+    if srv.p.pid in (victim, worker):
+        rep.fail(name, "rank processes not found")
+        srv.stop()
+        return
+    time.sleep(2 * timeout_s)  # idle past the timeout first: the ticks keep the worker waiting
+    t0 = time.time()
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        try:
+            rc = srv.p.wait(60)
+        except subprocess.TimeoutExpired:
+            rc = None
+        took = time.time() - t0
+        time.sleep(0.3)  # the reader thread takes the last lines
+        log = "\n".join(srv.lines)
+        words = ["rank 1: the wait for rank 0's next step or idle tick",
+                 "within %d s: rank 0 hung, stopped or too slow (--dist-timeout)" % timeout_s]
+        missing = [w for w in words if w not in log]
+        gone = not alive(victim) and not alive(worker)
+        rep.check(rc is not None and gone and not missing and took < 30, name,
+                  "mpirun exit %s after %.1f s, ranks gone %s, missing %s in: %s" % (
+                      rc, took, gone, missing, log[-600:]),
+                  "every process ended %.1f s after the stop (mpirun exit %s), rank 1 named rank 0" % (took, rc))
+    finally:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(victim, sig)
+            except OSError:
+                pass
+        if srv.p.poll() is None:
+            srv.p.kill()
+
+
+def idle_then_request(model, tp, pp, timeout_s=2):
+    """A healthy server idle for three times --dist-timeout still serves: rank 0's idle ticks keep the
+    workers' deadline from expiring, and its answer is the single process's (a greedy completion); then
+    SIGTERM still ends every rank cleanly."""
+    name = "serve_idle_past_timeout_%s" % label(tp, pp)
+    try:
+        one = Serve(model, 1)
+        want = one.complete("idle test", 1)
+        one.stop()
+        srv = Serve(model, tp, ["--dist-timeout", str(timeout_s)], pp=pp)
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return
+    time.sleep(3 * timeout_s)
+    try:
+        got = srv.complete("idle test", 1)
+    except (ciref.CinferError, OSError) as e:
+        got = "error: %s" % e
+    rc = srv.stop()
+    rep.check(got == want and rc == 0, name, "after %d s idle: %s (single process %s), exit %s; %s" % (
+        3 * timeout_s, got, want, rc, srv.lines[-4:]),
+        "served the single process's text after %d s idle (timeout %d s), exit 0" % (3 * timeout_s, timeout_s))
+
+
 def bench(model, tmp):
     """`cinfer bench` (offline) under --tp 2 and --pp 2: it completes the workload and its communication line
     adds up: two all-reduces per layer of rank 0 and batch (--tp), and (--pp) rank 0 receives the hidden state
@@ -496,6 +566,10 @@ def main():
                   ["of hidden states", "rank 1 did not complete within 4 s: rank 1 hung, stopped or too slow"])
         rank_hung("serve_rank_hung_tp2_watchdog", f32["tiny"], 2, 1, 1,
                   ["rank 0: MPI_Allreduce did not complete within 4 s", "rank 1 hung, stopped or too slow"])
+        # Rank 0 itself stopped while the server idles: the workers see its idle ticks stop.
+        idle_then_request(f32["tiny"], 2, 1)
+        idle_then_request(f32["tiny"], 1, 2)
+        rank0_hung_idle(f32["tiny"])
 
         out = os.path.join(tmp, "x.f32")
         base = ["logits", "--tokens", "1,2,3", "-o", out, "--tp", "2"]
