@@ -38,6 +38,10 @@ enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s,
 /* buf[0..n) summed over the ranks of c (float32), the sum on each of them. */
 enum ci_status ci_mpi_allreduce_sum(struct ci_mpi_comm *c, float *buf, size_t n, double timeout_s,
                                     const char *peers, struct ci_err *err);
+/* mine[0..n) of each rank of c to its rank 0, into all[displs[r] .. + counts[r]) for rank r (all, counts and
+ * displs are read on rank 0 only). */
+enum ci_status ci_mpi_gatherv(struct ci_mpi_comm *c, const float *mine, int n, float *all, const int *counts,
+                              const int *displs, double timeout_s, const char *peers, struct ci_err *err);
 /* Point to point between world ranks (bytes < 2 GiB).  ci_mpi_isend starts a send of buf, which must stay
  * untouched until ci_mpi_wait_sends has waited for every send started (they are kept in this file). */
 enum ci_status ci_mpi_isend(const void *buf, size_t bytes, int dest, int tag, struct ci_err *err);

@@ -41,6 +41,13 @@ struct dist {
     bool copies_lost;
     int32_t *buf; // the STEP payload (either side)
     size_t cap_buf;
+    // A vocabulary-split head (model/shard.h): n_vocab, each group rank's count and offset of a gather,
+    // and rank 0's receive buffer.
+    bool head_split;
+    int64_t n_vocab;
+    int *counts, *displs;
+    float *gath;
+    size_t cap_gath;
     struct dist_stats stats;
     // Rank 0's idle ticks (timeout_s > 0): a thread sends a TICK header whenever no header went out for
     // tick_s, so a worker waiting for the next step can give rank 0 timeout_s.  lock serialises rank 0's
@@ -96,6 +103,11 @@ enum ci_status dist_create(int tp, int pp, double timeout_s, struct dist **out, 
                           "mpirun -np %d cinfer ... --tp %d --pp %d",
                           tp, pp, n, d->size, n, tp, pp);
     d->tp = tp, d->pp = pp, d->timeout_s = timeout_s;
+    d->head_split = shard_head_split(&(struct shard_spec){0, tp, 0, pp});
+    d->counts = ci_calloc((size_t)tp, sizeof *d->counts);
+    d->displs = ci_calloc((size_t)tp, sizeof *d->displs);
+    if (!d->counts || !d->displs)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     // A tick well inside the workers' deadline (a loaded machine may run the ticker late), every 5 s at most.
     d->tick_s = timeout_s / 4 < 5 ? timeout_s / 4 : 5;
     d->stage = d->rank / tp, d->tp_rank = d->rank % tp;
@@ -199,10 +211,13 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
     if (!m)
         snprintf(mine.msg, sizeof mine.msg, "%.199s", load_err ? load_err->msg : "the model did not load");
     if (m) {
+        d->n_vocab = m->config.n_vocab;
         mine.fingerprint = model_fingerprint(m);
         struct shard_spec sp = {d->tp_rank, d->tp, d->stage, d->pp};
         if ((s = model_shard(m, &sp, &e)) != CI_OK)
             snprintf(mine.msg, sizeof mine.msg, "%.199s", e.msg);
+        d->stats.n_vocab = m->config.n_vocab;
+        d->stats.head_rows = d->head_split && m->weights.output.data ? m->weights.output.ne[1] : 0;
     }
     mine.status = (int32_t)s;
     mine.options = options_hash;
@@ -287,7 +302,7 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
     size_t n_ids = 0;
     for (int i = 0; i < b->n_seqs; i++)
         n_ids += (size_t)b->seqs[i].n_blocks;
-    size_t n = (size_t)d->n_copies * 3 + (size_t)b->n_tokens * 3 + (size_t)b->n_seqs + n_ids;
+    size_t n = (size_t)d->n_copies * 3 + (size_t)b->n_tokens * 4 + (size_t)b->n_seqs + n_ids;
     enum ci_status s;
     if (n_ids > INT32_MAX || (s = reserve_buf(d, n, err)) != CI_OK)
         return mpi(d, n_ids > INT32_MAX ? ci_err_set(err, CI_ERR_LIMIT, "tensor parallelism: step too large")
@@ -300,6 +315,8 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
     memcpy(p + b->n_tokens, b->pos, (size_t)b->n_tokens * sizeof *p);
     memcpy(p + 2 * (size_t)b->n_tokens, b->seq, (size_t)b->n_tokens * sizeof *p);
     p += 3 * (size_t)b->n_tokens;
+    for (int i = 0; i < b->n_tokens; i++) // which rows want logits: a split head's ranks compute them too
+        *p++ = b->logits[i] != 0;
     for (int i = 0; i < b->n_seqs; i++)
         *p++ = b->seqs[i].n_blocks;
     for (int i = 0; i < b->n_seqs; i++) {
@@ -336,6 +353,43 @@ static enum ci_status on_allreduce(void *ctx, float *buf, size_t n, struct ci_er
     d->stats.n_allreduce++;
     d->stats.allreduce_floats += (int64_t)n;
     return s;
+}
+
+/* A vocabulary-split head: each rank's part [rows][its slice] to rank 0, which lays the slices side by side
+ * in logits [rows][n_vocab]. */
+static enum ci_status on_head(void *ctx, const float *part, int rows, float *logits, struct ci_err *err) {
+    struct dist *d = ctx;
+    const int64_t V = d->n_vocab;
+    int64_t off = 0, v0, nv;
+    for (int r = 0; r < d->tp; r++) {
+        shard_vocab_range(V, r, d->tp, &v0, &nv);
+        if ((int64_t)rows * nv > INT32_MAX || off > INT32_MAX)
+            return mpi(d, ci_err_set(err, CI_ERR_LIMIT, "tensor parallelism: %d logit rows too many", rows));
+        d->counts[r] = (int)((int64_t)rows * nv);
+        d->displs[r] = (int)off;
+        off += (int64_t)rows * nv;
+    }
+    if (d->rank == 0 && (size_t)off > d->cap_gath) {
+        float *grown = ci_realloc(d->gath, (size_t)off * sizeof *grown);
+        if (!grown) // the others wait in the gather: dist_end aborts them
+            return mpi(d, ci_err_set(err, CI_ERR_NOMEM, "tensor parallelism: out of memory for the logits"));
+        d->gath = grown;
+        d->cap_gath = (size_t)off;
+    }
+    int64_t t0 = ci_now_ns();
+    enum ci_status s = mpi(d, ci_mpi_gatherv(d->tp_comm, part, d->counts[d->tp_rank], d->gath, d->counts,
+                                             d->displs, d->timeout_s, d->tp_peers, err));
+    d->stats.head_ns += ci_now_ns() - t0;
+    d->stats.n_head++;
+    if (s != CI_OK || d->rank != 0)
+        return s;
+    for (int r = 0; r < d->tp; r++) {
+        shard_vocab_range(V, r, d->tp, &v0, &nv);
+        for (int i = 0; i < rows; i++)
+            memcpy(logits + (size_t)i * (size_t)V + v0, d->gath + d->displs[r] + (size_t)i * (size_t)nv,
+                   (size_t)nv * sizeof *logits);
+    }
+    return CI_OK;
 }
 
 /* ---- pipeline stages (every rank) ---- */
@@ -391,7 +445,8 @@ static struct fwd_dist rank_fd(struct dist *d, bool begin) {
     struct fwd_dist fd = {.ctx = d,
                           .allreduce = d->tp > 1 ? on_allreduce : NULL,
                           .begin = begin ? on_begin : NULL,
-                          .end = begin ? on_end : NULL};
+                          .end = begin ? on_end : NULL,
+                          .head = d->head_split ? on_head : NULL};
     if (d->pp > 1) {
         fd.n_micro = d->pp;
         fd.recv = d->stage > 0 ? on_recv : NULL;
@@ -403,11 +458,13 @@ static struct fwd_dist rank_fd(struct dist *d, bool begin) {
 }
 
 enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool,
-                         const struct kv_pool_params *kp, int max_tokens, int n_ctx, struct ci_err *err) {
+                         const struct kv_pool_params *kp, int max_tokens, int max_rows, int n_ctx,
+                         struct ci_err *err) {
     if (d->rank != 0 || d->opened || d->broken)
         return ci_err_set(err, CI_ERR_INTERNAL, "tensor parallelism: dist_open on rank %d (open %d)", d->rank,
                           d->opened);
-    int32_t h[DIST_HDR] = {MSG_OPEN, kp->block_size, kp->n_blocks, (int32_t)kp->type, max_tokens, n_ctx};
+    int32_t h[DIST_HDR] = {MSG_OPEN,   kp->block_size, kp->n_blocks, (int32_t)kp->type,
+                           max_tokens, n_ctx,          max_rows};
     enum ci_status s = send_hdr(d, h, err);
     if (s != CI_OK)
         return s;
@@ -437,7 +494,7 @@ struct worker {
     struct kv_pool *pool;
     struct forward *fwd;
     struct ci_kv_layer *layers;
-    uint8_t *no_logits;       // [max_tokens] zeros: the head is rank 0's
+    uint8_t *want;            // [max_tokens] the rows that want logits (zeros unless the head is split)
     struct ci_attn_seq *seqs; // [max_tokens]
     int max_tokens, n_blocks, block_size;
 };
@@ -446,12 +503,12 @@ static void worker_close(struct worker *w) {
     forward_free(w->fwd);
     kv_pool_free(w->pool);
     ci_free(w->layers);
-    ci_free(w->no_logits);
+    ci_free(w->want);
     ci_free(w->seqs);
     w->fwd = NULL;
     w->pool = NULL;
     w->layers = NULL;
-    w->no_logits = NULL;
+    w->want = NULL;
     w->seqs = NULL;
 }
 
@@ -464,18 +521,19 @@ static enum ci_status worker_open(struct dist *d, struct worker *w, const struct
     w->n_blocks = h[2];
     w->block_size = h[1];
     enum ci_status s;
-    if (w->max_tokens < 1)
-        return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: OPEN for %d tokens", w->max_tokens);
+    if (w->max_tokens < 1 || h[6] < 1 || h[6] > w->max_tokens)
+        return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: OPEN for %d tokens, %d logit rows",
+                          w->max_tokens, h[6]);
     if ((s = kv_pool_create(&kp, &w->pool, err)) ||
-        (s = forward_create(m, w->max_tokens, 1, w->tp, &w->fwd, err)))
+        (s = forward_create(m, w->max_tokens, h[6], w->tp, &w->fwd, err)))
         return s;
     forward_set_n_ctx(w->fwd, h[5]);
     struct fwd_dist fd = rank_fd(d, false);
     forward_set_dist(w->fwd, &fd);
     w->layers = ci_calloc((size_t)c->n_layer, sizeof *w->layers);
-    w->no_logits = ci_calloc((size_t)w->max_tokens, 1);
+    w->want = ci_calloc((size_t)w->max_tokens, 1);
     w->seqs = ci_calloc((size_t)w->max_tokens, sizeof *w->seqs);
-    if (!w->layers || !w->no_logits || !w->seqs)
+    if (!w->layers || !w->want || !w->seqs)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     for (int il = 0; il < c->n_layer; il++)
         kv_pool_layer(w->pool, il, &w->layers[il]);
@@ -492,7 +550,7 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
         n_ids < 0)
         return ci_err_set(err, CI_ERR_INVALID,
                           "tensor parallelism: a malformed step (%d tokens, %d sequences)", n_tok, n_seqs);
-    size_t n = (size_t)n_copies * 3 + (size_t)n_tok * 3 + (size_t)n_seqs + (size_t)n_ids;
+    size_t n = (size_t)n_copies * 3 + (size_t)n_tok * 4 + (size_t)n_seqs + (size_t)n_ids;
     enum ci_status s;
     if ((s = reserve_buf(d, n, err)) != CI_OK || (s = bcast_payload(d, n, err)))
         return s;
@@ -505,6 +563,9 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
     }
     const int32_t *tok = p, *pos = p + n_tok, *seq = p + 2 * (size_t)n_tok;
     p += 3 * (size_t)n_tok;
+    for (int i = 0; i < n_tok; i++) // the rows a split head computes (check_batch bounds their count)
+        w->want[i] = d->head_split && p[i];
+    p += n_tok;
     const int32_t *counts = p, *ids = p + n_seqs;
     int64_t used = 0;
     for (int i = 0; i < n_seqs; i++) {
@@ -521,7 +582,7 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
                           .token = tok,
                           .pos = pos,
                           .seq = seq,
-                          .logits = w->no_logits,
+                          .logits = w->want,
                           .n_seqs = n_seqs,
                           .seqs = w->seqs};
     const float *logits;
@@ -582,6 +643,9 @@ void dist_end(struct dist *d, bool ok) {
     ci_mpi_finalize();
     ci_free(d->copies);
     ci_free(d->buf);
+    ci_free(d->counts);
+    ci_free(d->displs);
+    ci_free(d->gath);
     if (d->lock_made) {
         pthread_mutex_destroy(&d->lock);
         pthread_cond_destroy(&d->wake);

@@ -33,6 +33,9 @@ all-reduce) ends the client's stream and every process, the stopped one included
 stopped rank and the cause; rank 0 stopped while `serve --tp 2 --dist-timeout 2` idles ends every process with
 rank 1 naming rank 0 (its idle ticks stopped), and a healthy server idle for three times the timeout (--tp 2
 and --pp 2) still answers with the single process's text.
+The output head: with --tp alone it is split by vocabulary (each rank a slice of the rows, rank 0 gathers the
+logits: every --tp logits check above runs through it; tiny-gemma2's head is tied to the embedding), and
+`run` reports rank 0's share of the rows; with --pp it stays whole on rank 0.
 Skips (with a message, no PASS lines) only when mpirun is absent.  Prints PASS/FAIL lines."""
 
 import http.client
@@ -150,6 +153,33 @@ def greedy(model, tp, pp=1, n=40):
     if rc != 0:
         raise ciref.CinferError("run exited %s: %s" % (rc, err.strip()[-400:]))
     return out.split()
+
+
+def vocab_rows(n_vocab, rank, n):
+    """The rows of the output head rank keeps of n (README: as even as can be on multiples of 64 rows)."""
+    align = 64 if n_vocab >= 64 * n else 1
+    units = n_vocab // align
+    lo = units * rank // n * align
+    hi = n_vocab if rank == n - 1 else units * (rank + 1) // n * align
+    return hi - lo
+
+
+def head_split(model, n_vocab):
+    """`run --tp 2` splits the output head by vocabulary (rank 0 says how many rows it holds and how many
+    gathers of logits it made: one per forward pass that wants logits), `--pp 2` and `--tp 2 --pp 2` keep it
+    whole on rank 0 (no such line).  That the split logits are right is the logits checks' business."""
+    args = ["run", "-m", model, "-p", "hello world", "-n", "4", "--temp", "0", "--kv-type", "f32"]
+    for tp, pp in ((2, 1), (1, 2), (2, 2)):
+        name = "head_split_by_vocab_%s" % label(tp, pp)
+        rc, _, err = run(dist(args, tp, pp, "-t"))
+        m = re.search(r"output head split by vocabulary: rank 0 holds (\d+) of (\d+) rows; (\d+) gathers", err)
+        if pp == 1:
+            want = vocab_rows(n_vocab, 0, tp)
+            ok = rc == 0 and m and int(m.group(1)) == want and int(m.group(2)) == n_vocab and int(m.group(3)) >= 4
+            rep.check(ok, name, "exit %s, want %d of %d rows: %s" % (rc, want, n_vocab, err[-400:]),
+                      m.group(0) if m else "")
+        else:
+            rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, err[-400:]), "head whole on rank 0")
 
 
 def expect_error(name, cmd, words, timeout=60):
@@ -548,6 +578,7 @@ def main():
                 rep.check(a == c, name + "_pp2", "single %s, --pp 2 %s" % (a, c), "40 tokens equal")
             except ciref.CinferError as e:
                 rep.fail(name, e)
+        head_split(f32["tiny"], 1024)
         for path in (f32["tiny"], quant[2]):  # 4 ranks on 2 cores: fewer tokens
             name = "greedy_%s_tp2pp2" % os.path.basename(path)[:-5]
             try:
