@@ -15,6 +15,7 @@
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/pack.h"
 #include "model/shard.h"
 
 enum { MSG_OPEN = 1, MSG_STEP, MSG_CLOSE, MSG_STOP, MSG_TICK };
@@ -29,6 +30,7 @@ struct dist {
     double timeout_s;            // the watchdog on every wait inside a step (<= 0: none)
     struct ci_mpi_comm *tp_comm; // the stage's tensor-parallel group (NULL: the world, when pp is 1)
     char tp_peers[96];           // its other ranks, for a timeout's message
+    char others[32];             // rank 0's receivers of a broadcast, likewise
     bool inited;                 // MPI_Init succeeded
     bool met;           // dist_agree's exchange took place: every rank knows whether the start failed
     bool agreed;        // dist_agree succeeded: the workers are (or will be) in their loop
@@ -111,6 +113,10 @@ enum ci_status dist_create(int tp, int pp, double timeout_s, struct dist **out, 
     // A tick well inside the workers' deadline (a loaded machine may run the ticker late), every 5 s at most.
     d->tick_s = timeout_s / 4 < 5 ? timeout_s / 4 : 5;
     d->stage = d->rank / tp, d->tp_rank = d->rank % tp;
+    if (d->size == 2)
+        snprintf(d->others, sizeof d->others, "rank 1");
+    else
+        snprintf(d->others, sizeof d->others, "one of ranks 1-%d", d->size - 1);
     int first = d->stage * tp, len = 0;
     d->tp_peers[0] = '\0';
     for (int r = first; r < first + tp; r++) // the others of this rank's group
@@ -141,7 +147,7 @@ int dist_size(const struct dist *d) {
 static enum ci_status bcast_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
     if (d->rank == 0) {
         d->last_hdr_ns = ci_now_ns();
-        return mpi(d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->timeout_s, NULL, "another rank", err));
+        return mpi(d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->timeout_s, NULL, d->others, err));
     }
     char call[96];
     snprintf(call, sizeof call, "the wait for rank 0's next step or idle tick (sent every %g s)", d->tick_s);
@@ -291,7 +297,7 @@ static enum ci_status reserve_buf(struct dist *d, size_t n, struct ci_err *err) 
 /* A step's payload, right after its header: inside the watchdog. */
 static enum ci_status bcast_payload(struct dist *d, size_t n, struct ci_err *err) {
     return mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, d->timeout_s, NULL,
-                               d->rank ? "rank 0 or a rank relaying its broadcast" : "another rank", err));
+                               d->rank ? "rank 0 or a rank relaying its broadcast" : d->others, err));
 }
 
 static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_err *err) {
@@ -592,6 +598,9 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
 
 enum ci_status dist_worker_run(struct dist *d, const struct model *m, int n_threads, struct ci_err *err) {
     struct worker w = {0};
+    // Pack the shard now, while rank 0 packs its own, not at the first OPEN: there rank 0's first step would
+    // wait for it.
+    model_pack_weights(m);
     enum ci_status s = ci_threadpool_create(n_threads, &w.tp, err);
     while (s == CI_OK) {
         int32_t h[DIST_HDR];
