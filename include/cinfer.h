@@ -81,13 +81,17 @@ CINFER_API int cinfer_tp_rank(const struct cinfer_tp *t);
 CINFER_API enum cinfer_status cinfer_tp_worker(struct cinfer_tp *t, const struct cinfer_model *m,
                                                int n_threads, struct cinfer_error *err);
 struct cinfer_tp_stats {
-    long long steps;      // batches rank 0 broadcast
-    long long allreduces; // all-reduces run (two per layer and batch)
-    double allreduce_ms;  // time in them (waiting for the slowest rank included)
-    double allreduce_mib; // float32 data summed
-    double bcast_ms;      // time broadcasting the batches
-    double p2p_ms;        // pipeline: time sending and receiving hidden states (waiting included)
-    double p2p_mib;       // pipeline: hidden states received
+    long long steps;        // batches rank 0 broadcast
+    long long allreduces;   // all-reduces run (two per layer and batch)
+    double allreduce_ms;    // time in them (waiting for the slowest rank included)
+    double allreduce_mib;   // float32 data summed
+    double bcast_ms;        // time broadcasting the batches
+    double p2p_ms;          // pipeline: time sending and receiving hidden states (waiting included)
+    double p2p_mib;         // pipeline: hidden states received
+    long long head_rows;    // output head split by vocabulary (--tp without --pp; else 0): rank 0's rows
+    long long n_vocab;      // of the whole head's
+    long long head_gathers; // gathers of the logits slices to rank 0
+    double head_ms;         // time in them (waiting included)
 };
 CINFER_API void cinfer_tp_stats(const struct cinfer_tp *t, struct cinfer_tp_stats *out);
 CINFER_API void cinfer_tp_end(struct cinfer_tp *t, bool ok);

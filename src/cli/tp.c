@@ -48,4 +48,9 @@ void cli_tp_report(const char *cmd, const struct cinfer_tp *tp, int n_layer) {
                 "cinfer %s: pipeline: %.2f MiB of hidden states received by rank 0, %.2f ms in its "
                 "sends and receives (waiting for the stages included)\n",
                 cmd, s.p2p_mib, s.p2p_ms);
+    if (s.head_rows > 0)
+        fprintf(stderr,
+                "cinfer %s: output head split by vocabulary: rank 0 holds %lld of %lld rows; %lld gathers of "
+                "logits (%.2f ms)\n",
+                cmd, s.head_rows, s.n_vocab, s.head_gathers, s.head_ms);
 }

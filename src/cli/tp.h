@@ -36,9 +36,9 @@ struct cli_dist {
          "them in M micro-batches): run under mpirun -np N*M (default 1: none)"},                            \
     {                                                                                                        \
         "--dist-timeout", NULL, ARG_FLOAT, &(d)->timeout_s, 0, 86400,                                        \
-            "S  with --tp/--pp: a rank that does not answer within S seconds inside a step ends every rank " \
-            "(0: "                                                                                           \
-            "wait forever; default 120)"                                                                     \
+            "S  with --tp/--pp: a rank that does not answer within S seconds (inside a step; rank 0 also "   \
+            "between steps, idle ticks keeping an idle one alive) ends every rank (0: wait forever; "        \
+            "default 120)"                                                                                   \
     }
 
 /* tp * pp > 1: cinfer_tp_init and sets lo->tp, lo->tp_options (a hash of argv[1..argc) without --threads/-t

@@ -137,15 +137,15 @@ static enum ci_status wait_req(MPI_Request *r, double timeout_s, const char *cal
     }
 }
 
-enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *peers,
-                            struct ci_err *err) {
+enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *call,
+                            const char *peers, struct ci_err *err) {
     for (size_t off = 0; off < bytes; off += CHUNK) {
         size_t n = bytes - off < CHUNK ? bytes - off : CHUNK;
         MPI_Request r;
         int rc = MPI_Ibcast((char *)buf + off, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &r);
         if (rc != MPI_SUCCESS)
             return fail(err, "MPI_Ibcast", rc);
-        enum ci_status s = wait_req(&r, timeout_s, "MPI_Bcast", peers, err);
+        enum ci_status s = wait_req(&r, timeout_s, call ? call : "MPI_Bcast", peers, err);
         if (s != CI_OK)
             return s;
     }
@@ -165,6 +165,15 @@ enum ci_status ci_mpi_allreduce_sum(struct ci_mpi_comm *c, float *buf, size_t n,
             return s;
     }
     return CI_OK;
+}
+
+enum ci_status ci_mpi_gatherv(struct ci_mpi_comm *c, const float *mine, int n, float *all, const int *counts,
+                              const int *displs, double timeout_s, const char *peers, struct ci_err *err) {
+    MPI_Request r;
+    int rc = MPI_Igatherv(mine, n, MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, comm_of(c), &r);
+    if (rc != MPI_SUCCESS)
+        return fail(err, "MPI_Igatherv", rc);
+    return wait_req(&r, timeout_s, "MPI_Gatherv of the logits", peers, err);
 }
 
 enum ci_status ci_mpi_isend(const void *buf, size_t bytes, int dest, int tag, struct ci_err *err) {
@@ -256,15 +265,21 @@ void ci_mpi_comm_free(struct ci_mpi_comm *c) {
     (void)c;
 }
 
-enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *peers,
-                            struct ci_err *err) {
-    (void)buf, (void)bytes, (void)root, (void)timeout_s, (void)peers;
+enum ci_status ci_mpi_bcast(void *buf, size_t bytes, int root, double timeout_s, const char *call,
+                            const char *peers, struct ci_err *err) {
+    (void)buf, (void)bytes, (void)root, (void)timeout_s, (void)call, (void)peers;
     return none(err);
 }
 
 enum ci_status ci_mpi_allreduce_sum(struct ci_mpi_comm *c, float *buf, size_t n, double timeout_s,
                                     const char *peers, struct ci_err *err) {
     (void)c, (void)buf, (void)n, (void)timeout_s, (void)peers;
+    return none(err);
+}
+
+enum ci_status ci_mpi_gatherv(struct ci_mpi_comm *c, const float *mine, int n, float *all, const int *counts,
+                              const int *displs, double timeout_s, const char *peers, struct ci_err *err) {
+    (void)c, (void)mine, (void)n, (void)all, (void)counts, (void)displs, (void)timeout_s, (void)peers;
     return none(err);
 }
 

@@ -391,7 +391,8 @@ enum cinfer_status cinfer_logits(const struct cinfer_model *m, const cinfer_toke
              !(s = kv_seq_init(&table, n_blocks, &e)) && (s = kv_seq_reserve(pool, &table, n_ids)) != CI_OK)
         ci_err_set(&e, s, "out of memory");
     bool opened = false; // tensor parallelism: the other ranks mirror this forward pass
-    if (s == CI_OK && m->dist && (s = dist_open(m->dist, fwd, pool, &pp, n_ids, c->n_ctx_train, &e)) == CI_OK)
+    if (s == CI_OK && m->dist &&
+        (s = dist_open(m->dist, fwd, pool, &pp, n_ids, n_ids, c->n_ctx_train, &e)) == CI_OK)
         opened = true;
     if (s == CI_OK) {
         for (int il = 0; il < c->n_layer; il++)
@@ -465,6 +466,10 @@ void cinfer_tp_stats(const struct cinfer_tp *t, struct cinfer_tp_stats *out) {
     out->bcast_ms = (double)ds.bcast_ns / 1e6;
     out->p2p_ms = (double)ds.p2p_ns / 1e6;
     out->p2p_mib = (double)ds.p2p_floats * 4.0 / (1 << 20);
+    out->head_rows = ds.head_rows;
+    out->n_vocab = ds.n_vocab;
+    out->head_gathers = ds.n_head;
+    out->head_ms = (double)ds.head_ns / 1e6;
 }
 
 void cinfer_tp_end(struct cinfer_tp *t, bool ok) {

@@ -1,7 +1,10 @@
 #include "engine/dist.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -12,9 +15,10 @@
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/pack.h"
 #include "model/shard.h"
 
-enum { MSG_OPEN = 1, MSG_STEP, MSG_CLOSE, MSG_STOP };
+enum { MSG_OPEN = 1, MSG_STEP, MSG_CLOSE, MSG_STOP, MSG_TICK };
 #define DIST_HDR 8
 
 // Point-to-point tags: hidden states to the next stage, and the last stage's back to rank 0.
@@ -26,19 +30,37 @@ struct dist {
     double timeout_s;            // the watchdog on every wait inside a step (<= 0: none)
     struct ci_mpi_comm *tp_comm; // the stage's tensor-parallel group (NULL: the world, when pp is 1)
     char tp_peers[96];           // its other ranks, for a timeout's message
+    char others[32];             // rank 0's receivers of a broadcast, likewise
     bool inited;                 // MPI_Init succeeded
-    bool met;     // dist_agree's exchange took place: every rank knows whether the start failed
-    bool agreed;  // dist_agree succeeded: the workers are (or will be) in their loop
-    bool broken;  // an MPI call failed: the ranks may be out of step
-    bool opened;  // rank 0: a dist_open not yet closed
-    int n_blocks; // of the open pool (rank 0: copies are checked against it)
+    bool met;           // dist_agree's exchange took place: every rank knows whether the start failed
+    bool agreed;        // dist_agree succeeded: the workers are (or will be) in their loop
+    atomic_bool broken; // an MPI call failed: the ranks may be out of step (rank 0's ticker may set it)
+    bool opened;        // rank 0: a dist_open not yet closed
+    int n_blocks;       // of the open pool (rank 0: copies are checked against it)
     // Rank 0: KV block copies since the last step, [n_copies][3]; a failed growth fails the next step.
     int32_t *copies;
     int n_copies, cap_copies;
     bool copies_lost;
     int32_t *buf; // the STEP payload (either side)
     size_t cap_buf;
+    // A vocabulary-split head (model/shard.h): n_vocab, each group rank's count and offset of a gather,
+    // and rank 0's receive buffer.
+    bool head_split;
+    int64_t n_vocab;
+    int *counts, *displs;
+    float *gath;
+    size_t cap_gath;
     struct dist_stats stats;
+    // Rank 0's idle ticks (timeout_s > 0): a thread sends a TICK header whenever no header went out for
+    // tick_s, so a worker waiting for the next step can give rank 0 timeout_s.  lock serialises rank 0's
+    // MPI calls between the two threads; in_pass (a forward pass runs, its collectives in flight) keeps
+    // the ticker out of the pass's sequence of collectives.
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t ticker;
+    bool lock_made, ticking, stop_tick, in_pass;
+    double tick_s;
+    int64_t last_hdr_ns;
 };
 
 static enum ci_status mpi(struct dist *d, enum ci_status s) {
@@ -59,6 +81,19 @@ enum ci_status dist_create(int tp, int pp, double timeout_s, struct dist **out, 
     if (!d)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     *out = d;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) == 0) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (pthread_mutex_init(&d->lock, NULL) == 0) {
+            if (pthread_cond_init(&d->wake, &ca) == 0)
+                d->lock_made = true;
+            else
+                pthread_mutex_destroy(&d->lock);
+        }
+        pthread_condattr_destroy(&ca);
+    }
+    if (!d->lock_made)
+        return ci_err_set(err, CI_ERR_NOMEM, "tensor parallelism: no mutex for the idle ticks");
     enum ci_status s = ci_mpi_init(&d->rank, &d->size, err);
     d->inited = s == CI_OK;
     if (s != CI_OK)
@@ -70,7 +105,18 @@ enum ci_status dist_create(int tp, int pp, double timeout_s, struct dist **out, 
                           "mpirun -np %d cinfer ... --tp %d --pp %d",
                           tp, pp, n, d->size, n, tp, pp);
     d->tp = tp, d->pp = pp, d->timeout_s = timeout_s;
+    d->head_split = shard_head_split(&(struct shard_spec){0, tp, 0, pp});
+    d->counts = ci_calloc((size_t)tp, sizeof *d->counts);
+    d->displs = ci_calloc((size_t)tp, sizeof *d->displs);
+    if (!d->counts || !d->displs)
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    // A tick well inside the workers' deadline (a loaded machine may run the ticker late), every 5 s at most.
+    d->tick_s = timeout_s / 4 < 5 ? timeout_s / 4 : 5;
     d->stage = d->rank / tp, d->tp_rank = d->rank % tp;
+    if (d->size == 2)
+        snprintf(d->others, sizeof d->others, "rank 1");
+    else
+        snprintf(d->others, sizeof d->others, "one of ranks 1-%d", d->size - 1);
     int first = d->stage * tp, len = 0;
     d->tp_peers[0] = '\0';
     for (int r = first; r < first + tp; r++) // the others of this rank's group
@@ -95,6 +141,65 @@ int dist_size(const struct dist *d) {
     return d->size;
 }
 
+/* A message's header.  Rank 0 sends one (a step, or an idle tick) at least every tick_s, so a worker gives it
+ * timeout_s like any other wait: a rank 0 stopped or dead is caught even while the server idles.  Rank 0
+ * calls it with d->lock held. */
+static enum ci_status bcast_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
+    if (d->rank == 0) {
+        d->last_hdr_ns = ci_now_ns();
+        return mpi(d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->timeout_s, NULL, d->others, err));
+    }
+    char call[96];
+    snprintf(call, sizeof call, "the wait for rank 0's next step or idle tick (sent every %g s)", d->tick_s);
+    return mpi(d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->timeout_s, call, "rank 0", err));
+}
+
+/* Rank 0: a header outside a forward pass (open, close, stop), serialised with the ticker. */
+static enum ci_status send_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
+    pthread_mutex_lock(&d->lock);
+    enum ci_status s = bcast_hdr(d, h, err);
+    pthread_mutex_unlock(&d->lock);
+    return s;
+}
+
+/* Rank 0's ticker thread: a TICK whenever no header went out for tick_s and no pass runs. */
+static void *tick_main(void *arg) {
+    struct dist *d = arg;
+    pthread_mutex_lock(&d->lock);
+    while (!d->stop_tick) {
+        int64_t due = d->last_hdr_ns + (int64_t)(d->tick_s * 1e9), now = ci_now_ns();
+        if (d->in_pass || now < due) {
+            if (d->in_pass || due - now > (int64_t)(d->tick_s * 1e9))
+                due = now + (int64_t)(d->tick_s * 1e9);
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + (due - now);
+            ts.tv_sec = (time_t)(at / 1000000000), ts.tv_nsec = (long)(at % 1000000000);
+            pthread_cond_timedwait(&d->wake, &d->lock, &ts);
+            continue;
+        }
+        int32_t h[DIST_HDR] = {MSG_TICK};
+        struct ci_err e;
+        if (bcast_hdr(d, h, &e) != CI_OK) { // broken: the engine's next step fails, dist_end aborts
+            CI_LOG_ERR("tensor parallelism: idle tick: %s", e.msg);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    return NULL;
+}
+
+static void stop_ticker(struct dist *d) {
+    if (!d->ticking)
+        return;
+    pthread_mutex_lock(&d->lock);
+    d->stop_tick = true;
+    pthread_cond_signal(&d->wake);
+    pthread_mutex_unlock(&d->lock);
+    pthread_join(d->ticker, NULL);
+    d->ticking = false;
+}
+
 /* What each rank contributes to the start-up agreement. */
 struct agree_msg {
     int32_t status; // enum ci_status of its load and shard
@@ -112,10 +217,13 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
     if (!m)
         snprintf(mine.msg, sizeof mine.msg, "%.199s", load_err ? load_err->msg : "the model did not load");
     if (m) {
+        d->n_vocab = m->config.n_vocab;
         mine.fingerprint = model_fingerprint(m);
         struct shard_spec sp = {d->tp_rank, d->tp, d->stage, d->pp};
         if ((s = model_shard(m, &sp, &e)) != CI_OK)
             snprintf(mine.msg, sizeof mine.msg, "%.199s", e.msg);
+        d->stats.n_vocab = m->config.n_vocab;
+        d->stats.head_rows = d->head_split && m->weights.output.data ? m->weights.output.ne[1] : 0;
     }
     mine.status = (int32_t)s;
     mine.options = options_hash;
@@ -146,6 +254,14 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
     }
     ci_free(all);
     d->agreed = s == CI_OK;
+    if (d->agreed && d->rank == 0 && d->size > 1 && d->timeout_s > 0) {
+        d->last_hdr_ns = ci_now_ns();
+        if (pthread_create(&d->ticker, NULL, tick_main, d) != 0) {
+            d->broken = true; // the workers are in their loop: dist_end must abort them
+            return ci_err_set(err, CI_ERR_NOMEM, "tensor parallelism: could not start the idle tick thread");
+        }
+        d->ticking = true;
+    }
     return s;
 }
 
@@ -178,16 +294,10 @@ static enum ci_status reserve_buf(struct dist *d, size_t n, struct ci_err *err) 
     return CI_OK;
 }
 
-/* A message's header; a worker waits for it as long as rank 0 idles (no watchdog). */
-static enum ci_status bcast_hdr(struct dist *d, int32_t *h, struct ci_err *err) {
-    return mpi(
-        d, ci_mpi_bcast(h, DIST_HDR * sizeof *h, 0, d->rank == 0 ? d->timeout_s : 0, "another rank", err));
-}
-
 /* A step's payload, right after its header: inside the watchdog. */
 static enum ci_status bcast_payload(struct dist *d, size_t n, struct ci_err *err) {
-    return mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, d->timeout_s,
-                               d->rank ? "rank 0 or a rank relaying its broadcast" : "another rank", err));
+    return mpi(d, ci_mpi_bcast(d->buf, n * sizeof *d->buf, 0, d->timeout_s, NULL,
+                               d->rank ? "rank 0 or a rank relaying its broadcast" : d->others, err));
 }
 
 static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_err *err) {
@@ -198,7 +308,7 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
     size_t n_ids = 0;
     for (int i = 0; i < b->n_seqs; i++)
         n_ids += (size_t)b->seqs[i].n_blocks;
-    size_t n = (size_t)d->n_copies * 3 + (size_t)b->n_tokens * 3 + (size_t)b->n_seqs + n_ids;
+    size_t n = (size_t)d->n_copies * 3 + (size_t)b->n_tokens * 4 + (size_t)b->n_seqs + n_ids;
     enum ci_status s;
     if (n_ids > INT32_MAX || (s = reserve_buf(d, n, err)) != CI_OK)
         return mpi(d, n_ids > INT32_MAX ? ci_err_set(err, CI_ERR_LIMIT, "tensor parallelism: step too large")
@@ -211,6 +321,8 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
     memcpy(p + b->n_tokens, b->pos, (size_t)b->n_tokens * sizeof *p);
     memcpy(p + 2 * (size_t)b->n_tokens, b->seq, (size_t)b->n_tokens * sizeof *p);
     p += 3 * (size_t)b->n_tokens;
+    for (int i = 0; i < b->n_tokens; i++) // which rows want logits: a split head's ranks compute them too
+        *p++ = b->logits[i] != 0;
     for (int i = 0; i < b->n_seqs; i++)
         *p++ = b->seqs[i].n_blocks;
     for (int i = 0; i < b->n_seqs; i++) {
@@ -219,12 +331,24 @@ static enum ci_status on_begin(void *ctx, const struct fwd_batch *b, struct ci_e
         p += b->seqs[i].n_blocks;
     }
     int32_t h[DIST_HDR] = {MSG_STEP, b->n_tokens, b->n_seqs, d->n_copies, (int32_t)n_ids};
-    if ((s = bcast_hdr(d, h, err)) != CI_OK || (s = bcast_payload(d, n, err)))
+    pthread_mutex_lock(&d->lock);
+    s = d->broken ? ci_err_set(err, CI_ERR_IO, "tensor parallelism: an earlier MPI call failed")
+                  : bcast_hdr(d, h, err);
+    d->in_pass = s == CI_OK; // on_end clears it
+    pthread_mutex_unlock(&d->lock);
+    if (s != CI_OK || (s = bcast_payload(d, n, err)) != CI_OK)
         return s;
     d->n_copies = 0;
     d->stats.n_steps++;
     d->stats.bcast_ns += ci_now_ns() - t0;
     return CI_OK;
+}
+
+static void on_end(void *ctx) {
+    struct dist *d = ctx;
+    pthread_mutex_lock(&d->lock);
+    d->in_pass = false;
+    pthread_mutex_unlock(&d->lock);
 }
 
 static enum ci_status on_allreduce(void *ctx, float *buf, size_t n, struct ci_err *err) {
@@ -235,6 +359,43 @@ static enum ci_status on_allreduce(void *ctx, float *buf, size_t n, struct ci_er
     d->stats.n_allreduce++;
     d->stats.allreduce_floats += (int64_t)n;
     return s;
+}
+
+/* A vocabulary-split head: each rank's part [rows][its slice] to rank 0, which lays the slices side by side
+ * in logits [rows][n_vocab]. */
+static enum ci_status on_head(void *ctx, const float *part, int rows, float *logits, struct ci_err *err) {
+    struct dist *d = ctx;
+    const int64_t V = d->n_vocab;
+    int64_t off = 0, v0, nv;
+    for (int r = 0; r < d->tp; r++) {
+        shard_vocab_range(V, r, d->tp, &v0, &nv);
+        if ((int64_t)rows * nv > INT32_MAX || off > INT32_MAX)
+            return mpi(d, ci_err_set(err, CI_ERR_LIMIT, "tensor parallelism: %d logit rows too many", rows));
+        d->counts[r] = (int)((int64_t)rows * nv);
+        d->displs[r] = (int)off;
+        off += (int64_t)rows * nv;
+    }
+    if (d->rank == 0 && (size_t)off > d->cap_gath) {
+        float *grown = ci_realloc(d->gath, (size_t)off * sizeof *grown);
+        if (!grown) // the others wait in the gather: dist_end aborts them
+            return mpi(d, ci_err_set(err, CI_ERR_NOMEM, "tensor parallelism: out of memory for the logits"));
+        d->gath = grown;
+        d->cap_gath = (size_t)off;
+    }
+    int64_t t0 = ci_now_ns();
+    enum ci_status s = mpi(d, ci_mpi_gatherv(d->tp_comm, part, d->counts[d->tp_rank], d->gath, d->counts,
+                                             d->displs, d->timeout_s, d->tp_peers, err));
+    d->stats.head_ns += ci_now_ns() - t0;
+    d->stats.n_head++;
+    if (s != CI_OK || d->rank != 0)
+        return s;
+    for (int r = 0; r < d->tp; r++) {
+        shard_vocab_range(V, r, d->tp, &v0, &nv);
+        for (int i = 0; i < rows; i++)
+            memcpy(logits + (size_t)i * (size_t)V + v0, d->gath + d->displs[r] + (size_t)i * (size_t)nv,
+                   (size_t)nv * sizeof *logits);
+    }
+    return CI_OK;
 }
 
 /* ---- pipeline stages (every rank) ---- */
@@ -287,8 +448,11 @@ static enum ci_status on_gather(void *ctx, float *x, size_t n, struct ci_err *er
 
 /* What this rank's forward pass does with the others (begin: rank 0's step broadcast). */
 static struct fwd_dist rank_fd(struct dist *d, bool begin) {
-    struct fwd_dist fd = {
-        .ctx = d, .allreduce = d->tp > 1 ? on_allreduce : NULL, .begin = begin ? on_begin : NULL};
+    struct fwd_dist fd = {.ctx = d,
+                          .allreduce = d->tp > 1 ? on_allreduce : NULL,
+                          .begin = begin ? on_begin : NULL,
+                          .end = begin ? on_end : NULL,
+                          .head = d->head_split ? on_head : NULL};
     if (d->pp > 1) {
         fd.n_micro = d->pp;
         fd.recv = d->stage > 0 ? on_recv : NULL;
@@ -300,12 +464,14 @@ static struct fwd_dist rank_fd(struct dist *d, bool begin) {
 }
 
 enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool,
-                         const struct kv_pool_params *kp, int max_tokens, int n_ctx, struct ci_err *err) {
+                         const struct kv_pool_params *kp, int max_tokens, int max_rows, int n_ctx,
+                         struct ci_err *err) {
     if (d->rank != 0 || d->opened || d->broken)
         return ci_err_set(err, CI_ERR_INTERNAL, "tensor parallelism: dist_open on rank %d (open %d)", d->rank,
                           d->opened);
-    int32_t h[DIST_HDR] = {MSG_OPEN, kp->block_size, kp->n_blocks, (int32_t)kp->type, max_tokens, n_ctx};
-    enum ci_status s = bcast_hdr(d, h, err);
+    int32_t h[DIST_HDR] = {MSG_OPEN,   kp->block_size, kp->n_blocks, (int32_t)kp->type,
+                           max_tokens, n_ctx,          max_rows};
+    enum ci_status s = send_hdr(d, h, err);
     if (s != CI_OK)
         return s;
     d->opened = true;
@@ -324,7 +490,7 @@ void dist_close(struct dist *d) {
     int32_t h[DIST_HDR] = {MSG_CLOSE};
     struct ci_err e;
     if (!d->broken)
-        bcast_hdr(d, h, &e);
+        send_hdr(d, h, &e);
 }
 
 /* ---- ranks > 0 ---- */
@@ -334,7 +500,7 @@ struct worker {
     struct kv_pool *pool;
     struct forward *fwd;
     struct ci_kv_layer *layers;
-    uint8_t *no_logits;       // [max_tokens] zeros: the head is rank 0's
+    uint8_t *want;            // [max_tokens] the rows that want logits (zeros unless the head is split)
     struct ci_attn_seq *seqs; // [max_tokens]
     int max_tokens, n_blocks, block_size;
 };
@@ -343,12 +509,12 @@ static void worker_close(struct worker *w) {
     forward_free(w->fwd);
     kv_pool_free(w->pool);
     ci_free(w->layers);
-    ci_free(w->no_logits);
+    ci_free(w->want);
     ci_free(w->seqs);
     w->fwd = NULL;
     w->pool = NULL;
     w->layers = NULL;
-    w->no_logits = NULL;
+    w->want = NULL;
     w->seqs = NULL;
 }
 
@@ -361,18 +527,19 @@ static enum ci_status worker_open(struct dist *d, struct worker *w, const struct
     w->n_blocks = h[2];
     w->block_size = h[1];
     enum ci_status s;
-    if (w->max_tokens < 1)
-        return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: OPEN for %d tokens", w->max_tokens);
+    if (w->max_tokens < 1 || h[6] < 1 || h[6] > w->max_tokens)
+        return ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: OPEN for %d tokens, %d logit rows",
+                          w->max_tokens, h[6]);
     if ((s = kv_pool_create(&kp, &w->pool, err)) ||
-        (s = forward_create(m, w->max_tokens, 1, w->tp, &w->fwd, err)))
+        (s = forward_create(m, w->max_tokens, h[6], w->tp, &w->fwd, err)))
         return s;
     forward_set_n_ctx(w->fwd, h[5]);
     struct fwd_dist fd = rank_fd(d, false);
     forward_set_dist(w->fwd, &fd);
     w->layers = ci_calloc((size_t)c->n_layer, sizeof *w->layers);
-    w->no_logits = ci_calloc((size_t)w->max_tokens, 1);
+    w->want = ci_calloc((size_t)w->max_tokens, 1);
     w->seqs = ci_calloc((size_t)w->max_tokens, sizeof *w->seqs);
-    if (!w->layers || !w->no_logits || !w->seqs)
+    if (!w->layers || !w->want || !w->seqs)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     for (int il = 0; il < c->n_layer; il++)
         kv_pool_layer(w->pool, il, &w->layers[il]);
@@ -389,7 +556,7 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
         n_ids < 0)
         return ci_err_set(err, CI_ERR_INVALID,
                           "tensor parallelism: a malformed step (%d tokens, %d sequences)", n_tok, n_seqs);
-    size_t n = (size_t)n_copies * 3 + (size_t)n_tok * 3 + (size_t)n_seqs + (size_t)n_ids;
+    size_t n = (size_t)n_copies * 3 + (size_t)n_tok * 4 + (size_t)n_seqs + (size_t)n_ids;
     enum ci_status s;
     if ((s = reserve_buf(d, n, err)) != CI_OK || (s = bcast_payload(d, n, err)))
         return s;
@@ -402,6 +569,9 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
     }
     const int32_t *tok = p, *pos = p + n_tok, *seq = p + 2 * (size_t)n_tok;
     p += 3 * (size_t)n_tok;
+    for (int i = 0; i < n_tok; i++) // the rows a split head computes (check_batch bounds their count)
+        w->want[i] = d->head_split && p[i];
+    p += n_tok;
     const int32_t *counts = p, *ids = p + n_seqs;
     int64_t used = 0;
     for (int i = 0; i < n_seqs; i++) {
@@ -418,7 +588,7 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
                           .token = tok,
                           .pos = pos,
                           .seq = seq,
-                          .logits = w->no_logits,
+                          .logits = w->want,
                           .n_seqs = n_seqs,
                           .seqs = w->seqs};
     const float *logits;
@@ -428,6 +598,9 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
 
 enum ci_status dist_worker_run(struct dist *d, const struct model *m, int n_threads, struct ci_err *err) {
     struct worker w = {0};
+    // Pack the shard now, while rank 0 packs its own, not at the first OPEN: there rank 0's first step would
+    // wait for it.
+    model_pack_weights(m);
     enum ci_status s = ci_threadpool_create(n_threads, &w.tp, err);
     while (s == CI_OK) {
         int32_t h[DIST_HDR];
@@ -441,6 +614,8 @@ enum ci_status dist_worker_run(struct dist *d, const struct model *m, int n_thre
             s = worker_step(d, &w, h, err);
         else if (h[0] == MSG_CLOSE)
             worker_close(&w);
+        else if (h[0] == MSG_TICK)
+            continue; // rank 0 is alive and idle
         else
             s = ci_err_set(err, CI_ERR_INVALID, "tensor parallelism: unknown message %d", h[0]);
     }
@@ -460,6 +635,7 @@ void dist_end(struct dist *d, bool ok) {
         return;
     // A failure the others cannot know of (before the agreement, or on a worker after it) leaves them
     // waiting on a collective: only an abort ends them.
+    stop_ticker(d); // before any other MPI call: one thread at a time
     bool unseen = !ok && (!d->met || (d->agreed && d->rank != 0));
     if (d->inited && d->size > 1 && (d->broken || unseen)) {
         CI_LOG_ERR("tensor parallelism: rank %d ends every rank of the job", d->rank);
@@ -476,5 +652,12 @@ void dist_end(struct dist *d, bool ok) {
     ci_mpi_finalize();
     ci_free(d->copies);
     ci_free(d->buf);
+    ci_free(d->counts);
+    ci_free(d->displs);
+    ci_free(d->gath);
+    if (d->lock_made) {
+        pthread_mutex_destroy(&d->lock);
+        pthread_cond_destroy(&d->wake);
+    }
     ci_free(d);
 }

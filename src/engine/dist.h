@@ -8,14 +8,19 @@
  * (token ids, positions, sequence indices, block tables) and the KV block copies made since the last one
  * (copy-on-write); ranks > 0 sit in dist_worker_run and run the same forward pass on their shard, each over
  * its own KV pool (its own heads), until rank 0 says stop.  The forward pass sums the shards' partial
- * outputs with two all-reduces per layer (struct fwd_dist).  Logits exist on rank 0 only.
+ * outputs with two all-reduces per layer (struct fwd_dist).  Without stages the head is split by vocabulary
+ * (model/shard.h): each rank computes its slice of every logit row, rank 0 gathers them (MPI_Gatherv).  Logits
+ * exist on rank 0 only.
  *
  * Messages (MPI_Bcast from rank 0): a header of DIST_HDR int32 {kind, ...}, then for STEP one int32 payload.
- *   OPEN  {block_size, n_blocks, kv_type, max_tokens, n_ctx}: a forward pass and KV pool to make (they
- *         replace any earlier ones);
+ *   OPEN  {block_size, n_blocks, kv_type, max_tokens, n_ctx, max_rows}: a forward pass and KV pool to make
+ *         (they replace any earlier ones);
  *   STEP  {n_tokens, n_seqs, n_copies, n_ids}: payload [n_copies][3] (dst, src, slots), token[n_tokens],
- *         pos[n_tokens], seq[n_tokens], blocks[n_seqs], ids[n_ids] (the block tables one after another);
- *   CLOSE: free them;  STOP: leave the loop.
+ *         pos[n_tokens], seq[n_tokens], logits[n_tokens] (1: the row wants logits), blocks[n_seqs], ids[n_ids]
+ *         (the block tables one after another);
+ *   CLOSE: free them;  STOP: leave the loop;  TICK: nothing (rank 0 is alive: with a timeout, rank 0's ticker
+ *         thread sends one whenever no header went out for timeout/4 s, at most 5 s, outside forward passes, so
+ *         workers wait for each header with the watchdog's deadline and an idle server never trips it).
  *
  * Failures: an MPI call that fails marks the world broken and comes back as a status; dist_end then ends
  * every process (MPI_Abort), as it does for any failure on a worker, so no rank waits forever on a
@@ -53,7 +58,8 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
 /* Rank 0: the workers make a forward pass and KV pool like these; f (over pool) becomes the shard that
  * broadcasts each batch, and pool's block copies are repeated on the workers.  One open at a time. */
 enum ci_status dist_open(struct dist *d, struct forward *f, struct kv_pool *pool,
-                         const struct kv_pool_params *kp, int max_tokens, int n_ctx, struct ci_err *err);
+                         const struct kv_pool_params *kp, int max_tokens, int max_rows, int n_ctx,
+                         struct ci_err *err);
 /* Rank 0: the workers free what dist_open made them make (nothing if the world is broken). */
 void dist_close(struct dist *d);
 
@@ -71,6 +77,10 @@ struct dist_stats {
     int64_t bcast_ns;
     int64_t p2p_ns;     // pipeline: time in sends and receives of hidden states (waiting included)
     int64_t p2p_floats; // hidden-state floats received
+    int64_t head_rows;  // a vocabulary-split head (else 0): this rank's rows of its n_vocab
+    int64_t n_vocab;
+    int64_t n_head;  // the gathers of its logits
+    int64_t head_ns; // time in them
 };
 void dist_get_stats(const struct dist *d, struct dist_stats *out);
 

@@ -1669,7 +1669,8 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
                            "--tp: a draft model is not supported yet (try --spec ngram)");
             goto fail;
         }
-        if ((s = dist_open(p->dist, e->fwd, e->pool, &kp, e->max_pass_tokens, e->n_ctx, err)) != CI_OK)
+        if ((s = dist_open(p->dist, e->fwd, e->pool, &kp, e->max_pass_tokens, e->max_rows, e->n_ctx, err)) !=
+            CI_OK)
             goto fail;
         e->dist_open = true;
     }

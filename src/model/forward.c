@@ -26,6 +26,8 @@ struct forward {
     float *out;                 // [max_tokens][n_embd] sub-block output before the residual add
     float *rows;                // [max_rows][n_embd] final hidden states of the rows that want logits
     float *logits;              // [max_rows][n_vocab]
+    float *part;                // [max_rows][head_rows] this rank's slice of a vocabulary-split head's logits
+    int64_t head_rows;          // output.weight's rows: n_vocab, or the rank's slice (model/shard.h)
     float *hid;                 // [max_tokens][n_embd] final normed hidden states of the rows marked hidden
     int n_hid;
     float *qkv;    // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
@@ -110,6 +112,8 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
     ff = (size_t)c->n_ff_exp > ff ? (size_t)c->n_ff_exp : ff;
     ff = (size_t)c->n_ff_shexp > ff ? (size_t)c->n_ff_shexp : ff;
     size_t ne = (size_t)c->n_expert, nk = (size_t)c->n_expert_used, moe_rows = ne ? T : 0;
+    f->head_rows = m->weights.output.data ? m->weights.output.ne[1] : 0;
+    const bool split = f->head_rows > 0 && f->head_rows < c->n_vocab;
     struct {
         float **p;
         size_t rows, cols;
@@ -125,6 +129,7 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         {&f->out, T, (size_t)c->n_embd},
         {&f->rows, R, (size_t)c->n_embd},
         {&f->logits, R, (size_t)c->n_vocab},
+        {&f->part, split ? R : 0, (size_t)f->head_rows},
         {&f->hid, T, (size_t)c->n_embd},
         {&f->qkv, c->qkv_fused ? T : 1, c->qkv_fused ? q_dim + 2 * kv_dim : 1},
         {(float **)&f->apos, c->encoder ? T : 0, 1},
@@ -183,9 +188,9 @@ void forward_set_n_ctx(struct forward *f, int n_ctx) {
 void forward_free(struct forward *f) {
     if (!f)
         return;
-    void *all[] = {f->x,   f->xb,    f->q,      f->k,   f->v,      f->att, f->gate,  f->up,
-                   f->out, f->rows,  f->logits, f->hid, f->router, f->sel, f->sel_w, f->e_tok,
-                   f->e_w, f->e_off, f->xg,     f->yg,  f->qkv,    f->apos};
+    void *all[] = {f->x,   f->xb,    f->q,      f->k,   f->v,      f->att,  f->gate,  f->up,
+                   f->out, f->rows,  f->logits, f->hid, f->router, f->sel,  f->sel_w, f->e_tok,
+                   f->e_w, f->e_off, f->xg,     f->yg,  f->qkv,    f->apos, f->part};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ci_free_aligned(all[i]);
     ci_free_aligned(f->work);
@@ -652,15 +657,28 @@ static void layer_forward(struct forward *f, int il, const struct fwd_batch *b,
         f->x[i] += f->out[i];
 }
 
+static enum ci_status run_batch(struct forward *f, const struct fwd_batch *b, const struct ci_kv_layer *kv,
+                                const float **logits, int *n_rows, struct ci_err *err);
+
 enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const struct ci_kv_layer *kv,
                              const float **logits, int *n_rows, struct ci_err *err) {
-    const struct model_config *c = &f->m->config;
-    const struct model_weights *w = &f->m->weights;
     enum ci_status s = check_batch(f, b, kv[0].block_size, err);
     if (s != CI_OK)
         return s;
     if (f->dist.begin && (s = f->dist.begin(f->dist.ctx, b, err)) != CI_OK)
         return s;
+    s = run_batch(f, b, kv, logits, n_rows, err);
+    if (f->dist.end)
+        f->dist.end(f->dist.ctx);
+    return s;
+}
+
+/* forward_batch after its checks and the step's broadcast. */
+static enum ci_status run_batch(struct forward *f, const struct fwd_batch *b, const struct ci_kv_layer *kv,
+                                const float **logits, int *n_rows, struct ci_err *err) {
+    const struct model_config *c = &f->m->config;
+    const struct model_weights *w = &f->m->weights;
+    enum ci_status s;
     f->dist_status = CI_OK;
     if (c->encoder) {
         if ((s = encoder_positions(f, b, err)) != CI_OK)
@@ -719,13 +737,18 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
         ci_rmsnorm(f->rows + (size_t)rows * E, f->x + (size_t)t * E, w->output_norm.data, E, c->rms_eps);
         rows++;
     }
-    if (rows)
-        ci_matmul(f->tp, &w->output, f->rows, rows, f->logits, f->work);
+    // A vocabulary-split head (model/shard.h): this rank's slice of the columns, then gathered on rank 0.
+    const bool split = f->head_rows < c->n_vocab;
+    float *out = split ? f->part : f->logits;
+    if (rows && f->head_rows)
+        ci_matmul(f->tp, &w->output, f->rows, rows, out, f->work);
     if (c->final_softcap > 0.0f) { // gemma2: logits capped as cap * tanh(logit / cap)
         const float cap = c->final_softcap;
-        for (size_t i = 0; i < (size_t)rows * (size_t)c->n_vocab; i++)
-            f->logits[i] = cap * tanhf(f->logits[i] / cap);
+        for (size_t i = 0; i < (size_t)rows * (size_t)f->head_rows; i++)
+            out[i] = cap * tanhf(out[i] / cap);
     }
+    if (split && rows && d->head && f->dist_status == CI_OK)
+        f->dist_status = d->head(d->ctx, f->part, rows, f->logits, &f->dist_err);
     *logits = f->logits;
     *n_rows = rows;
     if (f->dist_status != CI_OK) {

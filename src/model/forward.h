@@ -39,6 +39,11 @@ struct fwd_dist {
     void *ctx;
     enum ci_status (*allreduce)(void *ctx, float *buf, size_t n, struct ci_err *err);
     enum ci_status (*begin)(void *ctx, const struct fwd_batch *b, struct ci_err *err);
+    // end, when set, runs as forward_batch returns after a begin that succeeded (rank 0: the pass is over).
+    void (*end)(void *ctx);
+    // head, when set (a vocabulary-split head, model/shard.h: every rank of the group), gathers each rank's
+    // logits part [rows][its slice] into rank 0's logits [rows][n_vocab], after the last all-reduce.
+    enum ci_status (*head)(void *ctx, const float *part, int rows, float *logits, struct ci_err *err);
     // Pipeline parallelism (a stage's layers, model/shard.h): the batch's rows go in n_micro micro-batches
     // (contiguous rows; <= 1: one).  recv, when set (stages > 0), fills a micro-batch's residual stream
     // [n] from the stage before instead of embedding; send, when set, passes it on after this stage's

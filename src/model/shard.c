@@ -174,13 +174,33 @@ enum ci_status model_shard(struct model *m, const struct shard_spec *sp, struct 
         return s;
     if (sp->tp > 1 && (s = shard_tp(m, sp->tp_rank, sp->tp, err)) != CI_OK)
         return s;
-    // The head and the final norm live on rank 0 (the sampler's); a tied head is token_embd, which stage
-    // 0's ranks embed with.
-    if (sp->tp_rank != 0 || sp->stage != 0) {
+    // The head: a vocabulary slice on each rank of the group (a tied head's slice is a view of the token
+    // embedding, which stays whole for the lookups); with stages, whole on rank 0 (the sampler's), as is
+    // the final norm.
+    if (shard_head_split(sp) && m->weights.output.data) {
+        if (m->config.n_vocab < sp->tp)
+            return ci_err_set(err, CI_ERR_UNSUPPORTED,
+                              "--tp %d: the vocabulary (%d) is smaller than the ranks", sp->tp,
+                              m->config.n_vocab);
+        int64_t v0, nv;
+        shard_vocab_range(m->config.n_vocab, sp->tp_rank, sp->tp, &v0, &nv);
+        slice_rows(&m->weights.output, v0, nv);
+    } else if (sp->tp_rank != 0 || sp->stage != 0) {
         memset(&m->weights.output, 0, sizeof m->weights.output);
         memset(&m->weights.output_norm, 0, sizeof m->weights.output_norm);
     }
     return CI_OK;
+}
+
+bool shard_head_split(const struct shard_spec *sp) {
+    return sp->tp > 1 && sp->pp == 1;
+}
+
+void shard_vocab_range(int64_t n_vocab, int rank, int n, int64_t *v0, int64_t *nv) {
+    const int64_t align = n_vocab >= 64 * (int64_t)n ? 64 : 1, units = n_vocab / align;
+    int64_t lo = units * rank / n * align, hi = rank == n - 1 ? n_vocab : units * (rank + 1) / n * align;
+    *v0 = lo;
+    *nv = hi - lo;
 }
 
 static uint64_t hash_tensor(uint64_t h, const struct ci_tensor *t) {

@@ -15,8 +15,9 @@
  *
  * The config's n_head, n_kv_head, n_ff, n_ff_exp and n_ff_shexp become the shard's, so the forward pass and
  * the KV pool size themselves for the rank's heads only.  Each sub-block's output is then a partial sum that
- * the forward pass all-reduces (struct fwd_dist).  The output head stays whole on rank 0 (the sampler's rank);
- * the other ranks drop it (they compute no logits).
+ * the forward pass all-reduces (struct fwd_dist).  The output head: split by vocabulary over the ranks
+ * without pipeline stages (shard_head_split), else whole on rank 0 (the sampler's rank), the others dropping
+ * it (they compute no logits).
  *
  * A column slice is a view whose row_bytes is the whole row's (the stride) and whose ne[0] is the slice's:
  * it must start and end on the type's block boundaries (a multiple of 32 for Q8_0, 256 for the K-quants).
@@ -25,6 +26,7 @@
 #ifndef CINFER_MODEL_SHARD_H
 #define CINFER_MODEL_SHARD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -37,12 +39,22 @@ struct shard_spec {
 };
 
 /* Cuts m down to the rank's part: with pp > 1 first its stage's contiguous layers (config n_layer becomes the
- * stage's, layer0 its first; stages > 0 drop the embedding), then with tp > 1 its 1/tp of each of them.  Only
- * rank (0, 0) keeps the head and the final norm.  1 x 1 changes nothing.  CI_ERR_UNSUPPORTED for an
+ * stage's, layer0 its first; stages > 0 drop the embedding), then with tp > 1 its 1/tp of each of them.  The
+ * head and the final norm: each rank its vocabulary slice (shard_head_split), else only rank (0, 0).  1 x 1 changes nothing.  CI_ERR_UNSUPPORTED for an
  * architecture the shards do not cover yet (tp: encoders, fused Q/K/V or gate/up, gpt-oss; pp: encoders), a
  * head or KV head count not divisible by tp, or a column split off the block boundaries; CI_ERR_INVALID for
  * fewer layers than stages.  The model may be half cut then, so it must be freed after any error. */
 enum ci_status model_shard(struct model *m, const struct shard_spec *sp, struct ci_err *err);
+
+/* Whether sp's ranks split the output head by vocabulary: tensor parallelism without pipeline stages (with
+ * stages the last one's hidden states come back to rank 0 alone, which keeps the whole head).  Each rank of
+ * the group then keeps rows shard_vocab_range(n_vocab, tp_rank, tp) of output.weight (a tied head: of its
+ * own view of the token embedding, which stays whole for the lookups) and the final norm, computes its
+ * slice of every logit row, and rank 0 gathers them (struct fwd_dist's head). */
+bool shard_head_split(const struct shard_spec *sp);
+/* Rank's rows [*v0, *v0 + *nv) of a head of n_vocab rows split n ways: as even as can be on multiples of 64
+ * rows (the packed kernels' row groups), of 1 when the vocabulary is smaller than 64 per rank. */
+void shard_vocab_range(int64_t n_vocab, int rank, int n, int64_t *v0, int64_t *nv);
 
 /* A 64-bit fingerprint of the whole (unsharded) model: its hyper-parameters and its tensor table (names,
  * types, shapes, sizes, and the first and last bytes of each tensor's data).  Ranks compare it at start-up. */

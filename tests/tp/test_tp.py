@@ -29,8 +29,13 @@ stage), phi3 and gpt-oss (which --tp does not cover); the quantized logits (4 ra
 n = 2 requests; `cinfer bench` under --tp 2 and --pp 2 (its all-reduce and hidden-state counts add up); errors
 for more stages than layers, an encoder, and -np other than tp x pp.  The watchdog: a rank
 stopped with SIGSTOP mid-stream under `--dist-timeout 4` (--pp 2: rank 0 waits point to point; --tp 2: in an
-all-reduce) ends the client's stream and every process, the stopped one included, and stderr names the
-stopped rank and the cause.
+all-reduce, the gather of the logits or a broadcast) ends the client's stream and every process, the stopped one included, and stderr names the
+stopped rank and the cause; rank 0 stopped while `serve --tp 2 --dist-timeout 2` idles ends every process with
+rank 1 naming rank 0 (its idle ticks stopped), and a healthy server idle for three times the timeout (--tp 2
+and --pp 2) still answers with the single process's text.
+The output head: with --tp alone it is split by vocabulary (each rank a slice of the rows, rank 0 gathers the
+logits: every --tp logits check above runs through it; tiny-gemma2's head is tied to the embedding), and
+`run` reports rank 0's share of the rows; with --pp it stays whole on rank 0.
 Skips (with a message, no PASS lines) only when mpirun is absent.  Prints PASS/FAIL lines."""
 
 import http.client
@@ -148,6 +153,33 @@ def greedy(model, tp, pp=1, n=40):
     if rc != 0:
         raise ciref.CinferError("run exited %s: %s" % (rc, err.strip()[-400:]))
     return out.split()
+
+
+def vocab_rows(n_vocab, rank, n):
+    """The rows of the output head rank keeps of n (README: as even as can be on multiples of 64 rows)."""
+    align = 64 if n_vocab >= 64 * n else 1
+    units = n_vocab // align
+    lo = units * rank // n * align
+    hi = n_vocab if rank == n - 1 else units * (rank + 1) // n * align
+    return hi - lo
+
+
+def head_split(model, n_vocab):
+    """`run --tp 2` splits the output head by vocabulary (rank 0 says how many rows it holds and how many
+    gathers of logits it made: one per forward pass that wants logits), `--pp 2` and `--tp 2 --pp 2` keep it
+    whole on rank 0 (no such line).  That the split logits are right is the logits checks' business."""
+    args = ["run", "-m", model, "-p", "hello world", "-n", "4", "--temp", "0", "--kv-type", "f32"]
+    for tp, pp in ((2, 1), (1, 2), (2, 2)):
+        name = "head_split_by_vocab_%s" % label(tp, pp)
+        rc, _, err = run(dist(args, tp, pp, "-t"))
+        m = re.search(r"output head split by vocabulary: rank 0 holds (\d+) of (\d+) rows; (\d+) gathers", err)
+        if pp == 1:
+            want = vocab_rows(n_vocab, 0, tp)
+            ok = rc == 0 and m and int(m.group(1)) == want and int(m.group(2)) == n_vocab and int(m.group(3)) >= 4
+            rep.check(ok, name, "exit %s, want %d of %d rows: %s" % (rc, want, n_vocab, err[-400:]),
+                      m.group(0) if m else "")
+        else:
+            rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, err[-400:]), "head whole on rank 0")
 
 
 def expect_error(name, cmd, words, timeout=60):
@@ -354,8 +386,7 @@ def rank_hung(name, model, tp, pp, victim_rank, alternatives, timeout_s=4):
     """The watchdog: a rank stopped (SIGSTOP: alive but never answering) in the middle of a streamed
     completion under --dist-timeout: the client's stream ends without the whole completion, every process
     exits (the stopped one included) within bounds, and stderr names the cause (all the words of one of the
-    alternatives: which wait timed out depends on where in a step the stop lands, measured under load: rank 0
-    may be in the step's batch broadcast, a collective that cannot say which rank is missing).  The stopped
+    alternatives: which wait timed out depends on where in a step the stop lands).  The stopped
     process is continued and killed afterwards whatever happened."""
     try:
         srv = Serve(model, tp, ["--policy", "naive", "--dist-timeout", str(timeout_s)], pp=pp)
@@ -391,6 +422,74 @@ def rank_hung(name, model, tp, pp, victim_rank, alternatives, timeout_s=4):
                 os.kill(victim, sig)
             except OSError:
                 pass
+
+
+def rank0_hung_idle(model, timeout_s=2):
+    """Rank 0 of an idle `serve --tp 2` stopped (SIGSTOP): its idle ticks stop, so rank 1, which waits for
+    the next step, gives up after --dist-timeout, names rank 0, and every process exits (the stopped rank 0
+    included), within bounds.  Without the ticks a worker waits for rank 0 without a limit."""
+    name = "serve_rank0_hung_idle_watchdog"
+    try:
+        srv = Serve(model, 2, ["--dist-timeout", str(timeout_s)])
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return
+    victim, worker = srv.rank(0), srv.rank(1)
+    if srv.p.pid in (victim, worker):
+        rep.fail(name, "rank processes not found")
+        srv.stop()
+        return
+    time.sleep(2 * timeout_s)  # idle past the timeout first: the ticks keep the worker waiting
+    t0 = time.time()
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        try:
+            rc = srv.p.wait(60)
+        except subprocess.TimeoutExpired:
+            rc = None
+        took = time.time() - t0
+        time.sleep(0.3)  # the reader thread takes the last lines
+        log = "\n".join(srv.lines)
+        words = ["rank 1: the wait for rank 0's next step or idle tick",
+                 "within %d s: rank 0 hung, stopped or too slow (--dist-timeout)" % timeout_s]
+        missing = [w for w in words if w not in log]
+        gone = not alive(victim) and not alive(worker)
+        rep.check(rc is not None and gone and not missing and took < 30, name,
+                  "mpirun exit %s after %.1f s, ranks gone %s, missing %s in: %s" % (
+                      rc, took, gone, missing, log[-600:]),
+                  "every process ended %.1f s after the stop (mpirun exit %s), rank 1 named rank 0" % (took, rc))
+    finally:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(victim, sig)
+            except OSError:
+                pass
+        if srv.p.poll() is None:
+            srv.p.kill()
+
+
+def idle_then_request(model, tp, pp, timeout_s=2):
+    """A healthy server idle for three times --dist-timeout still serves: rank 0's idle ticks keep the
+    workers' deadline from expiring, and its answer is the single process's (a greedy completion); then
+    SIGTERM still ends every rank cleanly."""
+    name = "serve_idle_past_timeout_%s" % label(tp, pp)
+    try:
+        one = Serve(model, 1)
+        want = one.complete("idle test", 1)
+        one.stop()
+        srv = Serve(model, tp, ["--dist-timeout", str(timeout_s)], pp=pp)
+    except ciref.CinferError as e:
+        rep.fail(name, e)
+        return
+    time.sleep(3 * timeout_s)
+    try:
+        got = srv.complete("idle test", 1)
+    except (ciref.CinferError, OSError) as e:
+        got = "error: %s" % e
+    rc = srv.stop()
+    rep.check(got == want and rc == 0, name, "after %d s idle: %s (single process %s), exit %s; %s" % (
+        3 * timeout_s, got, want, rc, srv.lines[-4:]),
+        "served the single process's text after %d s idle (timeout %d s), exit 0" % (3 * timeout_s, timeout_s))
 
 
 def bench(model, tmp):
@@ -480,6 +579,7 @@ def main():
                 rep.check(a == c, name + "_pp2", "single %s, --pp 2 %s" % (a, c), "40 tokens equal")
             except ciref.CinferError as e:
                 rep.fail(name, e)
+        head_split(f32["tiny"], 1024)
         for path in (f32["tiny"], quant[2]):  # 4 ranks on 2 cores: fewer tokens
             name = "greedy_%s_tp2pp2" % os.path.basename(path)[:-5]
             try:
@@ -494,13 +594,18 @@ def main():
         rank_killed(f32["tiny"])
         # The watchdog: rank 0 waits for the stopped last stage's hidden states (point to point), or for its
         # tensor-parallel partner in an all-reduce (a collective).
-        between_steps = ["rank 0: MPI_Bcast did not complete within 4 s: another rank hung, stopped or too slow"]
+        # (rank 0 may also be caught in the next step's broadcast: seen under load.)
         rank_hung("serve_rank_hung_pp2_watchdog", f32["tiny"], 1, 2, 1,
                   [["of hidden states", "rank 1 did not complete within 4 s: rank 1 hung, stopped or too slow"],
-                   between_steps])
+                   ["rank 0: MPI_Bcast", "did not complete within 4 s: rank 1 hung, stopped or too slow"]])
+        # Under --tp rank 0 may be caught in an all-reduce, the gather of the logits or the next step's
+        # broadcast (a root may wait for its receivers), whichever it was in when rank 1 stopped.
         rank_hung("serve_rank_hung_tp2_watchdog", f32["tiny"], 2, 1, 1,
-                  [["rank 0: MPI_Allreduce did not complete within 4 s", "rank 1 hung, stopped or too slow"],
-                   between_steps])
+                  [["rank 0: MPI_", "did not complete within 4 s: rank 1 hung, stopped or too slow"]])
+        # Rank 0 itself stopped while the server idles: the workers see its idle ticks stop.
+        idle_then_request(f32["tiny"], 2, 1)
+        idle_then_request(f32["tiny"], 1, 2)
+        rank0_hung_idle(f32["tiny"])
 
         out = os.path.join(tmp, "x.f32")
         base = ["logits", "--tokens", "1,2,3", "-o", out, "--tp", "2"]
