@@ -33,6 +33,7 @@
 
 #include "core/status.h"
 #include "grammar/grammar.h"
+#include "grammar/matcher_stats.h"
 
 #define GRAM_MAX_STACKS 4096 // parses held at once; a step that would need more is rejected
 
@@ -87,14 +88,6 @@ bool gram_matcher_is_done(const struct gram_matcher *m);
  * whole.  CI_ERR_NOMEM only. */
 enum ci_status gram_matcher_mask(struct gram_matcher *m, uint32_t *bits, struct ci_err *err);
 
-struct gram_matcher_stats { // of the matcher's space
-    uint64_t masks, cache_hits, nodes_visited;
-    uint64_t table_masks, table_dep_walks;       // masks from the table; those that checked dependent tokens
-    uint64_t table_bytes, table_ns;              // the table's size and the time spent computing it
-    uint64_t table_acc_tokens, table_dep_tokens; // summed over its entries
-    uint32_t table_positions, table_unavailable; // entries computed; positions that fell back to the walk
-    uint32_t n_stacks, n_nodes;
-};
 void gram_matcher_stats(const struct gram_matcher *m, struct gram_matcher_stats *out);
 
 #endif

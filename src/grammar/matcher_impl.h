@@ -4,7 +4,12 @@
 #ifndef CINFER_GRAMMAR_MATCHER_IMPL_H
 #define CINFER_GRAMMAR_MATCHER_IMPL_H
 
-#include "grammar/matcher.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grammar/grammar.h"
+#include "grammar/matcher_stats.h"
 
 #define GRAM_NONE UINT32_MAX
 
@@ -89,6 +94,7 @@ struct gram_space {
     uint32_t *dep;          // scratch: [(n_toks + 31) / 32] ranks to check against the whole state
 };
 
+void gram_space_free(struct gram_space *sp); // as matcher.h declares it
 /* A space with no start state and no table: the table's scratch (token_cache.c). */
 struct gram_space *gram_space_scratch(const struct grammar *g, const struct gram_vocab *v);
 /* Forgets every stack node (the scratch starts each position afresh). */
