@@ -461,8 +461,16 @@ def test_mpi_replicas(model):
         check("router_mpi_replicas_up", up, f"{health} {lines[-6:]}")
         if not up:  # nothing further to ask
             return
-        st, j = ask(router_port[0], "GET", "/v1/models")
-        reps = j["data"][0].get("replicas", []) if st == 200 and j.get("data") else []
+        # A gather skips a replica that does not answer it; seen once under ASan right after both were up (not
+        # explained), so the list is asked again for a while.
+        want = ["http://127.0.0.1:%d" % base, "http://127.0.0.1:%d" % (base + 1)]
+        deadline = time.monotonic() + 30
+        while True:
+            st, j = ask(router_port[0], "GET", "/v1/models")
+            reps = j["data"][0].get("replicas", []) if st == 200 and j.get("data") else []
+            if sorted(reps) == want or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         check("router_mpi_replica_urls", sorted(reps) == ["http://127.0.0.1:%d" % base,
                                                          "http://127.0.0.1:%d" % (base + 1)], str(j))
         body = {"prompt": "The mpi replicas", "max_tokens": 8, "temperature": 0}
