@@ -1125,8 +1125,11 @@ T512 static void ppanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, i
             }
         }
     }
-    if (r1 > packed_rows)
-        rest(m, r0 > packed_rows ? r0 : packed_rows, r1, t0, t1);
+    if (r1 >
+        packed_rows) { // rest NULL: this table has no unpacked kernel for the type, AVX2's serves the rows
+        ci_mm_fn tail = rest ? rest : ci_dot_avx2_table()->mm[m->type];
+        tail(m, r0 > packed_rows ? r0 : packed_rows, r1, t0, t1);
+    }
 }
 
 T512 static void mm_q8_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
@@ -1135,42 +1138,23 @@ T512 static void mm_q8_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, i
 T512 static void mm_q4_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     ppanel(m, r0, r1, t0, t1, q4_0_ptiles, mm_q4_0);
 }
-/* Q5_0 and the K-quants' rows past the last whole group: this table has no unpacked kernels for them. */
-T512 static void mm_q5_0_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ci_dot_avx2_table()->mm[CI_TYPE_Q5_0](m, r0, r1, t0, t1);
-}
 T512 static void mm_q5_0_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ppanel(m, r0, r1, t0, t1, q5_0_ptiles, mm_q5_0_rest);
-}
-T512 static void mm_iq4_nl_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ci_dot_avx2_table()->mm[CI_TYPE_IQ4_NL](m, r0, r1, t0, t1);
+    ppanel(m, r0, r1, t0, t1, q5_0_ptiles, NULL);
 }
 T512 static void mm_iq4_nl_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ppanel(m, r0, r1, t0, t1, iq4_nl_ptiles, mm_iq4_nl_rest);
-}
-T512 static void mm_iq4_xs_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ci_dot_avx2_table()->mm[CI_TYPE_IQ4_XS](m, r0, r1, t0, t1);
+    ppanel(m, r0, r1, t0, t1, iq4_nl_ptiles, NULL);
 }
 T512 static void mm_iq4_xs_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ppanel(m, r0, r1, t0, t1, iq4_xs_ptiles, mm_iq4_xs_rest);
-}
-T512 static void mm_q4_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ci_dot_avx2_table()->mm[CI_TYPE_Q4_K](m, r0, r1, t0, t1);
-}
-T512 static void mm_q5_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ci_dot_avx2_table()->mm[CI_TYPE_Q5_K](m, r0, r1, t0, t1);
-}
-T512 static void mm_q6_k_rest(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ci_dot_avx2_table()->mm[CI_TYPE_Q6_K](m, r0, r1, t0, t1);
+    ppanel(m, r0, r1, t0, t1, iq4_xs_ptiles, NULL);
 }
 T512 static void mm_q4_k_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ppanel(m, r0, r1, t0, t1, q4_k_ptiles, mm_q4_k_rest);
+    ppanel(m, r0, r1, t0, t1, q4_k_ptiles, NULL);
 }
 T512 static void mm_q5_k_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ppanel(m, r0, r1, t0, t1, q5_k_ptiles, mm_q5_k_rest);
+    ppanel(m, r0, r1, t0, t1, q5_k_ptiles, NULL);
 }
 T512 static void mm_q6_k_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    ppanel(m, r0, r1, t0, t1, q6_k_ptiles, mm_q6_k_rest);
+    ppanel(m, r0, r1, t0, t1, q6_k_ptiles, NULL);
 }
 
 T512 static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, int32_t *sum, float *s,
