@@ -188,7 +188,8 @@ static enum ci_status lower_repeat(struct parser *p, const char *rule, struct eb
     struct gram_elem *copy = ci_malloc((len ? len : 1) * sizeof *copy);
     if (!copy)
         return ci_err_set(p->err, CI_ERR_NOMEM, "out of memory");
-    memcpy(copy, out->v + item, len * sizeof *copy);
+    if (len) // an empty item ("" or ()) leaves out->v NULL when nothing came before it
+        memcpy(copy, out->v + item, len * sizeof *copy);
     out->n = item;
     if ((size_t)min * len > GRAM_MAX_ELEMS) {
         ci_free(copy);

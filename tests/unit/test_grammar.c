@@ -316,6 +316,27 @@ TEST(matcher_repetition_bounds) {
     gram_vocab_free(v);
 }
 
+/* A repeated empty item, first in its rule (found by fuzz_gbnf: the copy read from a still-empty buffer). */
+TEST(repetition_of_an_empty_item) {
+    struct gram_vocab *v = byte_vocab();
+    static const char *const texts[] = {"root ::= \"\"{4} \"x\"\n", "root ::= (){2,3} \"x\"\n"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        struct grammar *g = parse(texts[i]);
+        CHECKF(g != NULL, "%s", texts[i]);
+        if (g) {
+            CHECKF(judge(g, v, "x", 1) == 1, "%s accepts x", texts[i]);
+            CHECKF(judge(g, v, "xx", 2) == 0, "%s refuses xx", texts[i]);
+        }
+        gram_free(g);
+    }
+    // Unbounded repetition of the empty string would loop forever: refused, never accepted.
+    static const char star[] = "root ::= \"\"* \"x\"\n";
+    struct grammar *g = NULL;
+    struct ci_err err = {0};
+    CHECK(gram_parse_gbnf(star, strlen(star), &g, &err) != CI_OK && g == NULL && err.msg[0]);
+    gram_vocab_free(v);
+}
+
 /* A token may end in the middle of a character: the rest comes with the next token. */
 TEST(matcher_partial_utf8) {
     struct gram_vocab *v = byte_vocab();
@@ -565,6 +586,7 @@ int main(int argc, char **argv) {
     RUN(parse_is_linear);
     RUN(matcher_strings);
     RUN(matcher_repetition_bounds);
+    RUN(repetition_of_an_empty_item);
     RUN(matcher_partial_utf8);
     RUN(matcher_eog_and_done);
     RUN(space_shared_between_matchers);
