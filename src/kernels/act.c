@@ -13,12 +13,10 @@ void ci_silu_mul(float *gate, const float *up, int n) {
     ci_kernels_table()->silu_mul(gate, up, n);
 }
 
+/* GeGLU: the selected table's, the same bits in every table (dot.h, CI_GELU_A). */
 void ci_gelu_mul(float *gate, const float *up, int n) {
     CI_ASSERT(n >= 0);
-    for (int i = 0; i < n; i++) {
-        float x = gate[i];
-        gate[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * up[i];
-    }
+    ci_kernels_table()->gelu_mul(gate, up, n);
 }
 
 void ci_gelu(float *x, int n) {

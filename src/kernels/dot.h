@@ -112,6 +112,13 @@ typedef void (*ci_silu_fn)(float *gate, const float *up, int64_t n);
 #define CI_EXP_P4     1.6666665459e-1f
 #define CI_EXP_P5     5.0000001201e-1f
 
+/* GeGLU with the tanh-form GeLU (gemma): 0.5 g (1 + tanh(c (g + 0.044715 g^3))) = g / (1 + e^(-2c (g +
+ * 0.044715 g^3))), c = sqrt(2 / pi), so it is SwiGLU's sigmoid at another argument: a = g g, b = a *
+ * CI_GELU_A, t = fma(b, g, g) * CI_GELU_M2C, then e^t as above and gate = g / (1 + e) * up, in that order in
+ * every table (the same bits).  Past the clamp: g (exactly) for large positive g, below 1e-36 for negative. */
+#define CI_GELU_A   0.044715f
+#define CI_GELU_M2C (-1.5957691216057308f) // -2 sqrt(2 / pi)
+
 /* Online-softmax attention over one chunk of n <= CI_ATTN_CHUNK key/value positions for ng query heads that
  * share a KV head: s_i = scale * q_g . k_i, m' = max(m_g, max_i s_i), c = e^(m_g - m') (0 while m_g = -inf),
  * l_g = l_g * c + sum_i e^(s_i - m'), acc_g = acc_g * c + sum_i e^(s_i - m') v_i, m_g = m'.
@@ -173,6 +180,7 @@ struct ci_dot_table {
                  uint8_t *dst);
     ci_mm_fn mm_packed[CI_TYPE_COUNT];
     ci_silu_fn silu_mul;
+    ci_silu_fn gelu_mul; // GeGLU, as CI_GELU_A's comment says
     // float -> IEEE half, nearest even, as ci_fp32_to_fp16 (the f16 KV cache's stores)
     void (*f32_to_f16)(const float *x, uint16_t *h, int64_t n);
 };

@@ -900,10 +900,9 @@ static void quant_act_k(const float *x, int64_t n_in, int8_t *qs, float *d, int1
     }
 }
 
-/* ---- SwiGLU: dot_ref.c's silu_mul, 8 lanes, the tail through a zero-padded copy ---------------------- */
+/* ---- SwiGLU and GeGLU: dot_ref.c's silu_mul and gelu_mul, 8 lanes, the tail through a zero-padded copy -- */
 
-static inline __m256 silu8(__m256 g, __m256 u) {
-    __m256 t = _mm256_xor_ps(g, _mm256_set1_ps(-0.0f));
+static inline __m256 exp8(__m256 t) {
     t = _mm256_max_ps(t, _mm256_set1_ps(CI_EXP_LO));
     t = _mm256_min_ps(t, _mm256_set1_ps(CI_EXP_HI));
     __m256 k = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(CI_EXP_LOG2E)),
@@ -918,21 +917,39 @@ static inline __m256 silu8(__m256 g, __m256 u) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CI_EXP_P5));
     p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
     __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+static inline __m256 silu8(__m256 g, __m256 u) {
+    __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
     return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
-static void silu_mul(float *gate, const float *up, int64_t n) {
+static inline __m256 gelu8(__m256 g, __m256 u) {
+    __m256 b = _mm256_mul_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(CI_GELU_A));
+    __m256 e = exp8(_mm256_mul_ps(_mm256_fmadd_ps(b, g, g), _mm256_set1_ps(CI_GELU_M2C)));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+static inline void glu_rows(float *gate, const float *up, int64_t n, __m256 (*f)(__m256, __m256)) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(gate + i, silu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+        _mm256_storeu_ps(gate + i, f(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
     if (i < n) {
         float g[8] = {0}, u[8] = {0};
         memcpy(g, gate + i, (size_t)(n - i) * sizeof(float));
         memcpy(u, up + i, (size_t)(n - i) * sizeof(float));
-        _mm256_storeu_ps(g, silu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        _mm256_storeu_ps(g, f(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
         memcpy(gate + i, g, (size_t)(n - i) * sizeof(float));
     }
+}
+
+static void silu_mul(float *gate, const float *up, int64_t n) {
+    glu_rows(gate, up, n, silu8);
+}
+
+static void gelu_mul(float *gate, const float *up, int64_t n) {
+    glu_rows(gate, up, n, gelu8);
 }
 
 /* F16C's conversion rounds to nearest even as ci_fp32_to_fp16 does; a NaN keeps part of its payload there,
@@ -984,6 +1001,7 @@ static const struct ci_dot_table avx2_table = {
             [CI_TYPE_IQ4_XS] = mm_iq4_xs,
         },
     .silu_mul = silu_mul,
+    .gelu_mul = gelu_mul,
     .f32_to_f16 = f32_to_f16,
 };
 

@@ -1162,10 +1162,9 @@ T512 static void quant_act(const float *x, int64_t n_in, int8_t *qs, float *d, i
     ci_dot_avx2_table()->quant_act(x, n_in, qs, d, sum, s, stride);
 }
 
-/* ---- SwiGLU: dot_ref.c's silu_mul, 16 lanes, the tail zero-masked -------------------------------------- */
+/* ---- SwiGLU and GeGLU: dot_ref.c's silu_mul and gelu_mul, 16 lanes, the tail zero-masked ---------------- */
 
-AI __m512 silu16(__m512 g, __m512 u) {
-    __m512 t = _mm512_xor_ps(g, _mm512_set1_ps(-0.0f));
+AI __m512 exp16(__m512 t) {
     t = _mm512_max_ps(t, _mm512_set1_ps(CI_EXP_LO));
     t = _mm512_min_ps(t, _mm512_set1_ps(CI_EXP_HI));
     __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(CI_EXP_LOG2E)),
@@ -1180,19 +1179,39 @@ AI __m512 silu16(__m512 g, __m512 u) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CI_EXP_P5));
     p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
     __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
-    __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+AI __m512 silu16(__m512 g, __m512 u) {
+    __m512 e = exp16(_mm512_xor_ps(g, _mm512_set1_ps(-0.0f)));
     return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
 }
 
-T512 static void silu_mul(float *gate, const float *up, int64_t n) {
+AI __m512 gelu16(__m512 g, __m512 u) {
+    __m512 b = _mm512_mul_ps(_mm512_mul_ps(g, g), _mm512_set1_ps(CI_GELU_A));
+    __m512 e = exp16(_mm512_mul_ps(_mm512_fmadd_ps(b, g, g), _mm512_set1_ps(CI_GELU_M2C)));
+    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+AI void glu_rows(float *gate, const float *up, int64_t n, bool gelu) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(gate + i, silu16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i), u = _mm512_loadu_ps(up + i);
+        _mm512_storeu_ps(gate + i, gelu ? gelu16(g, u) : silu16(g, u));
+    }
     if (i < n) {
         __mmask16 mask = (__mmask16)((1u << (n - i)) - 1);
         __m512 g = _mm512_maskz_loadu_ps(mask, gate + i), u = _mm512_maskz_loadu_ps(mask, up + i);
-        _mm512_mask_storeu_ps(gate + i, mask, silu16(g, u));
+        _mm512_mask_storeu_ps(gate + i, mask, gelu ? gelu16(g, u) : silu16(g, u));
     }
+}
+
+T512 static void silu_mul(float *gate, const float *up, int64_t n) {
+    glu_rows(gate, up, n, false);
+}
+
+T512 static void gelu_mul(float *gate, const float *up, int64_t n) {
+    glu_rows(gate, up, n, true);
 }
 
 static const struct ci_dot_table avx512_table = {
@@ -1225,6 +1244,7 @@ static const struct ci_dot_table avx512_table = {
                   [CI_TYPE_IQ4_XS] = mm_iq4_xs_packed,
                   [CI_TYPE_Q6_K] = mm_q6_k_packed},
     .silu_mul = silu_mul,
+    .gelu_mul = gelu_mul,
 };
 
 const struct ci_dot_table *ci_dot_avx512_table(void) {

@@ -275,29 +275,41 @@ void ci_ref_attn_grp_q8_0(const void *const *k, const void *const *v, const int 
         ci_ref_attn_q8_0(k, v, n[r], q + r, 1, hd, scale, m + r, l + r, acc + (size_t)r * (size_t)hd);
 }
 
-/* SwiGLU in the order of dot.h (the SIMD tables give the same bits).  Comparisons are written as the SIMD
- * max/min evaluate them (a NaN gate clamps to CI_EXP_LO and still gives NaN below). */
+/* e^t in the order of dot.h.  Comparisons are written as the SIMD max/min evaluate them (a NaN clamps to
+ * CI_EXP_LO and still gives NaN in the callers below). */
+static float exp_dot_h(float t) {
+    t = t > CI_EXP_LO ? t : CI_EXP_LO;
+    t = t < CI_EXP_HI ? t : CI_EXP_HI;
+    float k = nearbyintf(t * CI_EXP_LOG2E);
+    float r = fmaf(k, -CI_EXP_LN2_HI, t);
+    r = fmaf(k, -CI_EXP_LN2_LO, r);
+    float p = CI_EXP_P0;
+    p = fmaf(p, r, CI_EXP_P1);
+    p = fmaf(p, r, CI_EXP_P2);
+    p = fmaf(p, r, CI_EXP_P3);
+    p = fmaf(p, r, CI_EXP_P4);
+    p = fmaf(p, r, CI_EXP_P5);
+    p = fmaf(p, r * r, r) + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* SwiGLU in the order of dot.h (the SIMD tables give the same bits). */
 static void silu_mul(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
-        float t = -g;
-        t = t > CI_EXP_LO ? t : CI_EXP_LO;
-        t = t < CI_EXP_HI ? t : CI_EXP_HI;
-        float k = nearbyintf(t * CI_EXP_LOG2E);
-        float r = fmaf(k, -CI_EXP_LN2_HI, t);
-        r = fmaf(k, -CI_EXP_LN2_LO, r);
-        float p = CI_EXP_P0;
-        p = fmaf(p, r, CI_EXP_P1);
-        p = fmaf(p, r, CI_EXP_P2);
-        p = fmaf(p, r, CI_EXP_P3);
-        p = fmaf(p, r, CI_EXP_P4);
-        p = fmaf(p, r, CI_EXP_P5);
-        p = fmaf(p, r * r, r) + 1.0f;
-        uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
-        float scale;
-        memcpy(&scale, &bits, sizeof scale);
-        float e = p * scale;
-        gate[i] = g / (1.0f + e) * up[i];
+        gate[i] = g / (1.0f + exp_dot_h(-g)) * up[i];
+    }
+}
+
+/* GeGLU in the order of dot.h (CI_GELU_A). */
+static void gelu_mul(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float b = g * g * CI_GELU_A;
+        gate[i] = g / (1.0f + exp_dot_h(fmaf(b, g, g) * CI_GELU_M2C)) * up[i];
     }
 }
 
@@ -351,6 +363,7 @@ static const struct ci_dot_table ref_table = {
             [CI_TYPE_IQ4_XS] = mm_quant,
         },
     .silu_mul = silu_mul,
+    .gelu_mul = gelu_mul,
 };
 
 const struct ci_dot_table *ci_dot_ref_table(void) {

@@ -1188,27 +1188,51 @@ TEST(silu_mul_matches_double) {
     ci_kernels_force_table(NULL);
 }
 
-/* GeGLU's tanh-form GeLU against the formula in double (and a few known values). */
+/* GeGLU's tanh-form GeLU against the formula in double (and a few known values) in every table, and the SIMD
+ * tables bit for bit against the scalar one over whole and partial vectors. */
 TEST(gelu_mul_matches_double) {
     enum { N = 512 };
-    static float g[N], u[N], g0[N];
+    static float g[N], u[N], g0[N], ref[N];
     struct ci_rng r;
     ci_rng_seed(&r, 23);
     fill_normal(&r, g, N, 3.0);
     fill_normal(&r, u, N, 2.0);
-    g[0] = 0.0f, g[1] = 30.0f, g[2] = -30.0f, g[3] = 1.0f;
+    g[0] = 0.0f, g[1] = 30.0f, g[2] = -30.0f, g[3] = 1.0f, g[4] = -1e4f, g[5] = 1e4f, g[6] = -1e-30f;
+    g[7] = 5.0f, g[8] = -5.0f, g[9] = 1e20f, g[10] = -1e20f;
     memcpy(g0, g, sizeof g);
-    ci_gelu_mul(g, u, N);
-    for (int i = 0; i < N; i++) {
-        double x = g0[i];
-        double want = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
-        if (!(fabs(g[i] - want) <= 1e-5 * fabs(want) + 1e-6)) {
-            FAIL_FIRST("i=%d x=%g: %.9g vs %.9g", i, x, g[i], want);
-            break;
+    for (int pass = n_tables - 1; pass >= 0; pass--) {
+        ci_kernels_force_table(tables[pass]);
+        memcpy(g, g0, sizeof g);
+        ci_gelu_mul(g, u, N);
+        for (int i = 0; i < N; i++) {
+            double x = g0[i];
+            double want = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+            if (!(fabs(g[i] - want) <= 1e-5 * fabs(want) + 1e-6)) {
+                FAIL_FIRST("%s i=%d x=%g: %.9g vs %.9g", tables[pass]->isa, i, x, g[i], want);
+                break;
+            }
         }
+        CHECK1(g[0] == 0.0f && g[1] == 30.0f * u[1] && fabs(g[2]) < 1e-20 && g[5] == 1e4f * u[5]);
+        CHECK1(fabs(g[3] / u[3] - 0.8411920) < 1e-6); // gelu_tanh(1)
+        if (pass == n_tables - 1) {
+            memcpy(ref, g, sizeof ref);
+            continue;
+        }
+        CHECK1(memcmp(g, ref, sizeof ref) == 0);
+        for (int off = 0; off < 16; off++)
+            for (int n = 1; n <= 40; n++) {
+                memcpy(g, g0, sizeof g);
+                ci_gelu_mul(g + off, u + off, n);
+                bool same = memcmp(g + off, ref + off, (size_t)n * sizeof(float)) == 0 &&
+                            memcmp(g, g0, (size_t)off * sizeof(float)) == 0 &&
+                            memcmp(g + off + n, g0 + off + n, (size_t)(N - off - n) * sizeof(float)) == 0;
+                if (!same) {
+                    FAIL_FIRST("%s off=%d n=%d differs from scalar", tables[pass]->isa, off, n);
+                    break;
+                }
+            }
     }
-    CHECK1(g[0] == 0.0f && g[1] == 30.0f * u[1] && fabs(g[2]) < 1e-20);
-    CHECK1(fabs(g[3] / u[3] - 0.8411920) < 1e-6); // gelu_tanh(1)
+    ci_kernels_force_table(NULL);
 }
 
 TEST(argmax_first_of_ties) {
