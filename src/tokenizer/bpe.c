@@ -26,6 +26,16 @@
 #define RE_QWEN2                                                                                             \
     RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+"     \
                     "|\\s+(?!\\S)|\\s+"
+// Qwen3.5: Qwen2's with combining marks (\p{M}) kept with the letters before them.
+#define RE_QWEN35                                                                                            \
+    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*"     \
+                    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+// Jais 2: Llama 3's with runs of whitespace cut into 512, 256, ..., 4, 1-2 and 1 (tokenizer.json's cascade).
+#define RE_JAIS2                                                                                             \
+    RE_CONTRACTIONS                                                                                          \
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+"                \
+    "|\\s{512}(?!\\S)|\\s{256}(?!\\S)|\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!\\S)|\\s{16}(?!\\S)"          \
+    "|\\s{8}(?!\\S)|\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}"
 #define RE_PORO " ?[^(\\s|.,!?…。，、।۔،)]+"
 #define RE_CJK  "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+" // [一-龥ࠀ-一가-퟿]+
 /* DeepSeek LLM letters: the cased letters of its tokenizer.json, as code points (the literal characters
@@ -63,53 +73,76 @@
                     "|\\s+(?!\\S)|\\s+"
 
 // clang-format off
-/* name, regexes, clean_spaces, ignore_merges, add_bos (llama.cpp's llama_vocab::impl::load table). */
+/* name, regexes, clean_spaces, ignore_merges, add_bos, raw (llama.cpp's llama_vocab::impl::load table). */
 static const struct bpe_pre pre_table[] = {
-    {"default",        {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, true, false, false},
-    {"llama3",         {RE_LLAMA3}, true, true, true},
-    {"llama-v3",       {RE_LLAMA3}, true, true, true},
-    {"llama-bpe",      {RE_LLAMA3}, true, true, true},
-    {"falcon3",        {RE_LLAMA3}, true, true, true},
-    {"pixtral",        {RE_LLAMA3}, true, true, true},
+    {"default",        {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, true, false, false, false},
+    {"llama3",         {RE_LLAMA3}, true, true, true, false},
+    {"llama-v3",       {RE_LLAMA3}, true, true, true, false},
+    {"llama-bpe",      {RE_LLAMA3}, true, true, true, false},
+    {"falcon3",        {RE_LLAMA3}, true, true, true, false},
+    {"pixtral",        {RE_LLAMA3}, true, true, true, false},
+    {"falcon-h1",      {RE_LLAMA3}, true, true, true, false},
+    {"midm-2.0",       {RE_LLAMA3}, true, true, true, false},
+    {"lfm2",           {RE_LLAMA3}, true, true, true, false},
+    {"jina-v5-nano",   {RE_LLAMA3}, true, true, true, false},
     {"deepseek-llm",   {"[\r\n]", RE_DEEPSEEK_LLM_LETTERS, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", RE_CJK,
-                        "\\p{N}+"}, false, false, false},
-    {"deepseek-coder", {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK, "\\p{N}"}, false, false, false},
-    {"falcon",         {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}, true, false, false},
-    {"mpt",            {RE_GPT2}, true, false, false},
-    {"starcoder",      {"\\p{N}", RE_GPT2}, true, false, false},
-    {"gpt-2",          {RE_GPT2}, true, false, false},
-    {"phi-2",          {RE_GPT2}, true, false, false},
-    {"jina-es",        {RE_GPT2}, true, false, false},
-    {"jina-de",        {RE_GPT2}, true, false, false},
-    {"jina-v2-es",     {RE_GPT2}, true, false, false},
-    {"jina-v2-de",     {RE_GPT2}, true, false, false},
-    {"gigachat",       {RE_GPT2}, true, false, false},
-    {"refact",         {"\\p{N}", RE_GPT2}, true, false, false},
-    {"command-r",      {"\\p{N}", RE_GPT2}, false, false, false},
-    {"qwen2",          {RE_QWEN2}, false, false, false},
-    {"deepseek-r1-qwen", {RE_QWEN2}, false, false, false},
-    {"megrez",         {RE_QWEN2}, true, false, false},
-    {"stablelm2",      {RE_QWEN2}, true, false, false},
-    {"olmo",           {RE_GPT2}, true, false, false},
-    {"dbrx",           {RE_LLAMA3}, true, false, false},
-    {"smaug-bpe",      {RE_LLAMA3}, true, false, false},
-    {"poro-chat",      {RE_PORO}, false, false, false},
-    {"bloom",          {RE_PORO}, true, false, false},
-    {"gpt3-finnish",   {RE_PORO}, true, false, false},
-    {"chatglm-bpe",    {RE_LLAMA3}, true, false, false},
-    {"glm4",           {RE_LLAMA3}, true, false, false},
-    {"viking",         {RE_PORO, "\\p{N}"}, false, false, false},
-    {"jais",           {RE_GPT2}, true, false, false},
-    {"tekken",         {RE_TEKKEN}, false, true, true},
-    {"smollm",         {"\\p{N}", RE_GPT2}, false, false, false},
-    {"codeshell",      {"\\p{N}", RE_GPT2}, true, false, false},
-    {"exaone",         {"\\p{N}", RE_GPT2}, true, false, false},
-    {"minerva-7b",     {"\\p{N}", RE_GPT2}, true, false, false},
-    {"gpt-4o",         {RE_GPT4O}, false, false, false},
-    {"llama4",         {RE_GPT4O}, false, false, false},
-    {"trillion",       {RE_GPT2}, false, false, false},
-    {"bailingmoe",     {RE_BAILINGMOE}, false, false, false},
-    {"seed-coder",     {RE_SEED_CODER}, false, false, false},
+                        "\\p{N}+"}, false, false, false, false},
+    {"deepseek-coder", {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK, "\\p{N}"}, false, false, false, false},
+    {"falcon",         {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}, true, false, false, false},
+    {"mpt",            {RE_GPT2}, true, false, false, false},
+    {"starcoder",      {"\\p{N}", RE_GPT2}, true, false, false, false},
+    {"gpt-2",          {RE_GPT2}, true, false, false, false},
+    {"phi-2",          {RE_GPT2}, true, false, false, false},
+    {"jina-es",        {RE_GPT2}, true, false, false, false},
+    {"jina-de",        {RE_GPT2}, true, false, false, false},
+    {"jina-v2-es",     {RE_GPT2}, true, false, false, false},
+    {"jina-v2-de",     {RE_GPT2}, true, false, false, false},
+    {"gigachat",       {RE_GPT2}, true, false, false, false},
+    {"a.x-4.0",        {RE_GPT2}, true, false, false, false},
+    {"mellum",         {RE_GPT2}, true, false, false, false},
+    {"modern-bert",    {RE_GPT2}, true, false, false, false},
+    {"exaone4",        {RE_GPT2}, true, false, false, false},
+    {"refact",         {"\\p{N}", RE_GPT2}, true, false, false, false},
+    {"command-r",      {"\\p{N}", RE_GPT2}, false, false, false, false},
+    {"qwen2",          {RE_QWEN2}, false, false, false, false},
+    {"deepseek-r1-qwen", {RE_QWEN2}, false, false, false, false},
+    {"kormo",          {RE_QWEN2}, false, false, false, false},
+    {"f2llmv2",        {RE_QWEN2}, false, false, false, false},
+    {"hunyuan",        {RE_QWEN2}, false, false, false, false},
+    {"solar-open",     {RE_QWEN2}, false, false, false, false},
+    {"qwen35",         {RE_QWEN35}, false, false, false, false},
+    {"megrez",         {RE_QWEN2}, true, false, false, false},
+    {"stablelm2",      {RE_QWEN2}, true, false, false, false},
+    {"olmo",           {RE_GPT2}, true, false, false, false},
+    {"dbrx",           {RE_LLAMA3}, true, false, false, false},
+    {"smaug-bpe",      {RE_LLAMA3}, true, false, false, false},
+    {"poro-chat",      {RE_PORO}, false, false, false, false},
+    {"bloom",          {RE_PORO}, true, false, false, false},
+    {"gpt3-finnish",   {RE_PORO}, true, false, false, false},
+    {"chatglm-bpe",    {RE_LLAMA3}, true, false, false, false},
+    {"glm4",           {RE_LLAMA3}, true, false, false, false},
+    {"viking",         {RE_PORO, "\\p{N}"}, false, false, false, false},
+    {"jais",           {RE_GPT2}, true, false, false, false},
+    {"tekken",         {RE_TEKKEN}, false, true, true, false},
+    {"smollm",         {"\\p{N}", RE_GPT2}, false, false, false, false},
+    {"codeshell",      {"\\p{N}", RE_GPT2}, true, false, false, false},
+    {"exaone",         {"\\p{N}", RE_GPT2}, true, false, false, false},
+    {"minerva-7b",     {"\\p{N}", RE_GPT2}, true, false, false, false},
+    {"gpt-4o",         {RE_GPT4O}, false, false, false, false},
+    {"llama4",         {RE_GPT4O}, false, false, false, false},
+    {"kanana2",        {RE_GPT4O}, false, false, false, false},
+    {"talkie",         {RE_GPT4O}, false, false, false, false},
+    {"minimax-m2",     {RE_GPT4O}, false, false, false, false},
+    {"trillion",       {RE_GPT2}, false, false, false, false},
+    {"granite-docling", {RE_GPT2}, false, false, false, false},
+    {"jais-2",         {RE_JAIS2}, true, false, false, false},
+    {"bailingmoe",     {RE_BAILINGMOE}, false, false, false, false},
+    {"bailingmoe2",    {RE_BAILINGMOE}, false, false, false, false},
+    {"llada-moe",      {RE_BAILINGMOE}, false, false, false, false},
+    {"seed-coder",     {RE_SEED_CODER}, false, false, false, false},
+    // Gemma 4: the whole text is one word for the merges; only newlines split it (a merge never spans one).
+    {"gemma4",         {"[^\\n]+|[\\n]+"}, true, false, true, true},
+    {"granite-embed-multi-311m", {"[^\\n]+|[\\n]+"}, true, false, false, true},
 };
 // clang-format on
 
@@ -384,12 +417,18 @@ static void add_bigram(const struct vocab *v, struct scratch *sc, int left, int 
 
 static enum ci_status encode_word(const struct vocab *v, struct scratch *sc, const char *piece, size_t len,
                                   struct tok_ids *out) {
-    // Byte-level encoding: every byte becomes one printable code point.
+    // Byte-level encoding: every byte becomes one printable code point (raw BPE: the bytes themselves).
     size_t wn = 0;
-    for (size_t i = 0; i < len; i++)
-        wn += (size_t)utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)piece[i]), sc->word + wn);
+    if (v->bpe_raw) {
+        memcpy(sc->word, piece, len);
+        wn = len;
+    } else {
+        for (size_t i = 0; i < len; i++)
+            wn += (size_t)utf8_encode(vocab_gpt2_byte_to_cpt((uint8_t)piece[i]), sc->word + wn);
+    }
     const char *w = sc->word;
-    if (v->ignore_merges) {
+    // A run of newlines that is a token is that token in raw BPE (llama.cpp's Gemma 4 rule).
+    if (v->ignore_merges || (v->bpe_raw && strspn(w, "\n") >= wn)) {
         int32_t id = vocab_find(v, w, wn);
         if (id >= 0)
             return tok_ids_push(out, id);
@@ -428,9 +467,10 @@ static enum ci_status encode_word(const struct vocab *v, struct scratch *sc, con
                 return CI_ERR_NOMEM;
             continue;
         }
-        // Like llama.cpp: fall back to 1-byte tokens of the encoded text, dropping bytes that have none.
+        // Like llama.cpp: fall back to 1-byte tokens of the encoded text (raw BPE: "<0xXX>"), dropping bytes
+        // that have none.
         for (uint32_t j = 0; j < s->n; j++) {
-            int32_t bid = vocab_find(v, w + s->off + j, 1);
+            int32_t bid = v->bpe_raw ? v->byte_id[(uint8_t)w[s->off + j]] : vocab_find(v, w + s->off + j, 1);
             if (bid >= 0 && tok_ids_push(out, bid))
                 return CI_ERR_NOMEM;
         }
@@ -445,6 +485,31 @@ enum ci_status bpe_encode(const struct bpe *b, const struct vocab *v, const char
     size_t(*pieces)[2] = NULL;
     size_t n_pieces = 0, max_piece = 0, bytes;
     struct scratch sc = {0};
+    char *escaped = NULL;
+    if (v->bpe_raw) { // spaces become "▁" before the split, as SentencePiece's normalizer does
+        size_t spaces = 0, cap;
+        for (size_t i = 0; i < len; i++)
+            spaces += text[i] == ' ';
+        if (!ci_mul_size(spaces, 2, &cap) || !ci_add_size(cap, len + 1, &cap)) {
+            st = ci_err_set(err, CI_ERR_LIMIT, "tokenizer: text too long");
+            goto fail;
+        }
+        if (!(escaped = ci_malloc(cap))) {
+            st = ci_err_set(err, CI_ERR_NOMEM, "tokenizer: out of memory");
+            goto fail;
+        }
+        size_t o = 0;
+        for (size_t i = 0; i < len; i++) {
+            if (text[i] == ' ') {
+                memcpy(escaped + o, "\xe2\x96\x81", 3);
+                o += 3;
+            } else {
+                escaped[o++] = text[i];
+            }
+        }
+        text = escaped;
+        len = o;
+    }
     st = bpe_split(b, text, len, &s, &pieces, &n_pieces, err);
     if (st)
         goto fail;
@@ -479,5 +544,6 @@ fail:
     ci_free(sc.heap);
     ci_free(s);
     ci_free(pieces);
+    ci_free(escaped);
     return st;
 }

@@ -28,6 +28,9 @@ struct bpe_pre {
     bool clean_spaces;
     bool ignore_merges;
     bool add_bos;
+    // SentencePiece-style BPE (Gemma 4): merges over the raw UTF-8 text with spaces written "▁", bytes
+    // without a token as "<0xXX>" tokens; the others map every byte to a printable GPT-2 character first.
+    bool raw;
 };
 
 /* The pre-tokenizer named name (llama.cpp's tokenizer.ggml.pre values), or NULL if unknown. */

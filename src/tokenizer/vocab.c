@@ -219,7 +219,7 @@ static uint32_t decode_piece(const struct vocab *v, int32_t id, char *out) {
     }
     if (a & VOCAB_ATTR_NORMAL) {
         uint32_t o = 0;
-        if (v->type != VOCAB_TYPE_BPE) { // SPM and WPM: "▁" stands for a space
+        if (v->type != VOCAB_TYPE_BPE || v->bpe_raw) { // SPM, WPM and raw BPE: "▁" stands for a space
             for (uint32_t i = 0; i < n;) {
                 if (i + 3 <= n && memcmp(t + i, "\xe2\x96\x81", 3) == 0) {
                     out[o++] = ' ';
@@ -288,11 +288,11 @@ enum ci_status vocab_build_tables(struct vocab *v, struct ci_err *err) {
 
     for (int b = 0; b < 256; b++) {
         int32_t id = VOCAB_TOKEN_NULL;
-        if (v->type != VOCAB_TYPE_BPE) {
+        if (v->type != VOCAB_TYPE_BPE || v->bpe_raw) {
             char hex[7];
             snprintf(hex, sizeof(hex), "<0x%02X>", b);
             id = vocab_find_str(v, hex);
-            if (id < 0) {
+            if (id < 0 && !v->bpe_raw) {
                 char c = (char)b;
                 id = vocab_find(v, &c, 1);
             }

@@ -87,6 +87,7 @@ struct vocab {
     bool add_space_prefix; // SPM: prepend "▁" at the start of the text and after each special token
     bool clean_spaces;     // llama.cpp's detokenize clean-up flag (kept for `cinfer info`)
     bool ignore_merges;    // BPE (llama3 style): a pre-token that is itself a token skips the merges
+    bool bpe_raw;          // BPE over raw UTF-8, "▁" spaces, "<0xXX>" bytes (struct bpe_pre's raw: Gemma 4)
     bool add_sep;          // WPM: add_special appends the separator ([SEP]) instead of EOS
     bool lowercase;        // WPM normalizer: lowercase the text
     bool strip_accents;    // WPM normalizer: decompose (NFD) and drop combining marks
@@ -95,7 +96,8 @@ struct vocab {
     int32_t n_special;
     int32_t *eog; // [n_eog] end-of-generation ids, ascending
     int32_t n_eog;
-    int32_t byte_id[256]; // SPM: id of "<0xXX>" (or the 1-byte token); BPE: id of the byte's GPT-2 char
+    int32_t byte_id[256]; // SPM: id of "<0xXX>" (or the 1-byte token); raw BPE: of "<0xXX>"; BPE: of the
+                          // byte's GPT-2 char
 
     /* Decoded bytes of every token (what detokenization emits): SPM "▁" → " ", "<0xXX>" → the byte, BPE
      * GPT-2 chars → bytes; control/unknown tokens keep their text here (callers decide whether to show it).

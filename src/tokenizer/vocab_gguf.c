@@ -133,10 +133,14 @@ enum ci_status vocab_load_gguf(struct vocab *v, const struct gguf *g, struct ci_
         v->add_eos = false;
         if (!v->pre[0])
             strcpy(v->pre, "default");
-    } else if (strcmp(v->model, "gpt2") == 0) {
+    } else if (strcmp(v->model, "gpt2") == 0 || strcmp(v->model, "gemma4") == 0) {
         v->type = VOCAB_TYPE_BPE;
         v->bos = 11; // llama.cpp's defaults (from Falcon), dropped below if out of range
         v->eos = 11;
+        if (strcmp(v->model, "gemma4") == 0) { // Gemma 4's SentencePiece-style BPE: its own pre-tokenizer
+            v->bos = v->eos = VOCAB_TOKEN_NULL;
+            strcpy(v->pre, "gemma4");
+        }
         if (!v->pre[0]) {
             CI_LOG_WARN("tokenizer: GGUF has no tokenizer.ggml.pre; using 'default' (quality may suffer)");
             strcpy(v->pre, "default");
@@ -150,6 +154,7 @@ enum ci_status vocab_load_gguf(struct vocab *v, const struct gguf *g, struct ci_
         v->clean_spaces = bp->clean_spaces;
         v->ignore_merges = bp->ignore_merges;
         v->add_bos = bp->add_bos;
+        v->bpe_raw = bp->raw;
     } else if (strcmp(v->model, "bert") == 0) {
         // llama.cpp's WordPiece defaults: BERT's usual ids ([CLS] as BOS, [SEP], [UNK], [PAD]), [CLS] ...
         // [SEP] around the text, and the BertNormalizer's lowercasing and accent stripping.
@@ -169,7 +174,7 @@ enum ci_status vocab_load_gguf(struct vocab *v, const struct gguf *g, struct ci_
         st = ci_err_set(
             err, CI_ERR_UNSUPPORTED,
             "tokenizer: tokenizer model '%s' is not supported (cinfer handles 'llama' SentencePiece, "
-            "'gpt2' byte-level BPE and 'bert' WordPiece vocabularies)",
+            "'gpt2' byte-level BPE, 'gemma4' SentencePiece-style BPE and 'bert' WordPiece vocabularies)",
             v->model);
         goto fail;
     }
@@ -285,6 +290,8 @@ enum ci_status vocab_load_gguf(struct vocab *v, const struct gguf *g, struct ci_
         (st = gguf_get_bool_opt(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err)) ||
         (st = gguf_get_bool_opt(g, "tokenizer.ggml.add_sep_token", &v->add_sep, err)))
         goto fail;
+    if (strcmp(v->pre, "gemma4") == 0) // as llama.cpp: Gemma 4 always starts with BOS, whatever the file says
+        v->add_bos = true;
     if (v->type == VOCAB_TYPE_WPM) {
         // As llama.cpp: strip_accents defaults to the lowercase setting.
         if ((st = gguf_get_bool_opt(g, "tokenizer.ggml.normalizer.lowercase", &v->lowercase, err)))

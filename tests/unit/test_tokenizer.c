@@ -133,6 +133,8 @@ static bool check_encode(const struct tokenizer *t, const char *text, size_t len
 static void run_vocab_file(const char *file) {
     char name[256], path[1024];
     snprintf(name, sizeof(name), "vocab_vectors %.120s", file);
+    if (!test_selected(name))
+        return;
     test_current = name;
     test_failed_checks = 0;
     snprintf(path, sizeof(path), "%s/%.120s", VOCAB_DIR, file);
@@ -152,8 +154,8 @@ static void run_vocab_file(const char *file) {
             else
                 break; // the first mismatch is shown; the count says the rest
         }
-        if (v.n != 46)
-            TEST_FAILF("%s: %d tests, expected 46", file, v.n);
+        if (v.n < 46) // llama.cpp's test-tokenizer-0 texts (46; newer vocabularies' files have a few more)
+            TEST_FAILF("%s: %d tests, expected at least 46", file, v.n);
         else if (pass == v.n)
             printf("  %s: %d/%d (%s, pre %s)\n", file, pass, v.n, tokenizer_type_name(t), tokenizer_pre(t));
     }
