@@ -371,31 +371,31 @@ done:
     return s;
 }
 
-/* Left-recursion: DFS over the "may start with" edges (a reference preceded only by nullable elements). */
-static bool left_dfs(const struct grammar *g, const bool *nullable, uint32_t r, uint8_t *state,
-                     uint32_t *path, uint32_t depth, uint32_t *cycle_len) {
-    state[r] = 1;
-    path[depth] = r;
-    if (depth >= GRAM_MAX_DEPTH) {
-        *cycle_len = 0; // not a cycle: too deep a chain of left edges
-        return true;
-    }
+/* Left recursion.  A "left edge" r -> t: rule r has an alternative whose elements before a reference to t are
+ * all nullable (r may start with t).  A cycle of left edges makes the matcher's expansion loop; where every
+ * edge of the cycle is a tail call (the reference ends its alternative, so the matcher pushes no return
+ * frame: struct gram_space's expand), the loop comes back to the very same stack and the expansion's
+ * visited set ends it ("( [x]* )*", a repetition of a nullable item, which llama.cpp accepts too).  A cycle
+ * with one non-tail edge grows the stack at each turn: that grammar is refused.  So: strongly connected
+ * components of the left edges (Tarjan), then any non-tail edge inside one component is left recursion. */
+struct left_scc {
+    const struct grammar *g;
+    const bool *nullable;
+    uint32_t *idx, *low, *stk, *comp;
+    bool *on;
+    uint32_t n_stk, counter, n_comp;
+};
+
+/* Calls fn(ctx, t, tail) for each left edge of rule r; stops early when fn returns true. */
+static bool each_left_edge(const struct grammar *g, const bool *nullable, uint32_t r,
+                           bool (*fn)(void *ctx, uint32_t t, bool tail), void *ctx) {
     uint32_t i = g->rule_start[r];
     for (;;) {
         while (!gram_is_end(g->elems[i].op)) {
             if (g->elems[i].op != GRAM_REF)
                 break;
             uint32_t t = g->elems[i].val;
-            if (state[t] == 1) {
-                // cycle from t .. r
-                uint32_t k = 0;
-                while (path[k] != t)
-                    k++;
-                memmove(path, path + k, (depth + 1 - k) * sizeof *path);
-                *cycle_len = depth + 1 - k;
-                return true;
-            }
-            if (state[t] == 0 && left_dfs(g, nullable, t, state, path, depth + 1, cycle_len))
+            if (fn(ctx, t, gram_is_end(g->elems[i + 1].op)))
                 return true;
             if (!nullable[t])
                 break;
@@ -404,11 +404,109 @@ static bool left_dfs(const struct grammar *g, const bool *nullable, uint32_t r, 
         while (!gram_is_end(g->elems[i].op))
             i++;
         if (g->elems[i].op == GRAM_END)
-            break;
+            return false;
         i++;
     }
-    state[r] = 2;
+}
+
+static bool tarjan(struct left_scc *t, uint32_t v, uint32_t depth);
+
+struct tarjan_edge {
+    struct left_scc *t;
+    uint32_t v, depth;
+};
+
+static bool tarjan_edge(void *ctx, uint32_t w, bool tail) {
+    (void)tail;
+    struct tarjan_edge *e = ctx;
+    struct left_scc *t = e->t;
+    if (t->idx[w] == 0) {
+        if (tarjan(t, w, e->depth + 1))
+            return true;
+        if (t->low[w] < t->low[e->v])
+            t->low[e->v] = t->low[w];
+    } else if (t->on[w] && t->idx[w] < t->low[e->v]) {
+        t->low[e->v] = t->idx[w];
+    }
     return false;
+}
+
+/* True when a chain of left edges is deeper than GRAM_MAX_DEPTH (the matcher's recursion bound). */
+static bool tarjan(struct left_scc *t, uint32_t v, uint32_t depth) {
+    if (depth >= GRAM_MAX_DEPTH)
+        return true;
+    t->idx[v] = t->low[v] = ++t->counter;
+    t->stk[t->n_stk++] = v;
+    t->on[v] = true;
+    struct tarjan_edge e = {t, v, depth};
+    if (each_left_edge(t->g, t->nullable, v, tarjan_edge, &e))
+        return true;
+    if (t->low[v] == t->idx[v]) {
+        uint32_t w;
+        do {
+            w = t->stk[--t->n_stk];
+            t->on[w] = false;
+            t->comp[w] = t->n_comp;
+        } while (w != v);
+        t->n_comp++;
+    }
+    return false;
+}
+
+struct harmful {
+    const uint32_t *comp;
+    uint32_t r, target;
+};
+
+static bool non_tail_in_component(void *ctx, uint32_t t, bool tail) {
+    struct harmful *h = ctx;
+    if (!tail && h->comp[t] == h->comp[h->r]) {
+        h->target = t;
+        return true;
+    }
+    return false;
+}
+
+struct path_bfs {
+    const uint32_t *comp;
+    uint32_t *prev, *queue, n_queue, from, c;
+};
+
+static bool bfs_edge(void *ctx, uint32_t t, bool tail) {
+    (void)tail;
+    struct path_bfs *b = ctx;
+    if (b->comp[t] == b->c && b->prev[t] == UINT32_MAX) {
+        b->prev[t] = b->from;
+        b->queue[b->n_queue++] = t;
+    }
+    return false;
+}
+
+/* The message for a non-tail left edge r -> v inside a component: "r -> v -> ... -> r" (a shortest path
+ * from v back to r through the component's left edges). */
+static enum ci_status left_recursion_error(const struct grammar *g, const bool *nullable,
+                                           const uint32_t *comp, uint32_t r, uint32_t v, uint32_t *prev,
+                                           uint32_t *queue, struct ci_err *err) {
+    for (uint32_t k = 0; k < g->n_rules; k++)
+        prev[k] = UINT32_MAX;
+    struct path_bfs b = {comp, prev, queue, 0, 0, comp[r]};
+    prev[v] = v;
+    queue[b.n_queue++] = v;
+    for (uint32_t q = 0; q < b.n_queue && prev[r] == UINT32_MAX; q++) {
+        b.from = queue[q];
+        each_left_edge(g, nullable, queue[q], bfs_edge, &b);
+    }
+    // the path r <- ... <- v, read backwards from r (r == v: the edge is a loop)
+    uint32_t n = 0;
+    if (r != v)
+        for (uint32_t k = r; k != v && n < g->n_rules; k = prev[k])
+            queue[n++] = k;
+    queue[n++] = v;
+    char chain[512];
+    size_t o = (size_t)snprintf(chain, sizeof chain, "%.60s", g->rule_names[r]);
+    for (uint32_t k = n; k-- > 0 && o + 70 < sizeof chain;)
+        o += (size_t)snprintf(chain + o, sizeof chain - o, " -> %.60s", g->rule_names[queue[k]]);
+    return ci_err_set(err, CI_ERR_INVALID, "the grammar is left-recursive: %s", chain);
 }
 
 enum ci_status gram_builder_finish(struct gram_builder *b, const char *start, struct grammar **out,
@@ -436,10 +534,12 @@ enum ci_status gram_builder_finish(struct gram_builder *b, const char *start, st
     g->rule_names = ci_calloc(b->n_rules, sizeof *g->rule_names);
     bool *nullable = ci_calloc(b->n_rules, 1), *productive = ci_calloc(b->n_rules, 1),
          *reach = ci_calloc(b->n_rules, 1);
-    uint8_t *state = ci_calloc(b->n_rules, 1);
-    uint32_t *path = ci_calloc(b->n_rules + 1, sizeof *path), *work = ci_calloc(b->n_rules, sizeof *work);
-    if (!g->elems || !g->rule_start || !g->rule_names || !nullable || !productive || !reach || !state ||
-        !path || !work) {
+    bool *on = ci_calloc(b->n_rules, 1);
+    uint32_t *idx = ci_calloc(b->n_rules + 1, sizeof *idx), *low = ci_calloc(b->n_rules + 1, sizeof *low),
+             *stk = ci_calloc(b->n_rules + 1, sizeof *stk), *comp = ci_calloc(b->n_rules + 1, sizeof *comp),
+             *work = ci_calloc(b->n_rules, sizeof *work);
+    if (!g->elems || !g->rule_start || !g->rule_names || !nullable || !productive || !reach || !on || !idx ||
+        !low || !stk || !comp || !work) {
         s = ci_err_set(err, CI_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -467,22 +567,19 @@ enum ci_status gram_builder_finish(struct gram_builder *b, const char *start, st
             }
         }
     }
+    struct left_scc t = {g, nullable, idx, low, stk, comp, on, 0, 0, 0};
+    for (uint32_t r = 0; r < g->n_rules; r++)
+        if (idx[r] == 0 && tarjan(&t, r, 0)) {
+            s = ci_err_set(err, CI_ERR_LIMIT,
+                           "the grammar nests too deeply (a chain of more than %d rules "
+                           "that can start one another)",
+                           GRAM_MAX_DEPTH);
+            goto done;
+        }
     for (uint32_t r = 0; r < g->n_rules; r++) {
-        uint32_t len = 0;
-        if (state[r] == 0 && left_dfs(g, nullable, r, state, path, 0, &len)) {
-            if (len == 0) {
-                s = ci_err_set(err, CI_ERR_LIMIT,
-                               "the grammar nests too deeply (a chain of more than %d rules "
-                               "that can start one another)",
-                               GRAM_MAX_DEPTH);
-                goto done;
-            }
-            char chain[512];
-            size_t o = 0;
-            for (uint32_t k = 0; k <= len && o + 70 < sizeof chain; k++)
-                o += (size_t)snprintf(chain + o, sizeof chain - o, "%s%.60s", k ? " -> " : "",
-                                      g->rule_names[path[k % len]]);
-            s = ci_err_set(err, CI_ERR_INVALID, "the grammar is left-recursive: %s", chain);
+        struct harmful h = {comp, r, 0};
+        if (each_left_edge(g, nullable, r, non_tail_in_component, &h)) {
+            s = left_recursion_error(g, nullable, comp, r, h.target, idx, stk, err);
             goto done;
         }
     }
@@ -505,8 +602,11 @@ done:
     ci_free(nullable);
     ci_free(productive);
     ci_free(reach);
-    ci_free(state);
-    ci_free(path);
+    ci_free(on);
+    ci_free(idx);
+    ci_free(low);
+    ci_free(stk);
+    ci_free(comp);
     ci_free(work);
     if (s != CI_OK) {
         gram_free(g);

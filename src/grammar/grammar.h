@@ -10,7 +10,9 @@
  * element before) and GRAM_CHAR_ALT (one more character or range start) elements.
  *
  * Validation (gram_builder_finish): every referenced rule defined, a rule named "root" (or the given start),
- * no left recursion (direct, indirect, or through nullable prefixes: the matcher expands left edges eagerly),
+ * no left recursion (direct, indirect, or through nullable prefixes: the matcher expands left edges eagerly)
+ * except cycles made only of tail calls (a repetition of a nullable item, "( [x]* )*": the matcher's stack
+ * comes back unchanged and its expansion stops there),
  * every rule reachable from the start able to derive some string (no empty language, no dead rule), and the
  * limits below.  Errors name the rule and, for GBNF text, the line and column.
  *

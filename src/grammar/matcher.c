@@ -208,6 +208,53 @@ uint32_t gram_intern(struct gram_space *m, uint32_t pos, uint32_t parent) {
     return id;
 }
 
+/* A new closure: forget the expansions of the last one. */
+static void visit_reset(struct gram_space *m) {
+    m->vn = 0;
+    if (++m->vcur == 0) { // the stamps wrapped: clear them
+        if (m->vgen)
+            memset(m->vgen, 0, ((size_t)m->vmask + 1) * sizeof *m->vgen);
+        m->vcur = 1;
+    }
+}
+
+/* True the first time key is seen in this closure (false again after; also when out of memory, with failed
+ * set). */
+static bool visit_once(struct gram_space *m, uint64_t key) {
+    if (!m->vkey || ((size_t)m->vn + 1) * 2 > (size_t)m->vmask + 1) {
+        size_t cap = m->vkey ? 2 * ((size_t)m->vmask + 1) : 256;
+        uint64_t *k = ci_malloc(cap * sizeof *k);
+        uint32_t *gen = ci_calloc(cap, sizeof *gen);
+        if (!k || !gen || cap > UINT32_MAX) {
+            ci_free(k);
+            ci_free(gen);
+            m->failed = true;
+            return false;
+        }
+        for (size_t i = 0; m->vkey && i <= m->vmask; i++)
+            if (m->vgen[i] == m->vcur) {
+                size_t j = (size_t)mix(m->vkey[i]) & (cap - 1);
+                while (gen[j] == m->vcur)
+                    j = (j + 1) & (cap - 1);
+                k[j] = m->vkey[i];
+                gen[j] = m->vcur;
+            }
+        ci_free(m->vkey);
+        ci_free(m->vgen);
+        m->vkey = k;
+        m->vgen = gen;
+        m->vmask = (uint32_t)(cap - 1);
+    }
+    uint32_t i = (uint32_t)mix(key) & m->vmask;
+    for (; m->vgen[i] == m->vcur; i = (i + 1) & m->vmask)
+        if (m->vkey[i] == key)
+            return false;
+    m->vkey[i] = key;
+    m->vgen[i] = m->vcur;
+    m->vn++;
+    return true;
+}
+
 static bool arena_reserve(struct gram_space *m, size_t more) {
     if (m->n_arena + more <= m->cap_arena)
         return true;
@@ -250,6 +297,9 @@ static void expand(struct gram_space *m, uint32_t pos, uint32_t parent, int dept
     } else if (op == GRAM_REF) {
         uint32_t ret = pos + 1;
         uint32_t retnode = gram_is_end(g->elems[ret].op) ? parent : gram_intern(m, ret, parent);
+        // the same rule over the same stack again in this closure adds nothing (and may be a tail-call cycle)
+        if (!visit_once(m, ((uint64_t)g->elems[pos].val << 32) | retnode))
+            return;
         uint32_t i = g->rule_start[g->elems[pos].val];
         for (;;) {
             expand(m, i, retnode, depth + 1, base);
@@ -287,6 +337,7 @@ static uint32_t finish_set(struct gram_space *m, size_t base) {
 /* The stacks after code point cp from the set in->off/n; appended to the arena as out. */
 static void advance_cp(struct gram_space *m, const struct mstate *in, uint32_t cp, struct mstate *out) {
     size_t base = m->n_arena;
+    visit_reset(m);
     for (uint32_t k = 0; k < in->n; k++) {
         uint32_t id = m->arena[in->off + k];
         if (id == 0)
@@ -436,6 +487,8 @@ void gram_space_free(struct gram_space *m) {
     ci_free(m->nparent);
     ci_free(m->htab);
     ci_free(m->arena);
+    ci_free(m->vkey);
+    ci_free(m->vgen);
     ci_free(m->frames);
     ci_free(m->start);
     ci_free(m->dep);
@@ -508,6 +561,7 @@ enum ci_status gram_space_create(const struct grammar *g, const struct gram_voca
     m->tc_off = env && !strcmp(env, "0");
     // The start state: every alternative of the start rule expanded with nothing below it.
     m->n_arena = 0;
+    visit_reset(m);
     uint32_t i = g->rule_start[g->start];
     for (;;) {
         expand(m, i, 0, 0, 0);

@@ -83,6 +83,11 @@ struct gram_space {
     size_t n_arena, cap_arena;
     struct frame *frames;
     bool failed; // out of memory or too many stacks in the current computation
+    // the rule expansions (rule, return node) done in the current closure (expand), generation-stamped: a
+    // cycle of tail calls through nullable rules comes back to one of them and stops there
+    uint64_t *vkey;
+    uint32_t *vgen;
+    uint32_t vmask, vn, vcur;
     struct cache_entry cache[CACHE_SLOTS];
     uint32_t cache_next;
     struct gram_matcher_stats stats;
