@@ -1185,6 +1185,110 @@ static enum ci_status apply_dependencies(struct jsc *c, const cJSON *s, const ch
     return CI_OK;
 }
 
+/* ---- keys other than the listed ones (additionalProperties beside properties) ---------------------------- */
+
+#define OTHER_KEY_MAX_NODES 512 // trie nodes of the listed keys; more: no extra keys are produced
+
+static int cmp_cstr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Bytes of the UTF-8 character at s (1 on a malformed lead: keys come from cJSON, which decodes escapes). */
+static size_t cp_len(const char *s) {
+    unsigned char b = (unsigned char)*s;
+    return b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+}
+
+/* The rule of the trie node shared by keys[lo, hi) (sorted) after their first `off` bytes: the rest of a JSON
+ * string key (up to its closing quote) that makes it differ from every one of them.  Written unescaped, the
+ * key's characters are its decoded ones, so a key can equal a listed one only by following the trie to its
+ * end; the ways out are a character no listed key has there (then anything) or a quote where none ends. */
+static enum ci_status other_key_node(struct jsc *c, const char *path, const char *const *keys, int lo, int hi,
+                                     size_t off, char name[16]) {
+    enum ci_status st = new_rule(c, path, name);
+    if (st != CI_OK)
+        return st;
+    struct gtext alt = {0}, cls = {0};
+    bool ends_here = false;
+    gtext_printf(&cls, "%s", "[^\"\\\\\\x00-\\x1F");
+    for (int i = lo; i < hi;) {
+        if (keys[i][off] == '\0') {
+            ends_here = true;
+            i++;
+            continue;
+        }
+        size_t n = cp_len(keys[i] + off);
+        int j = i + 1;
+        while (j < hi && strlen(keys[j]) >= off + n && !memcmp(keys[j] + off, keys[i] + off, n))
+            j++;
+        char child[16];
+        if ((st = other_key_node(c, path, keys, i, j, off + n, child)) != CI_OK)
+            break;
+        gtext_literal(&alt, keys[i] + off, n);
+        gtext_printf(&alt, " %s | ", child);
+        uint32_t cp = 0;
+        const unsigned char *u = (const unsigned char *)keys[i] + off;
+        cp = n == 1   ? u[0]
+             : n == 2 ? (u[0] & 0x1Fu) << 6 | (u[1] & 0x3Fu)
+             : n == 3 ? (u[0] & 0x0Fu) << 12 | (u[1] & 0x3Fu) << 6 | (u[2] & 0x3Fu)
+                      : (u[0] & 0x07u) << 18 | (u[1] & 0x3Fu) << 12 | (u[2] & 0x3Fu) << 6 | (u[3] & 0x3Fu);
+        gtext_printf(&cls, "\\U%08X", (unsigned)cp);
+        i = j;
+    }
+    gtext_put(&cls, "]", 1);
+    if (st == CI_OK) {
+        gtext_put(&alt, cls.s, cls.n);
+        gtext_printf(&alt, "%s", " char* \"\\\"\"");
+        if (!ends_here)
+            gtext_printf(&alt, "%s", " | \"\\\"\"");
+        if (alt.oom || cls.oom)
+            c->out->oom = true;
+        define(c, name, &alt);
+    }
+    gtext_free(&alt);
+    gtext_free(&cls);
+    return st;
+}
+
+/* The rule of a JSON string key equal to none of keys[0..n) (the schema's listed property names), or "" in
+ * name when the listed keys make too large a trie (then no extra key is produced). */
+static enum ci_status other_key_rule(struct jsc *c, const char *path, const char **keys, int n,
+                                     char name[16]) {
+    name[0] = '\0';
+    int m = 0;
+    size_t nodes = 1;
+    for (int i = 0; i < n; i++) { // keys holding a quote, a backslash, a control character or malformed
+        bool plain = true;        // UTF-8: an unescaped key of well-formed characters never equals them
+        for (const unsigned char *p = (const unsigned char *)keys[i]; *p && plain;) {
+            size_t l = cp_len((const char *)p);
+            plain = *p >= 0x20 && *p != '"' && *p != '\\' && !(*p >= 0x80 && *p < 0xC2) && *p < 0xF5;
+            for (size_t k = 1; k < l && plain; k++)
+                plain = (p[k] & 0xC0) == 0x80;
+            p += plain ? l : 1;
+        }
+        if (plain) {
+            keys[m++] = keys[i];
+            nodes += strlen(keys[i]);
+        }
+    }
+    if (nodes > OTHER_KEY_MAX_NODES)
+        return CI_OK;
+    qsort(keys, (size_t)m, sizeof *keys, cmp_cstr);
+    char root[16];
+    enum ci_status st = other_key_node(c, path, keys, 0, m, 0, root);
+    if (st != CI_OK)
+        return st;
+    c->prims |= P_STRING;
+    struct gtext body = {0};
+    gtext_printf(&body, "\"\\\"\" %s", root);
+    if ((st = new_rule(c, path, name)) == CI_OK)
+        define(c, name, &body);
+    if (body.oom)
+        c->out->oom = true;
+    gtext_free(&body);
+    return st;
+}
+
 static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path, int depth,
                                  struct gtext *body) {
     enum ci_status st = CI_OK;
@@ -1352,6 +1456,47 @@ static enum ci_status gen_object(struct jsc *c, const cJSON *s, const char *path
     }
     // A_i: members i.. after one was written; B_i: members i.. before any.
     char a_next[16] = "", b_next[16] = "";
+    // additionalProperties true or a schema: after the listed members, keys that none of them has (as
+    // llama.cpp; absent, it produces only the listed ones), unless a count or a dependency would need them.
+    if ((cJSON_IsTrue(ap) || cJSON_IsObject(ap)) && !cJSON_IsFalse(up) && !pp && maxp < 0 &&
+        !cJSON_GetObjectItemCaseSensitive(s, "dependencies") &&
+        !cJSON_GetObjectItemCaseSensitive(s, "dependentRequired") &&
+        !cJSON_GetObjectItemCaseSensitive(s, "dependentSchemas")) {
+        int n_keys = cJSON_GetArraySize(props) + n;
+        const char **keys = ci_calloc((size_t)n_keys + 1, sizeof *keys);
+        if (!keys) {
+            st = ci_err_set(c->err, CI_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        int k = 0;
+        for (const cJSON *p = props ? props->child : NULL; p; p = p->next)
+            keys[k++] = p->string;
+        for (int i = 0; i < n; i++)
+            keys[k++] = mem[i].key;
+        char xk[16];
+        st = other_key_rule(c, path, keys, k, xk);
+        ci_free(keys);
+        if (st != CI_OK)
+            goto out;
+        if (xk[0]) {
+            char xp[16];
+            struct gtext t = {0};
+            if ((st = new_rule(c, path, xp)) != CI_OK || (st = new_rule(c, path, a_next)) != CI_OK ||
+                (st = new_rule(c, path, b_next)) != CI_OK)
+                goto out;
+            gtext_printf(&t, "%s \":\" ws %s ws", xk, apname);
+            define(c, xp, &t);
+            t.n = 0;
+            gtext_printf(&t, "(\",\" ws %s)*", xp);
+            define(c, a_next, &t);
+            t.n = 0;
+            gtext_printf(&t, "(%s (\",\" ws %s)*)?", xp, xp);
+            define(c, b_next, &t);
+            if (t.oom)
+                c->out->oom = true;
+            gtext_free(&t);
+        }
+    }
     for (int i = n - 1; i >= 0; i--) {
         char a[16], b[16];
         if ((st = new_rule(c, path, a)) != CI_OK || (st = new_rule(c, path, b)) != CI_OK)
@@ -1877,7 +2022,8 @@ static const char PRIM_STRING[] =
 static const char PRIM_INTEGER[] = "integer ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15})\n";
 static const char PRIM_NUMBER[] =
     "number ::= \"-\"? ([0-9] | [1-9] [0-9]{1,15}) (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,2})?\n";
-static const char PRIM_FRAC[] = "frac ::= \".\" [0-9]{0,5} [1-9]\n";
+// a fraction above 0 (a last digit 1-9), then zeros that do not change it ("12.50")
+static const char PRIM_FRAC[] = "frac ::= \".\" [0-9]{0,5} [1-9] \"0\"{0,9}\n";
 static const char PRIM_VALUE[] =
     "value ::= object-any | array-any | string | number | boolean | null\n"
     "object-any ::= \"{\" ws (string \":\" ws value ws (\",\" ws string \":\" ws value ws)*)? \"}\"\n"

@@ -1,8 +1,9 @@
 /* JSON Schema into GBNF text (grammar.h), which the GBNF parser then compiles like any grammar.
  *
  * The grammar generates a subset of the JSON texts the schema accepts, never a text it rejects: where the
- * schema allows more than the grammar produces (properties not listed in `properties`, key orders other than
- * the listed one, numbers of more digits) the grammar produces less; where a constraining keyword cannot be
+ * schema allows more than the grammar produces (keys other than the listed ones unless additionalProperties is
+ * true or a schema: then they follow the listed ones, never repeating one; key orders other than the listed
+ * one; numbers of more digits) the grammar produces less; where a constraining keyword cannot be
  * honoured exactly (multipleOf, not, if/then/else, patternProperties, dependencies, ...) the compile fails
  * naming it.  An optional property whose schema matches nothing is left out.  Pure annotations (title, description, examples, default, $comment, ...) are ignored.
  *

@@ -199,6 +199,14 @@ TEST(regex_errors) {
     gtext_free(&t);
 }
 
+#define ADDL_TRUE                                                                                            \
+    "{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},\"additionalProperties\":"  \
+    "true}"
+#define ADDL_SCHEMA                                                                                          \
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"}},\"required\":[\"name\"],"          \
+    "\"additionalProperties\":{\"type\":\"integer\"}}"
+#define ADDL_ABSENT "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}"
+
 TEST(schema_language) {
     static const struct kase cases[] = {
         {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":305}", 0, "-12", 1},
@@ -321,6 +329,26 @@ TEST(schema_language) {
         {"{\"type\":\"integer\",\"allOf\":[{\"multipleOf\":4},{\"multipleOf\":6}]}", 0, "36", 1},
         {"{\"type\":\"integer\",\"allOf\":[{\"multipleOf\":4},{\"multipleOf\":6}]}", 0, "8", 2},
         {"{\"type\":\"integer\",\"allOf\":[{\"multipleOf\":4},{\"multipleOf\":6}]}", 0, "18", 2},
+        // a bounded number's fraction may end in zeros (llama.cpp's integration cases: "12.50")
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0}", 0, "12.50", 1},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0}", 0, "0.500", 1},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0}", 0, "0.00", 2}, // 0.001 is allowed
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}", 0, "1.0", 0},
+        // additionalProperties true or a schema beside properties: other keys after the listed ones, never a
+        // listed key again (it would take the other schema), prefixes and extensions of listed keys allowed
+        {ADDL_TRUE, 0, "{\"a\": 1, \"c\": \"x\"}", 1},
+        {ADDL_TRUE, 0, "{\"c\": \"x\", \"d\": [1]}", 1},
+        {ADDL_TRUE, 0, "{\"a\": 1, \"b\": 2, \"a_\": null}", 1},
+        {ADDL_TRUE, 0, "{\"\": 0, \"ab\": 0, \"\u00e9\": 0}", 1},
+        {ADDL_TRUE, 0, "{\"a\": \"x\"}", 0},
+        {ADDL_TRUE, 0, "{\"c\": 1, \"a\": 1}", 0},
+        {ADDL_TRUE, 0, "{\"b\": 2, \"b\": 2}", 0},
+        {ADDL_TRUE, 0, "{\"\\u0061\": 1}", 0}, // an escaped key could be a listed one: not produced
+        {ADDL_SCHEMA, 0, "{\"name\": \"n\", \"x\": 3}", 1},
+        {ADDL_SCHEMA, 0, "{\"name\": \"n\", \"x\": \"3\"}", 0},
+        {ADDL_SCHEMA, 0, "{\"name\": \"n\", \"nam\": 3, \"names\": 4}", 1},
+        {ADDL_SCHEMA, 0, "{\"x\": 3}", 0},           // name is required
+        {ADDL_ABSENT, 0, "{\"a\": 1, \"c\": 2}", 0}, // absent: only the listed keys (as llama.cpp)
     };
     run_cases(cases, sizeof cases / sizeof *cases, true);
 }
