@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Extracts llama.cpp's grammar-integration cases from the C++ source of tests/test-grammar-integration.cpp
+(read from the pinned node-llama-cpp bundle by test_grammar_bundle.sh) into the JSON file that
+tests/unit/test_grammar_cases.c reads: every test_grammar / test_schema call whose four arguments are string
+literals (a description, the grammar or schema, the strings it accepts, the strings it refuses), strings
+hex-encoded.  C++ string literals are decoded here (escapes, raw strings, adjacent literals concatenated).
+
+KNOWN marks the strings on which cinfer differs from llama.cpp on purpose, with the reason; a case that
+llama.cpp's source no longer has is simply absent.  Usage: grammar_cases.py SOURCE.cpp OUT.json"""
+import json
+import re
+import sys
+
+# (kind, description, string) -> why cinfer judges it otherwise
+KNOWN = {
+    ("schema", "min 2", "12345678900000000"):
+        "a valid integer >= 2 in JSON Schema; llama.cpp caps integers at 16 digits",
+    ("schema", "empty schema (object)", "[]"): "JSON Schema's {} accepts every value; llama.cpp reads it as any object",
+    ("schema", "empty schema (object)", "null"): "JSON Schema's {} accepts every value",
+    ("schema", "empty schema (object)", '""'): "JSON Schema's {} accepts every value",
+    ("schema", "empty schema (object)", "true"): "JSON Schema's {} accepts every value",
+}
+KNOWN_PREFIX = {
+    # uniqueItems cannot be checked by a context-free grammar: cinfer produces at most one item (never an
+    # array with duplicates); llama.cpp ignores the keyword
+    ("schema", "required props", '{"productId": 1, "productName": "A green door", "price": 12.50, "tags": ["home", "green"]'):
+        "uniqueItems: cinfer produces at most one item (llama.cpp ignores uniqueness and may repeat one)",
+}
+
+SIMPLE = {"n": 10, "t": 9, "r": 13, "\\": 92, '"': 34, "'": 39, "a": 7, "b": 8, "f": 12, "v": 11, "?": 63}
+
+
+def lex(src):
+    i, n, out = 0, len(src), []
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j
+        elif src.startswith("/*", i):
+            i = src.index("*/", i) + 2
+        elif c.isspace():
+            i += 1
+        elif c == "R" and src.startswith('R"', i):
+            j = src.index("(", i)
+            delim = src[i + 2:j]
+            end = src.index(")" + delim + '"', j)
+            out.append(("str", src[j + 1:end].encode()))
+            i = end + len(delim) + 2
+        elif c == '"':
+            j, buf = i + 1, bytearray()
+            while src[j] != '"':
+                if src[j] != "\\":
+                    buf += src[j].encode()
+                    j += 1
+                    continue
+                e = src[j + 1]
+                if e == "x":
+                    m = re.match(r"[0-9a-fA-F]+", src[j + 2:])
+                    buf.append(int(m.group(0), 16) & 0xFF)
+                    j += 2 + len(m.group(0))
+                elif e in "uU":
+                    k = 4 if e == "u" else 8
+                    buf += chr(int(src[j + 2:j + 2 + k], 16)).encode()
+                    j += 2 + k
+                elif e in "01234567":
+                    m = re.match(r"[0-7]{1,3}", src[j + 1:])
+                    buf.append(int(m.group(0), 8))
+                    j += 1 + len(m.group(0))
+                else:
+                    buf.append(SIMPLE[e])
+                    j += 2
+            out.append(("str", bytes(buf)))
+            i = j + 1
+        elif c in "{}(),;":
+            out.append((c, None))
+            i += 1
+        else:
+            m = re.match(r"[A-Za-z_][A-Za-z_0-9:]*|\d+|.", src[i:])
+            out.append(("id", m.group(0)))
+            i += len(m.group(0))
+    return out
+
+
+def parse_args(toks, k):
+    """toks[k] is '(': the call's arguments if each is a string literal or a braced list of them."""
+    i = k + 1
+
+    def value():
+        nonlocal i
+        if toks[i][0] == "str":
+            s = b""
+            while toks[i][0] == "str":
+                s += toks[i][1]
+                i += 1
+            return s
+        if toks[i][0] == "{":
+            i += 1
+            items = []
+            while toks[i][0] != "}":
+                v = value()
+                if not isinstance(v, bytes):
+                    return None
+                items.append(v)
+                if toks[i][0] == ",":
+                    i += 1
+            i += 1
+            return items
+        return None
+
+    args = []
+    while True:
+        v = value()
+        if v is None:
+            return None
+        args.append(v)
+        if toks[i][0] == ",":
+            i += 1
+        elif toks[i][0] == ")":
+            return args
+        else:
+            return None
+
+
+def main():
+    src = open(sys.argv[1], encoding="utf-8").read()
+    toks = lex(src)
+    cases, skipped = [], 0
+    for k, t in enumerate(toks):
+        if t not in (("id", "test_grammar"), ("id", "test_schema")) or toks[k + 1][0] != "(":
+            continue
+        if k > 0 and toks[k - 1] == ("id", "void"):  # the definitions themselves
+            continue
+        args = parse_args(toks, k + 1)
+        if not args or len(args) != 4 or not isinstance(args[2], list) or not isinstance(args[3], list):
+            skipped += 1
+            continue
+        kind = "gbnf" if t[1] == "test_grammar" else "schema"
+        desc = args[0].decode("utf-8", "replace")
+        known = {}
+        for s in args[2] + args[3]:
+            text = s.decode("utf-8", "replace")
+            why = KNOWN.get((kind, desc, text))
+            for (kk, kd, prefix), reason in KNOWN_PREFIX.items():
+                if why is None and kk == kind and kd == desc and text.startswith(prefix):
+                    why = reason
+            if why:
+                known[s.hex()] = why
+        cases.append({"kind": kind, "desc": desc, "text": args[1].decode("utf-8", "surrogateescape"),
+                      "pass": [s.hex() for s in args[2]], "fail": [s.hex() for s in args[3]], "known": known})
+    with open(sys.argv[2], "w", encoding="utf-8") as f:
+        json.dump(cases, f)
+    print(f"grammar_cases.py: {len(cases)} cases ({skipped} calls with computed arguments left out)")
+
+
+if __name__ == "__main__":
+    main()
