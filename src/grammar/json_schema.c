@@ -1533,7 +1533,11 @@ static enum ci_status gen_array(struct jsc *c, const cJSON *s, const char *path,
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
     const cJSON *extra;
     char sub[MAX_PATH];
-    if (prefix) {
+    if (cJSON_IsObject(
+            prefix)) { // not 2020-12: llama.cpp reads a schema there as items (items first): so do we
+        extra = items ? items : prefix;
+        prefix = NULL;
+    } else if (prefix) {
         if (!cJSON_IsArray(prefix))
             return sfail(c, CI_ERR_INVALID, path, "'prefixItems' must be an array");
         extra = items;

@@ -3,10 +3,12 @@
 (read from the pinned node-llama-cpp bundle by test_grammar_bundle.sh) into the JSON file that
 tests/unit/test_grammar_cases.c reads: every test_grammar / test_schema call whose four arguments are string
 literals (a description, the grammar or schema, the strings it accepts, the strings it refuses), strings
-hex-encoded.  C++ string literals are decoded here (escapes, raw strings, adjacent literals concatenated).
+hex-encoded; and, from tests/test-json-schema-to-grammar.cpp, every schema with whether llama.cpp compiles
+it (SUCCESS / FAILURE: its expected grammar text is llama.cpp's own and not compared).  C++ string literals
+are decoded here (escapes, raw strings, adjacent literals concatenated).
 
 KNOWN marks the strings on which cinfer differs from llama.cpp on purpose, with the reason; a case that
-llama.cpp's source no longer has is simply absent.  Usage: grammar_cases.py SOURCE.cpp OUT.json"""
+llama.cpp's source no longer has is simply absent.  Usage: grammar_cases.py INTEGRATION.cpp SCHEMA_TO_GRAMMAR.cpp OUT.json"""
 import json
 import re
 import sys
@@ -122,6 +124,30 @@ def parse_args(toks, k):
             return None
 
 
+def compile_cases(path):
+    """test-json-schema-to-grammar.cpp's test({STATUS, name, schema, grammar}) cases."""
+    toks = lex(open(path, encoding="utf-8").read())
+    out = []
+    for k, t in enumerate(toks):
+        if t != ("id", "test") or toks[k + 1][0] != "(" or toks[k + 2][0] != "{":
+            continue
+        if toks[k + 3][0] != "id" or toks[k + 3][1] not in ("SUCCESS", "FAILURE") or toks[k + 4][0] != ",":
+            continue
+        i, vals = k + 5, []
+        while toks[i][0] == "str":
+            v = b""
+            while toks[i][0] == "str":
+                v += toks[i][1]
+                i += 1
+            vals.append(v)
+            if toks[i][0] == ",":
+                i += 1
+        if len(vals) >= 2:
+            out.append({"kind": "schema", "desc": vals[0].decode("utf-8", "replace"),
+                        "text": vals[1].decode("utf-8", "surrogateescape"), "compiles": toks[k + 3][1] == "SUCCESS"})
+    return out
+
+
 def main():
     src = open(sys.argv[1], encoding="utf-8").read()
     toks = lex(src)
@@ -148,9 +174,11 @@ def main():
                 known[s.hex()] = why
         cases.append({"kind": kind, "desc": desc, "text": args[1].decode("utf-8", "surrogateescape"),
                       "pass": [s.hex() for s in args[2]], "fail": [s.hex() for s in args[3]], "known": known})
-    with open(sys.argv[2], "w", encoding="utf-8") as f:
-        json.dump(cases, f)
-    print(f"grammar_cases.py: {len(cases)} cases ({skipped} calls with computed arguments left out)")
+    compiles = compile_cases(sys.argv[2])
+    with open(sys.argv[3], "w", encoding="utf-8") as f:
+        json.dump(cases + compiles, f)
+    print(f"grammar_cases.py: {len(cases)} cases with strings ({skipped} calls with computed arguments left "
+          f"out), {len(compiles)} schemas to compile or refuse")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp's grammar-integration cases (tests/test-grammar-integration.cpp of the pinned node-llama-cpp
-# bundle: GBNF grammars and JSON schemas with the strings each must accept and refuse) through cinfer's
+# bundle: GBNF grammars and JSON schemas with the strings each must accept and refuse) and the schemas of
+# tests/test-json-schema-to-grammar.cpp (which llama.cpp compiles and which it refuses) through cinfer's
 # grammar engine: tests/llamacpp/grammar_cases.py extracts them, tests/unit/test_grammar_cases.c judges them.
 # Prints "SKIP grammar_bundle: ..." and succeeds only when npm cannot fetch the packages and nothing is
 # installed or cached, or git or node is missing; any other setup problem is a FAIL.
@@ -26,8 +27,9 @@ if [ "$rc" -ne 0 ] || [ -z "$dir" ]; then
 fi
 if ! git clone -q --bare "$dir/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$tmp/llama.git" ||
     ! git --git-dir "$tmp/llama.git" show HEAD:tests/test-grammar-integration.cpp >"$tmp/cases.cpp" ||
-    ! "$PY" tests/llamacpp/grammar_cases.py "$tmp/cases.cpp" "$tmp/cases.json"; then
-    echo "FAIL grammar_bundle_setup: cannot read llama.cpp's tests/test-grammar-integration.cpp from the bundle"
+    ! git --git-dir "$tmp/llama.git" show HEAD:tests/test-json-schema-to-grammar.cpp >"$tmp/schemas.cpp" ||
+    ! "$PY" tests/llamacpp/grammar_cases.py "$tmp/cases.cpp" "$tmp/schemas.cpp" "$tmp/cases.json"; then
+    echo "FAIL grammar_bundle_setup: cannot read llama.cpp's grammar tests from the bundle"
     exit 1
 fi
 echo "PASS grammar_bundle_setup"

@@ -3,7 +3,9 @@
  * in the pinned llama.cpp source (a GBNF grammar or a JSON schema, strings it must accept, strings it must
  * refuse) into a JSON file named by $CINFER_GRAMMAR_CASES; each grammar or schema is compiled by cinfer and
  * must accept and refuse the same strings, except where the file marks a string as a difference of cinfer's
- * on purpose ("known": the reason, printed as a NOTE).  Without the variable the test is skipped. */
+ * on purpose ("known": the reason, printed as a NOTE).  Cases with "compiles" instead of strings (the schemas
+ * of test-json-schema-to-grammar.cpp) must compile exactly when llama.cpp's do.  Without the variable the
+ * test is skipped. */
 #include <cjson/cJSON.h>
 
 #include "grammar/grammar.h"
@@ -52,7 +54,7 @@ static struct grammar *compile(const char *kind, const char *text, struct ci_err
 }
 
 /* One case: a FAIL for each string cinfer judges otherwise than llama.cpp, unless marked as known. */
-static void run_case(const cJSON *c, struct gram_vocab *v, int *n_strings, int *n_known) {
+static void run_case(const cJSON *c, struct gram_vocab *v, int *n_strings, int *n_known, int *n_compiled) {
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(c, "kind"),
                 *text = cJSON_GetObjectItemCaseSensitive(c, "text"),
                 *desc = cJSON_GetObjectItemCaseSensitive(c, "desc"),
@@ -63,6 +65,18 @@ static void run_case(const cJSON *c, struct gram_vocab *v, int *n_strings, int *
     }
     struct ci_err err = {0};
     struct grammar *g = compile(kind->valuestring, text->valuestring, &err);
+    const cJSON *compiles = cJSON_GetObjectItemCaseSensitive(c, "compiles");
+    if (cJSON_IsBool(compiles)) {
+        if (cJSON_IsTrue(compiles) && !g)
+            TEST_FAILF("[%s] %s: llama.cpp compiles it, cinfer refuses it: %s", kind->valuestring,
+                       desc->valuestring, err.msg);
+        else if (!cJSON_IsTrue(compiles) && g)
+            TEST_FAILF("[%s] %s: llama.cpp refuses it, cinfer compiles it", kind->valuestring,
+                       desc->valuestring);
+        (*n_compiled)++;
+        gram_free(g);
+        return;
+    }
     if (!g) {
         TEST_FAILF("[%s] %s: cinfer refuses it: %s", kind->valuestring, desc->valuestring, err.msg);
         return;
@@ -110,10 +124,12 @@ TEST(llamacpp_grammar_cases) {
         return;
     }
     struct gram_vocab *v = byte_vocab();
-    int n_strings = 0, n_known = 0;
+    int n_strings = 0, n_known = 0, n_compiled = 0;
     const cJSON *c;
-    cJSON_ArrayForEach(c, cases) run_case(c, v, &n_strings, &n_known);
-    printf("  %d cases, %d strings, %d known differences\n", cJSON_GetArraySize(cases), n_strings, n_known);
+    cJSON_ArrayForEach(c, cases) run_case(c, v, &n_strings, &n_known, &n_compiled);
+    printf(
+        "  %d cases: %d strings (%d known differences), %d schemas compiled or refused as llama.cpp does\n",
+        cJSON_GetArraySize(cases), n_strings, n_known, n_compiled);
     gram_vocab_free(v);
     cJSON_Delete(cases);
 }

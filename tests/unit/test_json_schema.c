@@ -349,6 +349,10 @@ TEST(schema_language) {
         {ADDL_SCHEMA, 0, "{\"name\": \"n\", \"nam\": 3, \"names\": 4}", 1},
         {ADDL_SCHEMA, 0, "{\"x\": 3}", 0},           // name is required
         {ADDL_ABSENT, 0, "{\"a\": 1, \"c\": 2}", 0}, // absent: only the listed keys (as llama.cpp)
+        // prefixItems given a schema (not 2020-12's array): items of that schema, as llama.cpp reads it
+        {"{\"type\":\"array\",\"prefixItems\":{\"type\":\"string\"}}", 0, "[\"a\", \"b\"]", 1},
+        {"{\"type\":\"array\",\"prefixItems\":{\"type\":\"string\"}}", 0, "[1]", 0},
+        {"{\"type\":\"array\",\"items\":{},\"prefixItems\":{\"type\":\"string\"}}", 0, "[1, \"a\"]", 1},
     };
     run_cases(cases, sizeof cases / sizeof *cases, true);
 }
