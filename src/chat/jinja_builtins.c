@@ -464,6 +464,36 @@ bool jinja_test(struct jinterp *I, struct jstr name, struct jv a, const struct j
         return a.t == JV_UNDEF;
     if (jstr_eq(name, "equalto") || jstr_eq(name, "eq"))
         return value_strict_eq(a, b);
+    if (jstr_eq(name, "ne"))
+        return !value_strict_eq(a, b);
+    if (jstr_eq(name, "gt") || jstr_eq(name, "greaterthan"))
+        return compare(I, a, b, true, line) > 0;
+    if (jstr_eq(name, "ge"))
+        return compare(I, a, b, true, line) >= 0;
+    if (jstr_eq(name, "lt") || jstr_eq(name, "lessthan"))
+        return compare(I, a, b, true, line) < 0;
+    if (jstr_eq(name, "le"))
+        return compare(I, a, b, true, line) <= 0;
+    if (jstr_eq(name, "in")) { // select('in', list) and the like
+        if (b.t == JV_ARRAY) {
+            for (size_t i = 0; i < b.u.a->n; i++)
+                if (value_strict_eq(b.u.a->v[i], a))
+                    return true;
+            return false;
+        }
+        if (b.t == JV_STR && a.t == JV_STR)
+            return find(b.u.s, 0, a.u.s) != NULL;
+        if ((b.t == JV_OBJECT || b.t == JV_KWARGS) && a.t == JV_STR)
+            return jv_get(b, a.u.s) != NULL;
+        jctx_fail(I->c, line, "cannot test 'in' on %s", jv_type_name(b.t));
+    }
+    if (jstr_eq(name, "sameas")) // Python's "is": the same value for none and booleans, the same object else
+        return a.t == b.t && value_strict_eq(a, b);
+    if (jstr_eq(name, "divisibleby")) {
+        if (a.t != JV_INT || b.t != JV_INT || b.u.i == 0)
+            jctx_fail(I->c, line, "divisibleby needs integers and a divisor other than 0");
+        return a.u.i % b.u.i == 0;
+    }
     jctx_fail(I->c, line, "Unknown test: %.*s", (int)(name.n > 40 ? 40 : name.n), name.p);
 }
 
@@ -605,8 +635,8 @@ static struct jv dict_items(struct jinterp *I, struct jv o) {
 static struct jv filter_undefined(struct jinterp *I, struct jstr name, bool *done) {
     static const char *const as_string[] = {"trim", "upper", "lower",  "title",  "capitalize", "string",
                                             "join", "e",     "escape", "indent", "replace"};
-    static const char *const as_list[] = {"list",       "items",      "sort", "reverse", "unique",
-                                          "selectattr", "rejectattr", "map",  "dictsort"};
+    static const char *const as_list[] = {"list",       "items",      "sort", "reverse",  "unique", "select",
+                                          "selectattr", "rejectattr", "map",  "dictsort", "reject"};
     *done = true;
     for (size_t i = 0; i < sizeof as_string / sizeof as_string[0]; i++)
         if (jstr_eq(name, as_string[i]))
@@ -642,6 +672,13 @@ static struct jv filter_plain(struct jinterp *I, struct jv v, struct jstr name, 
         size_t n = v.u.a->n;
         if (jstr_eq(name, "list"))
             return v;
+        if (jstr_eq(name, "select") || jstr_eq(name, "reject")) { // the items (not) truthy
+            struct jv out = jv_array(c, 0);
+            for (size_t i = 0; i < n; i++)
+                if (jv_truthy(v.u.a->v[i]) == (name.p[0] == 's'))
+                    jv_push(c, out, v.u.a->v[i]);
+            return out;
+        }
         if (jstr_eq(name, "first"))
             return n ? v.u.a->v[0] : jv_undef();
         if (jstr_eq(name, "last"))
@@ -715,12 +752,11 @@ static struct jv filter_plain(struct jinterp *I, struct jv v, struct jstr name, 
             return map_ascii(I, s, name.p[0] == 'u');
         if (jstr_eq(name, "title"))
             return title(I, s);
-        if (jstr_eq(name, "capitalize")) {
+        if (jstr_eq(name, "capitalize")) { // jinja2's (Python's str.capitalize): the rest lower-cased
             char *d = jalloc(c, s.n + 1);
-            if (s.n)
-                memcpy(d, s.p, s.n);
-            if (s.n && d[0] >= 'a' && d[0] <= 'z')
-                d[0] = (char)(d[0] - 32);
+            for (size_t i = 0; i < s.n; i++)
+                d[i] = (char)(i == 0 ? (s.p[i] >= 'a' && s.p[i] <= 'z' ? s.p[i] - 32 : s.p[i])
+                                     : (s.p[i] >= 'A' && s.p[i] <= 'Z' ? s.p[i] + 32 : s.p[i]));
             return jv_str((struct jstr){d, s.n});
         }
         if (jstr_eq(name, "trim"))
@@ -926,6 +962,22 @@ static struct jv filter_call(struct jinterp *I, struct jv v, const struct jnode 
                                     : jv_truthy(*a);
                 if (r == select)
                     jv_push(c, out, v.u.a->v[i]);
+            }
+            return out;
+        }
+        if (jstr_eq(name, "select") || jstr_eq(name, "reject")) { // the items (not) passing a test (jinja2)
+            bool select = name.p[0] == 's';
+            struct jv test = arg_at(args, 0), targ = arg_at(args, 1);
+            if (test.t != JV_STR && test.t != JV_UNDEF)
+                jctx_fail(c, line, "the test of `%.*s` must be a name", (int)name.n, name.p);
+            struct jv out = jv_array(c, 0);
+            for (size_t i = 0; i < v.u.a->n; i++) {
+                struct jv x = v.u.a->v[i];
+                bool r = test.t == JV_UNDEF
+                             ? jv_truthy(x)
+                             : jinja_test(I, test.u.s, x, args.u.a->n > 1 ? &targ : NULL, line);
+                if (r == select)
+                    jv_push(c, out, x);
             }
             return out;
         }

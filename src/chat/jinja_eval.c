@@ -210,6 +210,29 @@ static struct jv arith(struct jinterp *I, const char *op, struct jv l, struct jv
     return jv_undef();
 }
 
+static struct jv eval_binary(struct jinterp *I, const struct jnode *x, struct jenv *env);
+
+/* "x is name" or "x is name(arg)": the comparison and membership tests are the operators (jinja2's eq, ne,
+ * gt, ge, lt, le and their long names, in); the others are jinja_test's. */
+static bool eval_test(struct jinterp *I, const struct jnode *x, struct jenv *env) {
+    static const struct {
+        const char *test, *op;
+    } ops[] = {{"eq", "=="}, {"equalto", "=="}, {"ne", "!="},      {"gt", ">"},  {"greaterthan", ">"},
+               {"ge", ">="}, {"lt", "<"},       {"lessthan", "<"}, {"le", "<="}, {"in", "in"}};
+    for (size_t i = 0; x->b && i < sizeof ops / sizeof ops[0]; i++)
+        if (jstr_eq(x->str, ops[i].test)) {
+            struct jnode bin = *x;
+            bin.kind = JN_BINARY;
+            bin.str = (struct jstr){ops[i].op, strlen(ops[i].op)};
+            return jv_truthy(eval_binary(I, &bin, env));
+        }
+    struct jv a = jinja_eval(I, x->a, env);
+    if (!x->b)
+        return jinja_test(I, x->str, a, NULL, x->line);
+    struct jv arg = jinja_eval(I, x->b, env);
+    return jinja_test(I, x->str, a, &arg, x->line);
+}
+
 static struct jv eval_binary(struct jinterp *I, const struct jnode *x, struct jenv *env) {
     const char *op = x->str.p;
     struct jv l = jinja_eval(I, x->a, env);
@@ -272,6 +295,18 @@ static struct jv eval_binary(struct jinterp *I, const struct jnode *x, struct je
     }
     if ((l.t == JV_STR || r.t == JV_STR) && !strcmp(op, "+"))
         return concat(I, l, r);
+    if (!strcmp(op, "*") && ((l.t == JV_STR && r.t == JV_INT) || (l.t == JV_INT && r.t == JV_STR))) {
+        struct jstr s = l.t == JV_STR ? l.u.s : r.u.s; // jinja2's repetition: "ab" * 3
+        int64_t k = l.t == JV_INT ? l.u.i : r.u.i;
+        if (k <= 0 || s.n == 0)
+            return jv_str((struct jstr){"", 0});
+        if ((uint64_t)k > SIZE_MAX / 2 / s.n) // jalloc's memory bound refuses what remains too large
+            jctx_fail(I->c, x->line, "the repeated string would be too long");
+        char *d = jalloc(I->c, s.n * (size_t)k + 1);
+        for (int64_t i = 0; i < k; i++)
+            memcpy(d + (size_t)i * s.n, s.p, s.n);
+        return jv_str((struct jstr){d, s.n * (size_t)k});
+    }
     if (l.t == JV_STR && r.t == JV_STR) {
         if (is_in || not_in)
             return jv_bool(str_contains(r.u.s, l.u.s) == is_in);
@@ -786,7 +821,7 @@ struct jv jinja_eval(struct jinterp *I, const struct jnode *x, struct jenv *env)
         r = apply_filter(I, jinja_eval(I, x->a, env), x->b, env, x->line);
         break;
     case JN_TEST:
-        r = jv_bool(jinja_test(I, x->str, jinja_eval(I, x->a, env), NULL, x->line) != x->flag);
+        r = jv_bool(eval_test(I, x, env) != x->flag);
         break;
     case JN_SELECT:
         r = jv_truthy(jinja_eval(I, x->b, env)) ? jinja_eval(I, x->a, env) : jv_undef();

@@ -503,6 +503,13 @@ static struct jnode *parse_test(struct parser *P) {
         x->a = operand;
         x->str = name->str;
         x->flag = negate;
+        if (is(P, JT_LPAREN)) { // a test's argument: "is divisibleby(3)", "is eq(x)" (jinja2)
+            P->cur++;
+            x->b = parse_expression(P);
+            if (!is(P, JT_RPAREN))
+                jctx_fail(P->c, line, "Expected ')' after the test's argument");
+            P->cur++;
+        }
         operand = x;
     }
     return operand;

@@ -30,6 +30,7 @@ KNOWN_PREFIX = {
 }
 
 SIMPLE = {"n": 10, "t": 9, "r": 13, "\\": 92, '"': 34, "'": 39, "a": 7, "b": 8, "f": 12, "v": 11, "?": 63}
+# a backslash before a newline continues the literal on the next line (it stands for nothing)
 
 
 def lex(src):
@@ -69,10 +70,18 @@ def lex(src):
                     m = re.match(r"[0-7]{1,3}", src[j + 1:])
                     buf.append(int(m.group(0), 8))
                     j += 1 + len(m.group(0))
+                elif e == "\n":
+                    j += 2
                 else:
                     buf.append(SIMPLE[e])
                     j += 2
             out.append(("str", bytes(buf)))
+            i = j + 1
+        elif c == "'":  # a character literal: skipped (never an argument of the calls read here)
+            j = i + 1
+            while src[j] != "'":
+                j += 2 if src[j] == "\\" else 1
+            out.append(("id", "'char'"))
             i = j + 1
         elif c in "{}(),;":
             out.append((c, None))

@@ -92,7 +92,17 @@ TEST(filters) {
     static const struct jcase cases[] = {
         {"{{ ' x \\n'|trim }}|{{ 'abc'|upper }}|{{ 'ABC'|lower }}|{{ 'hello big world'|title }}|"
          "{{ 'hello World'|capitalize }}",
-         NULL, "x|ABC|abc|Hello Big World|Hello World"},
+         NULL,
+         "x|ABC|abc|Hello Big World|Hello world"}, // capitalize: jinja2's, as llama.cpp (the JS one keeps "W")
+        // jinja2's tests with an argument, select/reject, string repetition (llama.cpp's test-jinja cases)
+        {"{{ 'y' if 6 is divisibleby(3) }}{{ 'n' if 7 is divisibleby(3) }}|{{ 'y' if 3 is eq(3) }}|"
+         "{{ 'y' if 4 is not equalto(3) }}|{{ 'y' if 3 is ge(3) and 2 is lt(3) and 'b' is gt('a') }}|"
+         "{{ 'y' if 2 is in([1, 2]) }}{{ 'n' if 'z' is in('abc') }}|{{ 'y' if false is sameas(false) }}",
+         NULL, "y|y|y|y|y|y"},
+        {"{{ [1, 2, 3, 4]|select('odd')|join(',') }}|{{ [1, 2, 3, 4]|reject('odd')|join(',') }}|"
+         "{{ ['a', 'b', 'c']|select('in', ['b', 'c', 'x'])|join }}|{{ [0, 1, '', 'x']|select|list|length }}|"
+         "{{ 'ab' * 3 }}{{ 2 * '-' }}{{ 'z' * 0 }}",
+         NULL, "1,3|2,4|bc|2|ababab--"},
         {"{{ [3, 1, 2]|sort|join(',') }}|{{ ['b', 'A', 'c']|sort|join }}|{{ [3, 1, "
          "2]|sort(reverse=true)|join }}",
          NULL, "1,2,3|Abc|321"},
