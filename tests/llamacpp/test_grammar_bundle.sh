@@ -10,27 +10,15 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 B=${CINFER_BUILD:-$ROOT/build/release}
 PY=${CINFER_PY:-python3}
-command -v git >/dev/null 2>&1 || { echo "SKIP grammar_bundle: git is not installed"; exit 0; }
-command -v node >/dev/null 2>&1 || { echo "SKIP grammar_bundle: node is not installed"; exit 0; }
-log=$(mktemp)
 tmp=$(mktemp -d)
-trap 'rm -rf "$log" "$tmp"' EXIT
-dir=$(bash scripts/llamacpp-setup.sh 2>"$log")
-rc=$?
-if [ "$rc" -eq 3 ]; then
-    echo "SKIP grammar_bundle: $(tail -1 "$log")"
-    exit 0
-fi
-if [ "$rc" -ne 0 ] || [ -z "$dir" ]; then
-    echo "FAIL grammar_bundle_setup: scripts/llamacpp-setup.sh exited $rc: $(tail -3 "$log" | tr '\n' ' ')"
-    exit 1
-fi
-if ! git clone -q --bare "$dir/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$tmp/llama.git" ||
-    ! git --git-dir "$tmp/llama.git" show HEAD:tests/test-grammar-integration.cpp >"$tmp/cases.cpp" ||
+trap 'rm -rf "$tmp"' EXIT
+. tests/llamacpp/bundle.sh
+llamacpp_bundle grammar_bundle "$tmp"
+if ! git --git-dir "$tmp/llama.git" show HEAD:tests/test-grammar-integration.cpp >"$tmp/cases.cpp" ||
     ! git --git-dir "$tmp/llama.git" show HEAD:tests/test-json-schema-to-grammar.cpp >"$tmp/schemas.cpp" ||
     ! "$PY" tests/llamacpp/grammar_cases.py "$tmp/cases.cpp" "$tmp/schemas.cpp" "$tmp/cases.json"; then
     echo "FAIL grammar_bundle_setup: cannot read llama.cpp's grammar tests from the bundle"
     exit 1
 fi
 echo "PASS grammar_bundle_setup"
-CINFER_GRAMMAR_CASES=$tmp/cases.json exec "$B/tests/test_grammar_cases"
+CINFER_GRAMMAR_CASES=$tmp/cases.json "$B/tests/test_grammar_cases"

@@ -12,25 +12,10 @@ set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 B=${CINFER_BUILD:-$ROOT/build/release}
-command -v git >/dev/null 2>&1 || { echo "SKIP vocab_bundle: git is not installed"; exit 0; }
-command -v node >/dev/null 2>&1 || { echo "SKIP vocab_bundle: node is not installed"; exit 0; }
-log=$(mktemp)
 tmp=$(mktemp -d)
-trap 'rm -rf "$log" "$tmp"' EXIT
-dir=$(bash scripts/llamacpp-setup.sh 2>"$log")
-rc=$?
-if [ "$rc" -eq 3 ]; then
-    echo "SKIP vocab_bundle: $(tail -1 "$log")"
-    exit 0
-fi
-if [ "$rc" -ne 0 ] || [ -z "$dir" ]; then
-    echo "FAIL vocab_bundle_setup: scripts/llamacpp-setup.sh exited $rc: $(tail -3 "$log" | tr '\n' ' ')"
-    exit 1
-fi
-git clone -q --bare "$dir/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$tmp/llama.git" || {
-    echo "FAIL vocab_bundle_setup: cannot clone the bundle"
-    exit 1
-}
+trap 'rm -rf "$tmp"' EXIT
+. tests/llamacpp/bundle.sh
+llamacpp_bundle vocab_bundle "$tmp"
 mkdir -p "$tmp/m/ggml-vocab"
 n=0
 for f in $(git --git-dir "$tmp/llama.git" ls-tree --name-only HEAD models/ | grep -E '/ggml-vocab-[^/]*\.gguf$'); do
@@ -50,4 +35,4 @@ if [ "$n" -lt 12 ]; then
     exit 1
 fi
 echo "PASS vocab_bundle_setup ($n vocabularies with vectors)"
-CINFER_MODELS=$tmp/m exec "$B/tests/test_tokenizer" vocab_vectors,vectors_decode_roundtrip
+CINFER_MODELS=$tmp/m "$B/tests/test_tokenizer" vocab_vectors,vectors_decode_roundtrip
