@@ -1142,43 +1142,36 @@ TEST(softmax_matches_double) {
     CHECK1(one[0] == 1.0f);
 }
 
-TEST(silu_mul_matches_double) {
-    enum { N = 1024 };
-    static float g[N], u[N], g0[N];
-    struct ci_rng r;
-    ci_rng_seed(&r, 17);
-    fill_normal(&r, g, N, 4.0);
-    fill_normal(&r, u, N, 2.0);
-    g[0] = -100.0f, g[1] = 100.0f, g[2] = -1e4f, g[3] = 0.0f, g[4] = 1e4f;
-    g[5] = -87.5f, g[6] = 88.5f, g[7] = -88.0f, g[8] = 87.0f, g[9] = -0.0f, g[10] = 1e-30f, g[11] = -20.0f;
-    memcpy(g0, g, sizeof g);
-    // Every table (scalar last) against double precision, and the SIMD ones bit for bit against the scalar
-    // one, over whole and partial vectors (n = 1..40 and N) at every offset modulo 16.
-    static float ref[N];
+/* A gated activation (SwiGLU, GeGLU) in every table (scalar last) against its formula in double, within
+ * rtol * |want| + atol, and the SIMD tables bit for bit against the scalar one over whole and partial vectors
+ * (n = 1..40 and all n) at every offset modulo 16.  g0: the gate inputs, g: scratch, out: the scalar
+ * table's result (for the caller's checks of special values).  Returns with the default table selected. */
+static void glu_tables_agree(void (*fn)(float *, const float *, int), double (*want_of)(double, double),
+                             const float *g0, const float *u, float *g, float *out, int n_all, double rtol,
+                             double atol) {
     for (int pass = n_tables - 1; pass >= 0; pass--) {
         ci_kernels_force_table(tables[pass]);
-        memcpy(g, g0, sizeof g);
-        ci_silu_mul(g, u, N);
-        for (int i = 0; i < N; i++) {
-            double want = (double)g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
-            if (!(fabs(g[i] - want) <= 1e-6 * fabs(want) + 1e-30)) {
+        memcpy(g, g0, (size_t)n_all * sizeof *g);
+        fn(g, u, n_all);
+        for (int i = 0; i < n_all; i++) {
+            double want = want_of(g0[i], u[i]);
+            if (!(fabs(g[i] - want) <= rtol * fabs(want) + atol)) {
                 FAIL_FIRST("%s i=%d g=%g: %.9g vs %.9g", tables[pass]->isa, i, g0[i], g[i], want);
                 break;
             }
         }
-        CHECK1(!isnan(g[2]) && g[3] == 0.0f && g[1] == 100.0f * u[1]);
         if (pass == n_tables - 1) {
-            memcpy(ref, g, sizeof ref);
+            memcpy(out, g, (size_t)n_all * sizeof *g);
             continue;
         }
-        CHECK1(memcmp(g, ref, sizeof ref) == 0);
+        CHECK1(memcmp(g, out, (size_t)n_all * sizeof *g) == 0);
         for (int off = 0; off < 16; off++)
             for (int n = 1; n <= 40; n++) {
-                memcpy(g, g0, sizeof g);
-                ci_silu_mul(g + off, u + off, n);
-                bool same = memcmp(g + off, ref + off, (size_t)n * sizeof(float)) == 0 &&
+                memcpy(g, g0, (size_t)n_all * sizeof *g);
+                fn(g + off, u + off, n);
+                bool same = memcmp(g + off, out + off, (size_t)n * sizeof(float)) == 0 &&
                             memcmp(g, g0, (size_t)off * sizeof(float)) == 0 &&
-                            memcmp(g + off + n, g0 + off + n, (size_t)(N - off - n) * sizeof(float)) == 0;
+                            memcmp(g + off + n, g0 + off + n, (size_t)(n_all - off - n) * sizeof(float)) == 0;
                 if (!same) {
                     FAIL_FIRST("%s off=%d n=%d differs from scalar", tables[pass]->isa, off, n);
                     break;
@@ -1188,51 +1181,41 @@ TEST(silu_mul_matches_double) {
     ci_kernels_force_table(NULL);
 }
 
-/* GeGLU's tanh-form GeLU against the formula in double (and a few known values) in every table, and the SIMD
- * tables bit for bit against the scalar one over whole and partial vectors. */
+static double silu_double(double g, double u) {
+    return g / (1.0 + exp(-g)) * u;
+}
+
+static double gelu_tanh_double(double x, double u) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u;
+}
+
+TEST(silu_mul_matches_double) {
+    enum { N = 1024 };
+    static float g[N], u[N], g0[N], out[N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 17);
+    fill_normal(&r, g0, N, 4.0);
+    fill_normal(&r, u, N, 2.0);
+    g0[0] = -100.0f, g0[1] = 100.0f, g0[2] = -1e4f, g0[3] = 0.0f, g0[4] = 1e4f;
+    g0[5] = -87.5f, g0[6] = 88.5f, g0[7] = -88.0f, g0[8] = 87.0f, g0[9] = -0.0f, g0[10] = 1e-30f,
+    g0[11] = -20.0f;
+    glu_tables_agree(ci_silu_mul, silu_double, g0, u, g, out, N, 1e-6, 1e-30);
+    CHECK1(!isnan(out[2]) && out[3] == 0.0f && out[1] == 100.0f * u[1]);
+}
+
+/* GeGLU's tanh-form GeLU, and a few known values. */
 TEST(gelu_mul_matches_double) {
     enum { N = 512 };
-    static float g[N], u[N], g0[N], ref[N];
+    static float g[N], u[N], g0[N], out[N];
     struct ci_rng r;
     ci_rng_seed(&r, 23);
-    fill_normal(&r, g, N, 3.0);
+    fill_normal(&r, g0, N, 3.0);
     fill_normal(&r, u, N, 2.0);
-    g[0] = 0.0f, g[1] = 30.0f, g[2] = -30.0f, g[3] = 1.0f, g[4] = -1e4f, g[5] = 1e4f, g[6] = -1e-30f;
-    g[7] = 5.0f, g[8] = -5.0f, g[9] = 1e20f, g[10] = -1e20f;
-    memcpy(g0, g, sizeof g);
-    for (int pass = n_tables - 1; pass >= 0; pass--) {
-        ci_kernels_force_table(tables[pass]);
-        memcpy(g, g0, sizeof g);
-        ci_gelu_mul(g, u, N);
-        for (int i = 0; i < N; i++) {
-            double x = g0[i];
-            double want = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
-            if (!(fabs(g[i] - want) <= 1e-5 * fabs(want) + 1e-6)) {
-                FAIL_FIRST("%s i=%d x=%g: %.9g vs %.9g", tables[pass]->isa, i, x, g[i], want);
-                break;
-            }
-        }
-        CHECK1(g[0] == 0.0f && g[1] == 30.0f * u[1] && fabs(g[2]) < 1e-20 && g[5] == 1e4f * u[5]);
-        CHECK1(fabs(g[3] / u[3] - 0.8411920) < 1e-6); // gelu_tanh(1)
-        if (pass == n_tables - 1) {
-            memcpy(ref, g, sizeof ref);
-            continue;
-        }
-        CHECK1(memcmp(g, ref, sizeof ref) == 0);
-        for (int off = 0; off < 16; off++)
-            for (int n = 1; n <= 40; n++) {
-                memcpy(g, g0, sizeof g);
-                ci_gelu_mul(g + off, u + off, n);
-                bool same = memcmp(g + off, ref + off, (size_t)n * sizeof(float)) == 0 &&
-                            memcmp(g, g0, (size_t)off * sizeof(float)) == 0 &&
-                            memcmp(g + off + n, g0 + off + n, (size_t)(N - off - n) * sizeof(float)) == 0;
-                if (!same) {
-                    FAIL_FIRST("%s off=%d n=%d differs from scalar", tables[pass]->isa, off, n);
-                    break;
-                }
-            }
-    }
-    ci_kernels_force_table(NULL);
+    g0[0] = 0.0f, g0[1] = 30.0f, g0[2] = -30.0f, g0[3] = 1.0f, g0[4] = -1e4f, g0[5] = 1e4f, g0[6] = -1e-30f;
+    g0[7] = 5.0f, g0[8] = -5.0f, g0[9] = 1e20f, g0[10] = -1e20f;
+    glu_tables_agree(ci_gelu_mul, gelu_tanh_double, g0, u, g, out, N, 1e-5, 1e-6);
+    CHECK1(out[0] == 0.0f && out[1] == 30.0f * u[1] && fabs(out[2]) < 1e-20 && out[5] == 1e4f * u[5]);
+    CHECK1(fabs(out[3] / u[3] - 0.8411920) < 1e-6); // gelu_tanh(1)
 }
 
 TEST(argmax_first_of_ties) {
