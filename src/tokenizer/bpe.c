@@ -498,17 +498,8 @@ enum ci_status bpe_encode(const struct bpe *b, const struct vocab *v, const char
             st = ci_err_set(err, CI_ERR_NOMEM, "tokenizer: out of memory");
             goto fail;
         }
-        size_t o = 0;
-        for (size_t i = 0; i < len; i++) {
-            if (text[i] == ' ') {
-                memcpy(escaped + o, "\xe2\x96\x81", 3);
-                o += 3;
-            } else {
-                escaped[o++] = text[i];
-            }
-        }
+        len = vocab_escape_spaces(text, len, escaped);
         text = escaped;
-        len = o;
     }
     st = bpe_split(b, text, len, &s, &pieces, &n_pieces, err);
     if (st)

@@ -102,14 +102,7 @@ enum ci_status spm_encode(const struct vocab *v, const char *text, size_t len, b
         memcpy(s, SPACE_ESC, SPACE_ESC_LEN);
         n = SPACE_ESC_LEN;
     }
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] == ' ') {
-            memcpy(s + n, SPACE_ESC, SPACE_ESC_LEN);
-            n += SPACE_ESC_LEN;
-        } else {
-            s[n++] = text[i];
-        }
-    }
+    n += vocab_escape_spaces(text, len, s + n);
     // The symbols are split from the escaped text, which is up to 3 times longer than the input (a lead byte
     // before a space is one symbol, the space's escape another): size everything from n, never from len.
     // At most n symbols; the heap holds the n - 1 initial bigrams plus at most two per merge (< n merges).

@@ -202,6 +202,19 @@ static int hex_val(char c) {
     return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
 }
 
+size_t vocab_escape_spaces(const char *in, size_t n, char *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in[i] == ' ') {
+            memcpy(out + o, "\xe2\x96\x81", 3);
+            o += 3;
+        } else {
+            out[o++] = in[i];
+        }
+    }
+    return o;
+}
+
 int vocab_byte_token_value(const char *s, uint32_t n) {
     if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>' || !is_hex(s[3]) || !is_hex(s[4]))
         return -1;

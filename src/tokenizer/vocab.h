@@ -124,6 +124,9 @@ enum ci_status vocab_build_tables(struct vocab *v, struct ci_err *err);
 /* Id of the token whose text is exactly s[0..n) (vocab_find_str: the C string s), or VOCAB_TOKEN_NULL. */
 int32_t vocab_find(const struct vocab *v, const char *s, size_t n);
 int32_t vocab_find_str(const struct vocab *v, const char *s);
+/* Writes in[0..n) to out with each space as SentencePiece's "▁" (U+2581, 3 bytes): out holds 3 n bytes.
+ * Returns the bytes written. */
+size_t vocab_escape_spaces(const char *in, size_t n, char *out);
 /* The byte a "<0xHH>" token stands for, or -1. */
 int vocab_byte_token_value(const char *s, uint32_t n);
 static inline const char *vocab_text(const struct vocab *v, int32_t id, uint32_t *len) {

@@ -117,16 +117,7 @@ enum ci_status vocab_load_llama2c_mem(struct vocab *v, const void *data, size_t 
         } else {
             // llama2.c's export turned SentencePiece's "▁" into ' '; restore it so the vocabulary is the
             // same as the GGUF form of the model (the encoder escapes spaces the SentencePiece way).
-            uint32_t o = 0;
-            for (uint32_t k = 0; k < l; k++) {
-                if (bytes[k] == ' ') {
-                    memcpy(dst + o, "\xe2\x96\x81", 3);
-                    o += 3;
-                } else {
-                    dst[o++] = (char)bytes[k];
-                }
-            }
-            l = o;
+            l = (uint32_t)vocab_escape_spaces((const char *)bytes, l, dst);
         }
         dst[l] = 0;
         v->text_off[i] = off;
