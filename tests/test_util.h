@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "format/gguf.h"
+#include "grammar/matcher.h"
 #include "model/model.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
@@ -68,6 +69,25 @@ static inline int64_t test_gguf_int(const struct gguf *g, const char *key) {
         printf("  %s: %s\n", key, err.msg);
         return -12345;
     }
+    return v;
+}
+
+/* A grammar vocabulary of the 255 one-byte tokens (id = the byte; 0 has no text) and an end token 256: a
+ * matcher over it takes any bytes (the grammar tests judge strings with it). */
+static inline struct gram_vocab *test_byte_vocab(void) {
+    static char b[256];
+    const char *ptrs[257] = {0};
+    uint32_t lens[257] = {0};
+    for (int i = 1; i < 256; i++) {
+        b[i] = (char)i;
+        ptrs[i] = &b[i];
+        lens[i] = 1;
+    }
+    int32_t eog = 256;
+    struct gram_vocab *v = NULL;
+    struct ci_err err = {0};
+    if (gram_vocab_create(257, ptrs, lens, &eog, 1, &v, &err) != CI_OK)
+        TEST_FAILF("vocab: %s", err.msg);
     return v;
 }
 

@@ -213,25 +213,6 @@ TEST(parse_is_linear) {
 }
 
 /* A tiny byte vocabulary, for matcher tests that need one: token i = the single byte i (1..255) */
-static struct gram_vocab *byte_vocab(void) {
-    static char b[256];
-    const char *ptrs[257];
-    uint32_t lens[257];
-    for (int i = 0; i < 256; i++) {
-        b[i] = (char)i;
-        ptrs[i] = i ? &b[i] : NULL;
-        lens[i] = i ? 1 : 0;
-    }
-    ptrs[256] = NULL;
-    lens[256] = 0;
-    int32_t eog = 256;
-    struct gram_vocab *v = NULL;
-    struct ci_err err = {0};
-    if (gram_vocab_create(257, ptrs, lens, &eog, 1, &v, &err) != CI_OK)
-        TEST_FAILF("vocab: %s", err.msg);
-    return v;
-}
-
 /* 1: accepted and accepting; 0: rejected; 2: a valid prefix but not a whole sentence. */
 static int judge(const struct grammar *g, const struct gram_vocab *v, const char *s, size_t n) {
     struct gram_matcher *m = NULL;
@@ -246,7 +227,7 @@ static int judge(const struct grammar *g, const struct gram_vocab *v, const char
 }
 
 TEST(matcher_strings) {
-    struct gram_vocab *v = byte_vocab();
+    struct gram_vocab *v = test_byte_vocab();
     static const struct {
         const char *const *g;
         const char *s;
@@ -303,7 +284,7 @@ TEST(matcher_strings) {
 }
 
 TEST(matcher_repetition_bounds) {
-    struct gram_vocab *v = byte_vocab();
+    struct gram_vocab *v = test_byte_vocab();
     struct grammar *g = parse("root ::= \"a\"{2,4} \"b\"{3} \"c\"{1,} \"d\"{0,2}\n");
     static const struct {
         const char *s;
@@ -319,7 +300,7 @@ TEST(matcher_repetition_bounds) {
 /* A repeated empty item, first in its rule (found by fuzz_gbnf: the copy read from a still-empty buffer), and
  * repetitions of nullable items (tail-call cycles through nullable rules: accepted, as llama.cpp does). */
 TEST(repetition_of_an_empty_item) {
-    struct gram_vocab *v = byte_vocab();
+    struct gram_vocab *v = test_byte_vocab();
     static const char *const texts[] = {
         "root ::= \"\"{4} \"x\"\n",   "root ::= (){2,3} \"x\"\n",
         "root ::= \"\"* \"x\"\n",     "root ::= ( [y]* )* \"x\"\n",
@@ -343,7 +324,7 @@ TEST(repetition_of_an_empty_item) {
 
 /* A token may end in the middle of a character: the rest comes with the next token. */
 TEST(matcher_partial_utf8) {
-    struct gram_vocab *v = byte_vocab();
+    struct gram_vocab *v = test_byte_vocab();
     struct grammar *g = parse("root ::= \"é\" [\\u4e00-\\u4e01] \"😀\" | \"x\"\n");
     struct gram_matcher *m = NULL;
     struct ci_err err = {0};
@@ -380,7 +361,7 @@ TEST(matcher_partial_utf8) {
 }
 
 TEST(matcher_eog_and_done) {
-    struct gram_vocab *v = byte_vocab();
+    struct gram_vocab *v = test_byte_vocab();
     struct grammar *g = parse("root ::= \"ab\" \"c\"?\n");
     struct gram_matcher *m = NULL;
     struct ci_err err = {0};
@@ -405,7 +386,7 @@ TEST(matcher_eog_and_done) {
 /* Matchers in one space share stack nodes and cached masks: a state one matcher met is a cache hit for
  * another, with the same mask; their states stay their own. */
 TEST(space_shared_between_matchers) {
-    struct gram_vocab *v = byte_vocab();
+    struct gram_vocab *v = test_byte_vocab();
     struct grammar *g = parse(G_JSON);
     struct gram_space *sp = NULL;
     struct gram_matcher *a = NULL, *b = NULL;

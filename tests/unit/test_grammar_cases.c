@@ -13,23 +13,6 @@
 #include "grammar/matcher.h"
 #include "test_util.h"
 
-static struct gram_vocab *byte_vocab(void) {
-    static char b[256];
-    const char *ptrs[257] = {0};
-    uint32_t lens[257] = {0};
-    for (int i = 1; i < 256; i++) {
-        b[i] = (char)i;
-        ptrs[i] = &b[i];
-        lens[i] = 1;
-    }
-    int32_t eog = 256;
-    struct gram_vocab *v = NULL;
-    struct ci_err err = {0};
-    if (gram_vocab_create(257, ptrs, lens, &eog, 1, &v, &err) != CI_OK)
-        TEST_FAILF("vocab: %s", err.msg);
-    return v;
-}
-
 static size_t unhex(const char *h, char *out, size_t cap) {
     size_t n = strlen(h) / 2;
     for (size_t i = 0; i < n && i < cap; i++) {
@@ -123,7 +106,7 @@ TEST(llamacpp_grammar_cases) {
         cJSON_Delete(cases);
         return;
     }
-    struct gram_vocab *v = byte_vocab();
+    struct gram_vocab *v = test_byte_vocab();
     int n_strings = 0, n_known = 0, n_compiled = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cases) run_case(c, v, &n_strings, &n_known, &n_compiled);

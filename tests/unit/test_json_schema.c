@@ -15,25 +15,6 @@
             TEST_FAILF(__VA_ARGS__);                                                                         \
     } while (0)
 
-static struct gram_vocab *byte_vocab(void) {
-    static char b[256];
-    const char *ptrs[257];
-    uint32_t lens[257];
-    for (int i = 0; i < 256; i++) {
-        b[i] = (char)i;
-        ptrs[i] = i ? &b[i] : NULL;
-        lens[i] = i ? 1 : 0;
-    }
-    ptrs[256] = NULL;
-    lens[256] = 0;
-    int32_t eog = 256;
-    struct gram_vocab *v = NULL;
-    struct ci_err err = {0};
-    if (gram_vocab_create(257, ptrs, lens, &eog, 1, &v, &err) != CI_OK)
-        TEST_FAILF("vocab: %s", err.msg);
-    return v;
-}
-
 /* The grammar of a regex (flags) or, with schema set, of a JSON Schema; NULL with the error in err. */
 static struct grammar *compile(const char *text, int flags, bool schema, struct ci_err *err) {
     struct gtext t = {0};
@@ -66,7 +47,7 @@ struct kase {
 };
 
 static void run_cases(const struct kase *c, size_t n, bool schema) {
-    struct gram_vocab *v = byte_vocab();
+    struct gram_vocab *v = test_byte_vocab();
     for (size_t i = 0; i < n; i++) {
         struct ci_err err = {0};
         struct grammar *g = compile(c[i].pattern, c[i].flags, schema, &err);
