@@ -90,6 +90,7 @@ struct cinfer_tp_stats {
     double p2p_mib;         // pipeline: hidden states received
     long long head_rows;    // output head split by vocabulary (--tp without --pp; else 0): rank 0's rows
     long long n_vocab;      // of the whole head's
+    long long embd_rows;    // token embedding split by vocabulary (--tp): rank 0's rows, else 0
     long long head_gathers; // gathers of the logits slices to rank 0
     double head_ms;         // time in them (waiting included)
 };

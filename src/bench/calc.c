@@ -220,7 +220,8 @@ static void calc_distribute(const struct calc_model *m, const struct calc_opts *
     t->kv_bytes_rank = r->kv_total / t->ranks;
     t->allreduce_bytes = B * d * o->comm_bytes;
     t->allreduce_s = calc_allreduce_s(t->allreduce_bytes, o->tp, o->link_bw, o->link_latency);
-    t->allreduce_step_s = (double)o->syncs_per_layer * c->n_layer * t->allreduce_s;
+    // syncs_per_layer per layer, and one more for the vocabulary-split token embedding's rows.
+    t->allreduce_step_s = ((double)o->syncs_per_layer * c->n_layer + 1) * t->allreduce_s;
     t->gather_s = o->tp > 1 ? ceil(log2((double)o->tp)) * o->link_latency +
                                   (o->tp - 1.0) / o->tp * B * c->n_vocab * 4 / o->link_bw
                             : 0;

@@ -80,7 +80,7 @@ static void print_dist(const struct model_config *c, const struct calc_opts *o, 
         row(lab, "%s: %s each (2·%g latencies + 2·(N-1)/N of it on the link)",
             calc_fmt_bytes(t->allreduce_bytes, a, sizeof a), calc_fmt_time(t->allreduce_s, b, sizeof b),
             ceil(log2((double)t->tp)));
-        snprintf(lab, sizeof lab, "%d per layer × %d layers", o->syncs_per_layer, c->n_layer);
+        snprintf(lab, sizeof lab, "%d per layer × %d layers + 1 (embedding)", o->syncs_per_layer, c->n_layer);
         row(lab, "%s", calc_fmt_time(t->allreduce_step_s, a, sizeof a));
         row("logits gathered (vocab split)", "%s", calc_fmt_time(t->gather_s, a, sizeof a));
     }

@@ -42,12 +42,15 @@ void cli_tp_report(const char *cmd, const struct cinfer_tp *tp, int n_layer) {
             "cinfer %s: tensor parallel: %lld batches broadcast (%.2f ms), %lld all-reduces of %.2f MiB in "
             "all (%.2f ms: %.1f us each, %.1f us per layer and batch)\n",
             cmd, s.steps, s.bcast_ms, s.allreduces, s.allreduce_mib, s.allreduce_ms, per,
-            s.allreduces ? 2.0 * per : 0.0); // two per layer (of rank 0's stage) and batch
+            s.allreduces ? 2.0 * per : 0.0); // two per layer (of rank 0's stage) and batch, one per embedding
     if (s.p2p_mib > 0)
         fprintf(stderr,
                 "cinfer %s: pipeline: %.2f MiB of hidden states received by rank 0, %.2f ms in its "
                 "sends and receives (waiting for the stages included)\n",
                 cmd, s.p2p_mib, s.p2p_ms);
+    if (s.embd_rows > 0)
+        fprintf(stderr, "cinfer %s: token embedding split by vocabulary: rank 0 holds %lld of %lld rows\n",
+                cmd, s.embd_rows, s.n_vocab);
     if (s.head_rows > 0)
         fprintf(stderr,
                 "cinfer %s: output head split by vocabulary: rank 0 holds %lld of %lld rows; %lld gathers of "

@@ -467,6 +467,7 @@ void cinfer_tp_stats(const struct cinfer_tp *t, struct cinfer_tp_stats *out) {
     out->p2p_ms = (double)ds.p2p_ns / 1e6;
     out->p2p_mib = (double)ds.p2p_floats * 4.0 / (1 << 20);
     out->head_rows = ds.head_rows;
+    out->embd_rows = ds.embd_rows;
     out->n_vocab = ds.n_vocab;
     out->head_gathers = ds.n_head;
     out->head_ms = (double)ds.head_ns / 1e6;

@@ -224,6 +224,7 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
             snprintf(mine.msg, sizeof mine.msg, "%.199s", e.msg);
         d->stats.n_vocab = m->config.n_vocab;
         d->stats.head_rows = d->head_split && m->weights.output.data ? m->weights.output.ne[1] : 0;
+        d->stats.embd_rows = d->tp > 1 && m->weights.tok_embd.data ? m->weights.tok_embd.ne[1] : 0;
     }
     mine.status = (int32_t)s;
     mine.options = options_hash;

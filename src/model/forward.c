@@ -221,19 +221,30 @@ static void dist_xfer(struct forward *f, enum ci_status (*fn)(void *, float *, s
         f->dist_status = fn(f->dist.ctx, x, n, &f->dist_err);
 }
 
-/* The token embeddings of b's rows into f->x. */
+/* The token embeddings of b's rows into f->x.  A tensor-parallel rank holds a slice of the vocabulary's rows
+ * (model/shard.h): it writes zeros for the others' tokens, and the all-reduce sums the one row each token has
+ * (exact: every other term is zero). */
 static void embed(struct forward *f, const struct fwd_batch *b) {
     const struct model_config *c = &f->m->config;
-    const struct ci_tensor *te = &f->m->weights.tok_embd;
+    const struct model_weights *w = &f->m->weights;
+    const struct ci_tensor *te = &w->tok_embd;
     const int n = b->n_tokens, E = c->n_embd;
-    for (int t = 0; t < n; t++)
-        ci_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)b->token[t] * te->row_bytes,
-                          f->x + (size_t)t * E, E);
+    const bool sliced = te->ne[1] != c->n_vocab;
+    for (int t = 0; t < n; t++) {
+        float *x = f->x + (size_t)t * E;
+        int64_t row = b->token[t] - w->tok_embd_v0;
+        if (row < 0 || row >= te->ne[1])
+            memset(x, 0, (size_t)E * sizeof *x);
+        else
+            ci_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)row * te->row_bytes, x, E);
+    }
     if (c->embd_scale) { // gemma: embeddings times sqrt(n_embd)
         const float sc = sqrtf((float)E);
         for (size_t i = 0; i < (size_t)n * E; i++)
             f->x[i] *= sc;
     }
+    if (sliced)
+        dist_sum(f, f->x, (size_t)n * E);
 }
 
 int forward_max_tokens(const struct forward *f) {

@@ -164,6 +164,15 @@ static enum ci_status shard_pp(struct model *m, int stage, int n, struct ci_err 
     return CI_OK;
 }
 
+/* Outside rank (0, 0), a rank that does not split the head drops it and the final norm (no logits there). */
+static enum ci_status drop_head(struct model *m, const struct shard_spec *sp) {
+    if (sp->tp_rank != 0 || sp->stage != 0) {
+        memset(&m->weights.output, 0, sizeof m->weights.output);
+        memset(&m->weights.output_norm, 0, sizeof m->weights.output_norm);
+    }
+    return CI_OK;
+}
+
 enum ci_status model_shard(struct model *m, const struct shard_spec *sp, struct ci_err *err) {
     if (sp->tp < 1 || sp->pp < 1 || sp->tp_rank < 0 || sp->tp_rank >= sp->tp || sp->stage < 0 ||
         sp->stage >= sp->pp)
@@ -174,21 +183,24 @@ enum ci_status model_shard(struct model *m, const struct shard_spec *sp, struct 
         return s;
     if (sp->tp > 1 && (s = shard_tp(m, sp->tp_rank, sp->tp, err)) != CI_OK)
         return s;
-    // The head: a vocabulary slice on each rank of the group (a tied head's slice is a view of the token
-    // embedding, which stays whole for the lookups); with stages, whole on rank 0 (the sampler's), as is
-    // the final norm.
-    if (shard_head_split(sp) && m->weights.output.data) {
-        if (m->config.n_vocab < sp->tp)
-            return ci_err_set(err, CI_ERR_UNSUPPORTED,
-                              "--tp %d: the vocabulary (%d) is smaller than the ranks", sp->tp,
-                              m->config.n_vocab);
-        int64_t v0, nv;
-        shard_vocab_range(m->config.n_vocab, sp->tp_rank, sp->tp, &v0, &nv);
-        slice_rows(&m->weights.output, v0, nv);
-    } else if (sp->tp_rank != 0 || sp->stage != 0) {
-        memset(&m->weights.output, 0, sizeof m->weights.output);
-        memset(&m->weights.output_norm, 0, sizeof m->weights.output_norm);
+    if (sp->tp == 1)
+        return drop_head(m, sp);
+    if (m->config.n_vocab < sp->tp)
+        return ci_err_set(err, CI_ERR_UNSUPPORTED, "--tp %d: the vocabulary (%d) is smaller than the ranks",
+                          sp->tp, m->config.n_vocab);
+    // The token embedding and the head: the rank's vocabulary slice of each.  The embedding on the ranks
+    // that embed (stage 0): a lookup of a row held elsewhere gives zeros, and an all-reduce sums the rows
+    // (vLLM's vocabulary-parallel embedding).  The head without stages (shard_head_split).  A tied head is
+    // a copy of the embedding's tensor, cut to the same rows: still a view of the embedding.
+    int64_t v0, nv;
+    shard_vocab_range(m->config.n_vocab, sp->tp_rank, sp->tp, &v0, &nv);
+    if (m->weights.tok_embd.data) {
+        slice_rows(&m->weights.tok_embd, v0, nv);
+        m->weights.tok_embd_v0 = v0;
     }
+    if (!shard_head_split(sp) || !m->weights.output.data)
+        return drop_head(m, sp);
+    slice_rows(&m->weights.output, v0, nv);
     return CI_OK;
 }
 

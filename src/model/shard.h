@@ -8,7 +8,10 @@
  *     boundaries rounded to down's blocks (so with K-quants an FFN of 768 splits 512 + 256);
  *   - mixture of experts: every expert's FFN split the same way (each rank runs every expert on its slice);
  *     the router (and the shared expert's gate) whole, the shared expert split like a dense FFN;
- *   - norms, embeddings and biases added after a sum (wo's bias) whole.
+ *   - norms and biases added after a sum (wo's bias) whole.
+ * The token embedding (on the ranks that embed: stage 0) is split by vocabulary, rows
+ * shard_vocab_range(n_vocab, tp_rank, tp) (weights tok_embd_v0 says where the slice starts): the forward pass
+ * embeds the rows it holds, zeros for the others, and all-reduces them.
  * Pipeline stages (pp > 1, cut first): a stage keeps its contiguous run of layers, moved to the front of the
  * layer array (config n_layer is the stage's, layer0 its first in the whole model, n_layer_all the whole's);
  * only stage 0 keeps the token embedding.
@@ -39,17 +42,18 @@ struct shard_spec {
 };
 
 /* Cuts m down to the rank's part: with pp > 1 first its stage's contiguous layers (config n_layer becomes the
- * stage's, layer0 its first; stages > 0 drop the embedding), then with tp > 1 its 1/tp of each of them.  The
- * head and the final norm: each rank its vocabulary slice (shard_head_split), else only rank (0, 0).  1 x 1 changes nothing.  CI_ERR_UNSUPPORTED for an
- * architecture the shards do not cover yet (tp: encoders, fused Q/K/V or gate/up, gpt-oss; pp: encoders), a
- * head or KV head count not divisible by tp, or a column split off the block boundaries; CI_ERR_INVALID for
- * fewer layers than stages.  The model may be half cut then, so it must be freed after any error. */
+ * stage's, layer0 its first; stages > 0 drop the embedding), then with tp > 1 its 1/tp of each of them and its
+ * vocabulary slice of the token embedding.  The head and the final norm: each rank its vocabulary slice
+ * (shard_head_split), else only rank (0, 0).  1 x 1 changes nothing.  CI_ERR_UNSUPPORTED for an architecture
+ * the shards do not cover yet (tp: encoders, fused Q/K/V or gate/up, gpt-oss; pp: encoders), a head or KV
+ * head count not divisible by tp, or a column split off the block boundaries; CI_ERR_INVALID for fewer layers
+ * than stages.  The model may be half cut then, so it must be freed after any error. */
 enum ci_status model_shard(struct model *m, const struct shard_spec *sp, struct ci_err *err);
 
 /* Whether sp's ranks split the output head by vocabulary: tensor parallelism without pipeline stages (with
  * stages the last one's hidden states come back to rank 0 alone, which keeps the whole head).  Each rank of
- * the group then keeps rows shard_vocab_range(n_vocab, tp_rank, tp) of output.weight (a tied head: of its
- * own view of the token embedding, which stays whole for the lookups) and the final norm, computes its
+ * the group then keeps rows shard_vocab_range(n_vocab, tp_rank, tp) of output.weight (a tied head: the same
+ * view as its slice of the token embedding) and the final norm, computes its
  * slice of every logit row, and rank 0 gathers them (struct fwd_dist's head). */
 bool shard_head_split(const struct shard_spec *sp);
 /* Rank's rows [*v0, *v0 + *nv) of a head of n_vocab rows split n ways: as even as can be on multiples of 64

@@ -53,7 +53,8 @@ struct layer_weights {
 };
 
 struct model_weights {
-    struct ci_tensor tok_embd;    // [n_vocab][n_embd]
+    struct ci_tensor tok_embd;    // [n_vocab][n_embd]; a tensor-parallel rank's slice of rows (model/shard.h)
+    int64_t tok_embd_v0;          // the vocabulary id of tok_embd's first row (0 unless sliced)
     struct ci_tensor output_norm; // [n_embd] F32
     struct ci_tensor output;      // [n_vocab][n_embd]; equals tok_embd when the head is tied
     struct ci_tensor rope_freqs;  // [rope_dim/2] F32 RoPE frequency divisors (llama3 scaling), or absent

@@ -33,6 +33,7 @@ all-reduce, the gather of the logits or a broadcast) ends the client's stream an
 stopped rank and the cause; rank 0 stopped while `serve --tp 2 --dist-timeout 2` idles ends every process with
 rank 1 naming rank 0 (its idle ticks stopped), and a healthy server idle for three times the timeout (--tp 2
 and --pp 2) still answers with the single process's text.
+The token embedding: split by vocabulary with --tp (stage 0's ranks), as the head with --tp alone.
 The output head: with --tp alone it is split by vocabulary (each rank a slice of the rows, rank 0 gathers the
 logits: every --tp logits check above runs through it; tiny-gemma2's head is tied to the embedding), and
 `run` reports rank 0's share of the rows; with --pp it stays whole on rank 0.
@@ -167,7 +168,9 @@ def vocab_rows(n_vocab, rank, n):
 def head_split(model, n_vocab):
     """`run --tp 2` splits the output head by vocabulary (rank 0 says how many rows it holds and how many
     gathers of logits it made: one per forward pass that wants logits), `--pp 2` and `--tp 2 --pp 2` keep it
-    whole on rank 0 (no such line).  That the split logits are right is the logits checks' business."""
+    whole on rank 0 (no such line).  The token embedding is split by vocabulary under --tp 2 and --tp 2
+    --pp 2 (stage 0's two ranks), whole under --pp 2.  That the split logits are right is the logits checks'
+    business: every --tp logits check embeds through the split."""
     args = ["run", "-m", model, "-p", "hello world", "-n", "4", "--temp", "0", "--kv-type", "f32"]
     for tp, pp in ((2, 1), (1, 2), (2, 2)):
         name = "head_split_by_vocab_%s" % label(tp, pp)
@@ -180,6 +183,15 @@ def head_split(model, n_vocab):
                       m.group(0) if m else "")
         else:
             rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, err[-400:]), "head whole on rank 0")
+        name = "embedding_split_by_vocab_%s" % label(tp, pp)
+        m = re.search(r"token embedding split by vocabulary: rank 0 holds (\d+) of (\d+) rows", err)
+        if tp > 1:
+            want = vocab_rows(n_vocab, 0, tp)
+            ok = rc == 0 and m and int(m.group(1)) == want and int(m.group(2)) == n_vocab
+            rep.check(ok, name, "exit %s, want %d of %d rows: %s" % (rc, want, n_vocab, err[-400:]),
+                      m.group(0) if m else "")
+        else:
+            rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, err[-400:]), "embedding whole on rank 0")
 
 
 def expect_error(name, cmd, words, timeout=60):
@@ -494,7 +506,7 @@ def idle_then_request(model, tp, pp, timeout_s=2):
 
 def bench(model, tmp):
     """`cinfer bench` (offline) under --tp 2 and --pp 2: it completes the workload and its communication line
-    adds up: two all-reduces per layer of rank 0 and batch (--tp), and (--pp) rank 0 receives the hidden state
+    adds up: two all-reduces per layer of rank 0 and batch and one for the split embedding (--tp), and (--pp) rank 0 receives the hidden state
     of every token computed: each prompt token and each output token but the first of each request (which the
     prompt's pass gives), n_embd float32 each."""
     args = ["bench", "-m", model, "-n", "8", "--input-len", "32", "--output-len", "16", "--policy", "paged",
@@ -512,8 +524,8 @@ def bench(model, tmp):
         reqs, prompt, output = map(int, w.groups())
         ranks, held, layers, batches, allreduces = map(int, d.groups())
         if pp == 1:
-            ok = ranks == 2 and held == layers and allreduces == 2 * held * batches
-            what = "%d all-reduces = 2 x %d layers x %d batches" % (allreduces, held, batches)
+            ok = ranks == 2 and held == layers and allreduces == (2 * held + 1) * batches
+            what = "%d all-reduces = (2 x %d layers + 1) x %d batches" % (allreduces, held, batches)
         else:
             h = re.search(r"([0-9.]+) MiB of hidden states received by rank 0", out)
             want = (prompt + output - reqs) * int(e.group(1)) * 4 / (1 << 20)

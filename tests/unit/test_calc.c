@@ -387,8 +387,8 @@ TEST(dist_one_process_is_the_decode_bound) {
 /* Llama 2 7B in Q4_0-sized weights (18 bytes per 32) on memory of 3 GB/s over 1 Gb/s links, 500 µs a message,
  * q8_0 activations on the wire, worked by hand from the formulas in calc.h:
  *   S = 1 · 4096 · 34/32 = 4352 B; all-reduce over 2 = 2·1·500 µs + 2·(1/2)·4352 / 1.25e8 = 1034.8 µs;
- *   × 2 · 32 = 66.23 ms; logits: 1·500 µs + (1/2)·32000·4 / 1.25e8 = 1012 µs;
- *   over 4: 2·2·500 µs + 2·(3/4)·4352 / 1.25e8 = 2052.2 µs, × 64 = 131.3 ms; logits 2·500 µs + 768 µs. */
+ *   × (2 · 32 + 1: the split embedding's) = 67.26 ms; logits: 1·500 µs + (1/2)·32000·4 / 1.25e8 = 1012 µs;
+ *   over 4: 2·2·500 µs + 2·(3/4)·4352 / 1.25e8 = 2052.2 µs, × 65 = 133.4 ms; logits 2·500 µs + 768 µs. */
 TEST(dist_tensor_parallel_by_hand) {
     struct calc_model m;
     struct calc_opts o;
@@ -406,17 +406,17 @@ TEST(dist_tensor_parallel_by_hand) {
     ASSERT(calc_run(&m, &o, &r, NULL) == CI_OK);
     ASSERT_NEAR(r.dist.allreduce_bytes, 4352, 0);
     ASSERT_NEAR(r.dist.allreduce_s, 1034.816e-6, 1e-9);
-    ASSERT_NEAR(r.dist.allreduce_step_s, 64 * 1034.816e-6, 1e-8);
+    ASSERT_NEAR(r.dist.allreduce_step_s, 65 * 1034.816e-6, 1e-8);
     ASSERT_NEAR(r.dist.gather_s, 1012e-6, 1e-9);
     ASSERT_NEAR(r.dist.compute_s, r.decode.t_s / 2, 0);
-    ASSERT_NEAR(r.dist.step_s, r.decode.t_s / 2 + 64 * 1034.816e-6 + 1012e-6, 1e-8);
+    ASSERT_NEAR(r.dist.step_s, r.decode.t_s / 2 + 65 * 1034.816e-6 + 1012e-6, 1e-8);
     ASSERT_NEAR(r.dist.weight_bytes_rank, r.weight_bytes / 2, 0);
     double one = r.decode.t_s;
     o.tp = 4;
     ASSERT(calc_run(&m, &o, &r, NULL) == CI_OK);
     ASSERT_NEAR(r.dist.allreduce_s, 2052.224e-6, 1e-9);
     ASSERT_NEAR(r.dist.gather_s, 1768e-6, 1e-9);
-    ASSERT_NEAR(r.dist.step_s, one / 4 + 64 * 2052.224e-6 + 1768e-6, 1e-8);
+    ASSERT_NEAR(r.dist.step_s, one / 4 + 65 * 2052.224e-6 + 1768e-6, 1e-8);
     ASSERT_NEAR(r.dist.speedup, one / r.dist.step_s, 1e-12);
 }
 
