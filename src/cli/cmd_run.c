@@ -114,19 +114,19 @@ int cmd_run(int argc, char **argv) {
         ro.grammar = regex;
         ro.grammar_kind = CINFER_GRAMMAR_REGEX;
     }
-    if (!engine_args_load_draft(&ea, &err))
-        goto fail;
-    eo.draft_model = ea.o.draft_model;
     if (!cli_tp_start("run", &dist, argc, argv, &tp, &lo))
         goto done;
     if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK)
         goto fail;
-    if (cinfer_tp_rank(tp) > 0) { // a worker: rank 0 schedules, samples and prints
+    if (cinfer_tp_rank(tp) > 0) { // a worker: rank 0 schedules, samples, drafts and prints
         if (cinfer_tp_worker(tp, m, eo.n_threads, &err) != CINFER_OK)
             goto fail;
         rc = 0;
         goto done;
     }
+    if (!engine_args_load_draft(&ea, &err)) // the draft model runs whole on rank 0 alone
+        goto fail;
+    eo.draft_model = ea.o.draft_model;
     if (cinfer_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err) != CINFER_OK ||
         cinfer_engine_create(m, &eo, &e, &err) != CINFER_OK)
         goto fail;

@@ -1664,11 +1664,6 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         goto fail;
     forward_set_n_ctx(e->fwd, e->n_ctx); // Phi-3 LongRoPE: long or short factors by the served context
     if (p->dist) { // tensor parallelism: the other ranks mirror this forward pass and KV pool
-        if (e->p.spec == ENGINE_SPEC_DRAFT) {
-            s = ci_err_set(err, CI_ERR_UNSUPPORTED,
-                           "--tp: a draft model is not supported yet (try --spec ngram)");
-            goto fail;
-        }
         if ((s = dist_open(p->dist, e->fwd, e->pool, &kp, e->max_pass_tokens, e->max_rows, e->n_ctx, err)) !=
             CI_OK)
             goto fail;

@@ -37,6 +37,8 @@ The token embedding: split by vocabulary with --tp (stage 0's ranks), as the hea
 The output head: with --tp alone it is split by vocabulary (each rank a slice of the rows, rank 0 gathers the
 logits: every --tp logits check above runs through it; tiny-gemma2's head is tied to the embedding), and
 `run` reports rank 0's share of the rows; with --pp it stays whole on rank 0.
+Speculative decoding with a draft model (whole on rank 0) under --tp 2, --pp 2 and both: greedy `run` output
+equal to the single process's, with a draft mostly rejected and one always accepted.
 Skips (with a message, no PASS lines) only when mpirun is absent.  Prints PASS/FAIL lines."""
 
 import http.client
@@ -163,6 +165,27 @@ def vocab_rows(n_vocab, rank, n):
     lo = units * rank // n * align
     hi = n_vocab if rank == n - 1 else units * (rank + 1) // n * align
     return hi - lo
+
+
+def spec_draft(model, tmp):
+    """`run --spec draft` under --tp 2, --pp 2 and --tp 2 --pp 2: the draft model runs whole on rank 0, the
+    target's verification passes go through the ranks as any batch.  Greedy output equals the single
+    process's without speculation, with a draft that is mostly rejected (a Q4_0 of the model) and with one
+    that is always accepted (the model itself: several drafts verified per pass, the rest rolled back)."""
+    q4 = quantize(tmp, model, "Q4_0")
+    args = ["run", "-m", model, "-p", "hello world", "--temp", "0", "--ids", "--kv-type", "f32"]
+    single = {n: run(dist(args + ["-n", str(n)], 1, 1, "-t"))[1].split() for n in (40, 16)}
+    for tp, pp, n in ((2, 1, 40), (1, 2, 40), (2, 2, 16)):
+        want = single[n]
+        for draft, kind in ((q4, "q4_0"), (model, "self")):
+            name = "spec_draft_%s_%s" % (kind, label(tp, pp))
+            rc, out, err = run(dist(args + ["-n", str(n), "--spec", "draft", "--draft-model", draft], tp, pp, "-t"))
+            m = re.search(r"draft: (\d+) of (\d+) drafts accepted", err)
+            acc, drafts = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+            enough = drafts > 0 and (acc > drafts // 2 if kind == "self" else acc >= 0)
+            ok = rc == 0 and out.split() == want and len(want) == n and enough
+            rep.check(ok, name, "exit %s, single %s, got %s: %s" % (rc, want, out.split(), err[-300:]),
+                      "%d tokens equal, %d of %d drafts accepted" % (n, acc, drafts))
 
 
 def head_split(model, n_vocab):
@@ -592,6 +615,7 @@ def main():
             except ciref.CinferError as e:
                 rep.fail(name, e)
         head_split(f32["tiny"], 1024)
+        spec_draft(f32["tiny"], tmp)
         for path in (f32["tiny"], quant[2]):  # 4 ranks on 2 cores: fewer tokens
             name = "greedy_%s_tp2pp2" % os.path.basename(path)[:-5]
             try:
