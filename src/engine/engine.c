@@ -511,6 +511,18 @@ static void seq_destroy(struct eseq *q) {
     ci_free(q);
 }
 
+/* A GBNF `<text>` token reference (gram_tokens): the one token text encodes to, special tokens recognized
+ * (llama.cpp tokenizes it the same way), else -1.  Any thread: the tokenizer is read only. */
+static int32_t token_by_text(const void *ctx, const char *text, size_t len) {
+    int32_t *ids = NULL, id = -1;
+    int n = 0;
+    struct ci_err err = {0};
+    if (tokenizer_encode(ctx, text, len, false, true, &ids, &n, &err) == CI_OK && n == 1)
+        id = ids[0];
+    ci_free(ids);
+    return id;
+}
+
 /* The vocabulary as the grammar matcher sees it: each token's decoded bytes (control tokens have none and
  * are never allowed), end-of-generation tokens allowed in accepting states.  Engine thread, once. */
 static enum ci_status build_gram_vocab(struct engine *e, struct ci_err *err) {
@@ -1721,6 +1733,8 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         e->eog = tokenizer_eog_ids(tok, &e->n_eog);
     if ((s = gram_cache_create(64, &e->gcache, err)) != CI_OK)
         goto fail;
+    if (tok)
+        gram_cache_set_tokens(e->gcache, &(struct gram_tokens){c->n_vocab, token_by_text, tok});
     *out = e;
     return CI_OK;
 fail:

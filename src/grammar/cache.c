@@ -26,6 +26,7 @@ struct entry {
 
 struct gram_cache {
     pthread_mutex_t mu;
+    struct gram_tokens tk; // what GBNF token references name (n_vocab 0: none)
     struct entry *e;
     int n, cap;
     uint64_t tick;
@@ -75,11 +76,16 @@ void gram_cache_free(struct gram_cache *c) {
     ci_free(c);
 }
 
-/* The grammar for text in a front end other than GBNF: its GBNF text, parsed. */
-static enum ci_status compile(enum gram_front front, const char *text, size_t len, struct grammar **g,
-                              struct ci_err *err) {
+void gram_cache_set_tokens(struct gram_cache *c, const struct gram_tokens *tk) {
+    c->tk = *tk;
+}
+
+/* The grammar for text; a front end other than GBNF: its GBNF text, parsed. */
+static enum ci_status compile(const struct gram_cache *c, enum gram_front front, const char *text, size_t len,
+                              struct grammar **g, struct ci_err *err) {
+    const struct gram_tokens *tk = c->tk.n_vocab > 0 ? &c->tk : NULL;
     if (front == GRAM_FRONT_GBNF)
-        return gram_parse_gbnf(text, len, g, err);
+        return gram_parse_gbnf_tokens(text, len, tk, g, err);
     struct gtext t = {0};
     enum ci_status s = front == GRAM_FRONT_JSON_SCHEMA ? gram_json_schema_to_gbnf(text, len, &t, err)
                        : front == GRAM_FRONT_REGEX
@@ -117,7 +123,7 @@ enum ci_status gram_cache_get(struct gram_cache *c, enum gram_front front, const
     // Compiled outside the lock: two threads may compile the same text at once; the second insert wins a
     // slot too, which is harmless.
     struct grammar *g = NULL;
-    enum ci_status s = compile(front, text, len, &g, err);
+    enum ci_status s = compile(c, front, text, len, &g, err);
     if (s != CI_OK)
         return s;
     struct gram_ref *r = ci_calloc(1, sizeof *r);

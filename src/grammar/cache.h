@@ -17,6 +17,9 @@ struct gram_cache;
 struct gram_ref; // a counted reference to a compiled grammar
 
 enum ci_status gram_cache_create(int capacity, struct gram_cache **out, struct ci_err *err);
+/* The vocabulary GBNF token references (<[id]>, <text>) resolve against (copied; its lookup context must
+ * outlive the cache and be safe to call from any thread).  Without it they are refused. */
+void gram_cache_set_tokens(struct gram_cache *c, const struct gram_tokens *tk);
 /* The cache's own references are released; references handed out stay valid until released. */
 void gram_cache_free(struct gram_cache *c);
 

@@ -17,6 +17,7 @@ struct parser {
     const char *s;
     size_t n, pos;
     struct gram_builder *b;
+    const struct gram_tokens *tk; // what token references name (NULL: none allowed)
     struct ci_err *err;
     size_t memo_at; // position(): the last answer
     int memo_line, memo_col;
@@ -180,6 +181,54 @@ static enum ci_status parse_int(struct parser *p, int *v) {
     return CI_OK;
 }
 
+#define TOKEN_TEXT_MAX 256 // bytes of a `<text>` token reference
+
+/* A token reference at p->pos: `<[id]>` or `<text>`, preceded by `!` when negated (as llama.cpp's GBNF). */
+static enum ci_status parse_token(struct parser *p, struct ebuf *out) {
+    size_t at = p->pos;
+    uint32_t op = GRAM_TOKEN;
+    if (peek(p) == '!') {
+        op = GRAM_TOKEN_NOT;
+        p->pos++;
+        if (peek(p) != '<')
+            return fail(p, p->pos, "expected '<' after '!' (a negated token reference: !<[id]> or !<text>)");
+    }
+    size_t open = p->pos++;
+    if (!p->tk)
+        return fail(p, at, "a token reference needs the model's vocabulary (none is given here)");
+    int64_t id = -1;
+    if (peek(p) == '[') {
+        p->pos++;
+        size_t num = p->pos;
+        id = 0;
+        while (peek(p) >= '0' && peek(p) <= '9') {
+            id = id * 10 + (peek(p) - '0');
+            if (id >= p->tk->n_vocab)
+                return fail(p, num, "token id out of range: the vocabulary has %d tokens", p->tk->n_vocab);
+            p->pos++;
+        }
+        if (p->pos == num)
+            return fail(p, num, "expected a token id in <[id]>");
+        if (peek(p) != ']' || (p->pos++, peek(p) != '>'))
+            return fail(p, p->pos, "expected ']>' to end the token reference <[id]>");
+        p->pos++;
+    } else {
+        while (peek(p) >= 0 && peek(p) != '>' && peek(p) != '\n' && p->pos - open <= TOKEN_TEXT_MAX)
+            p->pos++;
+        if (peek(p) != '>')
+            return fail(p, open, "unterminated token reference (expected '>' within %d bytes on its line)",
+                        TOKEN_TEXT_MAX);
+        p->pos++;
+        if (!p->tk->lookup)
+            return fail(p, open, "a token reference by text (<...>) needs the model's tokenizer");
+        id = p->tk->lookup(p->tk->ctx, p->s + open, p->pos - open);
+        if (id < 0 || id >= p->tk->n_vocab)
+            return fail(p, open, "'%.*s' is not a single token of the model's vocabulary",
+                        (int)(p->pos - open), p->s + open);
+    }
+    return push(p, out, op, (uint32_t)id);
+}
+
 /* Replaces out[item..n) with item{min,max} (max < 0: unbounded). */
 static enum ci_status lower_repeat(struct parser *p, const char *rule, struct ebuf *out, size_t item, int min,
                                    int max) {
@@ -302,6 +351,10 @@ static enum ci_status parse_sequence(struct parser *p, const char *rule, struct 
             item = out->n;
             if ((s = push(p, out, GRAM_CHAR_ANY, 0)) != CI_OK)
                 return s;
+        } else if (c == '<' || c == '!') {
+            item = out->n;
+            if ((s = parse_token(p, out)) != CI_OK)
+                return s;
         } else if (c == '*' || c == '+' || c == '?' || c == '{') {
             if (item == SIZE_MAX)
                 return fail(p, at, "'%c' has nothing before it to repeat", c);
@@ -354,10 +407,15 @@ static enum ci_status parse_alternates(struct parser *p, const char *rule, struc
 }
 
 enum ci_status gram_parse_gbnf(const char *text, size_t len, struct grammar **out, struct ci_err *err) {
+    return gram_parse_gbnf_tokens(text, len, NULL, out, err);
+}
+
+enum ci_status gram_parse_gbnf_tokens(const char *text, size_t len, const struct gram_tokens *tk,
+                                      struct grammar **out, struct ci_err *err) {
     *out = NULL;
     if (len > GRAM_MAX_TEXT)
         return ci_err_set(err, CI_ERR_LIMIT, "the grammar is %zu bytes, the limit is %u", len, GRAM_MAX_TEXT);
-    struct parser p = {text, len, 0, NULL, err, 0, 1, 1};
+    struct parser p = {text, len, 0, NULL, tk, err, 0, 1, 1};
     enum ci_status s = gram_builder_create(&p.b, err);
     if (s != CI_OK)
         return s;

@@ -42,7 +42,7 @@ void gram_free(struct grammar *g) {
 }
 
 uint32_t gram_class_end(const struct grammar *g, uint32_t i) {
-    if (g->elems[i].op == GRAM_CHAR_ANY)
+    if (g->elems[i].op == GRAM_CHAR_ANY || gram_is_token(g->elems[i].op))
         return i + 1;
     i++;
     while (i < g->n_elems && (g->elems[i].op == GRAM_CHAR_RNG || g->elems[i].op == GRAM_CHAR_ALT))
@@ -70,6 +70,8 @@ bool gram_class_matches(const struct grammar *g, uint32_t i, uint32_t cp) {
     uint32_t op = g->elems[i].op;
     if (op == GRAM_CHAR_ANY)
         return true;
+    if (gram_is_token(op))
+        return false;
     bool in = false;
     uint32_t j = i, lo, hi;
     while (class_range(g, i, &j, &lo, &hi)) {
@@ -83,7 +85,7 @@ bool gram_class_matches(const struct grammar *g, uint32_t i, uint32_t cp) {
 
 bool gram_class_intersects(const struct grammar *g, uint32_t i, uint32_t lo, uint32_t hi) {
     uint32_t op = g->elems[i].op;
-    if (lo > hi)
+    if (lo > hi || gram_is_token(op))
         return false;
     if (op == GRAM_CHAR_ANY)
         return true;
@@ -268,6 +270,8 @@ enum ci_status gram_repeat_rule(struct gram_builder *b, const char *base, const 
 /* ---- validation ------------------------------------------------------------------------------------------ */
 
 static bool class_nonempty(const struct grammar *g, uint32_t i) {
+    if (gram_is_token(g->elems[i].op))
+        return true; // a token reference (its id is checked against the vocabulary by the parser)
     return gram_class_intersects(g, i, 0, 0xD7FF) || gram_class_intersects(g, i, 0xE000, GRAM_MAX_CODEPOINT);
 }
 

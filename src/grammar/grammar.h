@@ -2,8 +2,9 @@
  *
  * Representation (what every front end emits: the GBNF parser here, a JSON-schema compiler next): a grammar
  * is a list of rules; rule r is a list of alternatives, each a sequence of elements; an element is a rule
- * reference or a character class (ranges of code points, possibly negated; a literal character is a class of
- * one).  Repetition and grouping are lowered into helper rules by whoever builds the grammar (the builder has
+ * reference, a character class (ranges of code points, possibly negated; a literal character is a class of
+ * one), or a token reference (llama.cpp's `<[id]>`: exactly that vocabulary token, whole; `!<[id]>`: any one
+ * token but that one), which a token matches by its id, never by its text.  Repetition and grouping are lowered into helper rules by whoever builds the grammar (the builder has
  * helpers for them).  The compiled form is flat, as llama.cpp's: the elements of all rules in one array,
  * rule r's alternatives at rule_start[r], separated by GRAM_ALT and ended by GRAM_END; a character class is a
  * GRAM_CHAR or GRAM_CHAR_NOT element followed by GRAM_CHAR_RNG (the upper end of a range starting at the
@@ -36,14 +37,16 @@
 #define GRAM_MAX_CODEPOINT 0x10FFFFu
 
 enum gram_op {
-    GRAM_END = 0,  // end of a rule's last alternative
-    GRAM_ALT,      // end of an alternative, another follows
-    GRAM_REF,      // val: rule id
-    GRAM_CHAR,     // val: code point; a class's first character (or range start)
-    GRAM_CHAR_NOT, // val: code point; as GRAM_CHAR, negated class
-    GRAM_CHAR_RNG, // val: upper end (inclusive) of the range starting at the previous element
-    GRAM_CHAR_ALT, // val: another character (or range start) of the same class
-    GRAM_CHAR_ANY, // any code point ('.'); stands alone
+    GRAM_END = 0,   // end of a rule's last alternative
+    GRAM_ALT,       // end of an alternative, another follows
+    GRAM_REF,       // val: rule id
+    GRAM_CHAR,      // val: code point; a class's first character (or range start)
+    GRAM_CHAR_NOT,  // val: code point; as GRAM_CHAR, negated class
+    GRAM_CHAR_RNG,  // val: upper end (inclusive) of the range starting at the previous element
+    GRAM_CHAR_ALT,  // val: another character (or range start) of the same class
+    GRAM_CHAR_ANY,  // any code point ('.'); stands alone
+    GRAM_TOKEN,     // val: token id; that token, whole; stands alone
+    GRAM_TOKEN_NOT, // val: token id; any one token but that one (end-of-generation tokens aside); stands alone
 };
 
 struct gram_elem {
@@ -66,14 +69,23 @@ void gram_free(struct grammar *g);
 static inline bool gram_is_char(uint32_t op) {
     return op == GRAM_CHAR || op == GRAM_CHAR_NOT || op == GRAM_CHAR_ANY;
 }
+static inline bool gram_is_token(uint32_t op) {
+    return op == GRAM_TOKEN || op == GRAM_TOKEN_NOT;
+}
 static inline bool gram_is_end(uint32_t op) {
     return op == GRAM_END || op == GRAM_ALT;
 }
-/* The element after the class starting at i. */
+/* The element after the class (or token reference) starting at i. */
 uint32_t gram_class_end(const struct grammar *g, uint32_t i);
-/* Whether the class at elems[i] contains cp. */
+/* Whether the class at elems[i] contains cp (a token reference contains no code point). */
 bool gram_class_matches(const struct grammar *g, uint32_t i, uint32_t cp);
-/* Whether the class at elems[i] contains some code point in [lo, hi]. */
+/* Whether the token reference at elems[i] takes token id (false for a class). */
+static inline bool gram_token_matches(const struct grammar *g, uint32_t i, int32_t id) {
+    uint32_t op = g->elems[i].op;
+    return (op == GRAM_TOKEN && g->elems[i].val == (uint32_t)id) ||
+           (op == GRAM_TOKEN_NOT && g->elems[i].val != (uint32_t)id);
+}
+/* Whether the class at elems[i] contains some code point in [lo, hi] (false for a token reference). */
 bool gram_class_intersects(const struct grammar *g, uint32_t i, uint32_t lo, uint32_t hi);
 
 /* ---- building -------------------------------------------------------------------------------------------- */
@@ -106,8 +118,22 @@ enum ci_status gram_builder_finish(struct gram_builder *b, const char *start, st
 
 /* Parses llama.cpp's GBNF (grammars/README.md): `name ::= alternatives` rules, `|`, `( )`, `*` `+` `?`
  * `{m}` `{m,}` `{m,n}`, "literals", [classes] and [^negated] with ranges, `.`, escapes \n \r \t \\ \" \[ \]
- * \- \xHH \uHHHH \UHHHHHHHH, `#` comments.  The start rule is "root".  Errors (CI_ERR_INVALID) say what
- * and where ("line 3, column 7: ..."). */
+ * \- \xHH \uHHHH \UHHHHHHHH, `#` comments, and token references: `<[id]>`, `<text>` (the one token whose
+ * text, special tokens included, is <text>: `<think>`), each negated with a `!` before it.  The start rule is
+ * "root".  Errors (CI_ERR_INVALID) say what and where ("line 3, column 7: ..."). */
 enum ci_status gram_parse_gbnf(const char *text, size_t len, struct grammar **out, struct ci_err *err);
+
+/* The vocabulary that token references name (gram_parse_gbnf_tokens). */
+struct gram_tokens {
+    int n_vocab; // an <[id]> must be below it
+    // The id of the single token that text[0..len) (the whole "<...>", brackets included) encodes to, special
+    // tokens recognized; -1 when it is not exactly one token.  NULL: `<text>` references are refused.
+    int32_t (*lookup)(const void *ctx, const char *text, size_t len);
+    const void *ctx;
+};
+/* gram_parse_gbnf with token references resolved against tk (NULL: token references are refused, naming the
+ * missing vocabulary, as gram_parse_gbnf does). */
+enum ci_status gram_parse_gbnf_tokens(const char *text, size_t len, const struct gram_tokens *tk,
+                                      struct grammar **out, struct ci_err *err);
 
 #endif

@@ -440,21 +440,68 @@ bool gram_matcher_try_bytes(struct gram_matcher *m, const char *bytes, size_t n)
     return run_bytes(m, bytes, n, &s);
 }
 
-bool gram_matcher_accept_bytes(struct gram_matcher *m, const char *bytes, size_t n) {
-    struct mstate s;
-    if (!run_bytes(m, bytes, n, &s))
-        return false;
-    if (s.n > m->cap_st) {
-        uint32_t *p = ci_realloc(m->st, s.n * sizeof *p);
+/* Makes s (in the space's arena) the matcher's state. */
+static bool commit_state(struct gram_matcher *m, const struct mstate *s) {
+    if (s->n > m->cap_st) {
+        uint32_t *p = ci_realloc(m->st, s->n * sizeof *p);
         if (!p)
             return false;
         m->st = p;
-        m->cap_st = s.n;
+        m->cap_st = s->n;
     }
-    memmove(m->st, m->sp->arena + s.off, s.n * sizeof *m->st);
-    m->n_st = s.n;
-    m->u = s.u;
+    memmove(m->st, m->sp->arena + s->off, s->n * sizeof *m->st);
+    m->n_st = s->n;
+    m->u = s->u;
     return true;
+}
+
+bool gram_matcher_accept_bytes(struct gram_matcher *m, const char *bytes, size_t n) {
+    struct mstate s;
+    return run_bytes(m, bytes, n, &s) && commit_state(m, &s);
+}
+
+/* Whether the state has a stack whose top is a token reference (they take whole tokens, at a character
+ * boundary only). */
+static bool has_token_tops(const struct gram_matcher *mt) {
+    const struct gram_space *m = mt->sp;
+    if (mt->u.rem != 0)
+        return false;
+    for (uint32_t k = 0; k < mt->n_st; k++)
+        if (mt->st[k] != 0 && gram_is_token(m->g->elems[m->npos[mt->st[k]]].op))
+            return true;
+    return false;
+}
+
+/* Token id over a state with token references on top (llama.cpp's llama_grammar_accept_token): the stacks
+ * whose top takes id by its id move past it, the others take its bytes; the new state is both.  A byte
+ * path that ends inside a character cannot share a state with whole-token stacks: it is dropped when the
+ * token path has any (so the token keeps exactly the parses that named it). */
+static bool accept_token_tops(struct gram_matcher *mt, int32_t id) {
+    struct gram_space *m = mt->sp;
+    const struct gram_vocab *v = m->v;
+    struct mstate s = {0};
+    bool by_bytes = v->len[id] && run_bytes(mt, v->pool + v->off[id], v->len[id], &s) && !m->failed;
+    if (!by_bytes) {
+        m->n_arena = 0;
+        m->failed = false;
+        s = (struct mstate){0};
+    }
+    size_t base = m->n_arena;
+    visit_reset(m);
+    for (uint32_t k = 0; k < mt->n_st; k++) {
+        uint32_t node = mt->st[k];
+        if (node != 0 && gram_token_matches(m->g, m->npos[node], id))
+            expand(m, m->npos[node] + 1, m->nparent[node], 0, base);
+    }
+    if (m->failed)
+        return false;
+    if (m->n_arena == base) // no stack named the token: its bytes alone
+        return by_bytes && commit_state(mt, &s);
+    if (by_bytes && s.u.rem == 0)
+        for (uint32_t k = 0; k < s.n; k++)
+            arena_push(m, m->arena[s.off + k]);
+    struct mstate out = {base, finish_set(m, base), {0, 0, 0, 0}};
+    return !m->failed && commit_state(mt, &out);
 }
 
 bool gram_matcher_is_accepting(const struct gram_matcher *m) {
@@ -475,6 +522,8 @@ bool gram_matcher_accept_token(struct gram_matcher *m, int32_t id) {
         m->done = true;
         return true;
     }
+    if (has_token_tops(m))
+        return accept_token_tops(m, id);
     if (!v->len[id])
         return false;
     return gram_matcher_accept_bytes(m, v->pool + v->off[id], v->len[id]);
@@ -764,7 +813,7 @@ static bool mask_from_table(struct gram_matcher *mt, uint32_t *bits) {
     bool any_dep = false, ok = true;
     for (uint32_t k = 0; k < mt->n_st && ok; k++) {
         uint32_t id = mt->st[k];
-        if (id == 0)
+        if (id == 0 || gram_is_token(m->g->elems[m->npos[id]].op)) // token references: mask_token_tops
             continue;
         bool first;
         const struct gram_tc_entry *e = gram_tcache_get(m->tc, m, id, &first);
@@ -795,6 +844,24 @@ static bool mask_from_table(struct gram_matcher *mt, uint32_t *bits) {
     return ok;
 }
 
+/* The tokens that the state's token references take (by id; end-of-generation tokens never). */
+static void mask_token_tops(const struct gram_matcher *mt, uint32_t *bits) {
+    const struct gram_space *m = mt->sp;
+    const struct gram_vocab *v = m->v;
+    for (uint32_t k = 0; k < mt->n_st; k++) {
+        if (mt->st[k] == 0)
+            continue;
+        const struct gram_elem *e = &m->g->elems[m->npos[mt->st[k]]];
+        if (e->op == GRAM_TOKEN && e->val < (uint32_t)v->n_vocab && !v->is_eog[e->val]) {
+            bits[e->val >> 5] |= 1u << (e->val & 31);
+        } else if (e->op == GRAM_TOKEN_NOT) {
+            for (int id = 0; id < v->n_vocab; id++)
+                if (!v->is_eog[id] && (uint32_t)id != e->val)
+                    bits[id >> 5] |= 1u << (id & 31);
+        }
+    }
+}
+
 enum ci_status gram_matcher_mask(struct gram_matcher *mt, uint32_t *bits, struct ci_err *err) {
     struct gram_space *m = mt->sp;
     const struct gram_vocab *v = m->v;
@@ -823,6 +890,8 @@ enum ci_status gram_matcher_mask(struct gram_matcher *mt, uint32_t *bits, struct
         if (!walk(mt, bits, NULL))
             return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
     }
+    if (has_token_tops(mt))
+        mask_token_tops(mt, bits);
     if (gram_matcher_is_accepting(mt))
         for (int i = 0; i < v->n_eog; i++)
             bits[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);

@@ -5,7 +5,8 @@ tests/unit/test_grammar_cases.c reads: every test_grammar / test_schema call who
 literals (a description, the grammar or schema, the strings it accepts, the strings it refuses), strings
 hex-encoded; and, from tests/test-json-schema-to-grammar.cpp, every schema with whether llama.cpp compiles
 it (SUCCESS / FAILURE: its expected grammar text is llama.cpp's own and not compared).  C++ string literals
-are decoded here (escapes, raw strings, adjacent literals concatenated).
+are decoded here (escapes, raw strings, adjacent literals concatenated), and so are `token(N) + "text"`
+concatenations: a token is 0xff and its id in 4 bytes big-endian, as llama.cpp's test encodes it.
 
 KNOWN marks the strings on which cinfer differs from llama.cpp on purpose, with the reason; a case that
 llama.cpp's source no longer has is simply absent.  Usage: grammar_cases.py INTEGRATION.cpp SCHEMA_TO_GRAMMAR.cpp OUT.json"""
@@ -97,13 +98,29 @@ def parse_args(toks, k):
     """toks[k] is '(': the call's arguments if each is a string literal or a braced list of them."""
     i = k + 1
 
-    def value():
+    def term():
         nonlocal i
         if toks[i][0] == "str":
             s = b""
             while toks[i][0] == "str":
                 s += toks[i][1]
                 i += 1
+            return s
+        # token(N): llama.cpp's test encodes a token id as 0xff and 4 bytes big-endian (never valid UTF-8)
+        if toks[i] == ("id", "token") and toks[i + 1][0] == "(" and toks[i + 2][1].isdigit() and toks[i + 3][0] == ")":
+            n = int(toks[i + 2][1])
+            i += 4
+            return b"\xff" + n.to_bytes(4, "big")
+        return None
+
+    def value():
+        nonlocal i
+        s = term()
+        while isinstance(s, bytes) and toks[i] == ("id", "+"):  # concatenation
+            i += 1
+            t = term()
+            s = s + t if t is not None else None
+        if s is not None:
             return s
         if toks[i][0] == "{":
             i += 1

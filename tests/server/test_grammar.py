@@ -12,7 +12,8 @@ sampled at temperature 1 has no prior for any grammar, so every token's validity
 - the chat endpoint, streaming, and preemption (a KV pool too small for the load, n > 1) keep that true;
 - logprobs report the constrained distribution: with a grammar that allows only "7", the alternatives'
   probabilities sum to 1 (unconstrained, far from it);
-- bad grammars get a 400 whose param is "grammar" and whose message names the problem.
+- bad grammars get a 400 whose param is "grammar" and whose message names the problem;
+- token references (<[id]>, !<[id]>, <text>) constrain by token id.
 Prints PASS/FAIL lines."""
 import json
 import math
@@ -204,6 +205,39 @@ def test_errors(s):
     check("grammar_empty_is_none", st == 200, f"{st} {j}")
 
 
+def test_token_references(s):
+    """llama.cpp's token references: <[id]> is that token whole (never the same text spelled by other tokens),
+    !<[id]> any one token but that one, <text> the token the text encodes to (special tokens too).  The tiny
+    vocabulary's 611 is "el", 981 "lo", 0 "<unk>"."""
+    pieces = {}
+    for i in (611, 981):
+        st, _, j = s.json("POST", "/detokenize", {"tokens": [i]})
+        pieces[i] = j.get("prompt") if st == 200 else j
+    check("grammar_tokens_setup", pieces == {611: "el", 981: "lo"}, f"{pieces}")
+    for seed in (1, 2, 3):
+        body = {"prompt": "x", "grammar": "root ::= <[611]> (!<[611]>){3} <[981]>\n", "max_tokens": 10,
+                "temperature": 1, "seed": seed}
+        st, _, j = s.json("POST", "/v1/completions", body)
+        c = j["choices"][0] if st == 200 else {}
+        text = c.get("text", "")
+        ok = (st == 200 and c.get("finish_reason") == "stop" and text.startswith("el") and text.endswith("lo")
+              and j["usage"]["completion_tokens"] == 5)
+        check(f"grammar_tokens_by_id_{seed}", ok, f"{st} {j}")
+    # By text, a special token: <unk> decodes to nothing, so "a" <unk> "b" gives "ab" in 3 tokens.
+    st, _, j = s.json("POST", "/v1/completions", {"prompt": "x", "grammar": 'root ::= "a" <unk> "b"\n',
+                                                  "max_tokens": 6, "temperature": 1, "seed": 4})
+    check("grammar_tokens_by_text", st == 200 and j["choices"][0]["finish_reason"] == "stop" and
+          j["usage"]["completion_tokens"] == 3 and j["choices"][0]["text"].replace("<unk>", "") == "ab",
+          f"{st} {j}")
+    for name, g, want in (("id_out_of_range", "root ::= <[5000]>\n", "the vocabulary has 1024 tokens"),
+                          ("not_one_token", "root ::= <hello world>\n", "is not a single token"),
+                          ("negation_without_token", "root ::= !x\n", "expected '<' after '!'")):
+        st, _, j = s.json("POST", "/v1/completions", {"prompt": "x", "grammar": g, "max_tokens": 2})
+        e = j.get("error", {}) if isinstance(j, dict) else {}
+        check(f"grammar_400_tokens_{name}", st == 400 and e.get("param") == "grammar" and
+              want in e.get("message", ""), f"{st} {j}")
+
+
 def test_preemption(model):
     # 16 blocks of 16 tokens for 4 requests of n = 2 that each want up to ~100 tokens: sequences are
     # preempted and recomputed; each sample's matcher must still follow its own tokens.
@@ -252,7 +286,7 @@ def main():
         return 1
     s = Server("--max-seqs", "16", model=model)
     try:
-        for t in (test_generations, test_chat_and_stream, test_logprobs, test_errors):
+        for t in (test_generations, test_chat_and_stream, test_logprobs, test_errors, test_token_references):
             try:
                 t(s)
             except Exception as e:

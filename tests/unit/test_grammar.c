@@ -1,13 +1,15 @@
 /* grammar/: the GBNF parser (grammars written for these tests in the style of llama.cpp's examples, and its
  * errors), the matcher on strings it must accept or reject (ambiguity, recursion, repetition bounds, partial
  * UTF-8), and the token mask against a brute-force reference (every vocabulary token tried on the matcher)
- * on random states of several grammars with real vocabularies. */
+ * on random states of several grammars with real vocabularies; token references (<[id]>, <text>, !<...>):
+ * their parse errors, and over Phi-3's vocabulary their acceptance and masks against trying every token. */
 #include "grammar/grammar.h" // first: the headers must compile on their own
 #include "grammar/matcher.h"
 
 #include <glob.h>
 
 #include "core/clock.h"
+#include "core/mem.h"
 #include "core/rng.h"
 #include "test_util.h"
 
@@ -563,6 +565,155 @@ TEST(mask_matches_brute_force) {
     }
 }
 
+/* Token references' parse errors, against a 10-token vocabulary whose only text token is "<x>" (id 3). */
+static int32_t ten_tokens(const void *ctx, const char *text, size_t len) {
+    (void)ctx;
+    return len == 3 && !memcmp(text, "<x>", 3) ? 3 : -1;
+}
+
+TEST(token_reference_errors) {
+    static const struct {
+        const char *text, *msg;
+    } cases[] = {
+        {"root ::= <[10]>\n", "line 1, column 12: token id out of range: the vocabulary has 10 tokens"},
+        {"root ::= <[]>\n", "expected a token id"},
+        {"root ::= <[1x]>\n", "expected ']>'"},
+        {"root ::= <[1]\n", "expected ']>'"},
+        {"root ::= <abc\n", "unterminated token reference"},
+        {"root ::= <y>\n", "'<y>' is not a single token of the model's vocabulary"},
+        {"root ::= !x\n", "expected '<' after '!'"},
+        {"root ::= <[1]> <x> !<[9]> !<x>\n", NULL},
+        {"root ::= (<[1]> | \"a\")+ !<x>{2,3}\n", NULL},
+    };
+    const struct gram_tokens tk = {10, ten_tokens, NULL};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct ci_err err = {0};
+        struct grammar *g = NULL;
+        enum ci_status s = gram_parse_gbnf_tokens(cases[i].text, strlen(cases[i].text), &tk, &g, &err);
+        if (cases[i].msg)
+            CHECKF(s == CI_ERR_INVALID && strstr(err.msg, cases[i].msg), "%s: got '%s'", cases[i].text,
+                   err.msg);
+        else
+            CHECKF(s == CI_OK, "%s: %s", cases[i].text, err.msg);
+        gram_free(g);
+    }
+    // Without a vocabulary (gram_parse_gbnf), and by text without a tokenizer, a clear refusal.
+    struct ci_err err = {0};
+    struct grammar *g = NULL;
+    CHECK(gram_parse_gbnf("root ::= <[1]>\n", 15, &g, &err) == CI_ERR_INVALID &&
+          strstr(err.msg, "needs the model's vocabulary"));
+    CHECK(gram_parse_gbnf_tokens("root ::= <x>\n", 13, &(struct gram_tokens){10, NULL, NULL}, &g, &err) ==
+              CI_ERR_INVALID &&
+          strstr(err.msg, "needs the model's tokenizer"));
+}
+
+/* A token reference by text: the one token the tokenizer makes of it, special tokens recognized. */
+static int32_t by_tokenizer(const void *ctx, const char *text, size_t len) {
+    int32_t *ids = NULL, id = -1;
+    int n = 0;
+    struct ci_err err = {0};
+    if (tokenizer_encode(ctx, text, len, false, true, &ids, &n, &err) == CI_OK && n == 1)
+        id = ids[0];
+    ci_free(ids);
+    return id;
+}
+
+/* Grammars with token references over a real vocabulary (Phi-3's, whose <|user|> and <|assistant|> are
+ * control tokens with no text): random walks where, at every state, the mask equals trying every token on
+ * a copy of the matcher (gram_matcher_accept_token), with the table and without. */
+static void token_mask_walks(struct tokenizer *t, struct gram_vocab *v, const char *text, uint64_t seed,
+                             bool table, int *states) {
+    struct ci_err err = {0};
+    struct grammar *g = NULL;
+    const struct gram_tokens tk = {tokenizer_n_vocab(t), by_tokenizer, t};
+    if (gram_parse_gbnf_tokens(text, strlen(text), &tk, &g, &err) != CI_OK) {
+        TEST_FAILF("%s: %s", text, err.msg);
+        return;
+    }
+    int n = tokenizer_n_vocab(t);
+    size_t words = ((size_t)n + 31) / 32;
+    uint32_t *bits = calloc(words, sizeof *bits);
+    int32_t *allowed = calloc((size_t)n, sizeof *allowed);
+    struct ci_rng rng;
+    ci_rng_seed(&rng, seed);
+    struct gram_space *sp = NULL;
+    struct gram_matcher *m = NULL;
+    CHECK(gram_space_create(g, v, &sp, &err) == CI_OK);
+    if (sp) {
+        gram_space_use_table(sp, table);
+        CHECK(gram_matcher_create_in(sp, &m, &err) == CI_OK);
+    }
+    for (int step = 0; m && step < 12; step++) {
+        CHECK(gram_matcher_mask(m, bits, &err) == CI_OK);
+        int diff = 0, na = 0;
+        for (int32_t id = 0; id < n; id++) {
+            struct gram_matcher *c = NULL;
+            CHECK(gram_matcher_clone(m, &c, &err) == CI_OK);
+            bool ok = c && gram_matcher_accept_token(c, id);
+            gram_matcher_free(c);
+            diff += ok != (bool)((bits[id >> 5] >> (id & 31)) & 1u);
+            if (ok && !tokenizer_is_eog(t, id))
+                allowed[na++] = id;
+        }
+        CHECKF(diff == 0, "%s step %d: %d tokens differ from trying each", text, step, diff);
+        (*states)++;
+        if (na == 0)
+            break;
+        CHECK(gram_matcher_accept_token(m, allowed[ci_rng_u64(&rng) % (uint64_t)na]));
+    }
+    gram_matcher_free(m);
+    gram_space_free(sp);
+    free(bits);
+    free(allowed);
+    gram_free(g);
+}
+
+TEST(token_references) {
+    struct tokenizer *t = test_load_tokenizer("ggml-vocab/ggml-vocab-phi-3.gguf");
+    if (!t)
+        return;
+    struct gram_vocab *v = tok_vocab(t);
+    int32_t user = by_tokenizer(t, "<|user|>", 8), assistant = by_tokenizer(t, "<|assistant|>", 13);
+    CHECKF(user >= 0 && assistant >= 0 && tokenizer_is_control(t, user) && !tokenizer_is_eog(t, user),
+           "<|user|> %d, <|assistant|> %d", user, assistant);
+    // Accepting: a control token only by reference; text may not spell it; !<...> takes any other token.
+    const char *g1 = "root ::= <|user|> [a-z ]+ <|assistant|> (!<|user|>)* <|user|> \"ok\"\n";
+    struct ci_err err = {0};
+    struct grammar *g = NULL;
+    const struct gram_tokens tk = {tokenizer_n_vocab(t), by_tokenizer, t};
+    CHECK(gram_parse_gbnf_tokens(g1, strlen(g1), &tk, &g, &err) == CI_OK);
+    struct gram_matcher *m = NULL;
+    if (g && gram_matcher_create(g, v, &m, &err) == CI_OK) {
+        CHECK(!gram_matcher_accept_bytes(m, "<|user|>", 8)); // the text is not the token
+        CHECK(!gram_matcher_accept_token(m, assistant));
+        CHECK(gram_matcher_accept_token(m, user) && gram_matcher_accept_bytes(m, "hi there", 8));
+        CHECK(gram_matcher_accept_token(m, assistant));
+        CHECK(gram_matcher_accept_token(m, assistant)); // any token but <|user|>, control tokens too
+        int32_t *ids = NULL;
+        int nids = 0;
+        CHECK(tokenizer_encode(t, "free text, {any} <|end|>", 24, false, true, &ids, &nids, &err) == CI_OK);
+        for (int i = 0; i < nids; i++)
+            if (!tokenizer_is_eog(t, ids[i]))
+                CHECKF(gram_matcher_accept_token(m, ids[i]), "token %d of the free text", ids[i]);
+        ci_free(ids);
+        CHECK(!gram_matcher_is_accepting(m) && gram_matcher_accept_token(m, user));
+        CHECK(gram_matcher_accept_bytes(m, "ok", 2) && gram_matcher_is_accepting(m));
+    }
+    gram_matcher_free(m);
+    gram_free(g);
+    // Masks against trying every token (32,064), text and token references mixed.
+    int states = 0;
+    for (int table = 1; v && table >= 0; table--) {
+        token_mask_walks(t, v, g1, 11, table, &states);
+        token_mask_walks(t, v, "root ::= (<|assistant|> | \"a\" | \"ab\") (!<[29871]> | \"é\")+ <|user|>?\n",
+                         12, table, &states);
+        token_mask_walks(t, v, "root ::= ([0-9] | <|user|>){1,4} !<|user|> \"x\"\n", 13, table, &states);
+    }
+    CHECKF(states >= 40, "only %d states compared", states);
+    gram_vocab_free(v);
+    tokenizer_free(t);
+}
+
 int main(int argc, char **argv) {
     test_main(argc, argv);
     RUN(parse_examples);
@@ -576,5 +727,7 @@ int main(int argc, char **argv) {
     RUN(matcher_eog_and_done);
     RUN(space_shared_between_matchers);
     RUN(mask_matches_brute_force);
+    RUN(token_reference_errors);
+    RUN(token_references);
     return test_exit_code();
 }
