@@ -990,6 +990,9 @@ static void verify_drafts(struct engine *e, struct seq *q, const float *rows, st
     }
     sm->n_draft_tokens += nd;
     sm->n_accepted_tokens += accepted;
+    // The totals now, before seq_finish answers the request: /metrics read after a response counts its drafts.
+    atomic_fetch_add(&e->t_spec_draft, nd);
+    atomic_fetch_add(&e->t_spec_acc, accepted);
     sm->n_decode_seqs++;
     sm->n_decode_emitted += emitted;
     if (f != ENGINE_FINISH_NONE) {
@@ -1439,8 +1442,6 @@ bool engine_step(struct engine *e) {
         atomic_fetch_add(&e->t_steps, 1);
         atomic_fetch_add(&e->t_preempt, res.n_preempted);
         atomic_fetch_add(&e->t_pad, res.n_pad_tokens);
-        atomic_fetch_add(&e->t_spec_draft, sm.n_draft_tokens);
-        atomic_fetch_add(&e->t_spec_acc, sm.n_accepted_tokens);
         atomic_fetch_add(&e->t_dec_steps, sm.n_decode_seqs);
         atomic_fetch_add(&e->t_dec_emitted, sm.n_decode_emitted);
         if (e->hook)
