@@ -23,6 +23,8 @@ void gram_vocab_free(struct gram_vocab *v) {
     ci_free(v->eog);
     ci_free(v->nodes);
     ci_free(v->toks);
+    ci_free(v->sub_max_len);
+    ci_free(v->by_len);
     ci_free(v);
 }
 
@@ -43,6 +45,39 @@ static int cmp_tok(const void *a, const void *b, void *ctx) {
     if (lx != ly)
         return lx < ly ? -1 : 1;
     return x < y ? -1 : x > y;
+}
+
+static int cmp_len_desc(const void *a, const void *b, void *ctx) {
+    const struct gram_vocab *v = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (v->len[x] != v->len[y])
+        return v->len[x] > v->len[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* sub_max_len (a node's depth is the length of the tokens ending there; children come after their parent in
+ * the node array) and by_len.  False when out of memory. */
+static bool vocab_lengths(struct gram_vocab *v) {
+    uint32_t *depth = ci_calloc(v->n_nodes, sizeof *depth);
+    v->sub_max_len = ci_calloc(v->n_nodes, sizeof *v->sub_max_len);
+    v->by_len = ci_malloc((v->n_toks ? v->n_toks : 1) * sizeof *v->by_len);
+    if (!depth || !v->sub_max_len || !v->by_len) {
+        ci_free(depth);
+        return false;
+    }
+    for (uint32_t i = 0; i < v->n_nodes; i++)
+        for (uint32_t c = v->nodes[i].first_child; c != NONE; c = v->nodes[c].next_sibling)
+            depth[c] = depth[i] + 1;
+    for (uint32_t i = v->n_nodes; i-- > 0;) {
+        uint32_t m = v->nodes[i].tok_n ? depth[i] : 0;
+        for (uint32_t c = v->nodes[i].first_child; c != NONE; c = v->nodes[c].next_sibling)
+            m = v->sub_max_len[c] > m ? v->sub_max_len[c] : m;
+        v->sub_max_len[i] = m;
+    }
+    ci_free(depth);
+    memcpy(v->by_len, v->toks, v->n_toks * sizeof *v->by_len);
+    qsort_r(v->by_len, v->n_toks, sizeof *v->by_len, cmp_len_desc, v);
+    return true;
 }
 
 enum ci_status gram_vocab_create(int n_vocab, const char *const *bytes, const uint32_t *lens,
@@ -134,6 +169,10 @@ enum ci_status gram_vocab_create(int n_vocab, const char *const *bytes, const ui
     ci_free(lastc);
     ci_free(path);
     v->n_toks = (uint32_t)n_toks;
+    if (!vocab_lengths(v)) {
+        gram_vocab_free(v);
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    }
     *out = v;
     return CI_OK;
 nomem:
@@ -922,6 +961,8 @@ void gram_matcher_stats(const struct gram_matcher *m, struct gram_matcher_stats 
         struct gram_tcache_stats ts;
         gram_tcache_stats(m->sp->tc, &ts);
         out->table_positions = ts.computed;
+        out->table_shared = ts.shared;
+        out->table_patched = ts.patched;
         out->table_unavailable = ts.unavailable;
         out->table_bytes = ts.bytes;
         out->table_ns = ts.ns;

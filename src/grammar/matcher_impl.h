@@ -34,6 +34,8 @@ struct gram_vocab {
     int32_t *toks; // [n_toks] by rank
     uint32_t n_toks;
     uint32_t max_len;
+    uint32_t *sub_max_len; // [n_nodes] the longest token (bytes) in each node's subtree, 0 when none
+    int32_t *by_len;       // [n_toks] the token ids, longest first
 };
 
 struct u8state {

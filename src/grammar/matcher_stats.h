@@ -12,6 +12,7 @@ struct gram_matcher_stats { // of the matcher's space
     uint64_t table_bytes, table_ns;              // the table's size and the time spent computing it
     uint64_t table_acc_tokens, table_dep_tokens; // summed over its entries
     uint32_t table_positions, table_unavailable; // entries computed; positions that fell back to the walk
+    uint32_t table_shared, table_patched; // bounded repetitions: positions given another's entry, or patched
     uint32_t n_stacks, n_nodes;
 };
 

@@ -19,6 +19,13 @@
  * rejects a token that a single stack's table may accept; the matcher keeps the walk for states of more
  * than GRAM_MAX_STACKS / 16 parses, where that could happen).
  *
+ * Bounded repetitions (x{0,n}, lowered into a chain of rules R_n ... R_1 with R_k ::= x R_(k-1) | ): a
+ * position inside R_k classifies every token shorter than k bytes as the same position in the deepest rule
+ * of its chain does (the token cannot use up the k items), so its entry is that one's, as is when no token
+ * of the vocabulary is that long, else patched: the long tokens classified again by a walk of the trie
+ * paths that lead to them only.  A string of maxLength 255 then costs one full walk and short ones, not 255
+ * full walks.  CINFER_GRAMMAR_REPEAT=0 turns this off (to compare).
+ *
  * Cost and bounds: an entry is computed on first use (one trie walk from that single stack, the cost of
  * one uncached mask of a narrow state), by the space's thread; accepted sets are stored as token lists or a
  * bitset, whichever is smaller, dependent tokens as ranges of trie ranks.  A table holds at most
@@ -60,6 +67,7 @@ const struct gram_tc_entry *gram_tcache_get(struct gram_tcache *tc, const struct
 
 struct gram_tcache_stats {
     uint32_t computed, unavailable;
+    uint32_t shared, patched; // bounded repetitions' entries: another position's as is, or patched from it
     uint64_t bytes, ns, acc_tokens, dep_tokens;
 };
 void gram_tcache_stats(const struct gram_tcache *tc, struct gram_tcache_stats *out);

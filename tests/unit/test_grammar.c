@@ -441,7 +441,8 @@ static struct gram_vocab *tok_vocab(struct tokenizer *t) {
 /* Random walks: at each state the mask equals trying every token; then a random allowed token is taken.
  * table: masks from the per-position token table (token_cache.h), else by the trie walk alone. */
 static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char *text, uint64_t seed,
-                          int steps, int min_states, const char *what, bool table, uint64_t limit) {
+                          int steps, int min_states, const char *what, bool table, uint64_t limit,
+                          struct gram_matcher_stats *out) {
     struct grammar *g = parse(text);
     if (!g)
         return;
@@ -527,11 +528,14 @@ static void mask_vs_brute(struct tokenizer *t, struct gram_vocab *v, const char 
         CHECKF(gs.table_masks == 0, "%s: the table was used while off", what);
     printf(
         "  %s (%s): %d states, %.1f allowed tokens per state on average, %.0f us per mask, %u stack nodes, "
-        "%u table entries (%.1f KiB, %.1f ms, %llu dependent tokens), %llu trie nodes visited\n",
+        "%u table entries (%u patched, %u shared; %.1f KiB, %.1f ms, %llu dependent tokens), %llu trie nodes "
+        "visited\n",
         what, table ? "table" : "walk", compared, compared ? (double)total_allowed / compared : 0.0,
-        compared ? mask_ns / compared / 1e3 : 0.0, gs.n_nodes, gs.table_positions,
-        (double)gs.table_bytes / 1024, (double)gs.table_ns / 1e6, (unsigned long long)gs.table_dep_tokens,
-        (unsigned long long)gs.nodes_visited);
+        compared ? mask_ns / compared / 1e3 : 0.0, gs.n_nodes, gs.table_positions, gs.table_patched,
+        gs.table_shared, (double)gs.table_bytes / 1024, (double)gs.table_ns / 1e6,
+        (unsigned long long)gs.table_dep_tokens, (unsigned long long)gs.nodes_visited);
+    if (out)
+        *out = gs;
     gram_matcher_free(m);
     gram_space_free(sp);
     free(bits);
@@ -550,16 +554,16 @@ TEST(mask_matches_brute_force) {
             continue;
         struct gram_vocab *v = tok_vocab(t);
         for (int table = 1; v && table >= 0; table--) { // the same walks (seeds) with the table and without
-            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json", table, 0);
-            mask_vs_brute(t, v, G_ARITH, 2 + k, 20, 5, "arithmetic", table, 0);
-            mask_vs_brute(t, v, G_JAPANESE, 3 + k, 15, 5, "japanese", table, 0);
-            mask_vs_brute(t, v, G_CHESS, 4 + k, 20, 5, "chess", table, 0);
-            mask_vs_brute(t, v, G_CLIKE, 5 + k, 20, 5, "c-like", table, 0);
-            mask_vs_brute(t, v, "root ::= \"é\" | \"😀😀\" | [^a-z]{2}\n", 6 + k, 6, 2, "utf8", table, 0);
+            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json", table, 0, NULL);
+            mask_vs_brute(t, v, G_ARITH, 2 + k, 20, 5, "arithmetic", table, 0, NULL);
+            mask_vs_brute(t, v, G_JAPANESE, 3 + k, 15, 5, "japanese", table, 0, NULL);
+            mask_vs_brute(t, v, G_CHESS, 4 + k, 20, 5, "chess", table, 0, NULL);
+            mask_vs_brute(t, v, G_CLIKE, 5 + k, 20, 5, "c-like", table, 0, NULL);
+            mask_vs_brute(t, v, "root ::= \"é\" | \"😀😀\" | [^a-z]{2}\n", 6 + k, 6, 2, "utf8", table, 0, NULL);
         }
         // A table bounded to a few entries: the masks past it come from the walk, still equal.
         if (v)
-            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json, table bounded to 2 KiB", true, 2048);
+            mask_vs_brute(t, v, G_JSON, 1 + k, 25, 5, "json, table bounded to 2 KiB", true, 2048, NULL);
         gram_vocab_free(v);
         tokenizer_free(t);
     }
@@ -714,6 +718,37 @@ TEST(token_references) {
     tokenizer_free(t);
 }
 
+/* Bounded repetitions (token_cache.c): the entries of x{0,n}'s positions come from its deepest rule's, as is
+ * (no token long enough to tell them apart: Phi-3's longest is 27 bytes) or patched for the long tokens
+ * (StarCoder's run to 256 bytes: a 40-space token fits in 60 characters but not in the last 10).  Walks of
+ * strings long enough to reach the end of their budget, against the brute force at every state, with the
+ * table and without. */
+TEST(bounded_repetition_entries) {
+    static const struct {
+        const char *vocab;
+        bool patched; // else shared
+    } vocabs[] = {{"ggml-vocab/ggml-vocab-starcoder.gguf", true},
+                  {"ggml-vocab/ggml-vocab-phi-3.gguf", false}};
+    const char *g = "root ::= \"\\\"\" [^\"]{0,60} \"\\\"\" ( [ a-z]{2,40} | \"x\" )\n";
+    for (size_t k = 0; k < sizeof vocabs / sizeof vocabs[0]; k++) {
+        struct tokenizer *t = test_load_tokenizer(vocabs[k].vocab);
+        if (!t)
+            continue;
+        struct gram_vocab *v = tok_vocab(t);
+        uint32_t reused = 0;
+        for (uint64_t seed = 1; v && seed <= 3; seed++) {
+            struct gram_matcher_stats st = {0};
+            mask_vs_brute(t, v, g, 40 + seed, 40, 10, "bounded repetitions", true, 0, &st);
+            reused += vocabs[k].patched ? st.table_patched : st.table_shared;
+            mask_vs_brute(t, v, g, 40 + seed, 40, 10, "bounded repetitions", false, 0, NULL);
+        }
+        CHECKF(reused > 0, "%s: no position's entry %s", vocabs[k].vocab,
+               vocabs[k].patched ? "patched" : "shared");
+        gram_vocab_free(v);
+        tokenizer_free(t);
+    }
+}
+
 int main(int argc, char **argv) {
     test_main(argc, argv);
     RUN(parse_examples);
@@ -727,6 +762,7 @@ int main(int argc, char **argv) {
     RUN(matcher_eog_and_done);
     RUN(space_shared_between_matchers);
     RUN(mask_matches_brute_force);
+    RUN(bounded_repetition_entries);
     RUN(token_reference_errors);
     RUN(token_references);
     return test_exit_code();

@@ -554,7 +554,7 @@ TEST(jsonschemabench_masks) {
         struct times t_walk = {0}, t_cold = {0}, t_warm = {0}, u_walk = {0}, u_cold = {0}, u_warm = {0},
                      u_steady = {0}, t_entries = {0}, t_compile = {0};
         int schemas = 0, compiled = 0, states = 0, brute = 0;
-        long dep_tokens = 0, entries = 0;
+        long dep_tokens = 0, entries = 0, shared = 0, patched = 0;
         static char line[1 << 20];
         struct ci_rng rng;
         ci_rng_seed(&rng, 11 + si);
@@ -636,6 +636,8 @@ TEST(jsonschemabench_masks) {
                 times_add(&t_entries, (double)gs.table_ns / 1e3);
                 dep_tokens += (long)gs.table_dep_tokens;
                 entries += gs.table_positions;
+                shared += gs.table_shared;
+                patched += gs.table_patched;
                 CHECKF(gs.table_unavailable == 0, "%s line %d: %u table entries unavailable", SUBSETS[si], ln,
                        gs.table_unavailable);
             }
@@ -647,8 +649,10 @@ TEST(jsonschemabench_masks) {
         fclose(f);
         printf(
             "  %s (every %d, %s): %d schemas, %d compiled, %d states equal between the table and the walk, "
-            "%d equal to the brute force; %ld table entries, %.1f dependent tokens per entry\n",
-            SUBSETS[si], every, c.file, schemas, compiled, states, brute, entries,
+            "%d equal to the brute force; %ld table entries (%ld of them patched from a deeper "
+            "repetition's), "
+            "%ld positions sharing a deeper repetition's entry, %.1f dependent tokens per entry\n",
+            SUBSETS[si], every, c.file, schemas, compiled, states, brute, entries, patched, shared,
             entries ? (double)dep_tokens / (double)entries : 0.0);
         times_print("walk (table off), every mask", &t_walk);
         times_print("table, first walk, every mask", &t_cold);
