@@ -14,7 +14,8 @@
 
 #define COUNT_MAX 1e15 // above any context, batch or parameter count worth asking about
 
-/* Public shapes of the models the seeds reason about (and two Llama 3 siblings).  n_params > 0 only where
+/* Public shapes of the models the seeds reason about (and two Llama 3 siblings, and Qwen-72B for a published
+ * multi-socket figure).  n_params > 0 only where
  * the seeds state P and compute with it. */
 static const struct builtin {
     const char *name;
@@ -27,6 +28,7 @@ static const struct builtin {
     {"llama3-70b", 128256, 8192, 80, 64, 8, 128, 28672, 8192, 500000.0f, 0},
     {"llama3-8b", 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 0},
     {"llama2-7b", 32000, 4096, 32, 32, 32, 128, 11008, 4096, 10000.0f, 0},
+    {"qwen-72b", 152064, 8192, 80, 64, 64, 128, 24576, 32768, 1000000.0f, 0}, // Qwen (1.0) 72B: full MHA
 };
 
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))

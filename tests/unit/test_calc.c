@@ -188,7 +188,7 @@ TEST(synth_presets) {
     ASSERT_NEAR(r.params, 596049920.0, 0);
     ASSERT_NEAR(r.kv_token, 2.0 * 28 * 8 * 128 * 2, 0);
 
-    ASSERT_EQ_I64(calc_n_presets(), 4 + synth_n_presets());
+    ASSERT_EQ_I64(calc_n_presets(), 5 + synth_n_presets());
     for (int i = 0; i < synth_n_presets(); i++) {
         struct calc_model m;
         ASSERT(calc_preset(synth_preset(i)->name, &m));
@@ -200,6 +200,28 @@ TEST(synth_presets) {
         for (int j = 0; j < i; j++)
             ASSERT(strcmp(calc_preset_name(i), calc_preset_name(j)) != 0);
     }
+}
+
+/* Qwen-72B (80 layers of 4 * 8192^2 attention and 3 * 8192 * 24576 FFN weights, full MHA, an untied head of
+ * 152064 rows): 69,793,218,560 linear weights plus two 152064 x 8192 matrices, 72.29e9 with the norms; over 4
+ * sockets in bf16 at 287 GB/s each, decode is bandwidth-bound: 144.6 GB / 4 / 287 GB/s = 126 ms plus the
+ * all-reduces (bench/RESULTS.md checks it against the published 140 ms). */
+TEST(qwen_72b_preset) {
+    struct calc_model m;
+    struct calc_opts o;
+    struct calc_result r;
+    ASSERT(calc_preset("qwen-72b", &m));
+    calc_opts_default(&o);
+    o.context = 1024;
+    o.bandwidth = 287e9;
+    o.peak_flops = 5e13;
+    o.tp = 4;
+    o.link_bw = 100e9 / 8;
+    o.link_latency = 10e-6;
+    ASSERT(calc_run(&m, &o, &r, NULL) == CI_OK);
+    ASSERT_NEAR(r.params_shapes, 69793218560.0 + 2 * 152064.0 * 8192 + 80 * 2 * 8192 + 8192, 0);
+    ASSERT_NEAR(r.dist.weight_bytes_rank, r.weight_bytes / 4, 0);
+    ASSERT(r.dist.step_s > 0.125 && r.dist.step_s < 0.140);
 }
 
 TEST(kv_bytes_option) {
@@ -497,6 +519,7 @@ int main(int argc, char **argv) {
     RUN(llama2_7b_kv);
     RUN(batch_shares_weights_not_kv);
     RUN(synth_presets);
+    RUN(qwen_72b_preset);
     RUN(kv_bytes_option);
     RUN(kv_type_option);
     RUN(params_override);
