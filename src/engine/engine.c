@@ -511,16 +511,9 @@ static void seq_destroy(struct eseq *q) {
     ci_free(q);
 }
 
-/* A GBNF `<text>` token reference (gram_tokens): the one token text encodes to, special tokens recognized
- * (llama.cpp tokenizes it the same way), else -1.  Any thread: the tokenizer is read only. */
+/* A GBNF `<text>` token reference (gram_tokens).  Any thread: the tokenizer is read only. */
 static int32_t token_by_text(const void *ctx, const char *text, size_t len) {
-    int32_t *ids = NULL, id = -1;
-    int n = 0;
-    struct ci_err err = {0};
-    if (tokenizer_encode(ctx, text, len, false, true, &ids, &n, &err) == CI_OK && n == 1)
-        id = ids[0];
-    ci_free(ids);
-    return id;
+    return tokenizer_single_token(ctx, text, len);
 }
 
 /* The vocabulary as the grammar matcher sees it: each token's decoded bytes (control tokens have none and

@@ -135,6 +135,16 @@ static size_t split_special(const struct vocab *v, int32_t id, const char *text,
     return n;
 }
 
+int32_t tokenizer_single_token(const struct tokenizer *t, const char *text, size_t len) {
+    int32_t *ids = NULL, id = -1;
+    int n = 0;
+    struct ci_err err = {0};
+    if (tokenizer_encode(t, text, len, false, true, &ids, &n, &err) == CI_OK && n == 1)
+        id = ids[0];
+    ci_free(ids);
+    return id;
+}
+
 enum ci_status tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
                                 bool parse_special, int32_t **out_ids, int *n_out, struct ci_err *err) {
     enum ci_status st = CI_OK;

@@ -45,6 +45,10 @@ void tokenizer_free(struct tokenizer *t);
 enum ci_status tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
                                 bool parse_special, int32_t **out_ids, int *n_out, struct ci_err *err);
 
+/* The id of the one token text[0..len) encodes to (special tokens recognized, no BOS/EOS added), or -1 when
+ * it encodes to none or several (GBNF's `<text>` token references, as llama.cpp resolves them). */
+int32_t tokenizer_single_token(const struct tokenizer *t, const char *text, size_t len);
+
 /* Decodes ids into one allocated NUL-terminated string (free with ci_free): the concatenated token bytes,
  * with SentencePiece's leading space dropped at the start of the text and after BOS; control tokens
  * appear only with render_special.  Unknown ids are an error. */
