@@ -91,6 +91,8 @@ struct cinfer_tp_stats {
     long long head_rows;    // output head split by vocabulary (--tp without --pp; else 0): rank 0's rows
     long long n_vocab;      // of the whole head's
     long long embd_rows;    // token embedding split by vocabulary (--tp): rank 0's rows, else 0
+    double read_ahead_mib;  // what rank 0 asked the kernel to read ahead of the model file: its shard
+    double file_mib;        // of the whole file
     long long head_gathers; // gathers of the logits slices to rank 0
     double head_ms;         // time in them (waiting included)
 };

@@ -48,6 +48,9 @@ void cli_tp_report(const char *cmd, const struct cinfer_tp *tp, int n_layer) {
                 "cinfer %s: pipeline: %.2f MiB of hidden states received by rank 0, %.2f ms in its "
                 "sends and receives (waiting for the stages included)\n",
                 cmd, s.p2p_mib, s.p2p_ms);
+    if (s.file_mib > 0)
+        fprintf(stderr, "cinfer %s: rank 0 read ahead %.1f of the model file's %.1f MiB (its shard)\n", cmd,
+                s.read_ahead_mib, s.file_mib);
     if (s.embd_rows > 0)
         fprintf(stderr, "cinfer %s: token embedding split by vocabulary: rank 0 holds %lld of %lld rows\n",
                 cmd, s.embd_rows, s.n_vocab);

@@ -88,6 +88,11 @@ bool ci_mapfile_damaged(const struct ci_mapfile *m) {
 /* ---- mapping ------------------------------------------------------------------------------------------ */
 
 enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci_err *err) {
+    return ci_mapfile_open_ex(m, path, true, err);
+}
+
+enum ci_status ci_mapfile_open_ex(struct ci_mapfile *m, const char *path, bool read_ahead,
+                                  struct ci_err *err) {
     m->data = NULL;
     m->size = 0;
     m->slot = -1;
@@ -117,7 +122,8 @@ enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci
             s = ci_err_set(err, CI_ERR_IO, "%s: mmap: %s", path, strerror(errno));
             goto fail;
         }
-        madvise(p, (size_t)st.st_size, MADV_WILLNEED);
+        if (read_ahead)
+            madvise(p, (size_t)st.st_size, MADV_WILLNEED);
         m->data = p;
         m->size = (uint64_t)st.st_size;
         m->slot = guard_watch(p, (size_t)st.st_size);
@@ -186,6 +192,17 @@ enum ci_status ci_rd_f32(struct ci_reader *r, float *v) {
 }
 enum ci_status ci_rd_f64(struct ci_reader *r, double *v) {
     return ci_rd_bytes(r, v, 8);
+}
+
+void ci_mapfile_will_need(const struct ci_mapfile *m, const void *p, uint64_t n) {
+    const uintptr_t base = (uintptr_t)m->data, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p, hi;
+    if (!m->data || n == 0 || lo < base || lo - base >= m->size)
+        return;
+    hi = n > m->size - (lo - base) ? base + m->size : lo + n; // clamped to the mapping
+    lo = lo / page * page;
+    hi = (hi + page - 1) / page * page; // the mapping covers its last page whole
+    madvise((void *)lo, hi - lo, MADV_WILLNEED);
 }
 
 void ci_mapfile_release(const struct ci_mapfile *m, const void *p, uint64_t n) {

@@ -26,6 +26,12 @@ struct ci_mapfile {
  * its default effect.  At most CI_MAPFILE_MAX_WATCHED mappings are watched at once; others still work
  * but are unprotected. */
 enum ci_status ci_mapfile_open(struct ci_mapfile *m, const char *path, struct ci_err *err);
+/* ci_mapfile_open, asking the kernel to read the whole file ahead (MADV_WILLNEED) only when read_ahead (a
+ * tensor-parallel rank reads only its slices: ci_mapfile_will_need on those). */
+enum ci_status ci_mapfile_open_ex(struct ci_mapfile *m, const char *path, bool read_ahead,
+                                  struct ci_err *err);
+/* Asks the kernel to read [p, p + n) of m ahead (the pages it touches; parts outside m are ignored). */
+void ci_mapfile_will_need(const struct ci_mapfile *m, const void *p, uint64_t n);
 void ci_mapfile_close(struct ci_mapfile *m);
 #define CI_MAPFILE_MAX_WATCHED 64
 /* True once a read of m hit a part of the file that is gone (the file was truncated while mapped). */

@@ -92,7 +92,7 @@ enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_
     enum ci_status s;
     if (o && o->vocab_only) {
         s = load_vocab_only(m, path, tok_path, &e);
-    } else if ((s = model_load(path, &m->model, &e)) == CI_OK) {
+    } else if ((s = model_load_ex(path, !(o && o->tp), &m->model, &e)) == CI_OK) { // a rank: its shard only
         if (tok_path)
             s = tokenizer_from_llama2c(tok_path, 0, &m->tok,
                                        &e); // size checked below, with a clearer message
@@ -468,6 +468,8 @@ void cinfer_tp_stats(const struct cinfer_tp *t, struct cinfer_tp_stats *out) {
     out->p2p_mib = (double)ds.p2p_floats * 4.0 / (1 << 20);
     out->head_rows = ds.head_rows;
     out->embd_rows = ds.embd_rows;
+    out->read_ahead_mib = (double)ds.read_ahead / (1 << 20);
+    out->file_mib = (double)ds.file_bytes / (1 << 20);
     out->n_vocab = ds.n_vocab;
     out->head_gathers = ds.n_head;
     out->head_ms = (double)ds.head_ns / 1e6;

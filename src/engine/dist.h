@@ -75,10 +75,12 @@ struct dist_stats {
     int64_t allreduce_ns;
     int64_t allreduce_floats;
     int64_t bcast_ns;
-    int64_t p2p_ns;     // pipeline: time in sends and receives of hidden states (waiting included)
-    int64_t p2p_floats; // hidden-state floats received
-    int64_t head_rows;  // a vocabulary-split head (else 0): this rank's rows of its n_vocab
-    int64_t embd_rows;  // a vocabulary-split token embedding (else 0): this rank's rows
+    int64_t p2p_ns;      // pipeline: time in sends and receives of hidden states (waiting included)
+    int64_t p2p_floats;  // hidden-state floats received
+    int64_t head_rows;   // a vocabulary-split head (else 0): this rank's rows of its n_vocab
+    int64_t embd_rows;   // a vocabulary-split token embedding (else 0): this rank's rows
+    uint64_t read_ahead; // the bytes of this rank's shard read ahead (model_read_ahead)
+    uint64_t file_bytes; // the whole file's
     int64_t n_vocab;
     int64_t n_head;  // the gathers of its logits
     int64_t head_ns; // time in them

@@ -537,10 +537,14 @@ fail:
 }
 
 enum ci_status gguf_open(const char *path, struct gguf **out, struct ci_err *err) {
+    return gguf_open_ex(path, true, out, err);
+}
+
+enum ci_status gguf_open_ex(const char *path, bool read_ahead, struct gguf **out, struct ci_err *err) {
     struct ci_mapfile m;
     enum ci_status s;
     *out = NULL;
-    if ((s = ci_mapfile_open(&m, path, err)))
+    if ((s = ci_mapfile_open_ex(&m, path, read_ahead, err)))
         return s;
     struct gguf *g = ci_calloc(1, sizeof *g);
     if (!g) {
@@ -563,6 +567,10 @@ fail:
 
 bool gguf_file_damaged(const struct gguf *g) {
     return ci_mapfile_damaged(&g->map);
+}
+
+void gguf_will_need(const struct gguf *g, const void *p, uint64_t n) {
+    ci_mapfile_will_need(&g->map, p, n);
 }
 
 void gguf_release(const struct gguf *g, const void *p, uint64_t n) {

@@ -62,6 +62,9 @@ enum ci_status gguf_open(const char *path, struct gguf **out, struct ci_err *err
 bool gguf_file_damaged(const struct gguf *g);
 /* ci_mapfile_release on the file's mapping (tensor bytes no longer read in place). */
 void gguf_release(const struct gguf *g, const void *p, uint64_t n);
+/* gguf_open without reading the whole file ahead unless read_ahead; gguf_will_need reads [p, p + n) ahead. */
+enum ci_status gguf_open_ex(const char *path, bool read_ahead, struct gguf **out, struct ci_err *err);
+void gguf_will_need(const struct gguf *g, const void *p, uint64_t n);
 enum ci_status gguf_open_mem(const void *data, uint64_t size, struct gguf **out, struct ci_err *err);
 void gguf_free(struct gguf *g);
 

@@ -20,7 +20,7 @@ static const struct ci_tensor *gguf_tensor_at(const void *src, int64_t i) {
 
 static enum ci_status sniff_gguf(const char *path, bool *is_gguf, uint64_t *size, struct ci_err *err) {
     struct ci_mapfile mf;
-    enum ci_status s = ci_mapfile_open(&mf, path, err);
+    enum ci_status s = ci_mapfile_open_ex(&mf, path, false, err); // 4 bytes read
     if (s != CI_OK)
         return s;
     *is_gguf = mf.size >= 4 && !memcmp(mf.data, "GGUF", 4);
@@ -30,6 +30,39 @@ static enum ci_status sniff_gguf(const char *path, bool *is_gguf, uint64_t *size
 }
 
 enum ci_status model_load(const char *path, struct model **out, struct ci_err *err) {
+    return model_load_ex(path, true, out, err);
+}
+
+static uint64_t read_ahead_tensor(const struct model *m, const struct ci_tensor *t) {
+    if (!t->data || !t->nbytes)
+        return 0;
+    gguf_will_need(m->gguf, t->data, t->nbytes);
+    return t->nbytes;
+}
+
+uint64_t model_read_ahead(const struct model *m) {
+    if (m->format != MODEL_FORMAT_GGUF)
+        return 0;
+    const struct model_weights *w = &m->weights;
+    const struct ci_tensor *top[] = {&w->tok_embd,  &w->output_norm, &w->rope_freqs,
+                                     &w->rope_long, &w->rope_short,  &w->pos_embd,
+                                     &w->type_embd, &w->tok_norm,    &w->tok_norm_b};
+    uint64_t n = 0;
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        n += read_ahead_tensor(m, top[i]);
+    if (w->output.data != w->tok_embd.data)
+        n += read_ahead_tensor(m, &w->output);
+    // Every member of struct layer_weights is a tensor (weights.h): walked as an array, absent ones skipped.
+    size_t per_layer = sizeof(struct layer_weights) / sizeof(struct ci_tensor);
+    for (int il = 0; il < m->config.n_layer; il++) {
+        const struct ci_tensor *all = (const struct ci_tensor *)(const void *)&w->layers[il];
+        for (size_t i = 0; i < per_layer; i++)
+            n += read_ahead_tensor(m, &all[i]);
+    }
+    return n;
+}
+
+enum ci_status model_load_ex(const char *path, bool read_ahead, struct model **out, struct ci_err *err) {
     *out = NULL;
     struct model *m = ci_calloc(1, sizeof *m);
     if (!m)
@@ -40,7 +73,7 @@ enum ci_status model_load(const char *path, struct model **out, struct ci_err *e
         goto fail;
     if (is_gguf) {
         m->format = MODEL_FORMAT_GGUF;
-        if ((s = gguf_open(path, &m->gguf, err)) != CI_OK)
+        if ((s = gguf_open_ex(path, read_ahead, &m->gguf, err)) != CI_OK)
             goto fail;
         if (gguf_n_tensors(m->gguf) == 0) {
             s = ci_err_set(err, CI_ERR_FORMAT, "%s: vocab-only GGUF file (no tensors): not a model", path);

@@ -27,6 +27,12 @@ struct model {
 };
 
 enum ci_status model_load(const char *path, struct model **out, struct ci_err *err);
+/* model_load; a GGUF file is read ahead whole only when read_ahead (a tensor-parallel or pipeline rank loads
+ * without, then model_read_ahead once its shard is cut). */
+enum ci_status model_load_ex(const char *path, bool read_ahead, struct model **out, struct ci_err *err);
+/* Asks the kernel to read ahead the file bytes of m's tensors (its shard after model_shard; the column slices'
+ * whole row ranges); returns those bytes (0 for a llama2.c file, read ahead at load). */
+uint64_t model_read_ahead(const struct model *m);
 void model_free(struct model *m);
 
 /* Bytes of weights (sum of tensor sizes as stored), parameter count. */

@@ -33,7 +33,8 @@ all-reduce, the gather of the logits or a broadcast) ends the client's stream an
 stopped rank and the cause; rank 0 stopped while `serve --tp 2 --dist-timeout 2` idles ends every process with
 rank 1 naming rank 0 (its idle ticks stopped), and a healthy server idle for three times the timeout (--tp 2
 and --pp 2) still answers with the single process's text.
-The token embedding: split by vocabulary with --tp (stage 0's ranks), as the head with --tp alone.
+The token embedding: split by vocabulary with --tp (stage 0's ranks), as the head with --tp alone.  A rank
+loads the file without reading it all ahead and then reads ahead its shard's bytes only (rank 0 reports them).
 The output head: with --tp alone it is split by vocabulary (each rank a slice of the rows, rank 0 gathers the
 logits: every --tp logits check above runs through it; tiny-gemma2's head is tied to the embedding), and
 `run` reports rank 0's share of the rows; with --pp it stays whole on rank 0.
@@ -206,6 +207,10 @@ def head_split(model, n_vocab):
                       m.group(0) if m else "")
         else:
             rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, err[-400:]), "head whole on rank 0")
+        # Each rank reads ahead only its shard of the file (loaded without reading the whole file ahead).
+        m = re.search(r"rank 0 read ahead ([0-9.]+) of the model file's ([0-9.]+) MiB", err)
+        ok = rc == 0 and m and 0 < float(m.group(1)) < 0.9 * float(m.group(2))
+        rep.check(ok, "read_ahead_shard_%s" % label(tp, pp), "exit %s: %s" % (rc, err[-400:]), m.group(0) if m else "")
         name = "embedding_split_by_vocab_%s" % label(tp, pp)
         m = re.search(r"token embedding split by vocabulary: rank 0 holds (\d+) of (\d+) rows", err)
         if tp > 1:
