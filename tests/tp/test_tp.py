@@ -38,6 +38,8 @@ loads the file without reading it all ahead and then reads ahead its shard's byt
 The output head: with --tp alone it is split by vocabulary (each rank a slice of the rows, rank 0 gathers the
 logits: every --tp logits check above runs through it; tiny-gemma2's head is tied to the embedding), and
 `run` reports rank 0's share of the rows; with --pp it stays whole on rank 0.
+The serving invariance tests under `serve --tp 2`: policies (static, naive), chunked prefill off and 16-token
+chunks, 8-token blocks, no prefix cache, and a pool small enough to preempt give the single process's text.
 Speculative decoding with a draft model (whole on rank 0) under --tp 2, --pp 2 and both: greedy `run` output
 equal to the single process's, with a draft mostly rejected and one always accepted.
 Skips (with a message, no PASS lines) only when mpirun is absent.  Prints PASS/FAIL lines."""
@@ -347,6 +349,46 @@ def serving(rep_name, model, dists=((2, 1),)):
                   "%d prompts x 2 samples x 2 rounds equal" % len(prompts))
 
 
+def serving_invariance(model):
+    """The serving invariance tests under --tp 2: the same concurrent greedy batch (the shared-prefix prompts of
+    serving(), n = 2) through `cinfer serve --tp 2` under each policy, without chunked prefill, with small
+    chunks, small blocks, no prefix cache, and a KV pool so small that sequences are preempted and recomputed,
+    equals the single process's with the defaults."""
+    prefix = " ".join("w%d" % (i % 17) for i in range(60))
+    prompts = [prefix + " tail %d" % i for i in range(4)] + ["short %d" % i for i in range(2)]
+    try:
+        srv = Serve(model, 1)
+        want = srv.batch(prompts, 2)
+        srv.stop()
+    except ciref.CinferError as e:
+        rep.fail("serve_invariance_setup", e)
+        return
+    for name, extra in (("policy_static", ["--policy", "static"]), ("policy_naive", ["--policy", "naive"]),
+                        ("no_chunked_prefill", ["--no-chunked-prefill"]), ("chunk_16", ["--max-batch-tokens", "16"]),
+                        ("block_8", ["--block-size", "8"]), ("no_prefix_cache", ["--no-prefix-cache"]),
+                        ("preemption", ["--kv-blocks", "14", "--block-size", "16"])):
+        srv = None
+        try:
+            srv = Serve(model, 2, extra)
+            got = srv.batch(prompts, 2)
+            preempted = None
+            if name == "preemption":  # the pool did force preemption
+                c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+                c.request("GET", "/metrics")
+                text = c.getresponse().read().decode()
+                preempted = sum(float(line.split()[-1]) for line in text.splitlines()
+                                if "preempt" in line and not line.startswith("#"))
+            srv.stop()
+            rep.check(got == want and preempted != 0, "serve_tp2_invariant_" + name,
+                      "single %s\n--tp 2 %s %s (preempted %s)" % (want, extra, got, preempted),
+                      "%d prompts x 2 samples equal the single process's%s" % (
+                          len(prompts), "" if preempted is None else ", %d preemptions" % preempted))
+        except ciref.CinferError as e:
+            rep.fail("serve_tp2_invariant_" + name, e)
+            if srv:
+                srv.stop()
+
+
 def start_stream(srv):
     """A long streamed greedy completion on a thread; returns (thread, chunks) once some tokens have come."""
     body = json.dumps({"prompt": "hello", "max_tokens": 480, "temperature": 0, "stream": True,
@@ -631,6 +673,7 @@ def main():
 
         serving("serve_greedy_tiny", f32["tiny"], ((2, 1), (1, 2)))
         serving("serve_greedy_qwen3moe", f32["tiny-qwen3moe"], ((2, 1), (1, 2)))
+        serving_invariance(f32["tiny"])
         bench(f32["tiny"], tmp)
         rank_killed(f32["tiny"])
         # The watchdog: rank 0 waits for the stopped last stage's hidden states (point to point), or for its
