@@ -223,7 +223,7 @@ enum ci_status dist_agree(struct dist *d, struct model *m, const struct ci_err *
         if ((s = model_shard(m, &sp, &e)) != CI_OK)
             snprintf(mine.msg, sizeof mine.msg, "%.199s", e.msg);
         else // loaded without reading the file ahead (cinfer_model_load_with): now this rank's part of it
-            d->stats.read_ahead = model_read_ahead(m);
+            d->stats.read_ahead = m->read_whole ? m->file_bytes : model_read_ahead(m);
         d->stats.file_bytes = m->file_bytes;
         d->stats.n_vocab = m->config.n_vocab;
         d->stats.head_rows = d->head_split && m->weights.output.data ? m->weights.output.ne[1] : 0;

@@ -67,12 +67,14 @@ enum ci_status model_load_ex(const char *path, bool read_ahead, struct model **o
     struct model *m = ci_calloc(1, sizeof *m);
     if (!m)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    m->read_whole = true; // a llama2.c file is read ahead at open; a GGUF file as asked (below)
     bool is_gguf = false;
     enum ci_status s = sniff_gguf(path, &is_gguf, &m->file_bytes, err);
     if (s != CI_OK)
         goto fail;
     if (is_gguf) {
         m->format = MODEL_FORMAT_GGUF;
+        m->read_whole = read_ahead;
         if ((s = gguf_open_ex(path, read_ahead, &m->gguf, err)) != CI_OK)
             goto fail;
         if (gguf_n_tensors(m->gguf) == 0) {

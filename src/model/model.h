@@ -22,6 +22,7 @@ struct model {
     struct gguf *gguf;       // GGUF files (NULL otherwise)
     struct llama2c *llama2c; // llama2.c checkpoints (NULL otherwise)
     uint64_t file_bytes;
+    bool read_whole; // the whole file was asked to be read ahead at load (model_load_ex's read_ahead)
     void *packed;    // the weight matrices packed for the kernels (model/pack.c), owned; NULL: none
     bool pack_tried; // model_pack_weights ran (whatever it packed)
 };
