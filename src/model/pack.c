@@ -11,8 +11,8 @@
 #include "model/model.h"
 
 /* Calls fn on every tensor a forward pass reads each step: each layer's tensors (struct layer_weights is all
- * tensors; 3-D expert stacks have no packing), the output head (a copy when tied: the token embedding keeps
- * serving row lookups from the file) and the final norm. */
+ * tensors; a 3-D expert stack is packed expert by expert, model_expert_view finds each), the output head (a
+ * copy when tied: the token embedding keeps serving row lookups from the file) and the final norm. */
 static void each_tensor(struct model *m, void (*fn)(struct ci_tensor *t, void *ctx), void *ctx) {
     const size_t per_layer = sizeof(struct layer_weights) / sizeof(struct ci_tensor);
     for (int il = 0; il < m->config.n_layer; il++) {
@@ -45,9 +45,17 @@ struct pack_plan {
     uint8_t *at; // next free byte of the packed buffer
 };
 
+/* The bytes of t's packing: of each expert's, one after another, for an expert stack (0: none). */
+static size_t packed_bytes(const struct ci_tensor *t) {
+    if (t->n_dims != 3)
+        return ci_pack_bytes(t);
+    size_t stride = model_expert_pack_stride(t);
+    return stride && (size_t)t->ne[2] <= SIZE_MAX / stride ? stride * (size_t)t->ne[2] : 0;
+}
+
 static void count(struct ci_tensor *t, void *ctx) {
     struct pack_plan *p = ctx;
-    size_t b = is_vector(t) ? (size_t)t->nbytes : ci_pack_bytes(t);
+    size_t b = is_vector(t) ? (size_t)t->nbytes : packed_bytes(t);
     if (b && !t->packed && p->bytes <= SIZE_MAX - 64 - b) {
         p->bytes += (b + 63) & ~(size_t)63;
         p->n += !is_vector(t);
@@ -57,6 +65,19 @@ static void count(struct ci_tensor *t, void *ctx) {
 static void count_matrix_only(struct ci_tensor *t, void *ctx) {
     if (!is_vector(t))
         count(t, ctx);
+}
+
+/* Packs the 2-D matrix t into dst a slice of rows at a time, each slice's file pages given back once packed,
+ * so the matrix is never resident twice (the largest one, often the tied head, would otherwise set the peak
+ * memory).  The rows are read from the packing from now on; a tail past the last whole group re-faults. */
+static void pack_matrix(struct pack_plan *p, const struct ci_tensor *t, uint8_t *dst) {
+    const int64_t step = PACK_SLICE_ROWS, rows = t->ne[1] / ci_pack_rows() * ci_pack_rows();
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        int64_t r1 = r0 + step < rows ? r0 + step : rows;
+        ci_pack_part(t, dst, r0, r1);
+        if (p->m->gguf) // from the matrix's start: the page a slice edge splits goes with the later slice
+            gguf_release(p->m->gguf, t->data, (uint64_t)r1 * t->row_bytes);
+    }
 }
 
 static void pack(struct ci_tensor *t, void *ctx) {
@@ -70,18 +91,17 @@ static void pack(struct ci_tensor *t, void *ctx) {
             gguf_release(p->m->gguf, file, t->nbytes);
         return;
     }
-    size_t b = ci_pack_bytes(t);
+    size_t b = packed_bytes(t);
     if (!b || t->packed)
         return;
-    // A slice of rows at a time, each slice's file pages given back once packed, so the matrix is never
-    // resident twice (the largest one, often the tied head, would otherwise set the peak memory).  The rows
-    // are read from the packing from now on; a tail past the last whole group re-faults.
-    const int64_t step = PACK_SLICE_ROWS, rows = t->ne[1] / ci_pack_rows() * ci_pack_rows();
-    for (int64_t r0 = 0; r0 < rows; r0 += step) {
-        int64_t r1 = r0 + step < rows ? r0 + step : rows;
-        ci_pack_part(t, p->at, r0, r1);
-        if (p->m->gguf) // from the matrix's start: the page a slice edge splits goes with the later slice
-            gguf_release(p->m->gguf, t->data, (uint64_t)r1 * t->row_bytes);
+    if (t->n_dims == 3) { // expert by expert, model_expert_pack_stride() apart
+        const size_t stride = model_expert_pack_stride(t);
+        for (int64_t e = 0; e < t->ne[2]; e++) {
+            struct ci_tensor v = model_expert_view(t, (int)e);
+            pack_matrix(p, &v, p->at + (size_t)e * stride);
+        }
+    } else {
+        pack_matrix(p, t, p->at);
     }
     t->packed = p->at;
     p->at += (b + 63) & ~(size_t)63;

@@ -86,7 +86,18 @@ struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e) {
     v.ne[2] = v.ne[3] = 1;
     v.nbytes = (uint64_t)exps->ne[1] * exps->row_bytes;
     v.data = (const uint8_t *)exps->data + (uint64_t)e * stride;
+    v.packed = NULL;
+    if (exps->packed) // model/pack.c: each expert's packing, model_expert_pack_stride() bytes apart
+        v.packed = (const uint8_t *)exps->packed + (size_t)e * model_expert_pack_stride(exps);
     return v;
+}
+
+size_t model_expert_pack_stride(const struct ci_tensor *exps) {
+    struct ci_tensor v = *exps;
+    v.n_dims = 2;
+    v.ne[2] = v.ne[3] = 1;
+    v.packed = NULL;
+    return (ci_pack_bytes(&v) + 63) & ~(size_t)63; // ci_pack_part writes 64-byte aligned
 }
 
 static enum ci_status bind_moe(struct binder *b, int il, struct layer_weights *l) {

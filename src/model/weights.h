@@ -76,8 +76,11 @@ enum ci_status model_weights_bind(struct model_weights *w, const struct model_co
 void model_weights_deinit(struct model_weights *w);
 
 /* Expert e of a bound 3-D expert tensor as a 2-D matrix (a view into the same data) that ci_matmul runs.
- * Expert e starts at e * nbytes / ne[2]. */
+ * Expert e starts at e * nbytes / ne[2]; where the stack is packed (model/pack.c), its packing at
+ * e * model_expert_pack_stride(exps) from exps->packed. */
 struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e);
+/* Bytes from one expert's packing to the next: one expert's ci_pack_bytes, rounded up to 64 (0: not packable). */
+size_t model_expert_pack_stride(const struct ci_tensor *exps);
 
 /* Tensor i of a file's n tensors, for model_weights_check_all_used. */
 typedef const struct ci_tensor *(*weights_tensor_at_fn)(const void *src, int64_t i);

@@ -55,13 +55,15 @@ class CinferError(RuntimeError):
     pass
 
 
-def cinfer(args, timeout=TIMEOUT):
-    """Runs the cinfer CLI; returns (stdout bytes, stderr text) or raises CinferError with the reason."""
+def cinfer(args, timeout=TIMEOUT, env=None):
+    """Runs the cinfer CLI (env: variables added to the environment); returns (stdout bytes, stderr text) or
+    raises CinferError with the reason."""
     if not os.path.exists(BIN):
         raise CinferError("cinfer binary %s does not exist" % BIN)
     cmd = [BIN] + [str(a) for a in args]
     try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                           env=dict(os.environ, **env) if env else None)
     except subprocess.TimeoutExpired:
         raise CinferError("timed out after %ds: %s" % (timeout, " ".join(cmd)))
     err = p.stderr.decode("utf-8", "replace")
@@ -70,7 +72,7 @@ def cinfer(args, timeout=TIMEOUT):
     return p.stdout, err
 
 
-def cinfer_logits(model, tokens, out_path, tokenizer=None, threads=None, block_size=None, kv_type=None):
+def cinfer_logits(model, tokens, out_path, tokenizer=None, threads=None, block_size=None, kv_type=None, env=None):
     """Runs `cinfer logits`; returns (logits float32 [n][n_vocab], raw bytes of the output file)."""
     args = ["logits", "-m", model]
     if kv_type is not None:
@@ -85,7 +87,7 @@ def cinfer_logits(model, tokens, out_path, tokenizer=None, threads=None, block_s
     args += ["-o", out_path]
     if os.path.exists(out_path):
         os.unlink(out_path)
-    cinfer(args)
+    cinfer(args, env=env)
     with open(out_path, "rb") as f:
         raw = f.read()
     n = len(tokens)

@@ -435,6 +435,16 @@ def moe_checks(rep, tmp, tokens, out, dense_qwen3):
                 pre = ciref.cinfer_logits(path, tokens[:n], out, threads=2)[1]
                 rep.check(pre == base[: n * row], "moe_invariance_%s_%s_first%d" % (preset, t, n), "logits differ")
 
+    # Packed expert stacks (model/pack.c packs them expert by expert where the kernels have a layout of their
+    # own: AVX-512 VNNI) give the bits of the file's layout (CINFER_NO_PACK=1), in Q8_0 and in a K-quant mix.
+    for preset in MOE_PRESETS:
+        kq = os.path.join(tmp, "%s-q4_k_m.gguf" % preset)
+        ciref.cinfer(["synth", "--preset", preset, "--type", "Q4_K_M", "--seed", SEED, "-o", kq])
+        for t, path in (("q8_0", paths[preset, "q8_0"]), ("q4_k_m", kq)):
+            packed = ciref.cinfer_logits(path, tokens, out, threads=2)[1]
+            plain = ciref.cinfer_logits(path, tokens, out, threads=2, env={"CINFER_NO_PACK": "1"})[1]
+            rep.check(packed == plain, "moe_packed_experts_%s_%s" % (preset, t), "logits differ from unpacked")
+
     # Malformed.
     mx, q3, q2 = paths["tiny-mixtral", "f32"], paths["tiny-qwen3moe", "f32"], paths["tiny-qwen2moe", "f32"]
     go = paths["tiny-gpt-oss", "f32"]
