@@ -78,7 +78,8 @@ static enum ci_status bind_experts(struct binder *b, const char *name, int64_t n
     return CI_OK;
 }
 
-struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e) {
+/* Expert e's matrix in the file's layout (no packing). */
+static struct ci_tensor expert_matrix(const struct ci_tensor *exps, int e) {
     struct ci_tensor v = *exps;
     // Experts lie nbytes / n_expert apart: a tensor-parallel shard's slice (model/shard.c) covers less.
     uint64_t stride = exps->nbytes / (uint64_t)exps->ne[2];
@@ -87,16 +88,18 @@ struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e) {
     v.nbytes = (uint64_t)exps->ne[1] * exps->row_bytes;
     v.data = (const uint8_t *)exps->data + (uint64_t)e * stride;
     v.packed = NULL;
+    return v;
+}
+
+struct ci_tensor model_expert_view(const struct ci_tensor *exps, int e) {
+    struct ci_tensor v = expert_matrix(exps, e);
     if (exps->packed) // model/pack.c: each expert's packing, model_expert_pack_stride() bytes apart
         v.packed = (const uint8_t *)exps->packed + (size_t)e * model_expert_pack_stride(exps);
     return v;
 }
 
 size_t model_expert_pack_stride(const struct ci_tensor *exps) {
-    struct ci_tensor v = *exps;
-    v.n_dims = 2;
-    v.ne[2] = v.ne[3] = 1;
-    v.packed = NULL;
+    struct ci_tensor v = expert_matrix(exps, 0);
     return (ci_pack_bytes(&v) + 63) & ~(size_t)63; // ci_pack_part writes 64-byte aligned
 }
 
