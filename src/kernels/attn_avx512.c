@@ -3,12 +3,11 @@
  *
  * The f32 chunk is the grouped f32 chunk below with all rows seeing the whole chunk (the AVX2 chunk's bits, its
  * chains interleaved; head_dim not a multiple of 16: the AVX2 chunk itself).  The q8_0 chunks are the AVX2
- * table's (integer scores, dot.h).  The f16 chunks widen the chunk's K/V rows to
- * float 16 lanes at a time (vcvtph2ps; int8 -> float times the block scale, the single rounding of
- * ci_dequantize_row) and run that f32 chunk, so every table gives the same bits for a KV type on a given
- * f32 chunk.  The grouped chunks (dot.h, prefill): this widening once per chunk for all rows, then a grouped
- * f32 chunk that does the AVX2 chunk's arithmetic with two 8-lane chains per 16-lane instruction (below), so
- * each row still gives the AVX2 f32 chunk's bits. */
+ * table's (integer scores, dot.h).  The f16 chunks (decode and grouped) widen the chunk's K rows (vcvtph2ps,
+ * exact) straight into the grouped chunk's packed K layout and its V rows into float rows, once per chunk for
+ * all rows, then run the grouped f32 chunk, so every table gives the same bits for a KV type on a given f32
+ * chunk.  The grouped f32 chunk (dot.h, prefill) does the AVX2 chunk's arithmetic with two 8-lane chains per
+ * 16-lane instruction (below), so each row still gives the AVX2 f32 chunk's bits. */
 #include "kernels/dot.h"
 
 #include "kernels/quant.h"
@@ -40,49 +39,36 @@ T512 void ci_avx512_attn_f32(const void *const *k, const void *const *v, int n, 
     }
 }
 
-/* The rows of a chunk widened to float: out [n][hd] (hd a multiple of 16; of 32 for Q8_0). */
-T512 static void widen_rows(uint32_t type, const void *const *r, int n, int hd, float *out,
-                            const void **outp) {
+/* f16 rows of a chunk widened to float: out [n][hd] (hd a multiple of 16). */
+T512 static void widen_rows(const void *const *r, int n, int hd, float *out, const void **outp) {
     for (int i = 0; i < n; i++) {
         float *o = out + (size_t)i * (size_t)hd;
-        if (type == CI_TYPE_F16) {
-            const uint16_t *h = r[i];
-            for (int d = 0; d < hd; d += 16)
-                _mm512_storeu_ps(o + d,
-                                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + d))));
-        } else {
-            const struct ci_block_q8_0 *b = r[i];
-            for (int j = 0; j < hd / CI_QK8_0; j++) {
-                const __m512 vd = _mm512_set1_ps(_cvtsh_ss(b[j].d));
-                for (int e = 0; e < CI_QK8_0; e += 16) {
-                    __m512i qi =
-                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b[j].qs + e)));
-                    _mm512_storeu_ps(o + j * CI_QK8_0 + e, _mm512_mul_ps(vd, _mm512_cvtepi32_ps(qi)));
-                }
-            }
-        }
+        const uint16_t *h = r[i];
+        for (int d = 0; d < hd; d += 16)
+            _mm512_storeu_ps(o + d,
+                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + d))));
         outp[i] = o;
     }
 }
 
-T512 static void attn_widened(uint32_t type, const void *const *k, const void *const *v, int n,
-                              const float *const *q, int ng, int hd, float scale, float *m, float *l,
-                              float *acc) {
-    _Alignas(64) float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
-    _Alignas(64) float vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
-    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
-    widen_rows(type, k, n, hd, kf, kp);
-    widen_rows(type, v, n, hd, vf, vp);
-    ci_avx512_attn_f32(kp, vp, n, q, ng, hd, scale, m, l, acc);
-}
+T512 static void attn_grp_f16_rows(const void *const *k, const void *const *v, const int *n, int nr,
+                                   const float *const *q, int hd, float scale, float *m, float *l,
+                                   float *acc);
 
+/* The decode chunk on f16 rows: as ci_avx512_attn_f32 (every row sees all n positions, 8 rows a pass). */
 T512 void ci_avx512_attn_f16(const void *const *k, const void *const *v, int n, const float *const *q, int ng,
                              int hd, float scale, float *m, float *l, float *acc) {
     if (hd % 16 != 0) {
         ci_dot_avx2_table()->attn_f16(k, v, n, q, ng, hd, scale, m, l, acc);
         return;
     }
-    attn_widened(CI_TYPE_F16, k, v, n, q, ng, hd, scale, m, l, acc);
+    int nn[8];
+    for (int g = 0; g < 8; g++)
+        nn[g] = n;
+    for (int g0 = 0; g0 < ng; g0 += 8) {
+        int nr = ng - g0 < 8 ? ng - g0 : 8;
+        attn_grp_f16_rows(k, v, nn, nr, q + g0, hd, scale, m + g0, l + g0, acc + (size_t)g0 * (size_t)hd);
+    }
 }
 
 /* Q8_0: the AVX2 table's integer-score chunk (dot.h: every table's Q8_0 scores are the same bits, and the
@@ -193,28 +179,40 @@ AI void pv_row(float *a, const float *const *v, const float *w, int n, int hd, f
 
 #undef PV_FMA
 
-T512 void ci_avx512_attn_grp_f32(const void *const *kr, const void *const *vr, const int *n, int nr,
-                                 const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
-    if (hd % 16 != 0) {
-        ci_dot_avx2_table()->attn_grp_f32(kr, vr, n, nr, q, hd, scale, m, l, acc);
-        return;
-    }
-    int nmax = 0;
-    for (int r = 0; r < nr; r++)
-        nmax = n[r] > nmax ? n[r] : nmax;
-    if (nmax <= 0)
-        return;
-    // kk [CI_ATTN_CHUNK / 2][hd / 8][2][8]: rows 2p and 2p + 1 interleaved by 8 dimensions; rows past nmax
-    // repeat the last one (their lanes are masked out).
-    _Alignas(64) float kk[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
-    const int np = nmax > 8 ? CI_ATTN_CHUNK : 8; // positions scored
+/* kk [CI_ATTN_CHUNK / 2][hd / 8][2][8]: rows 2p and 2p + 1 interleaved by 8 dimensions, for the positions
+ * scored (8, or the whole chunk past 8); rows past nmax repeat the last one (their lanes are masked out).
+ * Returns the positions packed. */
+AI int pack_k_f32(const void *const *kr, int nmax, int hd, float *kk) {
+    const int np = nmax > 8 ? CI_ATTN_CHUNK : 8;
     for (int i = 0; i < np; i++) {
         const float *k = kr[i < nmax ? i : nmax - 1];
         float *o = kk + (size_t)(i / 2) * 2 * (size_t)hd + (size_t)(i % 2) * 8;
         for (int d = 0; d < hd; d += 8)
             _mm256_store_ps(o + 2 * d, _mm256_loadu_ps(k + d));
     }
-    const float *const *v = (const float *const *)vr;
+    return np;
+}
+
+/* pack_k_f32's layout straight from f16 rows: the 8 dimensions of both rows of a pair widened by one
+ * vcvtph2ps into one 512-bit store, the unit the scores load back (a 256-bit store read back by a 512-bit
+ * load cannot be forwarded: on Zen 4 the widen-then-repack path stalled on exactly that). */
+AI void pack_k_f16(const void *const *kr, int nmax, int hd, float *kk) {
+    const int np = nmax > 8 ? CI_ATTN_CHUNK : 8;
+    for (int i = 0; i < np; i += 2) {
+        const uint16_t *a = kr[i < nmax ? i : nmax - 1], *b = kr[i + 1 < nmax ? i + 1 : nmax - 1];
+        float *o = kk + (size_t)(i / 2) * 2 * (size_t)hd;
+        for (int d = 0; d < hd; d += 8) {
+            const __m256i h = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(a + d))),
+                _mm_loadu_si128((const __m128i *)(const void *)(b + d)), 1);
+            _mm512_store_ps(o + 2 * d, _mm512_cvtph_ps(h));
+        }
+    }
+}
+
+/* The grouped chunk on K packed by pack_k_*: scores, online softmax and the value FMAs of each row. */
+AI void grp_packed(const float *kk, const float *const *v, const int *n, int nr, int nmax,
+                   const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
     for (int r = 0; r < nr; r++) {
         _Alignas(32) float w[CI_ATTN_CHUNK];
         __m256 sc0 = scores8x2(q[r], kk, hd, n[r], scale);
@@ -237,18 +235,40 @@ T512 void ci_avx512_attn_grp_f32(const void *const *kr, const void *const *vr, c
     }
 }
 
-T512 static void attn_grp_widened(uint32_t type, const void *const *k, const void *const *v, const int *n,
-                                  int nr, const float *const *q, int hd, float scale, float *m, float *l,
-                                  float *acc) {
-    _Alignas(64) float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
-    _Alignas(64) float vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
-    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+static int max_n(const int *n, int nr) {
     int nmax = 0;
     for (int r = 0; r < nr; r++)
         nmax = n[r] > nmax ? n[r] : nmax;
-    widen_rows(type, k, nmax, hd, kf, kp);
-    widen_rows(type, v, nmax, hd, vf, vp);
-    ci_avx512_attn_grp_f32(kp, vp, n, nr, q, hd, scale, m, l, acc);
+    return nmax;
+}
+
+T512 void ci_avx512_attn_grp_f32(const void *const *kr, const void *const *vr, const int *n, int nr,
+                                 const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
+    if (hd % 16 != 0) {
+        ci_dot_avx2_table()->attn_grp_f32(kr, vr, n, nr, q, hd, scale, m, l, acc);
+        return;
+    }
+    const int nmax = max_n(n, nr);
+    if (nmax <= 0)
+        return;
+    _Alignas(64) float kk[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    pack_k_f32(kr, nmax, hd, kk);
+    grp_packed(kk, (const float *const *)vr, n, nr, nmax, q, hd, scale, m, l, acc);
+}
+
+/* f16 K and V: K widened straight into the packed layout, V widened once for all rows. */
+T512 static void attn_grp_f16_rows(const void *const *k, const void *const *v, const int *n, int nr,
+                                   const float *const *q, int hd, float scale, float *m, float *l,
+                                   float *acc) {
+    const int nmax = max_n(n, nr);
+    if (nmax <= 0)
+        return;
+    _Alignas(64) float kk[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    _Alignas(64) float vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
+    const void *vp[CI_ATTN_CHUNK];
+    pack_k_f16(k, nmax, hd, kk);
+    widen_rows(v, nmax, hd, vf, vp);
+    grp_packed(kk, (const float *const *)vp, n, nr, nmax, q, hd, scale, m, l, acc);
 }
 
 T512 void ci_avx512_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
@@ -257,7 +277,7 @@ T512 void ci_avx512_attn_grp_f16(const void *const *k, const void *const *v, con
         ci_dot_avx2_table()->attn_grp_f16(k, v, n, nr, q, hd, scale, m, l, acc);
         return;
     }
-    attn_grp_widened(CI_TYPE_F16, k, v, n, nr, q, hd, scale, m, l, acc);
+    attn_grp_f16_rows(k, v, n, nr, q, hd, scale, m, l, acc);
 }
 
 T512 void ci_avx512_attn_grp_q8_0(const void *const *k, const void *const *v, const int *n, int nr,
