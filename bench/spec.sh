@@ -5,7 +5,10 @@
 #   (a) stories260K (a trained model) with n-gram / prompt lookup on a repeat workload (the MANIFEST's greedy
 #       story paragraph, then its first sentence again): cinfer --spec ngram vs llama.cpp --spec-type ngram-simple
 #   (b) an F16 smollm2-135m-shape target (cinfer synth --seed 1) with its own Q4_0 quantization as the draft
-#       (cinfer quantize --pure): cinfer --spec draft vs llama.cpp --spec-type draft-simple -md
+#       (cinfer quantize --pure): cinfer --spec draft vs llama.cpp --spec-type draft-simple -md.  Random weights
+#       give flat logits that their own Q4_0 rarely agrees with; --residual-scale S (synth's, e.g. 0.02) writes
+#       the target with attn_output and ffn_down scaled by S, so the embedding dominates the residual stream
+#       and the Q4_0 draft is accepted as a trained model's would be (the files are named by S).
 # Batch 1 (`cinfer run`, llama-speculative-simple; plain llama.cpp decode from llama-bench tg), repetitions
 # interleaved (plain, speculative, plain, ...) and reported as medians, with acceptance and tokens per step.
 # Then the crossover for (b): `cinfer bench --sweep batch` with speculation off and on at each batch size (R
@@ -13,7 +16,7 @@
 #
 #   bench/spec.sh [-r R] [-n N] [-t T] [-k K] [--batches LIST] [--sweep-prompts N] [--sweep-output N]
 #                 [--cases a,b] [--no-llamacpp] [--no-sweep] [--bin CINFER] [--files DIR] [--out DIR]
-#                 [--stories FILE] [--llama-bin DIR]
+#                 [--stories FILE] [--llama-bin DIR] [--residual-scale S]
 # Defaults: -r 3, -n 64 (stories260K: 4 x N), -t 2 (stories260K: 1), -k 8, --batches 1,2,4,8,16,
 # --sweep-prompts 16, --sweep-output 24, --files bench/out/spec-models (the generated GGUF files; outside git),
 # --stories ../shared/models/stories260K.gguf (beside the repository), --out bench/out/spec.
@@ -39,6 +42,7 @@ CASES=a,b
 LLAMA=1
 SWEEP=1
 LBIN=""
+RSCALE=1
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die() {
@@ -63,6 +67,7 @@ while [ $# -gt 0 ]; do
     --out) need $# "$1" && OUT=$2 && shift ;;
     --stories) need $# "$1" && STORIES=$2 && shift ;;
     --llama-bin) need $# "$1" && LBIN=$2 && shift ;;
+    --residual-scale) need $# "$1" && RSCALE=$2 && shift ;;
     -h | --help) usage && exit 0 ;;
     *) usage >&2 && exit 2 ;;
     esac
@@ -83,10 +88,13 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else if (
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
 
 # ---- files ----
+case "$RSCALE" in '' | *[!0-9.]* | *.*.*) die "--residual-scale: a positive number, got '$RSCALE'" ;; esac
 T=$FILES/smollm2-135m-f16-s1.gguf
-D=$FILES/smollm2-135m-f16-s1-q4_0.gguf
+[ "$RSCALE" = 1 ] || T=$FILES/smollm2-135m-f16-s1-rs$RSCALE.gguf
+D=${T%.gguf}-q4_0.gguf
 if echo "$CASES" | grep -q b; then
-    [ -s "$T" ] || "$BIN" synth --preset smollm2-135m --type f16 --seed 1 -o "$T" >&2 || die "synth failed"
+    [ -s "$T" ] || "$BIN" synth --preset smollm2-135m --type f16 --seed 1 --residual-scale "$RSCALE" -o "$T" >&2 ||
+        die "synth failed"
     [ -s "$D" ] || "$BIN" quantize "$T" "$D" Q4_0 --pure -t "$THREADS" >&2 || die "quantize failed"
 fi
 if echo "$CASES" | grep -q a; then
@@ -185,6 +193,7 @@ batch1() {
 
 echo "spec.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "cinfer $BIN ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)); llama.cpp: ${LSPEC:-not run}"
+echo "case (b) files: target $(basename "$T"), draft $(basename "$D") (synth --residual-scale $RSCALE)"
 
 if echo "$CASES" | grep -q a; then
     PA="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high. Once upon a time, there was a little girl named Lily."

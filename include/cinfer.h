@@ -260,6 +260,13 @@ CINFER_API enum cinfer_status cinfer_convert_llama2c(const char *in, const char 
                                                      struct cinfer_error *err);
 CINFER_API enum cinfer_status cinfer_synth(const char *preset, const char *type, uint64_t seed,
                                            const char *out, struct cinfer_error *err);
+/* cinfer_synth with the matrices that write into the residual stream (attn_output, ffn_down) scaled by
+ * residual_scale (1: cinfer_synth's bytes).  Far below 1 the token embedding dominates the residual stream and
+ * the logits have wide margins, so a quantization of the file predicts its greedy tokens as a trained model's
+ * own quantization does (the high-acceptance draft pair of bench/spec.sh). */
+CINFER_API enum cinfer_status cinfer_synth_scaled(const char *preset, const char *type, uint64_t seed,
+                                                  float residual_scale, const char *out,
+                                                  struct cinfer_error *err);
 /* The uniform matrix types a file can be written in: "f32", "f16", "bf16", "q8_0", "q4_0" (convert: f32, f16,
  * q8_0).  cinfer_synth and cinfer_convert_llama2c also take any cinfer_quantize type ("Q4_K_M", ...): the
  * tensors are then typed as llama-quantize would type the F32 file. */

@@ -51,6 +51,7 @@ int cmd_convert(int argc, char **argv) {
 int cmd_synth(int argc, char **argv) {
     const char *preset = NULL, *out_path = NULL, *type_name = "f32";
     uint64_t seed = 42;
+    float residual_scale = 1.0f;
     struct arg_spec specs[] = {
         {"--preset", NULL, ARG_STR, &preset, 0, 0, "NAME  model shape (see below)"},
         {"--type", NULL, ARG_STR, &type_name, 0, 0,
@@ -58,6 +59,10 @@ int cmd_synth(int argc, char **argv) {
          "...: "
          "llama.cpp's per-tensor mixture)"},
         {"--seed", NULL, ARG_U64, &seed, 0, 9007199254740991.0, "S  random seed (default 42)"},
+        {"--residual-scale", NULL, ARG_FLOAT, &residual_scale, 1e-6, 16.0,
+         "S  factor on attn_output and ffn_down (default 1); e.g. 0.02 makes the token embedding dominate, "
+         "so "
+         "the file's own quantization predicts its greedy tokens (a high-acceptance speculative draft)"},
         {"--output", "-o", ARG_STR, &out_path, 0, 0, "FILE  GGUF file to write"},
     };
     int n_specs = sizeof specs / sizeof specs[0];
@@ -90,7 +95,7 @@ int cmd_synth(int argc, char **argv) {
         return 2;
     }
     struct cinfer_error err = {0};
-    if (cinfer_synth(preset, type_name, seed, out_path, &err) != CINFER_OK) {
+    if (cinfer_synth_scaled(preset, type_name, seed, residual_scale, out_path, &err) != CINFER_OK) {
         fprintf(stderr, "cinfer synth: %s\n", err.message);
         return 1;
     }

@@ -502,14 +502,14 @@ enum cinfer_status cinfer_convert_llama2c(const char *in, const char *tokenizer_
 
 enum cinfer_status cinfer_synth(const char *preset, const char *type, uint64_t seed, const char *out,
                                 struct cinfer_error *err) {
+    return cinfer_synth_scaled(preset, type, seed, 1.0f, out, err);
+}
+
+enum cinfer_status cinfer_synth_scaled(const char *preset, const char *type, uint64_t seed,
+                                       float residual_scale, const char *out, struct cinfer_error *err) {
     struct ci_err e = {0};
-    uint32_t t;
-    if (synth_type_parse(type ? type : "f32", &t)) {
-        if (synth_write(preset, t, seed, out, &e) == CI_OK)
-            return CINFER_OK;
-    } else if (synth_write_preset(preset, type, seed, out, &e) == CI_OK) {
+    if (synth_write_scaled(preset, type ? type : "f32", seed, residual_scale, out, &e) == CI_OK)
         return CINFER_OK;
-    }
     return api_fail(err, &e);
 }
 

@@ -810,11 +810,13 @@ static int build_plan_bert(const struct synth_preset *ps, uint32_t type, struct 
     return n;
 }
 
-static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan *plans) {
+/* rs: the residual scale, a factor on the matrices that write into the residual stream (attn_output and
+ * every ffn_down); 1 is the scheme in synth.h. */
+static int build_plan(const struct synth_preset *ps, uint32_t type, float rs, struct plan *plans) {
     int n = 0;
     const int64_t d = ps->n_embd, hd = preset_head_dim(ps), q = hd * ps->n_head, kv = hd * ps->n_kv_head,
                   ff = ps->n_ff;
-    const float sd = 1.0f / sqrtf((float)d), sff = 1.0f / sqrtf((float)ff), sq = 1.0f / sqrtf((float)q);
+    const float sd = 1.0f / sqrtf((float)d), sff = rs / sqrtf((float)ff), sq = rs / sqrtf((float)q);
     const bool qk_norm = model_arch_info(ps->arch)->qk_norm,
                post_norms = model_arch_info(ps->arch)->post_norms;
     char name[64];
@@ -873,7 +875,7 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
             LAYER("ffn_down.weight", ff, d, INIT_NORMAL, sff);
         } else {
             const int64_t fe = ps->n_ff_exp ? ps->n_ff_exp : ff, ne = ps->n_expert;
-            const float sfe = 1.0f / sqrtf((float)fe);
+            const float sfe = rs / sqrtf((float)fe);
             LAYER("ffn_gate_inp.weight", d, ne, INIT_NORMAL, SYNTH_ROUTER_STD * sd);
 #define EXPS(suffix, ne0, ne1, scale)                                                                        \
     do {                                                                                                     \
@@ -895,7 +897,7 @@ static int build_plan(const struct synth_preset *ps, uint32_t type, struct plan 
                 LAYER("ffn_gate_inp_shexp.weight", d, 1, INIT_NORMAL, sd);
                 LAYER("ffn_gate_shexp.weight", d, fs, INIT_NORMAL, sd);
                 LAYER("ffn_up_shexp.weight", d, fs, INIT_NORMAL, sd);
-                LAYER("ffn_down_shexp.weight", fs, d, INIT_NORMAL, 1.0f / sqrtf((float)fs));
+                LAYER("ffn_down_shexp.weight", fs, d, INIT_NORMAL, rs / sqrtf((float)fs));
             }
         }
         if (post_norms)
@@ -994,7 +996,7 @@ static void set_hparams(struct gguf_writer *w, const struct synth_preset *ps, in
 
 /* qp: a llama.cpp preset's mixture; NULL: every matrix in type (synth_write). */
 static enum ci_status write_model(const char *preset, const struct quant_preset *qp, uint32_t type,
-                                  uint64_t seed, const char *path, struct ci_err *err) {
+                                  uint64_t seed, float residual_scale, const char *path, struct ci_err *err) {
     enum ci_status s = CI_OK;
     struct gguf_writer *w = NULL;
     struct plan *plans = NULL;
@@ -1019,7 +1021,7 @@ static enum ci_status write_model(const char *preset, const struct quant_preset 
         s = ci_err_set(err, CI_ERR_NOMEM, "synth: out of memory");
         goto fail;
     }
-    int n_plans = build_plan(ps, qp ? CI_TYPE_F32 : type, plans);
+    int n_plans = build_plan(ps, qp ? CI_TYPE_F32 : type, residual_scale, plans);
     CI_ASSERT(n_plans <= max_tensors);
     if (qp && (s = apply_preset(ps, qp, plans, n_plans, err)) != CI_OK)
         goto fail;
@@ -1084,14 +1086,29 @@ fail:
 
 enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, const char *path,
                            struct ci_err *err) {
-    return write_model(preset, NULL, type, seed, path, err);
+    return write_model(preset, NULL, type, seed, 1.0f, path, err);
 }
 
 enum ci_status synth_write_preset(const char *preset, const char *quant, uint64_t seed, const char *path,
                                   struct ci_err *err) {
-    const struct quant_preset *qp = quant_preset_find(quant);
+    return synth_write_scaled(preset, quant, seed, 1.0f, path, err);
+}
+
+enum ci_status synth_write_scaled(const char *preset, const char *type, uint64_t seed, float residual_scale,
+                                  const char *path, struct ci_err *err) {
+    if (!(residual_scale > 0.0f && residual_scale <= SYNTH_RESIDUAL_SCALE_MAX))
+        return ci_err_set(err, CI_ERR_INVALID, "synth: residual scale %g is not in (0, %g]",
+                          (double)residual_scale, (double)SYNTH_RESIDUAL_SCALE_MAX);
+    const struct synth_preset *ps = synth_preset_find(preset);
+    if (ps && residual_scale != 1.0f && model_arch_info(ps->arch)->encoder)
+        return ci_err_set(err, CI_ERR_INVALID, "synth: a residual scale applies to decoder presets, not '%s'",
+                          preset);
+    uint32_t t;
+    if (synth_type_parse(type, &t))
+        return write_model(preset, NULL, t, seed, residual_scale, path, err);
+    const struct quant_preset *qp = quant_preset_find(type);
     if (!qp)
-        return ci_err_set(err, CI_ERR_INVALID, "synth: unknown type '%s' (accepted: %s)", quant,
+        return ci_err_set(err, CI_ERR_INVALID, "synth: unknown type '%s' (accepted: %s)", type,
                           quant_preset_names());
-    return write_model(preset, qp, CI_TYPE_F32, seed, path, err);
+    return write_model(preset, qp, CI_TYPE_F32, seed, residual_scale, path, err);
 }

@@ -97,6 +97,17 @@ enum ci_status synth_write(const char *preset, uint32_t type, uint64_t seed, con
 enum ci_status synth_write_preset(const char *preset, const char *quant, uint64_t seed, const char *path,
                                   struct ci_err *err);
 
+/* synth_write (type one of its five names) or synth_write_preset (any other name) with the matrices that
+ * write into the residual stream (attn_output, ffn_down and the experts' and shared expert's down
+ * projections) scaled by residual_scale, in (0, SYNTH_RESIDUAL_SCALE_MAX]; 1 writes the same bytes as they do.
+ * Far below 1 the token embedding dominates the residual stream, so the logits have wide margins and a
+ * quantization of the file predicts its greedy tokens as a trained model's own quantization does: the
+ * high-acceptance target and draft pair that speculative decoding is measured with (bench/spec.sh).
+ * Decoder presets only. */
+enum ci_status synth_write_scaled(const char *preset, const char *type, uint64_t seed, float residual_scale,
+                                  const char *path, struct ci_err *err);
+#define SYNTH_RESIDUAL_SCALE_MAX 16.0f
+
 /* The synthetic vocabulary of n_vocab (>= 260) tokens: "<unk>", "<s>", "</s>", "<0x00>".."<0xFF>", then
  * "\u2581", the printable ASCII characters, and "\u2581"-prefixed and bare lowercase letter strings in order
  * of length (all unique).  Token i's text is written NUL-terminated into buf (at least 16 bytes); returns its

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cinfer.h"
 #include "core/mem.h"
 #include "kernels/quant.h"
 #include "model/convert.h"
@@ -468,6 +469,123 @@ TEST(errors) {
     CHECK(synth_write("tiny", CI_TYPE_F32, 1, "/nonexistent-dir/x.gguf", &err) == CI_ERR_IO && err.msg[0]);
 }
 
+/* True for the tensors a residual scale multiplies: those that write into the residual stream. */
+static bool writes_residual(const char *name) {
+    return strstr(name, "attn_output.weight") || strstr(name, "ffn_down.weight") ||
+           strstr(name, "ffn_down_exps.weight") || strstr(name, "ffn_down_shexp.weight");
+}
+
+/* --residual-scale: 1 writes synth_write's bytes; S scales attn_output and every ffn_down (dense, experts,
+ * shared expert) by S and leaves every other tensor's bytes alone; bad scales and encoder presets refused. */
+TEST(residual_scale) {
+    char a[128], b[128];
+    struct ci_err err = {0};
+    test_tmp_path(a, sizeof a, "rs_a.gguf");
+    test_tmp_path(b, sizeof b, "rs_b.gguf");
+    ASSERT_STATUS(synth_write("tiny", CI_TYPE_F32, 7, a, &err), CI_OK);
+    ASSERT_STATUS(synth_write_scaled("tiny", "f32", 7, 1.0f, b, &err), CI_OK);
+    size_t na, nb;
+    uint8_t *da = test_read_file(a, &na), *db = test_read_file(b, &nb);
+    ASSERT(da && db);
+    CHECK(na == nb && memcmp(da, db, na) == 0);
+    free(da);
+    free(db);
+    static const char *presets[] = {"tiny", "tiny-qwen2moe"};
+    for (int pi = 0; pi < 2; pi++) {
+        ASSERT_STATUS(synth_write(presets[pi], CI_TYPE_F32, 7, a, &err), CI_OK);
+        ASSERT_STATUS(synth_write_scaled(presets[pi], "f32", 7, 0.25f, b, &err), CI_OK);
+        struct gguf *ga = NULL, *gb = NULL;
+        ASSERT_STATUS(gguf_open(a, &ga, &err), CI_OK);
+        ASSERT_STATUS(gguf_open(b, &gb, &err), CI_OK);
+        ASSERT(gguf_n_tensors(ga) == gguf_n_tensors(gb));
+        int n_scaled = 0, n_exps = 0;
+        for (int64_t i = 0; i < gguf_n_tensors(ga); i++) {
+            const struct ci_tensor *ta = gguf_tensor(ga, i), *tb = gguf_tensor(gb, i);
+            ASSERT(strcmp(ta->name, tb->name) == 0 && ta->type == CI_TYPE_F32 && tb->type == CI_TYPE_F32);
+            int64_t n = ta->ne[0] * ta->ne[1] * ta->ne[2] * ta->ne[3];
+            const float *x = ta->data, *y = tb->data;
+            if (!writes_residual(ta->name)) {
+                CHECK(memcmp(x, y, (size_t)n * sizeof *x) == 0);
+                continue;
+            }
+            n_scaled++;
+            n_exps += strstr(ta->name, "_exps") != NULL;
+            double worst = 0;
+            for (int64_t k = 0; k < n; k++) {
+                double d = fabs((double)y[k] - 0.25 * x[k]) / (fabs(0.25 * x[k]) + 1e-30);
+                worst = d > worst ? d : worst;
+            }
+            if (!(worst < 1e-6))
+                FAIL_FIRST("%s %s: worst relative error %.3g against 0.25 x the unscaled file", presets[pi],
+                           ta->name, worst);
+        }
+        CHECK(n_scaled == 2 * 4 + (pi == 1 ? 4 : 0)); // 4 layers; tiny-qwen2moe: experts' and shared down
+        CHECK(pi == 0 || n_exps == 4);
+        gguf_free(ga);
+        gguf_free(gb);
+    }
+    static const float bad[] = {0.0f, -1.0f, NAN, INFINITY, SYNTH_RESIDUAL_SCALE_MAX * 2};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        CHECK(synth_write_scaled("tiny", "f32", 7, bad[i], b, &err) == CI_ERR_INVALID &&
+              strstr(err.msg, "residual scale"));
+    }
+    memset(&err, 0, sizeof err);
+    CHECK(synth_write_scaled("tiny-bert", "f32", 7, 0.5f, b, &err) == CI_ERR_INVALID &&
+          strstr(err.msg, "decoder"));
+    memset(&err, 0, sizeof err);
+    CHECK(synth_write_scaled("tiny", "Q9_Z", 7, 0.5f, b, &err) == CI_ERR_INVALID && strstr(err.msg, "Q9_Z"));
+    unlink(a);
+    unlink(b);
+}
+
+/* Greedy tokens of the model at path from token 1: ids[0..n), each the argmax after the ones before
+ * (cinfer_logits over the whole prefix, F32 KV). */
+static bool greedy_ids(const char *path, cinfer_token *ids, int n) {
+    struct cinfer_model *m = NULL;
+    struct cinfer_error e = {0};
+    if (cinfer_model_load(path, NULL, &m, &e) != CINFER_OK)
+        return false;
+    struct cinfer_model_info info;
+    cinfer_model_info(m, &info);
+    float *lg = malloc((size_t)n * (size_t)info.n_vocab * sizeof *lg);
+    bool ok = lg != NULL;
+    ids[0] = 1;
+    for (int i = 1; ok && i < n; i++) {
+        ok = cinfer_logits(m, ids, i, NULL, lg, &e) == CINFER_OK;
+        const float *row = lg + (size_t)(i - 1) * (size_t)info.n_vocab;
+        int best = 0;
+        for (int v = 1; ok && v < info.n_vocab; v++)
+            best = row[v] > row[best] ? v : best;
+        ids[i] = best;
+    }
+    free(lg);
+    cinfer_model_free(m);
+    return ok;
+}
+
+/* What the option is for: at a small residual scale the file's own Q4_0 predicts its greedy tokens (the draft
+ * of a speculative pair accepted nearly always), as a trained model's quantization does. */
+TEST(residual_scale_quantization_agrees) {
+    enum { N = 24 };
+    char t[128], d[128];
+    struct ci_err err = {0};
+    test_tmp_path(t, sizeof t, "rs_t.gguf");
+    test_tmp_path(d, sizeof d, "rs_d.gguf");
+    ASSERT_STATUS(synth_write_scaled("tiny-qwen2", "f16", 5, 0.02f, t, &err), CI_OK);
+    ASSERT_STATUS(synth_write_scaled("tiny-qwen2", "q4_0", 5, 0.02f, d, &err), CI_OK);
+    cinfer_token it[N], id[N];
+    ASSERT(greedy_ids(t, it, N) && greedy_ids(d, id, N));
+    int same = 0;
+    for (int i = 0; i < N; i++)
+        same += it[i] == id[i];
+    CHECK(same == N);
+    if (test_failed_checks)
+        printf("  Q4_0 draft agrees with its F16 target on %d of %d greedy tokens\n", same, N);
+    unlink(t);
+    unlink(d);
+}
+
 /* ---- a small independent forward pass (llama arch, F32 math) to check the logits' spread ---- */
 
 static float *deq(const struct gguf *g, const char *name) {
@@ -834,6 +952,8 @@ int main(int argc, char **argv) {
     RUN(tiny_qwen2);
     RUN(deterministic);
     RUN(errors);
+    RUN(residual_scale);
+    RUN(residual_scale_quantization_agrees);
     RUN(logit_margins);
     RUN(convert_f32_matches);
     RUN(convert_q8_0);
