@@ -39,18 +39,6 @@ T512 void ci_avx512_attn_f32(const void *const *k, const void *const *v, int n, 
     }
 }
 
-/* f16 rows of a chunk widened to float: out [n][hd] (hd a multiple of 16). */
-T512 static void widen_rows(const void *const *r, int n, int hd, float *out, const void **outp) {
-    for (int i = 0; i < n; i++) {
-        float *o = out + (size_t)i * (size_t)hd;
-        const uint16_t *h = r[i];
-        for (int d = 0; d < hd; d += 16)
-            _mm512_storeu_ps(o + d,
-                             _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + d))));
-        outp[i] = o;
-    }
-}
-
 T512 static void attn_grp_f16_rows(const void *const *k, const void *const *v, const int *n, int nr,
                                    const float *const *q, int hd, float scale, float *m, float *l,
                                    float *acc);
@@ -210,28 +198,90 @@ AI void pack_k_f16(const void *const *kr, int nmax, int hd, float *kk) {
     }
 }
 
+/* Row r's scores over the packed K, its online-softmax update (m, l) and its weights w[0..16); returns the
+ * factor c its accumulator is rescaled by before the value FMAs. */
+AI float softmax_row(const float *kk, const float *q, int n, int nmax, int hd, float scale, float *m,
+                     float *l, float *w) {
+    __m256 sc0 = scores8x2(q, kk, hd, n, scale);
+    __m256 sc1 = nmax > 8 ? scores8x2(q, kk + 8 * (size_t)hd, hd, n - 8, scale) : _mm256_set1_ps(-INFINITY);
+    __m256 mv = _mm256_max_ps(sc0, sc1);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
+    float c = *m == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(*m - mx))));
+    __m256 vmx = _mm256_set1_ps(mx);
+    __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
+    _mm256_store_ps(w, w0);
+    _mm256_store_ps(w + 8, w1);
+    *l = *l * c + hsum(_mm256_add_ps(w0, w1));
+    *m = mx;
+    return c;
+}
+
 /* The grouped chunk on K packed by pack_k_*: scores, online softmax and the value FMAs of each row. */
 AI void grp_packed(const float *kk, const float *const *v, const int *n, int nr, int nmax,
                    const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
     for (int r = 0; r < nr; r++) {
         _Alignas(32) float w[CI_ATTN_CHUNK];
-        __m256 sc0 = scores8x2(q[r], kk, hd, n[r], scale);
-        __m256 sc1 =
-            nmax > 8 ? scores8x2(q[r], kk + 8 * (size_t)hd, hd, n[r] - 8, scale) : _mm256_set1_ps(-INFINITY);
-        __m256 mv = _mm256_max_ps(sc0, sc1);
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float mx = _mm_cvtss_f32(m4) > m[r] ? _mm_cvtss_f32(m4) : m[r];
-        float c =
-            m[r] == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(m[r] - mx))));
-        __m256 vmx = _mm256_set1_ps(mx);
-        __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
-        _mm256_store_ps(w, w0);
-        _mm256_store_ps(w + 8, w1);
-        l[r] = l[r] * c + hsum(_mm256_add_ps(w0, w1));
+        float c = softmax_row(kk, q[r], n[r], nmax, hd, scale, &m[r], &l[r], w);
         pv_row(acc + (size_t)r * (size_t)hd, v, w, n[r], hd, c);
-        m[r] = mx;
+    }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define UNROLL_PV _Pragma("GCC unroll 4")
+#else
+#define UNROLL_PV
+#endif
+#define PV_ROWS  4 // rows whose accumulators one pass over the f16 V rows updates
+#define PV_SLABS 4 // 16-float slabs of head_dim per pass
+
+/* pv_row for rows [0, nr) (nr <= PV_ROWS) at once on f16 V rows: each 16 values of V widened once, in
+ * registers, for all the rows; per accumulator the same FMAs in the same order as pv_row, so the same bits. */
+AI void pv_rows_f16(float *acc, const uint16_t *const *v, const float (*w)[CI_ATTN_CHUNK], const int *n,
+                    int nr, int hd, const float *c) {
+    int nmax = 0;
+    for (int r = 0; r < nr; r++)
+        nmax = n[r] > nmax ? n[r] : nmax;
+    for (int d0 = 0; d0 < hd; d0 += 16 * PV_SLABS) {
+        const int ns = (hd - d0) / 16 < PV_SLABS ? (hd - d0) / 16 : PV_SLABS;
+        // Constant trip counts with guards, fully unrolled, keep t in registers.
+        __m512 t[PV_ROWS][PV_SLABS];
+        UNROLL_PV
+        for (int r = 0; r < PV_ROWS; r++) {
+            const __m512 vc = _mm512_set1_ps(r < nr ? c[r] : 0.0f);
+            UNROLL_PV
+            for (int sl = 0; sl < PV_SLABS; sl++)
+                t[r][sl] =
+                    r < nr && sl < ns
+                        ? _mm512_mul_ps(_mm512_loadu_ps(acc + (size_t)r * (size_t)hd + d0 + 16 * sl), vc)
+                        : _mm512_setzero_ps();
+        }
+        for (int i = 0; i < nmax; i++) {
+            __m512 vv[PV_SLABS];
+            UNROLL_PV
+            for (int sl = 0; sl < PV_SLABS; sl++)
+                vv[sl] = sl < ns ? _mm512_cvtph_ps(_mm256_loadu_si256(
+                                       (const __m256i *)(const void *)(v[i] + d0 + 16 * sl)))
+                                 : _mm512_setzero_ps();
+            UNROLL_PV
+            for (int r = 0; r < PV_ROWS; r++) {
+                if (r >= nr || i >= n[r])
+                    continue;
+                const __m512 wi = _mm512_set1_ps(w[r][i]);
+                UNROLL_PV
+                for (int sl = 0; sl < PV_SLABS; sl++)
+                    if (sl < ns)
+                        t[r][sl] = _mm512_fmadd_ps(wi, vv[sl], t[r][sl]);
+            }
+        }
+        UNROLL_PV
+        for (int r = 0; r < PV_ROWS; r++)
+            UNROLL_PV
+        for (int sl = 0; sl < PV_SLABS; sl++)
+            if (r < nr && sl < ns)
+                _mm512_storeu_ps(acc + (size_t)r * (size_t)hd + d0 + 16 * sl, t[r][sl]);
     }
 }
 
@@ -256,7 +306,8 @@ T512 void ci_avx512_attn_grp_f32(const void *const *kr, const void *const *vr, c
     grp_packed(kk, (const float *const *)vr, n, nr, nmax, q, hd, scale, m, l, acc);
 }
 
-/* f16 K and V: K widened straight into the packed layout, V widened once for all rows. */
+/* f16 K and V: K widened straight into the packed layout; V widened in registers by pv_rows_f16, PV_ROWS rows
+ * at a time after their softmax steps. */
 T512 static void attn_grp_f16_rows(const void *const *k, const void *const *v, const int *n, int nr,
                                    const float *const *q, int hd, float scale, float *m, float *l,
                                    float *acc) {
@@ -264,11 +315,16 @@ T512 static void attn_grp_f16_rows(const void *const *k, const void *const *v, c
     if (nmax <= 0)
         return;
     _Alignas(64) float kk[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
-    _Alignas(64) float vf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
-    const void *vp[CI_ATTN_CHUNK];
     pack_k_f16(k, nmax, hd, kk);
-    widen_rows(v, nmax, hd, vf, vp);
-    grp_packed(kk, (const float *const *)vp, n, nr, nmax, q, hd, scale, m, l, acc);
+    for (int r0 = 0; r0 < nr; r0 += PV_ROWS) {
+        const int rn = nr - r0 < PV_ROWS ? nr - r0 : PV_ROWS;
+        _Alignas(32) float w[PV_ROWS][CI_ATTN_CHUNK];
+        float c[PV_ROWS];
+        for (int r = 0; r < rn; r++)
+            c[r] = softmax_row(kk, q[r0 + r], n[r0 + r], nmax, hd, scale, &m[r0 + r], &l[r0 + r], w[r]);
+        pv_rows_f16(acc + (size_t)r0 * (size_t)hd, (const uint16_t *const *)v,
+                    (const float(*)[CI_ATTN_CHUNK])w, n + r0, rn, hd, c);
+    }
 }
 
 T512 void ci_avx512_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
