@@ -48,7 +48,7 @@ void ci_pack_part(const struct ci_tensor *w, void *dst, int64_t r0, int64_t r1);
 /* ci_matmul of several matrices over the same input in one pool dispatch (decode's Q/K/V, gate/up): y[i] =
  * x · w[i]^T, each bit for bit what ci_matmul computes; the activations are quantized once per form.  Every
  * w[i]->ne[0] is the same; the types may differ.  work: ci_matmul_group_work_bytes() bytes, 64-byte aligned. */
-#define CI_MATMUL_GROUP_MAX 4
+#define CI_MATMUL_GROUP_MAX 16 // a one-token MoE step groups its experts' gates and ups (forward.c)
 void ci_matmul_group(struct ci_threadpool *tp, int n_w, const struct ci_tensor *const *w, const float *x,
                      int n_tok, float *const *y, void *work);
 size_t ci_matmul_group_work_bytes(int n_w, const struct ci_tensor *const *w, int n_tok);

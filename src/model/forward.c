@@ -112,6 +112,7 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
     ff = (size_t)c->n_ff_exp > ff ? (size_t)c->n_ff_exp : ff;
     ff = (size_t)c->n_ff_shexp > ff ? (size_t)c->n_ff_shexp : ff;
     size_t ne = (size_t)c->n_expert, nk = (size_t)c->n_expert_used, moe_rows = ne ? T : 0;
+    const size_t ff_rows = T > nk ? T : nk; // moe_one_token keeps every chosen expert's gate and up rows
     f->head_rows = m->weights.output.data ? m->weights.output.ne[1] : 0;
     const bool split = f->head_rows > 0 && f->head_rows < c->n_vocab;
     struct {
@@ -124,8 +125,8 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         {&f->k, T, kv_dim},
         {&f->v, T, kv_dim},
         {&f->att, T, q_dim},
-        {&f->gate, T, ff * (c->ffn_fused ? 2 : 1)}, // fused: the gate and up rows side by side
-        {&f->up, T, ff},
+        {&f->gate, ff_rows, ff * (c->ffn_fused ? 2 : 1)}, // fused: the gate and up rows side by side
+        {&f->up, ff_rows, ff},
         {&f->out, T, (size_t)c->n_embd},
         {&f->rows, R, (size_t)c->n_embd},
         {&f->logits, R, (size_t)c->n_vocab},
@@ -415,6 +416,78 @@ static void gated_ffn(struct forward *f, const struct ci_tensor *gate, const str
         add_bias(out, bias->down, n, (int)down->ne[1]);
 }
 
+/* moe_ffn for one token (decode) whose chosen experts are ex[0..k) in ascending order with weights ew: every
+ * expert's gate and up in one matmul group (one pool dispatch, the input quantized once, where gated_ffn would
+ * take one per expert), then each expert's activation and down projection as gated_ffn does them, added in
+ * the same order: the same bits as the per-expert path. */
+static void moe_one_token(struct forward *f, const struct layer_weights *l, const int *ex, const float *ew,
+                          int k) {
+    const struct model_config *c = &f->m->config;
+    const int E = c->n_embd, ff = c->n_ff_exp;
+    struct ci_tensor views[CI_MATMUL_GROUP_MAX];
+    const struct ci_tensor *w[CI_MATMUL_GROUP_MAX];
+    float *y[CI_MATMUL_GROUP_MAX];
+    for (int i = 0; i < k; i++) {
+        views[2 * i] = model_expert_view(&l->ffn_gate_exps, ex[i]);
+        views[2 * i + 1] = model_expert_view(&l->ffn_up_exps, ex[i]);
+        w[2 * i] = &views[2 * i];
+        w[2 * i + 1] = &views[2 * i + 1];
+        y[2 * i] = f->gate + (size_t)i * ff;
+        y[2 * i + 1] = f->up + (size_t)i * ff;
+    }
+    ci_matmul_group(f->tp, 2 * k, w, f->xb, 1, y, f->work);
+    memset(f->out, 0, sizeof(float) * (size_t)E);
+    for (int i = 0; i < k; i++) {
+        const int e = ex[i];
+        float *g = y[2 * i], *u = y[2 * i + 1];
+        if (l->ffn_gate_exps_b.data) { // gpt-oss: expert e's row of each bias table
+            add_bias(g, (const float *)l->ffn_gate_exps_b.data + (size_t)e * ff, 1, ff);
+            add_bias(u, (const float *)l->ffn_up_exps_b.data + (size_t)e * ff, 1, ff);
+        }
+        if (c->swiglu_oai)
+            ci_swiglu_oai_mul(g, u, ff, 1.702f, 7.0f);
+        else
+            (c->gelu_ffn ? ci_gelu_mul : ci_silu_mul)(g, u, ff);
+        struct ci_tensor down = model_expert_view(&l->ffn_down_exps, e);
+        ci_matmul(f->tp, &down, g, 1, f->yg, f->work);
+        if (l->ffn_gate_exps_b.data)
+            add_bias(f->yg, (const float *)l->ffn_down_exps_b.data + (size_t)e * E, 1, E);
+        for (int d = 0; d < E; d++)
+            f->out[d] += ew[i] * f->yg[d];
+    }
+}
+
+/* moe_ffn's experts for a batch: each expert used by any token once, over the rows routed to it (e_off,
+ * e_tok, e_w), its outputs added to those tokens' rows in ascending expert order. */
+static void moe_tokens(struct forward *f, const struct layer_weights *l, int n) {
+    const struct model_config *c = &f->m->config;
+    const int E = c->n_embd, NE = c->n_expert;
+    memset(f->out, 0, sizeof(float) * (size_t)n * E);
+    for (int e = 0; e < NE; e++) {
+        int lo = f->e_off[e], cnt = f->e_off[e + 1] - lo;
+        if (cnt == 0)
+            continue;
+        for (int i = 0; i < cnt; i++)
+            memcpy(f->xg + (size_t)i * E, f->xb + (size_t)f->e_tok[lo + i] * E, sizeof(float) * E);
+        struct ci_tensor gate = model_expert_view(&l->ffn_gate_exps, e),
+                         up = model_expert_view(&l->ffn_up_exps, e),
+                         down = model_expert_view(&l->ffn_down_exps, e);
+        struct ffn_bias eb = {0};
+        if (l->ffn_gate_exps_b.data) { // gpt-oss: expert e's row of each bias table
+            eb.gate = (const float *)l->ffn_gate_exps_b.data + (size_t)e * c->n_ff_exp;
+            eb.up = (const float *)l->ffn_up_exps_b.data + (size_t)e * c->n_ff_exp;
+            eb.down = (const float *)l->ffn_down_exps_b.data + (size_t)e * E;
+        }
+        gated_ffn(f, &gate, &up, &down, l->ffn_gate_exps_b.data ? &eb : NULL, f->xg, cnt, f->yg);
+        for (int i = 0; i < cnt; i++) {
+            float *o = f->out + (size_t)f->e_tok[lo + i] * E, w = f->e_w[lo + i];
+            const float *y = f->yg + (size_t)i * E;
+            for (int d = 0; d < E; d++)
+                o[d] += w * y[d];
+        }
+    }
+}
+
 /* The mixture-of-experts FFN of the batch's normed rows f->xb into f->out.  The tokens are grouped by expert:
  * each expert used by any token runs once over the rows routed to it (its weights are read once per step),
  * and its outputs are added to those tokens' rows in ascending expert order, so a token's result does not
@@ -444,29 +517,18 @@ static void moe_ffn(struct forward *f, const struct layer_weights *l, int n) {
         f->e_off[e] = f->e_off[e - 1];
     f->e_off[0] = 0;
 
-    memset(f->out, 0, sizeof(float) * (size_t)n * E);
-    for (int e = 0; e < NE; e++) {
-        int lo = f->e_off[e], cnt = f->e_off[e + 1] - lo;
-        if (cnt == 0)
-            continue;
-        for (int i = 0; i < cnt; i++)
-            memcpy(f->xg + (size_t)i * E, f->xb + (size_t)f->e_tok[lo + i] * E, sizeof(float) * E);
-        struct ci_tensor gate = model_expert_view(&l->ffn_gate_exps, e),
-                         up = model_expert_view(&l->ffn_up_exps, e),
-                         down = model_expert_view(&l->ffn_down_exps, e);
-        struct ffn_bias eb = {0};
-        if (l->ffn_gate_exps_b.data) { // gpt-oss: expert e's row of each bias table
-            eb.gate = (const float *)l->ffn_gate_exps_b.data + (size_t)e * c->n_ff_exp;
-            eb.up = (const float *)l->ffn_up_exps_b.data + (size_t)e * c->n_ff_exp;
-            eb.down = (const float *)l->ffn_down_exps_b.data + (size_t)e * E;
-        }
-        gated_ffn(f, &gate, &up, &down, l->ffn_gate_exps_b.data ? &eb : NULL, f->xg, cnt, f->yg);
-        for (int i = 0; i < cnt; i++) {
-            float *o = f->out + (size_t)f->e_tok[lo + i] * E, w = f->e_w[lo + i];
-            const float *y = f->yg + (size_t)i * E;
-            for (int d = 0; d < E; d++)
-                o[d] += w * y[d];
-        }
+    if (n == 1 && 2 * K <= CI_MATMUL_GROUP_MAX) {
+        int ex[CI_MATMUL_GROUP_MAX / 2];
+        float ew[CI_MATMUL_GROUP_MAX / 2];
+        int k = 0;
+        for (int e = 0; e < NE; e++)
+            if (f->e_off[e + 1] > f->e_off[e]) {
+                ex[k] = e;
+                ew[k++] = f->e_w[f->e_off[e]];
+            }
+        moe_one_token(f, l, ex, ew, k);
+    } else {
+        moe_tokens(f, l, n);
     }
     if (c->moe_shared_exp) { // qwen2moe: + sigmoid(gate_inp_shexp . x) * shared_ffn(x)
         gated_ffn(f, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, NULL, f->xb, n, f->yg);

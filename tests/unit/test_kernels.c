@@ -726,11 +726,18 @@ TEST(matmul_bit_identical_across_threads_tiles_and_batches) {
 TEST(matmul_group_equals_each_matmul) {
     const int64_t n_in = 512;
     const int max_tok = 9;
-    const uint32_t types[][CI_MATMUL_GROUP_MAX] = {
+    // Four kinds of matrix, repeated up to the largest group (the MoE decode's gates and ups of 8 experts).
+    const uint32_t kinds[][4] = {
         {CI_TYPE_Q4_K, CI_TYPE_Q6_K, CI_TYPE_Q8_0, CI_TYPE_F16},
         {CI_TYPE_Q8_0, CI_TYPE_Q4_0, CI_TYPE_Q5_K, CI_TYPE_Q4_K},
     };
-    const int64_t n_out[CI_MATMUL_GROUP_MAX] = {96, 32, 70, 200};
+    uint32_t types[2][CI_MATMUL_GROUP_MAX];
+    int64_t n_out[CI_MATMUL_GROUP_MAX];
+    for (int i = 0; i < CI_MATMUL_GROUP_MAX; i++) {
+        types[0][i] = kinds[0][i % 4];
+        types[1][i] = kinds[1][i % 4];
+        n_out[i] = (int64_t[]){96, 32, 70, 200}[i % 4] + 16 * (i / 4);
+    }
     struct ci_threadpool *pools[3] = {NULL, NULL, NULL};
     for (int i = 1; i < 3; i++)
         ASSERT_STATUS(ci_threadpool_create(i + 1, &pools[i], NULL), CI_OK);
@@ -747,7 +754,9 @@ TEST(matmul_group_equals_each_matmul) {
             wp[i] = &w[i];
             y[i] = ci_malloc((size_t)(max_tok * n_out[i]) * sizeof(float));
         }
-        for (int n_w = 1; n_w <= CI_MATMUL_GROUP_MAX; n_w++) {
+        for (int n_w = 1; n_w <= CI_MATMUL_GROUP_MAX; n_w = n_w < 4                     ? n_w + 1
+                                                            : n_w < CI_MATMUL_GROUP_MAX ? CI_MATMUL_GROUP_MAX
+                                                                                        : n_w + 1) {
             size_t wb = ci_matmul_group_work_bytes(n_w, wp, max_tok);
             uint8_t *work = ci_malloc_aligned(wb + 64);
             for (int p = 0; p < 3; p++) {
