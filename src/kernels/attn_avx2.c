@@ -163,19 +163,8 @@ AI void pv_row(float *a, const float *const *v, const float *w, int n, int hd, f
 AI void row_update(__m256 sc0, __m256 sc1, const float *const *v, int n, int hd, float *m, float *l,
                    float *acc) {
     _Alignas(32) float w[CI_ATTN_CHUNK];
-    __m256 mv = _mm256_max_ps(sc0, sc1);
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
-    float c = *m == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(*m - mx))));
-    __m256 vmx = _mm256_set1_ps(mx);
-    __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
-    _mm256_store_ps(w, w0);
-    _mm256_store_ps(w + 8, w1);
-    *l = *l * c + hsum(_mm256_add_ps(w0, w1));
+    float c = softmax_step(sc0, sc1, m, l, w);
     pv_row(acc, v, w, n, hd, c);
-    *m = mx;
 }
 
 /* The grouped chunk of dot.h (and, with every row at n, the chunk itself: ci_avx2_attn_f32): per row the

@@ -72,8 +72,8 @@ T512 void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n,
  * The AVX2 chunk's score of position i is reduce8 of an 8-lane FMA chain over head_dim; here the chains of
  * positions 2p and 2p + 1 run as the low and high halves of one 16-lane accumulator over a repacked K (per
  * 8 dimensions, row 2p's 8 values then row 2p + 1's), and the halves go through the same reduce8_ps,
- * scale, mask, max, exp8 and lane sum as attn_avx2.c (copied below, operation for operation).  The value
- * FMAs are per dimension lane anyway, so 16 lanes at a time give the same bits. */
+ * scale, mask, max, exp8 and lane sum as attn_avx2.c (attn_simd8_inl.h's functions, softmax_step included).
+ * The value FMAs are per dimension lane anyway, so 16 lanes at a time give the same bits. */
 #define AI static inline __attribute__((always_inline)) T512
 
 #include "kernels/attn_simd8_inl.h"
@@ -204,19 +204,7 @@ AI float softmax_row(const float *kk, const float *q, int n, int nmax, int hd, f
                      float *l, float *w) {
     __m256 sc0 = scores8x2(q, kk, hd, n, scale);
     __m256 sc1 = nmax > 8 ? scores8x2(q, kk + 8 * (size_t)hd, hd, n - 8, scale) : _mm256_set1_ps(-INFINITY);
-    __m256 mv = _mm256_max_ps(sc0, sc1);
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
-    float c = *m == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(*m - mx))));
-    __m256 vmx = _mm256_set1_ps(mx);
-    __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
-    _mm256_store_ps(w, w0);
-    _mm256_store_ps(w + 8, w1);
-    *l = *l * c + hsum(_mm256_add_ps(w0, w1));
-    *m = mx;
-    return c;
+    return softmax_step(sc0, sc1, m, l, w);
 }
 
 /* The grouped chunk on K packed by pack_k_*: scores, online softmax and the value FMAs of each row. */

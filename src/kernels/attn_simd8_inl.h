@@ -49,4 +49,23 @@ AI __m256 reduce8_ps(const __m256 *v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
 }
 
+/* One row's online-softmax step from the scores of a chunk's positions 0..7 (sc0) and 8..15 (sc1; -inf where
+ * the row does not see them): the running max *m and sum *l updated, the weights into w[0..16), and the factor
+ * the row's accumulator is rescaled by before its value FMAs returned. */
+AI float softmax_step(__m256 sc0, __m256 sc1, float *m, float *l, float *w) {
+    __m256 mv = _mm256_max_ps(sc0, sc1);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
+    float c = *m == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(*m - mx))));
+    __m256 vmx = _mm256_set1_ps(mx);
+    __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
+    _mm256_store_ps(w, w0);
+    _mm256_store_ps(w + 8, w1);
+    *l = *l * c + hsum(_mm256_add_ps(w0, w1));
+    *m = mx;
+    return c;
+}
+
 #endif
