@@ -168,9 +168,8 @@ AI void pv_row(float *a, const float *const *v, const float *w, int n, int hd, f
 #undef PV_FMA
 
 /* kk [CI_ATTN_CHUNK / 2][hd / 8][2][8]: rows 2p and 2p + 1 interleaved by 8 dimensions, for the positions
- * scored (8, or the whole chunk past 8); rows past nmax repeat the last one (their lanes are masked out).
- * Returns the positions packed. */
-AI int pack_k_f32(const void *const *kr, int nmax, int hd, float *kk) {
+ * scored (8, or the whole chunk past 8); rows past nmax repeat the last one (their lanes are masked out). */
+AI void pack_k_f32(const void *const *kr, int nmax, int hd, float *kk) {
     const int np = nmax > 8 ? CI_ATTN_CHUNK : 8;
     for (int i = 0; i < np; i++) {
         const float *k = kr[i < nmax ? i : nmax - 1];
@@ -178,7 +177,6 @@ AI int pack_k_f32(const void *const *kr, int nmax, int hd, float *kk) {
         for (int d = 0; d < hd; d += 8)
             _mm256_store_ps(o + 2 * d, _mm256_loadu_ps(k + d));
     }
-    return np;
 }
 
 /* pack_k_f32's layout straight from f16 rows: the 8 dimensions of both rows of a pair widened by one

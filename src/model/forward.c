@@ -391,6 +391,14 @@ struct ffn_bias {
 };
 
 /* out = gated FFN of the n rows of x: down(act(gate x) * up x), with biases where given. */
+/* g = act(g) * u over ff values: SwiGLU, GeGLU with the tanh GeLU (gemma), or gpt-oss's clamped SwiGLU. */
+static void ffn_activate(const struct model_config *c, float *g, const float *u, int ff) {
+    if (c->swiglu_oai)
+        ci_swiglu_oai_mul(g, u, ff, 1.702f, 7.0f);
+    else
+        (c->gelu_ffn ? ci_gelu_mul : ci_silu_mul)(g, u, ff);
+}
+
 static void gated_ffn(struct forward *f, const struct ci_tensor *gate, const struct ci_tensor *up,
                       const struct ci_tensor *down, const struct ffn_bias *bias, const float *x, int n,
                       float *out) {
@@ -403,14 +411,8 @@ static void gated_ffn(struct forward *f, const struct ci_tensor *gate, const str
         add_bias(f->gate, bias->gate, n, ff);
         add_bias(f->up, bias->up, n, ff);
     }
-    for (int t = 0; t < n; t++) { // SwiGLU, GeGLU with the tanh GeLU (gemma), or gpt-oss's clamped SwiGLU
-        float *g = f->gate + (size_t)t * ff;
-        const float *u = f->up + (size_t)t * ff;
-        if (c->swiglu_oai)
-            ci_swiglu_oai_mul(g, u, ff, 1.702f, 7.0f);
-        else
-            (c->gelu_ffn ? ci_gelu_mul : ci_silu_mul)(g, u, ff);
-    }
+    for (int t = 0; t < n; t++)
+        ffn_activate(c, f->gate + (size_t)t * ff, f->up + (size_t)t * ff, ff);
     ci_matmul(f->tp, down, f->gate, n, out, f->work);
     if (bias)
         add_bias(out, bias->down, n, (int)down->ne[1]);
@@ -444,10 +446,7 @@ static void moe_one_token(struct forward *f, const struct layer_weights *l, cons
             add_bias(g, (const float *)l->ffn_gate_exps_b.data + (size_t)e * ff, 1, ff);
             add_bias(u, (const float *)l->ffn_up_exps_b.data + (size_t)e * ff, 1, ff);
         }
-        if (c->swiglu_oai)
-            ci_swiglu_oai_mul(g, u, ff, 1.702f, 7.0f);
-        else
-            (c->gelu_ffn ? ci_gelu_mul : ci_silu_mul)(g, u, ff);
+        ffn_activate(c, g, u, ff);
         struct ci_tensor down = model_expert_view(&l->ffn_down_exps, e);
         ci_matmul(f->tp, &down, g, 1, f->yg, f->work);
         if (l->ffn_gate_exps_b.data)
