@@ -476,6 +476,8 @@ struct cinfer_request_options {
     int think_budget; // >= 0
     bool think_open;
 };
+/* Defaults: 128 tokens, one sample, cinfer_generate_params_default's sampling, no stop strings and no
+ * log-probabilities (logprobs -1). */
 CINFER_API void cinfer_request_options_default(struct cinfer_request_options *o);
 
 /* Compiles a GBNF grammar into the engine's cache of grammars (keyed by the text), so that a request with it

@@ -360,6 +360,7 @@ void cinfer_request_options_default(struct cinfer_request_options *o) {
     o->max_tokens = g.max_tokens;
     o->n = 1;
     o->sampling = g.sampling;
+    o->logprobs = -1; // none: computing them is a pass over the vocabulary per token
 }
 
 enum cinfer_status cinfer_engine_submit(struct cinfer_engine *e, const cinfer_token *prompt, int n_prompt,

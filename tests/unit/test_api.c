@@ -148,6 +148,58 @@ TEST(engine_kv_type_option) {
     cinfer_model_free(m);
 }
 
+/* Greedy tokens of one request on stories260K: the sum of their logprobs and whether any event had one. */
+static void greedy_logprobs(struct cinfer_engine *e, const struct cinfer_request_options *ro, double *sum,
+                            bool *any) {
+    const cinfer_token prompt[5] = {1, 403, 407, 261, 378}; // BOS "Once upon a time"
+    struct cinfer_stream *st = NULL;
+    struct cinfer_error err = {0};
+    *sum = 0;
+    *any = false;
+    ASSERT_STATUS(cinfer_engine_submit(e, prompt, 5, ro, &st, &err), CINFER_OK);
+    for (bool done = false; !done;) {
+        cinfer_engine_step(e);
+        struct cinfer_event ev;
+        while (!done && cinfer_stream_next(st, 0, &ev, 0) == CINFER_OK) {
+            if (ev.kind == CINFER_EVENT_TOKEN) {
+                *sum += ev.logprob;
+                *any |= ev.logprob != 0 || ev.n_top != 0;
+            }
+            done = ev.kind == CINFER_EVENT_DONE || ev.kind == CINFER_EVENT_ERROR;
+        }
+    }
+    cinfer_stream_release(st);
+}
+
+/* The default request computes no log-probabilities (a pass over the vocabulary per token, which `cinfer
+ * run` and the benchmarks do not want); logprobs = 0 gives the sampled token's. */
+TEST(logprobs_only_when_asked) {
+    char p[512];
+    struct cinfer_model *m = NULL;
+    struct cinfer_error err = {0};
+    ASSERT_STATUS(cinfer_model_load(test_model_path(p, sizeof p, "stories260K.gguf"), NULL, &m, &err),
+                  CINFER_OK);
+    struct cinfer_engine_options eo;
+    cinfer_engine_options_default(&eo);
+    struct cinfer_engine *e = NULL;
+    ASSERT_STATUS(cinfer_engine_create(m, &eo, &e, &err), CINFER_OK);
+    struct cinfer_request_options ro;
+    cinfer_request_options_default(&ro);
+    CHECK(ro.logprobs == -1);
+    ro.max_tokens = 8;
+    ro.ignore_eos = true;
+    ro.sampling.temperature = 0;
+    double sum = 0;
+    bool any = true;
+    greedy_logprobs(e, &ro, &sum, &any);
+    CHECK(!any && sum == 0);
+    ro.logprobs = 0;
+    greedy_logprobs(e, &ro, &sum, &any);
+    CHECK(any && sum < 0);
+    cinfer_engine_free(e);
+    cinfer_model_free(m);
+}
+
 TEST(engine_api) {
     char p[512];
     struct cinfer_model *m = NULL;
@@ -229,6 +281,7 @@ int main(int argc, char **argv) {
     RUN(greedy_stories260k_v1);
     RUN(load_errors);
     RUN(engine_api);
+    RUN(logprobs_only_when_asked);
     RUN(engine_kv_type_option);
     return test_exit_code();
 }
