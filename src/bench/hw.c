@@ -11,6 +11,7 @@
  * timed pieces of work (a chunk, a ~0.5 ms loop pass): see best_rate().  Their ratios to the bandwidth are
  * the ridge points: a kernel whose op/byte lies below its ridge is bandwidth-bound (decode), above it
  * compute-bound (prefill).  Without AVX2 portable C loops are used and the report says so. */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -466,6 +467,7 @@ static void peak_line(const char *what, const char *unit, double one, double all
 }
 
 void bench_hw_print(const struct bench_hw *hw, bool json) {
+    const struct ci_kernel_tune *tune = ci_kernels_tune();
     if (json) {
         printf("{\"type\": \"hw\", \"isa\": \"%s\", \"kernels_isa\": \"%s\", \"n_threads\": %d, "
                "\"buf_bytes\": %zu, \"bw1_gbs\": %.3f, \"bw_gbs\": %.3f, \"fma1_gflops\": %.3f, "
@@ -473,16 +475,22 @@ void bench_hw_print(const struct bench_hw *hw, bool json) {
                "\"peak_gflops\": %.3f, \"ridge\": %.3f, \"dot1_gops\": %.3f, \"dot_gops\": %.3f, "
                "\"dot512_1_gops\": %.3f, \"dot512_gops\": %.3f, \"vnni1_gops\": %.3f, \"vnni_gops\": %.3f, "
                "\"vnni512_1_gops\": %.3f, \"vnni512_gops\": %.3f, \"int8_peak_gops\": %.3f, "
-               "\"int8_ridge\": %.3f}\n",
+               "\"int8_ridge\": %.3f, \"cpu\": \"%s\", \"f16_widen_min_tokens\": %d}\n",
                hw->isa, hw->kernels_isa, hw->n_threads, hw->buf_bytes, hw->bw1_gbs, hw->bw_gbs,
                hw->fma1_gflops, hw->fma_gflops, hw->fma512_1_gflops, hw->fma512_gflops, hw->peak_gflops,
                hw->ridge, hw->dot1_gops, hw->dot_gops, hw->dot512_1_gops, hw->dot512_gops, hw->vnni1_gops,
-               hw->vnni_gops, hw->vnni512_1_gops, hw->vnni512_gops, hw->int8_peak_gops, hw->int8_ridge);
+               hw->vnni_gops, hw->vnni512_1_gops, hw->vnni512_gops, hw->int8_peak_gops, hw->int8_ridge,
+               tune->cpu, tune->f16_widen_min_tokens);
         return;
     }
     int n = hw->n_threads;
     bool simd = !strcmp(hw->isa, "avx2+fma");
     printf("machine (loops: %s; cinfer kernels: %s)\n", hw->isa, hw->kernels_isa);
+    char widen[32] = "never";
+    if (tune->f16_widen_min_tokens < INT32_MAX)
+        snprintf(widen, sizeof widen, "above %d tokens", tune->f16_widen_min_tokens);
+    printf("  kernel tuning            %s (%s): F16/BF16 weights widened to F32 blocks %s\n", tune->cpu,
+           tune->why, widen);
     printf(
         "  memory read bandwidth    %8.2f GB/s    (1 thread) %8.2f GB/s    (%d threads)   %.2f GiB buffer\n",
         hw->bw1_gbs, hw->bw_gbs, n, (double)hw->buf_bytes / GIB);

@@ -5,7 +5,10 @@
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
 
+#include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +45,78 @@ static bool cpu_has_avx512_vnni(void) {
 #else
     return false;
 #endif
+}
+
+/* ---- per-CPU parameters --------------------------------------------------------------------------------- */
+
+static struct ci_kernel_tune tune;
+static int
+    tune_widen; // the row's (or the environment's) f16_widen_min_tokens, for ci_kernels_force_f16_widen
+static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
+
+/* CPUID's vendor ("AuthenticAMD", "GenuineIntel") and display family and model; false off x86. */
+static bool cpu_identity(char vendor[13], unsigned *family, unsigned *model) {
+#ifdef HAVE_X86_PROBE
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx))
+        return false;
+    memcpy(vendor, &ebx, 4);
+    memcpy(vendor + 4, &edx, 4);
+    memcpy(vendor + 8, &ecx, 4);
+    vendor[12] = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        return false;
+    unsigned base = eax >> 8 & 0xf;
+    *family = base + (base == 0xf ? (eax >> 20 & 0xff) : 0);
+    *model = (eax >> 4 & 0xf) | (base == 0x6 || base == 0xf ? (eax >> 16 & 0xf) << 4 : 0);
+    return true;
+#else
+    (void)vendor, (void)family, (void)model;
+    return false;
+#endif
+}
+
+static void tune_probe(void) {
+    char vendor[13] = "";
+    unsigned family = 0, model = 0;
+    bool known = cpu_identity(vendor, &family, &model);
+    bool amd = known && strcmp(vendor, "AuthenticAMD") == 0,
+         intel = known && strcmp(vendor, "GenuineIntel") == 0;
+    if (known)
+        snprintf(tune.cpu, sizeof tune.cpu, "%s family %u model %u",
+                 amd     ? "AMD"
+                 : intel ? "Intel"
+                         : vendor,
+                 family, model);
+    else
+        snprintf(tune.cpu, sizeof tune.cpu, "unknown");
+    if (amd && family == 0x19) {
+        // Zen 4 (Zen 3 has no AVX-512, the only table that widens): the tiles that convert in registers beat
+        // widening at every token count measured, 9 to 512 (bench/KERNELS.md)
+        tune.f16_widen_min_tokens = INT32_MAX;
+        tune.why = "table row: AMD Zen 4";
+    } else {
+        tune.f16_widen_min_tokens = 8;
+        tune.why = "table row: default";
+    }
+    const char *v = getenv("CINFER_F16_WIDEN_MIN");
+    char *end = NULL;
+    long n = v && v[0] ? strtol(v, &end, 10) : -1;
+    if (v && v[0] && end && *end == 0 && n >= 0) {
+        tune.f16_widen_min_tokens = n > INT32_MAX ? INT32_MAX : (int)n;
+        tune.why = "CINFER_F16_WIDEN_MIN";
+    }
+    tune_widen = tune.f16_widen_min_tokens;
+}
+
+const struct ci_kernel_tune *ci_kernels_tune(void) {
+    pthread_once(&tune_once, tune_probe);
+    return &tune;
+}
+
+void ci_kernels_force_f16_widen(int min_tokens) {
+    pthread_once(&tune_once, tune_probe);
+    tune.f16_widen_min_tokens = min_tokens >= 0 ? min_tokens : tune_widen;
 }
 
 static bool env_on(const char *name) {

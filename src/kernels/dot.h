@@ -213,6 +213,8 @@ void ci_f32_to_f16_row(const float *x, uint16_t *h, int64_t n);
 void ci_kernels_force_scalar(bool on);
 /* Tests: runs everything on table t (one of ci_kernels_tables()); NULL restores the probed choice. */
 void ci_kernels_force_table(const struct ci_dot_table *t);
+/* Tests: F16/BF16 matmuls widen above min_tokens tokens (ci_kernel_tune); negative restores the CPU's row. */
+void ci_kernels_force_f16_widen(int min_tokens);
 
 /* Scalar building blocks shared by the tables (dot_ref.c, qblock_ref.c): the canonical quantized block dots.
  * ci_ref_qblock adds weight block w of a quantized type to acc as the canonical order above says: xq are the

@@ -18,6 +18,7 @@
  * The repacking is paid once per 16 rows and slice and reused by up to 256 tokens.  Smaller batches (decode)
  * use the AVX2 kernels, which read each weight once without repacking. */
 #include "kernels/dot.h"
+#include "kernels/kernels.h"
 
 #include "kernels/quant.h"
 
@@ -155,6 +156,7 @@ struct tile_args {
     int nt;
     int64_t k0, k1;
     bool first, last;
+    bool stream; // the rows come from memory (the first token group of a block): prefetch the next tile's
     __m512 *acc;
 };
 
@@ -185,13 +187,13 @@ AI void ftile(uint32_t type, const int RM, const int TN, const struct tile_args 
         acc[k] = ta->first ? _mm512_setzero_ps() : _mm512_load_ps((const float *)&ta->acc[k]);
     const int esize = type == CI_TYPE_F32 ? 4 : 2;
     const int step = RM * 16 * esize;
-    // Decode shapes stream from memory: prefetch the next tile's rows.  (Prefill shapes read a row block that
-    // sits in L2, which the hardware prefetchers bring to L1 well enough; explicit prefetches there only cost
-    // load slots and spilled pointer registers.)
+    // Rows read from memory (decode shapes, and the first token group over a row block) prefetch the next
+    // tile's rows; the later groups find the block in L2, which the hardware prefetchers bring to L1 well
+    // enough (explicit prefetches there only cost load slots and spilled pointer registers).
     const uint8_t *pf = ta->w + RM * ta->wrb + (size_t)ta->k0 * (size_t)step;
     int64_t u1 = ta->k1 < full ? ta->k1 : full;
     for (int64_t i = ta->k0 * 16; i < u1 * 16; i += 16) {
-        if (RM >= 4 && TN <= 2) {
+        if ((RM >= 4 && TN <= 2) || ta->stream) {
             prefetch_lines(pf, (step + 63) / 64);
             pf += step;
         }
@@ -304,18 +306,24 @@ T512 static void convert_rows(const struct ci_mm *m, int64_t r, int64_t nr, floa
     }
 }
 
-/* Tokens [t0, t1) against rows [rb, re) whose weights (wb, rows wrb bytes apart) sit in L2: token groups of
- * up to TOKEN_GROUP; inside, k slices whose activations stay in L1; inside, the row tiles of the block. */
+/* Tokens [t0, t1) against rows [rb, re) (weights wb, rows wrb bytes apart): token groups of up to
+ * TOKEN_GROUP; inside, k slices whose activations stay in L1; inside, the row tiles of the block.  stream:
+ * wb is the file's rows, the first group reads them from memory.  Else wb is a widened copy in L2 and pf,
+ * pf_bytes the next block's file rows, prefetched a share before each tile (L2: the next widening then
+ * finds them there instead of stalling on memory). */
 T512 static void fblock(const struct ci_mm *m, const tile_fn *tiles, const uint8_t *wb, size_t wrb,
-                        int64_t rb, int64_t re, int t0, int t1) {
+                        int64_t rb, int64_t re, int t0, int t1, bool stream, const uint8_t *pf,
+                        size_t pf_bytes) {
     _Alignas(64) __m512 park[(BLOCK_ROWS + 2) * 8]; // ceil(64 / RM) tiles of RM x TN accumulators, at most
     const int64_t n_units = (m->n_in + 15) / 16;
+    // a share of the lines per tile, over about the tiles of two token groups
+    const size_t pf_per = pf_bytes / 64 / (size_t)(2 * ((re - rb + TILE_ROWS - 1) / TILE_ROWS)) + 1;
     for (int t = t0; t < t1;) {
         int tn = t1 - t < TOKEN_GROUP ? t1 - t : TOKEN_GROUP;
         int rm = ftile_rows[tn];
         int64_t slice = L1_X_BYTES / (64 * tn), n_slices = (n_units + slice - 1) / slice;
         slice = (n_units + n_slices - 1) / n_slices; // equal slices: no short tail slice
-        struct tile_args ta = {.m = m, .wrb = wrb, .t = t, .nt = tn};
+        struct tile_args ta = {.m = m, .wrb = wrb, .t = t, .nt = tn, .stream = stream && t == t0};
         for (int64_t k0 = 0; k0 < n_units; k0 += slice) {
             ta.k0 = k0;
             ta.k1 = n_units - k0 > slice ? k0 + slice : n_units;
@@ -327,6 +335,8 @@ T512 static void fblock(const struct ci_mm *m, const tile_fn *tiles, const uint8
                 ta.r = r;
                 ta.nr = re - r < rm ? (int)(re - r) : rm;
                 ta.acc = acc;
+                for (size_t c = 0; c < pf_per && pf_bytes >= 64; c++, pf += 64, pf_bytes -= 64)
+                    _mm_prefetch((const char *)pf, _MM_HINT_T1);
                 tiles[tn](&ta);
                 acc += rm * tn;
             }
@@ -340,7 +350,10 @@ T512 static void fblock(const struct ci_mm *m, const tile_fn *tiles, const uint8
  * possible: no short tile at the end of each. */
 T512 static void fpanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const tile_fn *tiles,
                         const tile_fn *cvt_tiles, float *cvt_buf /* [CVT_BYTES / 4] or NULL */) {
-    const bool convert = cvt_buf && t1 - t0 > 8 && (size_t)m->n_in * 4 * TILE_ROWS <= CVT_BYTES;
+    // Widening a block once costs a store and a reload per weight; converting in the tiles, one vcvtph2ps per
+    // weight and token group.  Which is cheaper depends on the CPU (ci_kernels_tune).
+    const bool convert = cvt_buf && t1 - t0 > ci_kernels_tune()->f16_widen_min_tokens &&
+                         (size_t)m->n_in * 4 * TILE_ROWS <= CVT_BYTES;
     const size_t wrb = convert ? (size_t)m->n_in * 4 : m->row_bytes;
     int64_t block = (int64_t)(L2_BLOCK_BYTES / (wrb ? wrb : 1)); // converted: at most CVT_BYTES of rows
     block = block > BLOCK_ROWS ? BLOCK_ROWS : block;
@@ -362,9 +375,11 @@ T512 static void fpanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, i
             const int64_t re = rb + block < r1 ? rb + block : r1;
             if (convert) {
                 convert_rows(m, rb, re - rb, cvt_buf);
-                fblock(m, cvt_tiles, (const uint8_t *)cvt_buf, wrb, rb, re, tc, tce);
+                const int64_t ne = re + block < r1 ? re + block : r1; // the next block's rows
+                fblock(m, cvt_tiles, (const uint8_t *)cvt_buf, wrb, rb, re, tc, tce, false,
+                       m->w + (size_t)re * m->row_bytes, (size_t)(ne - re) * m->row_bytes);
             } else {
-                fblock(m, tiles, m->w + (size_t)rb * m->row_bytes, wrb, rb, re, tc, tce);
+                fblock(m, tiles, m->w + (size_t)rb * m->row_bytes, wrb, rb, re, tc, tce, true, NULL, 0);
             }
         }
     }

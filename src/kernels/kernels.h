@@ -20,6 +20,18 @@ void ci_kernels_init(void);
 /* "avx512+vnni", "avx2+fma+f16c" or "scalar": what ci_kernels_init picked. */
 const char *ci_kernels_isa(void);
 
+/* Kernel parameters that depend on the CPU model, not only on its instruction sets: a table by CPUID vendor
+ * and family (dispatch.c), each row with the measurement behind it; `cinfer bench hw` reports them. */
+struct ci_kernel_tune {
+    char cpu[48]; // "AMD family 25 model 17", "Intel family 6 model 143", "unknown"
+    // F16/BF16 matmuls over more tokens than this widen each row block to F32 once and run the F32 tiles
+    // on the copy; up to it, the tiles convert in registers (INT32_MAX: always).  Same bits either way.
+    int f16_widen_min_tokens;
+    const char *why; // which table row ("table row: AMD Zen 4"), or the environment override
+};
+/* The row for this CPU; CINFER_F16_WIDEN_MIN=N (N >= 0) overrides f16_widen_min_tokens, for measuring. */
+const struct ci_kernel_tune *ci_kernels_tune(void);
+
 /* dot(row of n elements of type, x) in float; n a multiple of the type's block size.  Bit for bit what
  * ci_matmul computes for that row and token: for quantized rows x is first quantized to int8 blocks. */
 float ci_dot(uint32_t type, const void *row, const float *x, int64_t n);

@@ -170,6 +170,13 @@ fi
 out=$("$BIN" bench hw -t 1 --mib 16 --passes 1 --peak-ms 10 2>&1)
 grep -q "int8 dot peak" <<<"$out" && grep -q "int8 peak" <<<"$out" && pass bench_hw_table_int8 ||
     fail bench_hw_table_int8 "$(tr '\n' '|' <<<"$out")"
+# The per-CPU kernel tuning: the CPU's row (its identity and widening threshold), and the override.
+grep -Eq "kernel tuning +(AMD|Intel|unknown|[A-Za-z]+).*\(table row: .*\): F16/BF16 weights widened to F32 blocks (never|above [0-9]+ tokens)" \
+    <<<"$out" && "$PY" -c 'import json,sys; h=json.loads(open(sys.argv[1]).read()); assert h["cpu"] and h["f16_widen_min_tokens"] >= 0' \
+    "$T/hw.json" && pass bench_hw_kernel_tuning || fail bench_hw_kernel_tuning "$(tr '\n' '|' <<<"$out")"
+out=$(CINFER_F16_WIDEN_MIN=5 "$BIN" bench hw -t 1 --mib 16 --passes 1 --peak-ms 10 2>&1)
+grep -q "(CINFER_F16_WIDEN_MIN): F16/BF16 weights widened to F32 blocks above 5 tokens" <<<"$out" &&
+    pass bench_hw_widen_override || fail bench_hw_widen_override "$(tr '\n' '|' <<<"$out")"
 # bench kernels with the roofs given (nothing measured): a Q8_0 model's matmuls are charged to the int8 peak
 # (its pp roofline time is int8 ops / int8 peak + the rest / f32 peak; doubling the int8 peak changes it
 # accordingly), an F32 model's to the f32 peak only (no int8 ops).

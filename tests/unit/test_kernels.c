@@ -714,8 +714,14 @@ TEST(matmul_bit_identical_across_threads_tiles_and_batches) {
     struct ci_threadpool *pools[4] = {NULL, NULL, NULL, NULL}; // NULL, 1, 2, 3 threads
     for (int i = 1; i < 4; i++)
         ASSERT_STATUS(ci_threadpool_create(i, &pools[i], NULL), CI_OK);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        matmul_case(&cases[i], pools);
+    // F16/BF16 rows widened to F32 blocks above 8 tokens, and never (whichever this CPU's row picks)
+    const int widen[2] = {8, INT32_MAX};
+    for (int wi = 0; wi < 2; wi++) {
+        ci_kernels_force_f16_widen(widen[wi]);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            matmul_case(&cases[i], pools);
+    }
+    ci_kernels_force_f16_widen(-1);
     for (int i = 1; i < 4; i++)
         ci_threadpool_free(pools[i]);
 }
