@@ -1,0 +1,131 @@
+/* How close decode's matrix-vector products come to the memory: one token against M random matrices of a
+ * weight type (packed as the model loader packs them), every pass over all M, against a plain read of the
+ * same bytes by the same thread pool (each thread an equal contiguous share of each matrix, 64-bit loads).
+ * The two alternate, pass after pass, so that both see the same machine; it prints each one's median GB/s.
+ * A roofline from `cinfer bench hw` is the best window of a read of a huge-page buffer; this is what a read
+ * of the weights themselves sustains.  Not part of the build: compile it against a release build's library
+ * (bench/RESULTS.md, issues 11 and 12):
+ *   make -j2 && cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude bench/gemv_read.c build/release/libcinfer.a \
+ *       -lpthread -lm -o /tmp/gemv_read
+ *   /tmp/gemv_read TYPE N_IN N_OUT M PASSES THREADS   (e.g. Q4_K 2048 5632 40 9 2: tinyllama's FFN, 40 copies) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/mem.h"
+#include "core/rng.h"
+#include "core/threadpool.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct read_job {
+    const uint8_t *p;
+    size_t bytes;
+    int n_threads;
+    uint64_t sum[64]; // one slot per thread, a cache line apart
+};
+
+static void read_task(void *ctx, int task, int thread) {
+    (void)thread;
+    struct read_job *j = ctx;
+    size_t share = j->bytes / (size_t)j->n_threads / 64 * 64;
+    const uint64_t *w = (const uint64_t *)(const void *)(j->p + share * (size_t)task);
+    uint64_t acc = 0;
+    for (size_t i = 0; i < share / 8; i += 8)
+        acc += w[i] ^ w[i + 1] ^ w[i + 2] ^ w[i + 3] ^ w[i + 4] ^ w[i + 5] ^ w[i + 6] ^ w[i + 7];
+    j->sum[8 * (task % 8)] += acc;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s TYPE N_IN N_OUT M PASSES THREADS\n", argv[0]);
+        return 2;
+    }
+    uint32_t type = CI_TYPE_COUNT;
+    for (uint32_t t = 0; t < CI_TYPE_COUNT; t++)
+        if (strcmp(ci_type_name(t), argv[1]) == 0)
+            type = t;
+    const long n_in = atol(argv[2]), n_out = atol(argv[3]);
+    const int n_mat = atoi(argv[4]), passes = atoi(argv[5]), n_threads = atoi(argv[6]);
+    uint64_t row_bytes = 0;
+    if (type == CI_TYPE_COUNT || !ci_type_supported(type) || n_in <= 0 || n_out <= 0 || n_mat <= 0 ||
+        passes <= 0 || n_threads <= 0 || n_threads > 8 || !ci_row_bytes(type, (uint64_t)n_in, &row_bytes)) {
+        fprintf(stderr, "%s: bad arguments (TYPE as ci_type_name spells it, e.g. Q4_K; at most 8 threads)\n",
+                argv[0]);
+        return 2;
+    }
+    ci_kernels_init();
+    struct ci_threadpool *tp = NULL;
+    if (ci_threadpool_create(n_threads, &tp, NULL) != CI_OK)
+        return 1;
+    struct ci_rng rng;
+    ci_rng_seed(&rng, 1);
+    float *row = malloc((size_t)n_in * sizeof *row), *x = malloc((size_t)n_in * sizeof *x),
+          *y = malloc((size_t)n_out * sizeof *y);
+    for (long i = 0; i < n_in; i++)
+        x[i] = (float)ci_rng_f64(&rng) - 0.5f;
+    struct ci_tensor *w = calloc((size_t)n_mat, sizeof *w);
+    size_t total = 0;
+    for (int m = 0; m < n_mat; m++) {
+        uint8_t *d = ci_malloc_aligned(row_bytes * (size_t)n_out);
+        for (long r = 0; r < n_out; r++) {
+            for (long i = 0; i < n_in; i++)
+                row[i] = (float)ci_rng_f64(&rng) - 0.5f;
+            ci_quantize_row(type, row, d + (size_t)r * row_bytes, n_in);
+        }
+        w[m] = (struct ci_tensor){.name = "w",
+                                  .type = type,
+                                  .n_dims = 2,
+                                  .ne = {n_in, n_out, 1, 1},
+                                  .row_bytes = row_bytes,
+                                  .nbytes = row_bytes * (uint64_t)n_out,
+                                  .data = d};
+        size_t pb = ci_pack_bytes(&w[m]);
+        if (pb) { // decode reads the packed copy, as a loaded model does
+            void *p = ci_malloc_aligned(pb);
+            ci_pack(&w[m], p);
+            w[m].packed = p;
+        }
+        total += pb ? pb : (size_t)w[m].nbytes;
+    }
+    void *work = ci_malloc_aligned(ci_matmul_work_bytes(type, n_in, 1) + 64);
+    double *t_mm = malloc((size_t)passes * sizeof *t_mm), *t_rd = malloc((size_t)passes * sizeof *t_rd);
+    struct read_job job = {.n_threads = n_threads};
+    for (int p = -1; p < passes; p++) { // pass -1 warms the pages, the TLB and the pool
+        double t0 = now_s();
+        for (int m = 0; m < n_mat; m++)
+            ci_matmul(tp, &w[m], x, 1, y, work);
+        double t1 = now_s();
+        for (int m = 0; m < n_mat; m++) {
+            job.p = w[m].packed ? w[m].packed : w[m].data;
+            job.bytes = w[m].packed ? ci_pack_bytes(&w[m]) : (size_t)w[m].nbytes;
+            ci_threadpool_run(tp, read_task, &job, n_threads);
+        }
+        double t2 = now_s();
+        if (p >= 0) {
+            t_mm[p] = t1 - t0;
+            t_rd[p] = t2 - t1;
+        }
+    }
+    qsort(t_mm, (size_t)passes, sizeof *t_mm, cmp_double);
+    qsort(t_rd, (size_t)passes, sizeof *t_rd, cmp_double);
+    printf("%s %ld x %ld x %d (%.1f MiB), %d threads, median of %d passes: matmul %.2f GB/s, plain read %.2f "
+           "GB/s "
+           "(%.0f%%)\n",
+           argv[1], n_in, n_out, n_mat, (double)total / (1 << 20), n_threads, passes,
+           (double)total / t_mm[passes / 2] * 1e-9, (double)total / t_rd[passes / 2] * 1e-9,
+           100.0 * t_rd[passes / 2] / t_mm[passes / 2]);
+    return job.sum[0] == 42 ? 3 : 0; // keeps the reads
+}
