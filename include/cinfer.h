@@ -385,6 +385,9 @@ struct cinfer_engine_options {
     int spec_k_min;                         // shortest (0: 1)
     int spec_ngram_n;                       // ngram: longest suffix looked up (0: 3)
     const struct cinfer_model *draft_model; // "draft": same vocabulary (n_vocab and every token's text)
+    // Speculate only in steps where at most this many sequences decode (0: any number; past bench/spec.sh's
+    // crossover batch size a verification costs more than it saves).
+    int spec_max_batch;
 };
 CINFER_API void cinfer_engine_options_default(struct cinfer_engine_options *o);
 /* Whether name is a policy ("naive", "static", "continuous") or a KV element type ("f32", "f16", "q8_0")

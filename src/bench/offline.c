@@ -440,9 +440,16 @@ int bench_offline_run(struct bench_offline_opts *o) {
     struct bench_workload w = {0};
     w.long_index = -1;
     int model_ctx = m->config.n_ctx_train;
-    struct bench_engine_config ec = {
-        o->threads,       o->ctx,    o->max_seqs, o->max_batch_tokens,    o->block_size, 0, kv_type,
-        ENGINE_SPEC_NONE, o->spec_k, NULL,        o->tp ? o->tp->d : NULL};
+    struct bench_engine_config ec = {.n_threads = o->threads,
+                                     .n_ctx = o->ctx,
+                                     .max_seqs = o->max_seqs,
+                                     .max_batch_tokens = o->max_batch_tokens,
+                                     .block_size = o->block_size,
+                                     .kv_type = kv_type,
+                                     .spec = ENGINE_SPEC_NONE,
+                                     .spec_k = o->spec_k,
+                                     .spec_max_batch = o->spec_max_batch,
+                                     .dist = o->tp ? o->tp->d : NULL};
     struct model *draft = NULL;
     if (o->spec && !engine_spec_parse(o->spec, &ec.spec)) {
         fprintf(stderr, "cinfer bench: --spec: '%s' is not one of none, ngram, draft\n", o->spec);

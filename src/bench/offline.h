@@ -37,6 +37,7 @@ struct bench_offline_opts {
     bool quiet, no_plots;
     const char *spec;       // speculative decoding: "none" (NULL), "ngram" or "draft"
     int spec_k;             // longest proposal (0: 8)
+    int spec_max_batch;     // speculate only while at most this many sequences decode (0: any number)
     const char *draft_path; // "draft": the draft model
     struct cinfer_tp *tp;   // --tp/--pp (cinfer_tp_init): rank 0 runs the benchmark, the others its shards
     uint64_t tp_options;    // the command line's hash the ranks compare

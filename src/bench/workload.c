@@ -333,6 +333,7 @@ struct engine_params bench_policy_params(enum bench_policy p, const struct bench
     ep.block_size = c->block_size;
     ep.spec = c->spec;
     ep.spec_k = c->spec_k;
+    ep.spec_max_batch = c->spec_max_batch;
     ep.draft = c->draft;
     ep.dist = c->dist;
     ep.contiguous_kv = p < BENCH_POLICY_PAGED;

@@ -132,6 +132,7 @@ struct bench_engine_config {
     uint32_t kv_type;          // KV element type (engine_params.kv_type)
     enum engine_spec spec;     // speculative decoding (engine.h)
     int spec_k;                // longest proposal (0: the engine's default)
+    int spec_max_batch;        // engine_params.spec_max_batch
     const struct model *draft; // ENGINE_SPEC_DRAFT
     struct dist *dist;         // --tp/--pp: the other ranks mirror each engine's forward pass (rank 0)
 };

@@ -68,6 +68,8 @@ int cmd_bench(int argc, char **argv) {
         {"--spec", NULL, ARG_STR, &o.spec, 0, 0,
          "MODE  speculative decoding: none|ngram|draft (acceptance and tokens/step reported)"},
         {"--spec-k", NULL, ARG_INT, &o.spec_k, 1, 32, "N  longest proposal (default 8)"},
+        {"--spec-max-batch", NULL, ARG_INT, &o.spec_max_batch, 1, 4096,
+         "N  speculate only in steps where at most N sequences decode (default: any number)"},
         {"--draft-model", NULL, ARG_STR, &o.draft_path, 0, 0, "FILE  --spec draft: the draft model"},
         CLI_DIST_SPECS(&dist),
     };

@@ -72,6 +72,8 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
         {"--spec-k-min", NULL, ARG_INT, &p->spec_k_min, 1, 32, "N  shortest proposal (default 1)"},
         {"--spec-ngram", NULL, ARG_INT, &p->spec_ngram_n, 1, 64,
          "N  ngram: longest suffix looked up (default 3)"},
+        {"--spec-max-batch", NULL, ARG_INT, &p->spec_max_batch, 1, 4096,
+         "N  speculate only in steps where at most N sequences decode (default: any number)"},
         {"--draft-model", NULL, ARG_STR, &a->draft_path, 0, 0,
          "FILE  --spec draft: a small model with the same vocabulary"},
     };

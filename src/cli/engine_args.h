@@ -20,7 +20,7 @@ struct engine_args {
     struct cinfer_model *draft;
 };
 
-#define ENGINE_ARGS_N_SPECS 19
+#define ENGINE_ARGS_N_SPECS 20
 
 void engine_args_init(struct engine_args *a);
 /* Writes ENGINE_ARGS_N_SPECS flag specs bound to a into out. */

@@ -227,6 +227,7 @@ enum cinfer_status cinfer_engine_create(const struct cinfer_model *m, const stru
     p.spec_k = o->spec_k;
     p.spec_k_min = o->spec_k_min;
     p.spec_ngram_n = o->spec_ngram_n;
+    p.spec_max_batch = o->spec_max_batch;
     if (p.spec == ENGINE_SPEC_DRAFT) {
         if (!o->draft_model) {
             ci_err_set(&e, CI_ERR_INVALID, "speculative decoding with a draft model needs the draft model");

@@ -1315,17 +1315,27 @@ static void propose_with_draft(struct engine *e, struct eseq **cand, int n_cand)
     }
 }
 
+/* Whether s samples its next token in this step (its prompt done, one token to compute). */
+static bool seq_decoding(const struct seq *s) {
+    return s->state == SEQ_STATE_RUNNING && s->n_tokens > s->n_prompt && s->n_computed == s->n_tokens - 1;
+}
+
 static void propose(struct engine *e) {
     if (e->p.spec == ENGINE_SPEC_NONE)
         return;
+    int n_decoding = 0;
+    for (int i = 0; i < e->st.n_running; i++) {
+        e->st.running[i]->n_draft = 0;
+        n_decoding += seq_decoding(e->st.running[i]);
+    }
+    if (e->p.spec_max_batch > 0 && n_decoding > e->p.spec_max_batch)
+        return; // a batch this large gains less than verifying costs (a draft model catches up later)
     struct eseq **cand = (struct eseq **)e->items; // the scheduler's plan is made after this
     int n_cand = 0;
     int limit = e->max_pass_tokens - 1 < e->max_rows - 1 ? e->max_pass_tokens - 1 : e->max_rows - 1;
     for (int i = 0; i < e->st.n_running; i++) {
         struct seq *s = e->st.running[i];
-        s->n_draft = 0;
-        if (s->state != SEQ_STATE_RUNNING || s->n_tokens <= s->n_prompt || s->n_computed != s->n_tokens - 1 ||
-            s->spec_k <= 0)
+        if (!seq_decoding(s) || s->spec_k <= 0)
             continue;
         if (s->spec_pause > 0) { // backing off (spec_backoff); a draft model catches up when it resumes
             s->spec_pause--;
@@ -1526,12 +1536,12 @@ enum ci_status engine_create(const struct model *m, const struct tokenizer *tok,
         return ci_err_set(err, CI_ERR_INVALID, "unknown speculative decoding mode %d", (int)p->spec);
     if (p->spec != ENGINE_SPEC_NONE &&
         (p->spec_k < 0 || p->spec_k > SPEC_MAX_K || p->spec_k_min < 0 || p->spec_k_min > SPEC_MAX_K ||
-         p->spec_ngram_n < 0 || p->spec_ngram_n > 64))
+         p->spec_ngram_n < 0 || p->spec_ngram_n > 64 || p->spec_max_batch < 0))
         return ci_err_set(
             err, CI_ERR_INVALID,
             "speculative decoding: k %d and k_min %d must be in [1, %d], the n-gram length %d in "
-            "[1, 64]",
-            p->spec_k, p->spec_k_min, SPEC_MAX_K, p->spec_ngram_n);
+            "[1, 64], the batch limit %d not negative",
+            p->spec_k, p->spec_k_min, SPEC_MAX_K, p->spec_ngram_n, p->spec_max_batch);
     if (p->spec == ENGINE_SPEC_DRAFT && !p->draft)
         return ci_err_set(err, CI_ERR_INVALID,
                           "speculative decoding with a draft model needs the draft model");

@@ -44,9 +44,13 @@ bool engine_spec_parse(const char *name, enum engine_spec *out);
 
 struct engine_params {
     enum engine_spec spec;
-    int spec_k;                // longest proposal (1..SPEC_MAX_K; 0: 8)
-    int spec_k_min;            // shortest proposal the adaptive length goes down to (0: 1)
-    int spec_ngram_n;          // ngram: longest suffix looked up (0: 3)
+    int spec_k;       // longest proposal (1..SPEC_MAX_K; 0: 8)
+    int spec_k_min;   // shortest proposal the adaptive length goes down to (0: 1)
+    int spec_ngram_n; // ngram: longest suffix looked up (0: 3)
+    // Speculate only in steps where at most this many sequences decode (0: any number).  Batched decode
+    // already reads each weight once for many sequences, so past some batch size (bench/spec.sh's
+    // crossover) a verification costs more than the tokens it saves; vLLM's disable_by_batch_size.
+    int spec_max_batch;
     const struct model *draft; // ENGINE_SPEC_DRAFT: the proposer (same vocabulary as the model)
     int n_threads;
     struct sched_params sched; // policy, chunked prefill, token budget, max running sequences

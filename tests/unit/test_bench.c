@@ -289,7 +289,13 @@ TEST(throughput_and_latency_arithmetic) {
 }
 
 TEST(policy_progression_is_cumulative) {
-    struct bench_engine_config c = {2, 512, 8, 64, 16, 1 << 20, 0, ENGINE_SPEC_NONE, 0, NULL, NULL};
+    struct bench_engine_config c = {.n_threads = 2,
+                                    .n_ctx = 512,
+                                    .max_seqs = 8,
+                                    .max_batch_tokens = 64,
+                                    .block_size = 16,
+                                    .kv_mem_bytes = 1 << 20,
+                                    .spec = ENGINE_SPEC_NONE};
     struct engine_params p[BENCH_POLICY_COUNT];
     for (int i = 0; i < BENCH_POLICY_COUNT; i++) {
         p[i] = bench_policy_params((enum bench_policy)i, &c);
@@ -351,7 +357,13 @@ TEST(compare_end_to_end_on_stories260k) {
     const struct model_config *mc = &model->config;
     int64_t bpt = 2ll * mc->n_layer * mc->n_kv_head * mc->head_dim * (int64_t)sizeof(float); // f32 K and V
     // Room for 3 whole contexts: the contiguous policies run at most 3 sequences at once.
-    struct bench_engine_config c = {1, 128, 6, 32, 16, 3 * 128 * bpt, 0, ENGINE_SPEC_NONE, 0, NULL, NULL};
+    struct bench_engine_config c = {.n_threads = 1,
+                                    .n_ctx = 128,
+                                    .max_seqs = 6,
+                                    .max_batch_tokens = 32,
+                                    .block_size = 16,
+                                    .kv_mem_bytes = 3 * 128 * bpt,
+                                    .spec = ENGINE_SPEC_NONE};
     enum bench_policy all[6] = {BENCH_POLICY_NAIVE,   BENCH_POLICY_STATIC, BENCH_POLICY_CONTINUOUS,
                                 BENCH_POLICY_CHUNKED, BENCH_POLICY_PAGED,  BENCH_POLICY_PREFIX};
     struct bench_run runs[6];

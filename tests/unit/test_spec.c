@@ -215,6 +215,20 @@ struct run_stats {
 
 enum proposer { PROP_NGRAM, PROP_ORACLE, PROP_DRAFT, PROP_NONE };
 static bool recording; // run_and_check records the outputs as the reference instead of comparing
+
+/* run_and_check's step hook: counts steps that verified drafts, and those that did so with more decoding
+ * sequences than the engine's spec_max_batch allows. */
+struct batch_watch {
+    int max_batch;
+    int spec_steps, over_limit;
+};
+static struct batch_watch *watch;
+
+static void watch_step(void *ctx, const struct step_metrics *m) {
+    struct batch_watch *w = ctx;
+    w->spec_steps += m->n_draft_tokens > 0;
+    w->over_limit += m->n_draft_tokens > 0 && m->n_decode_seqs > w->max_batch;
+}
 static const char *const prop_names[] = {"ngram", "oracle", "draft"};
 
 static bool run_and_check(const char *label, struct engine_params p, enum proposer prop, int first, int count,
@@ -232,6 +246,8 @@ static bool run_and_check(const char *label, struct engine_params p, enum propos
     }
     if (prop == PROP_ORACLE)
         engine_set_proposer(e, oracle, NULL);
+    if (watch)
+        engine_set_step_hook(e, watch_step, watch);
     memset(oracle_handles, 0, sizeof oracle_handles);
     oracle_first = first;
     struct engine_request *h[N_REQ] = {0};
@@ -449,6 +465,35 @@ TEST(greedy_identical_with_prefix_hits_and_preemption) {
         p.sched.policy = SCHED_POLICY_STATIC;
         ASSERT(run_and_check("tiny-pool-static", p, (enum proposer)prop, 0, N_REQ, 0, 1, &st));
     }
+}
+
+/* --spec-max-batch: no step with more decoding sequences than the limit verifies drafts; the outputs stay the
+ * same, and the requests still speculate once few enough are left. */
+TEST(greedy_identical_with_spec_max_batch) {
+    for (int prop = 0; prop < 3; prop++) {
+        struct engine_params p = base();
+        struct run_stats all, limited;
+        ASSERT(run_and_check("unlimited", p, (enum proposer)prop, 0, N_REQ, 0, 1, &all));
+        for (int max_batch = 1; max_batch <= 2; max_batch++) {
+            struct batch_watch w = {.max_batch = max_batch};
+            p.spec_max_batch = max_batch;
+            watch = &w;
+            bool ok = run_and_check("spec-max-batch", p, (enum proposer)prop, 0, N_REQ, 0, 1, &limited);
+            watch = NULL;
+            ASSERT(ok);
+            if (w.over_limit != 0 || w.spec_steps == 0 || limited.drafts == 0 || limited.drafts >= all.drafts)
+                TEST_FAILF("%s, at most %d decoding: %d steps with drafts, %d of them over the limit; %lld "
+                           "drafts (unlimited: %lld)",
+                           prop_names[prop], max_batch, w.spec_steps, w.over_limit, (long long)limited.drafts,
+                           (long long)all.drafts);
+        }
+    }
+    struct engine_params p = base();
+    p.spec = ENGINE_SPEC_NGRAM;
+    p.spec_max_batch = -1;
+    struct engine *e = NULL;
+    struct ci_err err = {0};
+    CHECK(engine_create(model, tok, &p, &e, &err) == CI_ERR_INVALID && !e && strstr(err.msg, "batch limit"));
 }
 
 TEST(greedy_identical_for_n_samples) {
@@ -862,6 +907,7 @@ int main(int argc, char **argv) {
     RUN(greedy_identical_ending_on_eos);
     RUN(greedy_identical_with_prefix_hits_and_preemption);
     RUN(greedy_identical_for_n_samples);
+    RUN(greedy_identical_with_spec_max_batch);
     RUN(greedy_identical_through_backoff);
     RUN(stop_strings_and_max_tokens);
     RUN(sampler_draft_keeps_the_distribution);
