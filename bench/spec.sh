@@ -13,10 +13,12 @@
 # interleaved (plain, speculative, plain, ...) and reported as medians, with acceptance and tokens per step.
 # Then the crossover for (b): `cinfer bench --sweep batch` with speculation off and on at each batch size (R
 # interleaved runs, medians); the crossover is the smallest batch size where speculation stops paying (on/off < 1).
+# --spec-max-batch N adds a third run of each, speculation on with cinfer's --spec-max-batch N (no drafts in a
+# step where more than N sequences decode), and its columns.
 #
 #   bench/spec.sh [-r R] [-n N] [-t T] [-k K] [--batches LIST] [--sweep-prompts N] [--sweep-output N]
 #                 [--cases a,b] [--no-llamacpp] [--no-sweep] [--bin CINFER] [--files DIR] [--out DIR]
-#                 [--stories FILE] [--llama-bin DIR] [--residual-scale S]
+#                 [--stories FILE] [--llama-bin DIR] [--residual-scale S] [--spec-max-batch N]
 # Defaults: -r 3, -n 64 (stories260K: 4 x N), -t 2 (stories260K: 1), -k 8, --batches 1,2,4,8,16,
 # --sweep-prompts 16, --sweep-output 24, --files bench/out/spec-models (the generated GGUF files; outside git),
 # --stories ../shared/models/stories260K.gguf (beside the repository), --out bench/out/spec.
@@ -43,6 +45,7 @@ LLAMA=1
 SWEEP=1
 LBIN=""
 RSCALE=1
+MAXB=""
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die() {
@@ -68,12 +71,13 @@ while [ $# -gt 0 ]; do
     --stories) need $# "$1" && STORIES=$2 && shift ;;
     --llama-bin) need $# "$1" && LBIN=$2 && shift ;;
     --residual-scale) need $# "$1" && RSCALE=$2 && shift ;;
+    --spec-max-batch) need $# "$1" && MAXB=$2 && shift ;;
     -h | --help) usage && exit 0 ;;
     *) usage >&2 && exit 2 ;;
     esac
     shift
 done
-for v in "$REPS" "$N" "$THREADS" "$K" "$SW_PROMPTS" "$SW_OUT"; do
+for v in "$REPS" "$N" "$THREADS" "$K" "$SW_PROMPTS" "$SW_OUT" ${MAXB:+"$MAXB"}; do
     case "$v" in '' | *[!0-9]* | 0) die "not a positive count: '$v'" ;; esac
 done
 case "$BATCHES" in '' | *[!0-9,]* | ,* | *, | *,,*) die "expected a list like 1,4,16, got '$BATCHES'" ;; esac
@@ -204,11 +208,15 @@ if echo "$CASES" | grep -q b; then
         "--spec-type draft-simple -md $D --spec-draft-n-max $K --spec-draft-n-min 0 -td $THREADS"
     if [ "$SWEEP" -eq 1 ]; then
         echo "spec.sh: (b) crossover: cinfer bench --sweep batch --batch-sizes $BATCHES, speculation off and on ..." >&2
+        rm -rf "$RAW"/sweep-*
+        modes="off on"
+        [ -n "$MAXB" ] && modes="off on cap" # cap: speculation on with --spec-max-batch
         for r in $(seq 1 "$REPS"); do # interleaved: off, on, off, on, ...
-            for mode in off on; do
+            for mode in $modes; do
                 echo "spec.sh: (b) sweep, speculation $mode, repetition $r of $REPS ..." >&2
                 opt=""
-                [ $mode = on ] && opt="--spec draft --draft-model $D --spec-k $K"
+                [ $mode != off ] && opt="--spec draft --draft-model $D --spec-k $K"
+                [ $mode = cap ] && opt="$opt --spec-max-batch $MAXB"
                 # shellcheck disable=SC2086
                 "$BIN" bench -m "$T" --sweep batch --batch-sizes "$BATCHES" -n "$SW_PROMPTS" --input-len 16 \
                     --output-len "$SW_OUT" --range-ratio 0 -t "$THREADS" -q --no-plots -o "$RAW/sweep-$mode-$r" $opt \
@@ -216,8 +224,14 @@ if echo "$CASES" | grep -q b; then
             done
         done
         echo
-        echo "| (b) cinfer bench --sweep batch, $SW_PROMPTS prompts of 16 tokens, $SW_OUT output tokens, $REPS interleaved runs (median) | output tok/s, spec off | spec on | on/off |"
-        echo "|---:|---:|---:|---:|"
+        head="| (b) cinfer bench --sweep batch, $SW_PROMPTS prompts of 16 tokens, $SW_OUT output tokens, $REPS interleaved runs (median) | output tok/s, spec off | spec on | on/off |"
+        if [ -n "$MAXB" ]; then
+            echo "$head spec on, --spec-max-batch $MAXB | that/off |"
+            echo "|---:|---:|---:|---:|---:|---:|"
+        else
+            echo "$head"
+            echo "|---:|---:|---:|---:|"
+        fi
         cross=""
         first=${BATCHES%%,*}
         for b in $(echo "$BATCHES" | tr ',' ' '); do
@@ -228,7 +242,12 @@ if echo "$CASES" | grep -q b; then
             }
             off=$(get off) on=$(get on)
             r=$(ratio "$on" "$off")
-            echo "| batch $b | $off | $on | $r |"
+            if [ -n "$MAXB" ]; then
+                cap=$(get cap)
+                echo "| batch $b | $off | $on | $r | $cap | $(ratio "$cap" "$off") |"
+            else
+                echo "| batch $b | $off | $on | $r |"
+            fi
             [ -z "$cross" ] && [ "$r" != "-" ] && awk -v r="$r" 'BEGIN { exit !(r < 1) }' && cross=$b
         done
         grep "speculative draft" "$RAW/sweep-on-1.txt" | head -1 | sed 's/^/  (acceptance, first batch size) /'
