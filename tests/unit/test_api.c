@@ -148,6 +148,26 @@ TEST(engine_kv_type_option) {
     cinfer_model_free(m);
 }
 
+/* stories260K with a default engine; false (a failed check) when either cannot be made. */
+static bool stories_engine(struct cinfer_model **m, struct cinfer_engine **e) {
+    char p[512];
+    struct cinfer_error err = {0};
+    *m = NULL;
+    *e = NULL;
+    if (cinfer_model_load(test_model_path(p, sizeof p, "stories260K.gguf"), NULL, m, &err) != CINFER_OK) {
+        TEST_FAILF("cinfer_model_load: %s", err.message);
+        return false;
+    }
+    struct cinfer_engine_options eo;
+    cinfer_engine_options_default(&eo);
+    if (cinfer_engine_create(*m, &eo, e, &err) != CINFER_OK) {
+        TEST_FAILF("cinfer_engine_create: %s", err.message);
+        cinfer_model_free(*m);
+        return false;
+    }
+    return true;
+}
+
 /* Greedy tokens of one request on stories260K: the sum of their logprobs and whether any event had one. */
 static void greedy_logprobs(struct cinfer_engine *e, const struct cinfer_request_options *ro, double *sum,
                             bool *any) {
@@ -174,15 +194,9 @@ static void greedy_logprobs(struct cinfer_engine *e, const struct cinfer_request
 /* The default request computes no log-probabilities (a pass over the vocabulary per token, which `cinfer
  * run` and the benchmarks do not want); logprobs = 0 gives the sampled token's. */
 TEST(logprobs_only_when_asked) {
-    char p[512];
     struct cinfer_model *m = NULL;
-    struct cinfer_error err = {0};
-    ASSERT_STATUS(cinfer_model_load(test_model_path(p, sizeof p, "stories260K.gguf"), NULL, &m, &err),
-                  CINFER_OK);
-    struct cinfer_engine_options eo;
-    cinfer_engine_options_default(&eo);
     struct cinfer_engine *e = NULL;
-    ASSERT_STATUS(cinfer_engine_create(m, &eo, &e, &err), CINFER_OK);
+    ASSERT(stories_engine(&m, &e));
     struct cinfer_request_options ro;
     cinfer_request_options_default(&ro);
     CHECK(ro.logprobs == -1);
@@ -201,15 +215,10 @@ TEST(logprobs_only_when_asked) {
 }
 
 TEST(engine_api) {
-    char p[512];
     struct cinfer_model *m = NULL;
-    struct cinfer_error err = {0};
-    ASSERT_STATUS(cinfer_model_load(test_model_path(p, sizeof p, "stories260K.gguf"), NULL, &m, &err),
-                  CINFER_OK);
-    struct cinfer_engine_options eo;
-    cinfer_engine_options_default(&eo);
     struct cinfer_engine *e = NULL;
-    ASSERT_STATUS(cinfer_engine_create(m, &eo, &e, &err), CINFER_OK);
+    struct cinfer_error err = {0};
+    ASSERT(stories_engine(&m, &e));
     cinfer_token *ids = NULL;
     int n = 0;
     ASSERT_STATUS(cinfer_tokenize(m, "Once upon a time", 16, true, &ids, &n, &err), CINFER_OK);
