@@ -50,8 +50,8 @@ static bool cpu_has_avx512_vnni(void) {
 /* ---- per-CPU parameters --------------------------------------------------------------------------------- */
 
 static struct ci_kernel_tune tune;
-static int
-    tune_widen; // the row's (or the environment's) f16_widen_min_tokens, for ci_kernels_force_f16_widen
+// the row's (or the environment's) f16_widen_min_tokens, which ci_kernels_force_f16_widen(-1) restores
+static int tune_widen;
 static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
 
 /* CPUID's vendor ("AuthenticAMD", "GenuineIntel") and display family and model; false off x86. */
