@@ -117,6 +117,7 @@ HWS=$RAW/hw.txt # one line per thread count: T, bandwidth, f32 peak, 256-bit f32
 start=$(date -u '+%Y-%m-%d %H:%M UTC')
 load0=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)
 ISA=""
+TUNE=""
 
 for model in $(echo "$MODELS" | tr ',' ' '); do
     for type in $(echo "$TYPES" | tr ',' ' '); do
@@ -133,6 +134,9 @@ for model in $(echo "$MODELS" | tr ',' ' '); do
                 die "cinfer bench kernels failed on $f (see $RAW/cinfer-$tag.log)"
             hw=$(jtype "$RAW/cinfer-$tag.jsonl" hw)
             ISA=$(echo "$hw" | jget kernels_isa)
+            widen=$(echo "$hw" | jget f16_widen_min_tokens)
+            [ "$widen" = 2147483647 ] && widen=never || widen="above $widen tokens"
+            TUNE="kernel tuning for $(echo "$hw" | jget cpu): F16/BF16 widened to F32 $widen"
             echo "$thr;$(echo "$hw" | jget bw_gbs);$(echo "$hw" | jget peak_gflops);$(echo "$hw" | jget fma_gflops);$(echo "$hw" | jget int8_peak_gops)" \
                 >>"$HWS"
             : >"$RAW/llama-bench-$tag.jsonl"
@@ -206,7 +210,7 @@ TABLE=$RAW/table.md
     done <"$ROWS"
 } >"$TABLE"
 NOTE="${NOTE_USER:+$NOTE_USER. }cinfer binary: $BIN (repository at run time: ${tree:-?}). Machine: ${cpu:-unknown CPU}. Measured by cinfer in the same run (read bandwidth, f32 FMA peak, int8 dot-product peak): $hwnote. \
-cinfer kernels: ${ISA:-?}, KV f16 (the default since issue 15). llama.cpp ${LCOMMIT:-not run}: native CPU build (GGML_NATIVE), KV f16, flash-attn auto. \
+cinfer kernels: ${ISA:-?}${TUNE:+ ($TUNE)}, KV f16 (the default since issue 15). llama.cpp ${LCOMMIT:-not run}: native CPU build (GGML_NATIVE), KV f16, flash-attn auto. \
 pp/tg: mean ± sd over $REPS reps after a warm-up; S_PP/S_TG: one run, $BPP-token prompts then $BTG decode steps. \
 % roof: tokens/s over the roofline bound of cinfer's work on this machine (Q8_0/Q4_0 matmuls at the int8 peak, float matmuls and attention at the f32 peak). \
 Load average (1/5/15 min) ${load0:-?} at the start, ${load1:-?} at the end."
