@@ -19,6 +19,7 @@
  * use the AVX2 kernels, which read each weight once without repacking. */
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
+#include "kernels/pack16.h"
 
 #include "kernels/quant.h"
 
@@ -596,7 +597,7 @@ T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
 }
 
 /* ---- quantized types: rows packed once at load ---------------------------------------------------------
- * The same vertical layout as the repacked panels above, made once when the model loads (ci_pack), so decode
+ * pack16.h's layout: the same vertical layout as the repacked panels above, made once when the model loads (ci_pack), so decode
  * reads it straight from memory: per 16-row group, block after block, the block's chunk vectors (Q4_0: 4
  * vectors, vector c lane i = row i's 4 bytes qs[4c..4c+3], whose low nibbles are elements 4c..4c+3 and high
  * nibbles elements 16+4c..; Q8_0: 8 vectors of the values + 128) followed by its 16 fp16 scales.  The scales
@@ -611,155 +612,7 @@ T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
 #ifndef PK_PREFETCH
 #define PK_PREFETCH 4096 // bytes ahead in a packed group's chunk stream that decode prefetches
 #endif
-#define PACK_K_BLOCKS  4  // super-blocks per prefill slice of the packed K-quants
-#define PK_SCALE_BYTES 32 // a block's 16 fp16 scales, after its chunk vectors
-
-/* A 16-row group's code bytes per block (its 32 bytes of scales follow them): Q5_0 adds one vector of qh. */
-static inline size_t pk_chunk_bytes(uint32_t type) {
-    return type == CI_TYPE_Q8_0 ? 512 : type == CI_TYPE_Q5_0 ? 320 : 256;
-}
-
-static inline bool pk_kquant(uint32_t type) {
-    return type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
-}
-
-static inline int64_t pk_block_elems(uint32_t type) {
-    return pk_kquant(type) ? 256 : 32;
-}
-
-/* A 16-row group's bytes per block: the rows' own bytes (16 x 34, 18, 22, 144, 176 or 210). */
-static inline size_t pk_block_bytes(uint32_t type) {
-    switch (type) {
-    case CI_TYPE_Q8_0:
-        return 16 * sizeof(struct ci_block_q8_0);
-    case CI_TYPE_Q4_0:
-    case CI_TYPE_IQ4_NL:
-        return 16 * sizeof(struct ci_block_q4_0);
-    case CI_TYPE_Q5_0:
-        return 16 * 22;
-    case CI_TYPE_Q4_K:
-        return 16 * 144;
-    case CI_TYPE_Q5_K:
-        return 16 * 176;
-    case CI_TYPE_IQ4_XS:
-        return 16 * 136;
-    default: // Q6_K
-        return 16 * 210;
-    }
-}
-
-static inline size_t pk_group_bytes(uint32_t type, int64_t nb) {
-    return (size_t)nb * pk_block_bytes(type);
-}
-
-static size_t pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
-    if ((type != CI_TYPE_Q8_0 && type != CI_TYPE_Q4_0 && type != CI_TYPE_Q5_0 && type != CI_TYPE_IQ4_NL &&
-         !pk_kquant(type)) ||
-        n_in % pk_block_elems(type) != 0 || n_out < PACK_ROWS)
-        return 0;
-    return (size_t)(n_out / PACK_ROWS) * pk_group_bytes(type, n_in / pk_block_elems(type));
-}
-
-/* n bytes from src of each of the 16 rows (rows row_bytes apart) as 4-byte lanes: vector v, lane i = row i's
- * bytes 4v..4v+3 (n a multiple of 4). */
-static void pack_lanes(const uint8_t *src, size_t row_bytes, size_t n, uint8_t *dst) {
-    for (int i = 0; i < PACK_ROWS; i++)
-        for (size_t v = 0; v < n / 4; v++)
-            memcpy(dst + 64 * v + 4 * (size_t)i, src + (size_t)i * row_bytes + 4 * v, 4);
-}
-
-/* The 16 rows' 2-byte values at src + off of each row, side by side. */
-static void pack_u16(const uint8_t *src, size_t row_bytes, size_t off, uint8_t *dst) {
-    for (int i = 0; i < PACK_ROWS; i++)
-        memcpy(dst + 2 * (size_t)i, src + (size_t)i * row_bytes + off, 2);
-}
-
-/* IQ4_XS's 128 code bytes of the 16 rows in Q4_K's packed order: lane vector v = 8p + i, byte k: element
- * 4i + k of sub-block 2p in the low nibble, of sub-block 2p + 1 in the high one (IQ4_XS keeps element e of
- * sub-block j in nibble e / 16 of qs[16j + e % 16]). */
-static void pack_iq4_xs_codes(const uint8_t *qs, size_t row_bytes, uint8_t *dst) {
-    for (int i = 0; i < PACK_ROWS; i++) {
-        const uint8_t *q = qs + (size_t)i * row_bytes;
-        for (int v = 0; v < 32; v++)
-            for (int k = 0; k < 4; k++) {
-                const int e = 4 * (v % 8) + k, j = 2 * (v / 8);
-                const int n0 = q[16 * j + e % 16] >> (4 * (e / 16)) & 15;
-                const int n1 = q[16 * (j + 1) + e % 16] >> (4 * (e / 16)) & 15;
-                dst[64 * v + 4 * i + k] = (uint8_t)(n0 | n1 << 4);
-            }
-    }
-}
-
-/* The K-quant layouts (per group, super-block after super-block, pk_block_bytes each, lanes = rows):
- *  Q4_K: qs as 32 lane vectors (vector v: qs[4v..4v+3]; its low nibbles are elements 32j + 4kk.. of
- *        sub-block j = 2 (v / 8), kk = v % 8, its high nibbles those of sub-block j + 1), the 12 scale bytes
- *        as 3 lane vectors, then the 16 d and the 16 dmin (fp16).
- *  Q5_K: Q4_K's qs vectors, then qh as 8 lane vectors (vector kk: qh[4kk..4kk+3], whose bit j is the 5th
- *        bit of sub-block j's elements 4kk..), then Q4_K's scales, d and dmin.
- *  IQ4_XS: the codes as Q4_K's (its nibbles regrouped so: the file keeps each 32-element sub-block as an
- *        IQ4_NL block), scales_l as one lane vector, the 16 scales_h (u16), the 16 d (fp16).
- *  Q6_K: ql then qh as 48 lane vectors (ql vector 16h + 8p + kk: ql[64h + 32p + 4kk..]; qh vector 8h + kk:
- *        qh[32h + 4kk..]), the 16 sub-block scales as [sub-block][row] int8, then the 16 d (fp16). */
-static void pack_kq(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t nb, int64_t g0, int64_t g1,
-                    uint8_t *dst) {
-    const size_t gb = pk_block_bytes(type), sb = gb / PACK_ROWS;
-    for (int64_t g = g0; g < g1; g++)
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *src = w + (size_t)(g * PACK_ROWS) * row_bytes + (size_t)b * sb;
-            uint8_t *o = dst + (size_t)g * pk_group_bytes(type, nb) + (size_t)b * gb;
-            if (type == CI_TYPE_IQ4_XS) {
-                pack_iq4_xs_codes(src + 8, row_bytes, o);
-                pack_lanes(src + 4, row_bytes, 4, o + 2048);
-                pack_u16(src, row_bytes, 2, o + 2112);
-                pack_u16(src, row_bytes, 0, o + 2144);
-            } else if (type != CI_TYPE_Q6_K) {
-                const bool q5 = type == CI_TYPE_Q5_K;
-                const size_t sc = q5 ? 2560 : 2048; // the scales' vectors
-                pack_lanes(src + (q5 ? 48 : 16), row_bytes, 128, o);
-                if (q5)
-                    pack_lanes(src + 16, row_bytes, 32, o + 2048);
-                pack_lanes(src + 4, row_bytes, 12, o + sc);
-                pack_u16(src, row_bytes, 0, o + sc + 192);
-                pack_u16(src, row_bytes, 2, o + sc + 224);
-            } else {
-                pack_lanes(src, row_bytes, 192, o);
-                for (int i = 0; i < PACK_ROWS; i++)
-                    for (int k = 0; k < 16; k++)
-                        o[3072 + 16 * k + i] = src[(size_t)i * row_bytes + 192 + (size_t)k];
-                pack_u16(src, row_bytes, 208, o + 3328);
-            }
-        }
-}
-
-static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
-                      uint8_t *dst) {
-    if (pk_kquant(type)) {
-        pack_kq(type, w, row_bytes, n_in / 256, g0, g1, dst);
-        return;
-    }
-    const int64_t nb = n_in / 32;
-    const size_t bb = pk_block_bytes(type) / PACK_ROWS;
-    const size_t cb = pk_chunk_bytes(type);
-    // Q5_0's vectors: qs (at 6 in the block) then qh (at 2); the others' are their bytes from 2 on
-    const size_t at = type == CI_TYPE_Q5_0 ? 6 : 2;
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *group = dst + (size_t)g * pk_group_bytes(type, nb);
-        for (int i = 0; i < PACK_ROWS; i++) {
-            const uint8_t *row = w + (size_t)(g * PACK_ROWS + i) * row_bytes;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = row + (size_t)b * bb;
-                uint8_t *chunks = group + (size_t)b * (cb + PK_SCALE_BYTES);
-                memcpy(chunks + cb + 2 * (size_t)i, blk, 2);
-                for (size_t c = 0; c < cb / 64; c++)
-                    for (int k = 0; k < 4; k++) {
-                        uint8_t v = at == 6 && c == 4 ? blk[2 + (size_t)k] : blk[at + 4 * c + (size_t)k];
-                        chunks[64 * c + 4 * (size_t)i + (size_t)k] =
-                            type == CI_TYPE_Q8_0 ? (uint8_t)(v ^ 0x80) : v;
-                    }
-            }
-        }
-    }
-}
+#define PACK_K_BLOCKS 4 // super-blocks per prefill slice of the packed K-quants
 
 /* IQ4_NL's 16 values plus 128 (unsigned for vpdpbusd; the dot then carries 128 sum(x)) in every 128-bit lane. */
 AI __m512i iq4nl_table_u(void) {
@@ -773,7 +626,7 @@ AI __m512i iq4nl_table_u(void) {
 AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
               int64_t r, int nr, int t, bool first, bool last, bool stream, __m512 *park) {
     const struct ci_act_q8 *q = m->q;
-    const size_t cb = pk_chunk_bytes(type), step = cb + PK_SCALE_BYTES;
+    const size_t cb = ci_pk_chunk_bytes(type), step = cb + CI_PK_SCALE_BYTES;
     // the unsigned offset: 128, 8 or 16 times sum(x)
     const int shift = type == CI_TYPE_Q8_0 || type == CI_TYPE_IQ4_NL ? 7 : type == CI_TYPE_Q5_0 ? 4 : 3;
     const __m512i low4 = _mm512_set1_epi8(0x0f), table = iq4nl_table_u();
@@ -968,7 +821,7 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
                int64_t r, int nr, int t, bool first, bool last, bool stream, __m512 *park) {
     const struct ci_act_q8k *q = m->qk;
     const int64_t nsb = m->n_in / 256;
-    const size_t bb = pk_block_bytes(type);
+    const size_t bb = ci_pk_block_bytes(type);
     const __m512i m0f = _mm512_set1_epi8(0x0f);
     // Up to 4 tokens, two sub-blocks at a time (their code bytes loaded once, two dependency chains); 8
     // tokens fill the registers with one.
@@ -1121,12 +974,12 @@ KPTILES(CI_TYPE_Q6_K, q6_k)
 T512 static void ppanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const ptile_fn *tiles,
                         ci_mm_fn rest) {
     _Alignas(64) __m512 park[PACK_TOKENS];
-    const int64_t nb = m->n_in / pk_block_elems(m->type), packed_rows = m->n_out / PACK_ROWS * PACK_ROWS;
+    const int64_t nb = m->n_in / ci_pk_block_elems(m->type), packed_rows = m->n_out / PACK_ROWS * PACK_ROWS;
     // one token group: no reuse to keep in L1; else slices of about 9-13 KiB of packed weights
-    const int64_t slice = t1 - t0 <= 8 ? nb : pk_kquant(m->type) ? PACK_K_BLOCKS : PACK_BLOCKS;
+    const int64_t slice = t1 - t0 <= 8 ? nb : ci_pk_kquant(m->type) ? PACK_K_BLOCKS : PACK_BLOCKS;
     const int64_t re = r1 < packed_rows ? r1 : packed_rows;
     for (int64_t r = r0; r < re; r += PACK_ROWS) {
-        const uint8_t *gp = m->packed + (size_t)(r / PACK_ROWS) * pk_group_bytes(m->type, nb);
+        const uint8_t *gp = m->packed + (size_t)(r / PACK_ROWS) * ci_pk_group_bytes(m->type, nb);
         for (int tp = t0; tp < t1; tp += PACK_TOKENS) {
             int tp1 = t1 - tp < PACK_TOKENS ? t1 : tp + PACK_TOKENS;
             for (int64_t b0 = 0; b0 < nb; b0 += slice) {
@@ -1247,8 +1100,8 @@ static const struct ci_dot_table avx512_table = {
             [CI_TYPE_Q8_0] = mm_q8_0,
             [CI_TYPE_Q4_0] = mm_q4_0,
         },
-    .pack_bytes = pack_bytes,
-    .pack = pack_rows,
+    .pack_bytes = ci_pk_bytes,
+    .pack = ci_pk_rows,
     .mm_packed = {[CI_TYPE_Q8_0] = mm_q8_0_packed,
                   [CI_TYPE_Q4_0] = mm_q4_0_packed,
                   [CI_TYPE_Q5_0] = mm_q5_0_packed,

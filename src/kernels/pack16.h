@@ -1,0 +1,65 @@
+/* The 16-row packed weight layout (ci_pack) that the AVX-512 and AVX2 tables' packed matmuls read: per
+ * group of 16 rows, block after block, each block's bytes as "lane vectors" of 64 bytes whose 4-byte lane i
+ * holds row i's 4 bytes (so one 64-byte vector, or each 32-byte half of it for 8 rows, serves a vector
+ * instruction's rows side by side, with no horizontal reduction), then the block's per-row scales.  Q8_0,
+ * Q4_0, Q5_0, IQ4_NL: dot_avx512.c's comment; the K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS): pack16.c's.  The bytes
+ * equal the rows' own, groups and blocks follow each other unpadded, and rows past the last whole group are
+ * not packed (they stay in the file's layout). */
+#ifndef CINFER_KERNELS_PACK16_H
+#define CINFER_KERNELS_PACK16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/quant.h"
+
+#define CI_PK_ROWS        16
+#define CI_PK_SCALE_BYTES 32 // a 32-block's 16 fp16 scales, after its chunk vectors
+
+/* A 16-row group's code bytes per block (its 32 bytes of scales follow them): Q5_0 adds one vector of qh. */
+static inline size_t ci_pk_chunk_bytes(uint32_t type) {
+    return type == CI_TYPE_Q8_0 ? 512 : type == CI_TYPE_Q5_0 ? 320 : 256;
+}
+
+static inline bool ci_pk_kquant(uint32_t type) {
+    return type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
+}
+
+static inline int64_t ci_pk_block_elems(uint32_t type) {
+    return ci_pk_kquant(type) ? 256 : 32;
+}
+
+/* A 16-row group's bytes per block: the rows' own bytes (16 x 34, 18, 22, 144, 176 or 210). */
+static inline size_t ci_pk_block_bytes(uint32_t type) {
+    switch (type) {
+    case CI_TYPE_Q8_0:
+        return 16 * sizeof(struct ci_block_q8_0);
+    case CI_TYPE_Q4_0:
+    case CI_TYPE_IQ4_NL:
+        return 16 * sizeof(struct ci_block_q4_0);
+    case CI_TYPE_Q5_0:
+        return 16 * 22;
+    case CI_TYPE_Q4_K:
+        return 16 * 144;
+    case CI_TYPE_Q5_K:
+        return 16 * 176;
+    case CI_TYPE_IQ4_XS:
+        return 16 * 136;
+    default: // Q6_K
+        return 16 * 210;
+    }
+}
+
+static inline size_t ci_pk_group_bytes(uint32_t type, int64_t nb) {
+    return (size_t)nb * ci_pk_block_bytes(type);
+}
+
+/* The packing's bytes for a type and shape (0: the type has no packed layout, or n_in is not a whole number
+ * of its blocks, or there is no whole group). */
+size_t ci_pk_bytes(uint32_t type, int64_t n_in, int64_t n_out);
+/* Packs the groups [g0, g1) of the rows at w (row_bytes apart) where the whole packing starts at dst. */
+void ci_pk_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
+                uint8_t *dst);
+
+#endif
