@@ -12,10 +12,13 @@
  * (a batch reads each weight from memory once), inside in k slices whose activations stay in L1 (tiles park
  * their accumulators between slices, exactly).  Decode tiles prefetch the next tile's rows: the hardware
  * prefetchers follow 8 short rows read in lockstep poorly.
+ * Q4_K, Q5_K, Q6_K and IQ4_XS matrices are packed at load (pack16.h) and run through kpack_avx2.c; the
+ * tiles here serve them when packing is off, and their rows past the last 16-row group.
  * Also here: the Q8 activation quantizer (bit-identical to the scalar one).  The attention chunk kernels
  * live in attn_avx2.c. */
 #include "kernels/dot.h"
 
+#include "kernels/pack16.h"
 #include "kernels/quant.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -969,6 +972,11 @@ static void f32_to_f16(const float *x, uint16_t *h, int64_t n) {
         h[i] = ci_fp32_to_fp16(x[i]);
 }
 
+/* This table packs the K-quants (pack16.h's layout, read by kpack_avx2.c); the 32-blocks stay as stored. */
+static size_t kq_pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
+    return ci_pk_kquant(type) ? ci_pk_bytes(type, n_in, n_out) : 0;
+}
+
 static const struct ci_dot_table avx2_table = {
     .isa = "avx2+fma+f16c",
     .dot = {[CI_TYPE_F32] = dot_f32, [CI_TYPE_F16] = dot_f16, [CI_TYPE_BF16] = dot_bf16},
@@ -1000,6 +1008,12 @@ static const struct ci_dot_table avx2_table = {
             [CI_TYPE_Q6_K] = mm_q6_k,
             [CI_TYPE_IQ4_XS] = mm_iq4_xs,
         },
+    .pack_bytes = kq_pack_bytes,
+    .pack = ci_pk_rows,
+    .mm_packed = {[CI_TYPE_Q4_K] = ci_avx2_mm_kpacked,
+                  [CI_TYPE_Q5_K] = ci_avx2_mm_kpacked,
+                  [CI_TYPE_Q6_K] = ci_avx2_mm_kpacked,
+                  [CI_TYPE_IQ4_XS] = ci_avx2_mm_kpacked},
     .silu_mul = silu_mul,
     .gelu_mul = gelu_mul,
     .f32_to_f16 = f32_to_f16,

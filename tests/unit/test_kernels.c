@@ -796,10 +796,31 @@ TEST(matmul_group_equals_each_matmul) {
         ci_threadpool_free(pools[i]);
 }
 
+/* extreme: the int16 partial sums of the AVX2 K-quant kernel at their bounds: every code at its largest
+ * magnitude (bytes all 0xff, or all 0 for IQ4_XS's -127), scales 1, activations +-1 (quantized to +-127). */
+static void extreme_blocks(struct ci_tensor *w, float *x, int64_t n) {
+    const struct ci_type_traits *tt = ci_type_traits(w->type);
+    int d_at, min_at;
+    scale_fields(w->type, &d_at, &min_at);
+    uint8_t *data = (uint8_t *)(uintptr_t)w->data;
+    const uint16_t one = ci_fp32_to_fp16(1.0f);
+    for (int64_t o = 0; o < w->ne[1]; o++)
+        for (uint64_t b = 0; b < w->row_bytes / tt->type_size; b++) {
+            uint8_t *blk = data + (size_t)o * w->row_bytes + b * tt->type_size;
+            memset(blk, o % 2 ? 0xff : 0, tt->type_size);
+            memcpy(blk + d_at, &one, 2);
+            if (min_at >= 0)
+                memcpy(blk + min_at, &one, 2);
+        }
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (i / w->ne[0]) % 2 ? -1.0f : 1.0f;
+}
+
 /* Weights packed at load (ci_pack) give ci_matmul exactly ci_dot's bits, for rows past the last whole
  * 16-row group too, at decode and prefill batch sizes and every pool; the packing holds the matrix's bytes
- * and no more.  On a CPU whose kernels have no packed layout, ci_pack_bytes is 0 for every type. */
-static void packed_case(int64_t n_in) {
+ * and no more.  For each kernel table this CPU runs; a table without a packed layout for a type has
+ * ci_pack_bytes 0 for it. */
+static void packed_case_table(int64_t n_in, bool extreme) {
     const int64_t n_out = 16 * 5 + 7;
     const int max_tok = 19;
     struct ci_threadpool *pools[3] = {NULL, NULL, NULL};
@@ -810,17 +831,22 @@ static void packed_case(int64_t n_in) {
     float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
     float *y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
     fill_normal(&r, x, max_tok * n_in, 1.0);
-    const bool has_packing = strcmp(ci_kernels_isa(), "avx512+vnni") == 0;
+    // AVX-512 packs every type below, AVX2 the K-quants, the scalar table none
+    const bool avx512 = strcmp(ci_kernels_isa(), "avx512+vnni") == 0;
+    const bool avx2 = strcmp(ci_kernels_isa(), "avx2+fma+f16c") == 0;
     for (int ti = 0; ti < N_TYPES + N_BLOCK_TYPES; ti++) {
         uint32_t type = ti < N_TYPES ? all_types[ti] : block_types[ti - N_TYPES];
         if (n_in % ci_type_traits(type)->block_size != 0)
             continue;
         struct ci_tensor w = make_weights(&r, type, n_in, n_out);
+        if (extreme && type != CI_TYPE_MXFP4)
+            extreme_blocks(&w, x, max_tok * n_in);
         size_t pb = ci_pack_bytes(&w);
+        const bool kquant =
+            type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
         bool want_packing =
-            has_packing && (type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 || type == CI_TYPE_Q5_0 ||
-                            type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K ||
-                            type == CI_TYPE_IQ4_NL || type == CI_TYPE_IQ4_XS);
+            (avx2 && kquant) || (avx512 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ||
+                                            type == CI_TYPE_Q5_0 || type == CI_TYPE_IQ4_NL));
         if (!want_packing) {
             CHECK1(pb == 0);
             ci_free((void *)(uintptr_t)w.data);
@@ -863,6 +889,15 @@ static void packed_case(int64_t n_in) {
     ci_free(y);
     for (int i = 1; i < 3; i++)
         ci_threadpool_free(pools[i]);
+}
+
+static void packed_case(int64_t n_in) {
+    for (int ti = 0; ti < n_tables; ti++) {
+        ci_kernels_force_table(tables[ti]);
+        packed_case_table(n_in, false);
+        packed_case_table(n_in, true);
+    }
+    ci_kernels_force_table(NULL);
 }
 
 TEST(matmul_packed_equals_dot) {

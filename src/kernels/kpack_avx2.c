@@ -1,0 +1,391 @@
+/* AVX2 matmul of the K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS) packed in pack16.h's layout (built with -mavx2
+ * -mfma -mf16c as every *_avx2.c; dot_avx2.c's table points at it).
+ *
+ * Lanes are rows: the 8 rows of one half of a 16-row group sit in the low or the high 32 bytes of each 64-byte
+ * lane vector, so one 32-byte load holds 4 codes of 8 rows, and maddubs against a token's 4 activation bytes
+ * broadcast gives the 8 rows' products side by side, with no horizontal reduction and with each super-block's
+ * scales decoded once for 8 rows.  (The file-layout tiles of dot_avx2.c decode every row's scales, shuffle a
+ * scale per 32 codes and reduce 8 vectors per block: on a CPU without AVX-512 their single-token decode was
+ * bound by those instructions, not by memory.)  A sub-block's chunk products add up exactly in int16 while
+ * they cannot overflow (|x| <= 127: 8 chunks of Q4_K's 4-bit codes, 4 of Q5_K's 5-bit ones, 2 of Q6_K's 6-bit
+ * ones), then one madd with the row's sub-block scale in both halves of the lane gives the int32 term.
+ * IQ4_XS's signed values go through the sign trick (|v| against x with v's sign) and their scale at each
+ * chunk.  The integer sums are exact, so the float steps of dot.h give the bits of every other table. */
+#include "kernels/dot.h"
+#include "kernels/pack16.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#ifdef __OPTIMIZE__
+#define UNROLL _Pragma("GCC unroll 16")
+#else
+#define UNROLL
+#endif
+
+#define KP_PREFETCH 4096 // bytes ahead in a group's stream that a single-pass (decode) tile prefetches
+#define KP_SLICE    4    // super-blocks per slice when several token groups share the weights (prefill)
+#define KP_TOKENS   256  // tokens sharing one slice's parked accumulators
+// Q6_K batches of more tokens than this run unpacked (kp_unpacked); the other types always run packed
+#define KP_Q6_UNPACK_TOKENS 16
+#define KP_UNPACK_BYTES     (256 * 1024) // unpacked rows of a larger batch kept in L2
+
+AI __m256i ld(const uint8_t *p) {
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+AI __m256i bcast4(const int8_t *p) { // a token's 4 activation bytes in every lane
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+AI __m256i pair16(__m256i s) { // int32 lanes s (|s| < 2^15) as (s, s) int16 halves: madd then scales by s
+    return _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(s, 16));
+}
+
+/* Chunk i (elements 4i..4i+3) of sub-block k of the half at ph, Q4_K's code order (Q4_K, Q5_K, IQ4_XS:
+ * sub-blocks 2s and 2s + 1 in the low and high nibbles of vectors 8s..8s+7): Q4_K/Q5_K's unsigned codes,
+ * IQ4_XS's signed table values. */
+AI __m256i code4(uint32_t type, const uint8_t *ph, const int k, const int i) {
+    const __m256i m0f = _mm256_set1_epi8(0x0f);
+    __m256i v = ld(ph + 64 * (8 * (k / 2) + i));
+    __m256i u = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(v, 4) : v, m0f);
+    if (type == CI_TYPE_Q5_K) { // bit k of qh vector i is the 5th bit
+        const __m256i bit = _mm256_set1_epi8((char)(1 << k));
+        __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(ld(ph + 2048 + 64 * i), bit), bit);
+        u = _mm256_or_si256(u, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+    }
+    if (type == CI_TYPE_IQ4_XS)
+        u = _mm256_shuffle_epi8(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)ci_iq4nl_values)), u);
+    return u;
+}
+
+/* Q6_K: chunk i of sub-block k = 8q + 2r + s (elements 128q + 32r + 16s + 4i..): the low 4 bits from ql
+ * vector 16q + 8(r % 2) + 4s + i (nibble r / 2), bits 4-5 from bits 2r.. of qh vector 8q + 4s + i. */
+AI __m256i code6(const uint8_t *ph, const int k, const int i) {
+    const int q = k / 8, r = k % 8 / 2, s = k % 2;
+    __m256i lo = ld(ph + 64 * (16 * q + 8 * (r % 2) + 4 * s + i));
+    lo = _mm256_and_si256(r >= 2 ? _mm256_srli_epi16(lo, 4) : lo, _mm256_set1_epi8(0x0f));
+    __m256i qh = ld(ph + 2048 + 64 * (8 * q + 4 * s + i));
+    qh = r == 0   ? _mm256_slli_epi16(qh, 4)
+         : r == 1 ? _mm256_slli_epi16(qh, 2)
+         : r == 3 ? _mm256_srli_epi16(qh, 2)
+                  : qh;
+    return _mm256_or_si256(lo, _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+}
+
+/* Sub-block k (and, with pair, k1, whose codes share k's bytes) of one half against TN tokens: sumi[j] +=
+ * sc_k sum u x (+ Q6_K's offset term -32 sc_k bsum_k from off6). */
+AI void kp_sub(uint32_t type, const int TN, const bool pair, const uint8_t *ph, const int k, const int k1,
+               const int8_t *const *xb, const int32_t (*off6)[16], const __m256i *sc, __m256i *sumi) {
+    const bool q6 = type == CI_TYPE_Q6_K, xs = type == CI_TYPE_IQ4_XS;
+    const int nch = q6 ? 4 : 8, elems = q6 ? 16 : 32;
+    const int flush = type == CI_TYPE_Q4_K ? 8 : type == CI_TYPE_Q5_K ? 4 : 2; // chunks an int16 sum holds
+    __m256i a0[4], a1[4];
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        a0[j] = a1[j] = _mm256_setzero_si256();
+    UNROLL
+    for (int i = 0; i < nch; i++) {
+        const __m256i u0 = q6 ? code6(ph, k, i) : code4(type, ph, k, i);
+        const __m256i u1 = !pair ? u0 : q6 ? code6(ph, k1, i) : code4(type, ph, k1, i);
+        const __m256i v0 = xs ? _mm256_sign_epi8(u0, u0) : u0, v1 = xs ? _mm256_sign_epi8(u1, u1) : u1;
+        UNROLL
+        for (int j = 0; j < TN; j++) {
+            __m256i x0 = bcast4(xb[j] + elems * k + 4 * i);
+            if (xs) {
+                sumi[j] = _mm256_add_epi32(
+                    sumi[j], _mm256_madd_epi16(_mm256_maddubs_epi16(v0, _mm256_sign_epi8(x0, u0)), sc[k]));
+            } else {
+                a0[j] = _mm256_add_epi16(a0[j], _mm256_maddubs_epi16(v0, x0));
+                if ((i + 1) % flush == 0) {
+                    sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(a0[j], sc[k]));
+                    a0[j] = _mm256_setzero_si256();
+                }
+            }
+            if (!pair)
+                continue;
+            __m256i x1 = bcast4(xb[j] + elems * k1 + 4 * i);
+            if (xs) {
+                sumi[j] = _mm256_add_epi32(
+                    sumi[j], _mm256_madd_epi16(_mm256_maddubs_epi16(v1, _mm256_sign_epi8(x1, u1)), sc[k1]));
+            } else {
+                a1[j] = _mm256_add_epi16(a1[j], _mm256_maddubs_epi16(v1, x1));
+                if ((i + 1) % flush == 0) {
+                    sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(a1[j], sc[k1]));
+                    a1[j] = _mm256_setzero_si256();
+                }
+            }
+        }
+    }
+    if (q6) // the codes are the values plus 32: - 32 sc_k bsum_k, as sc_k (-16 bsum_k) twice
+        UNROLL
+    for (int j = 0; j < TN; j++) {
+        sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(sc[k], _mm256_set1_epi32(off6[j][k])));
+        if (pair)
+            sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(sc[k1], _mm256_set1_epi32(off6[j][k1])));
+    }
+}
+
+/* 16 packed rows (group base gp) x TN tokens over super-blocks [b0, b1); the two halves' float accumulators
+ * park[2j + h] between slices.  stream: the blocks come from memory (one pass), so prefetch ahead. */
+AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
+                int64_t r, int t, bool first, bool last, bool stream, __m256 *park) {
+    const struct ci_act_q8k *q = m->qk;
+    const int64_t nsb = m->n_in / 256;
+    const size_t bb = ci_pk_block_bytes(type);
+    const bool q6 = type == CI_TYPE_Q6_K, xs = type == CI_TYPE_IQ4_XS, mins = !q6 && !xs;
+    const bool pair = TN <= 2; // two sub-blocks sharing their code bytes at a time: registers allow it
+    const size_t sc_at = type == CI_TYPE_Q5_K ? 2560 : 2048; // Q4_K, Q5_K: the scale bytes' lane vectors
+    const size_t d_at = q6 ? 3328 : xs ? 2144 : sc_at + 192;
+    const int nsub = q6 ? 16 : 8, n_steps = pair ? nsub / 2 : nsub;
+    const int n_lines = (int)((bb + 63) / 64), per_step = (n_lines + 2 * n_steps - 1) / (2 * n_steps);
+    const __m256i m0f = _mm256_set1_epi8(0x0f);
+    const int8_t *xt[4];
+    const int16_t *st[4];
+    const float *dt[4];
+    UNROLL
+    for (int j = 0; j < TN; j++) {
+        xt[j] = q->qs + (size_t)(t + j) * (size_t)m->n_in;
+        st[j] = q->bsum + (size_t)(t + j) * (size_t)(nsb * 16);
+        dt[j] = q->d + (size_t)(t + j) * (size_t)nsb;
+    }
+    // The float chains live in park (L1) between blocks: held in registers across the integer loops, the 8 of
+    // a 4-token tile pushed its integer accumulators onto the stack.
+    if (first)
+        UNROLL
+    for (int k = 0; k < 2 * TN; k++)
+        park[k] = _mm256_setzero_ps();
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = gp + (size_t)b * bb;
+        const int8_t *xb[4];
+        int32_t bs[4][8];    // Q4_K, Q5_K: each 32-element sub-block's activation sum
+        int32_t off6[4][16]; // Q6_K: (-16 bsum_k) in both int16 halves
+        UNROLL
+        for (int j = 0; j < TN; j++) {
+            xb[j] = xt[j] + b * 256;
+            const int16_t *s = st[j] + b * 16;
+            if (mins)
+                for (int k = 0; k < 8; k++)
+                    bs[j][k] = s[2 * k] + s[2 * k + 1];
+            if (q6)
+                for (int k = 0; k < 16; k++)
+                    off6[j][k] = (int32_t)((uint32_t)(uint16_t)(-16 * s[k]) * 0x10001u);
+        }
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ph = p + 32 * h;
+            __m256i sc[16], mk[8];
+            if (mins) { // kq_scale_min four at a time: scales 0-3 = low 6 bits of w0's bytes, 4-7 of f1's;
+                        // mins 0-3 of w1's, 4-7 of f3's
+                const __m256i w0 = ld(ph + sc_at), w1 = ld(ph + sc_at + 64), w2 = ld(ph + sc_at + 128);
+                const __m256i f1 = _mm256_or_si256(_mm256_and_si256(m0f, w2),
+                                                   _mm256_andnot_si256(m0f, _mm256_srli_epi32(w0, 2)));
+                const __m256i f3 = _mm256_or_si256(_mm256_and_si256(m0f, _mm256_srli_epi32(w2, 4)),
+                                                   _mm256_andnot_si256(m0f, _mm256_srli_epi32(w1, 2)));
+                UNROLL
+                for (int k = 0; k < 8; k++) {
+                    sc[k] = pair16(_mm256_and_si256(_mm256_srli_epi32(k < 4 ? w0 : f1, 8 * (k % 4)),
+                                                    _mm256_set1_epi32(0x3f)));
+                    mk[k] = _mm256_and_si256(_mm256_srli_epi32(k < 4 ? w1 : f3, 8 * (k % 4)),
+                                             _mm256_set1_epi32(0x3f));
+                }
+            } else if (xs) { // 6-bit scales: 4 bits of scales_l, 2 of scales_h, minus 32
+                const __m256i l = ld(ph + 2048);
+                const __m256i hs = _mm256_cvtepu16_epi32(
+                    _mm_loadu_si128((const __m128i *)(const void *)(p + 2112 + 16 * h)));
+                UNROLL
+                for (int k = 0; k < 8; k++)
+                    sc[k] = pair16(_mm256_sub_epi32(
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi32(l, 4 * k), _mm256_set1_epi32(15)),
+                            _mm256_slli_epi32(
+                                _mm256_and_si256(_mm256_srli_epi32(hs, 2 * k), _mm256_set1_epi32(3)), 4)),
+                        _mm256_set1_epi32(32)));
+            } else { // Q6_K: int8 scales as [sub-block][row]
+                UNROLL
+                for (int k = 0; k < 16; k++)
+                    sc[k] = pair16(_mm256_cvtepi8_epi32(
+                        _mm_loadl_epi64((const __m128i *)(const void *)(p + 3072 + 16 * k + 8 * h))));
+            }
+            __m256i sumi[4];
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                sumi[j] = _mm256_setzero_si256();
+            UNROLL
+            for (int s = 0; s < n_steps; s++) {
+                if (stream) // the next blocks' lines, spread over the steps (a burst of them stalls the loads)
+                    for (int c = (h * n_steps + s) * per_step;
+                         c < (h * n_steps + s + 1) * per_step && c < n_lines; c++)
+                        _mm_prefetch((const char *)(p + KP_PREFETCH + 64 * c), _MM_HINT_T0);
+                // pairs: Q4_K, Q5_K, IQ4_XS (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
+                const int k0 = !pair ? s : !q6 ? 2 * s : 8 * (s / 4) + s % 4;
+                const int k1 = !q6 ? k0 + 1 : k0 + 4;
+                kp_sub(type, TN, pair, ph, k0, k1, xb, (const int32_t(*)[16])off6, sc, sumi);
+            }
+            const __m256 d =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + d_at + 16 * h)));
+            UNROLL
+            for (int j = 0; j < TN; j++) {
+                const __m256 dx = _mm256_set1_ps(dt[j][b]);
+                __m256 f =
+                    _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi[j]), park[2 * j + h]);
+                if (mins) { // - (dmin dx) summ, summ = sum_k m_k bs_k (m_k < 64 in each lane's low half)
+                    __m256i summ = _mm256_setzero_si256();
+                    UNROLL
+                    for (int k = 0; k < 8; k++)
+                        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mk[k], _mm256_set1_epi32(bs[j][k])));
+                    const __m256 dmin = _mm256_cvtph_ps(
+                        _mm_loadu_si128((const __m128i *)(const void *)(p + d_at + 32 + 16 * h)));
+                    f = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, dx), _mm256_set1_ps(-0.0f)),
+                                        _mm256_cvtepi32_ps(summ), f);
+                }
+                park[2 * j + h] = f;
+            }
+        }
+    }
+    if (last)
+        UNROLL
+    for (int j = 0; j < TN; j++)
+        UNROLL
+    for (int h = 0; h < 2; h++)
+        _mm256_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)(r + 8 * h), park[2 * j + h]);
+}
+
+typedef void (*kp_tile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r, int t,
+                           bool first, bool last, bool stream, __m256 *park);
+
+#define KP_TILE(T, name, TN)                                                                                 \
+    static void name##_kp##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,   \
+                              int t, bool first, bool last, bool stream, __m256 *park) {                     \
+        kp_tile(T, TN, m, gp, b0, b1, r, t, first, last, stream, park);                                      \
+    }
+#define KP_TILES(T, name)                                                                                    \
+    KP_TILE(T, name, 1)                                                                                      \
+    KP_TILE(T, name, 2)                                                                                      \
+    KP_TILE(T, name, 4)                                                                                      \
+    static const kp_tile_fn name##_kp_tiles[5] = {NULL, name##_kp1, name##_kp2, NULL, name##_kp4};
+
+KP_TILES(CI_TYPE_Q4_K, q4_k)
+KP_TILES(CI_TYPE_Q5_K, q5_k)
+KP_TILES(CI_TYPE_Q6_K, q6_k)
+KP_TILES(CI_TYPE_IQ4_XS, iq4_xs)
+
+/* pack16.c's pack_lanes undone: lane vector v's 16 dwords back to bytes 4v.. of their rows, for n bytes of each
+ * row (a multiple of 4), 8 vectors at a time as two 8x8 dword transposes. */
+AI void unpack_lanes(const uint8_t *src, size_t n, uint8_t *dst, size_t row_bytes) {
+    size_t v = 0;
+    for (; v + 8 <= n / 4; v += 8)
+        for (int h = 0; h < 2; h++) {
+            __m256i x[8], t[8], u[8];
+            UNROLL
+            for (int k = 0; k < 8; k++)
+                x[k] = ld(src + 64 * (v + (size_t)k) + 32 * h);
+            UNROLL
+            for (int k = 0; k < 4; k++) {
+                t[2 * k] = _mm256_unpacklo_epi32(x[2 * k], x[2 * k + 1]);
+                t[2 * k + 1] = _mm256_unpackhi_epi32(x[2 * k], x[2 * k + 1]);
+            }
+            UNROLL
+            for (int k = 0; k < 8; k += 4) { // u[k + i]: row i (and i + 4) of dwords v + k.. (low, high lane)
+                u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+                u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+                u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+                u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+            }
+            UNROLL
+            for (int i = 0; i < 4; i++) {
+                uint8_t *row = dst + (size_t)(8 * h + i) * row_bytes + 4 * v;
+                _mm256_storeu_si256((__m256i *)(void *)row, _mm256_permute2x128_si256(u[i], u[4 + i], 0x20));
+                _mm256_storeu_si256((__m256i *)(void *)(row + 4 * row_bytes),
+                                    _mm256_permute2x128_si256(u[i], u[4 + i], 0x31));
+            }
+        }
+    for (; v < n / 4; v++)
+        for (int i = 0; i < CI_PK_ROWS; i++)
+            memcpy(dst + (size_t)i * row_bytes + 4 * v, src + 64 * v + 4 * (size_t)i, 4);
+}
+
+/* One packed Q6_K group's nb super-blocks back to the file's layout, its 16 rows at dst, row_bytes apart. */
+static void unpack_q6_k(const uint8_t *group, int64_t nb, uint8_t *dst, size_t row_bytes) {
+    const size_t gb = ci_pk_block_bytes(CI_TYPE_Q6_K), sb = gb / CI_PK_ROWS;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *o = group + (size_t)b * gb;
+        uint8_t *rows = dst + (size_t)b * sb;
+        unpack_lanes(o, 192, rows, row_bytes); // ql, qh
+        for (int i = 0; i < CI_PK_ROWS; i++) {
+            for (int k = 0; k < 16; k++) // scales [sub-block][row]
+                rows[(size_t)i * row_bytes + 192 + (size_t)k] = o[3072 + 16 * k + i];
+            memcpy(rows + (size_t)i * row_bytes + 208, o + 3328 + 2 * i, 2); // d
+        }
+    }
+}
+
+/* Q6_K batches of more than KP_Q6_UNPACK_TOKENS tokens (prefill): row blocks of whole groups unpacked into a
+ * buffer that stays in L2 and run through dot_avx2.c's file-layout tiles, whose 1-row x 8-token tile decodes
+ * each row's codes once for 8 tokens; Q6_K's 6-bit codes cost the 4-token packed tile too much to decode.
+ * Measured on Zen 4, 2 threads, 4 matrices of 2048 x 5632, ms a call (bench/gemv_read.c, medians of 3 runs of 5
+ * passes): 16 tokens: packed 7.7, unpacked 8.0, file layout 6.3; 128 tokens: packed 57.3, unpacked 48.9, file
+ * layout 47.3.  (Q4_K's packed tile is ahead of the file layout's at both: 5.6 / 5.9 and 43.5 / 45.5; Q5_K and
+ * IQ4_XS level with it at 128 tokens.)  The unpacking costs one pass over the block per call. */
+static void kp_unpacked(const struct ci_mm *m, int64_t r0, int64_t re, int t0, int t1, uint8_t *buf) {
+    const int64_t nb = m->n_in / 256;
+    const size_t rb = (size_t)nb * (ci_pk_block_bytes(m->type) / CI_PK_ROWS), gbytes = CI_PK_ROWS * rb;
+    const int64_t block = (int64_t)(KP_UNPACK_BYTES / gbytes) * CI_PK_ROWS;
+    struct ci_mm u = *m;
+    u.w = buf;
+    u.row_bytes = rb;
+    u.packed = NULL;
+    for (int64_t r = r0; r < re; r += block) {
+        const int64_t n = re - r < block ? re - r : block;
+        for (int64_t g = 0; g < n / CI_PK_ROWS; g++)
+            unpack_q6_k(m->packed + (size_t)(r / CI_PK_ROWS + g) * ci_pk_group_bytes(m->type, nb), nb,
+                        buf + (size_t)g * gbytes, rb);
+        u.y = m->y + r; // rows [0, n) of the buffer are rows [r, r + n): y keeps its n_out stride
+        ci_dot_avx2_table()->mm[m->type](&u, 0, n, t0, t1);
+    }
+}
+
+/* The packed groups inside [r0, r1): one token group (decode) makes one pass over each group's super-blocks;
+ * more tokens take slices of KP_SLICE super-blocks under token groups of up to 4, except Q6_K's large batches
+ * (kp_unpacked).  Rows past the last whole group run the file-layout kernel. */
+void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    _Alignas(32) __m256 park[2 * KP_TOKENS];
+    const kp_tile_fn *tiles = m->type == CI_TYPE_Q4_K   ? q4_k_kp_tiles
+                              : m->type == CI_TYPE_Q5_K ? q5_k_kp_tiles
+                              : m->type == CI_TYPE_Q6_K ? q6_k_kp_tiles
+                                                        : iq4_xs_kp_tiles;
+    const int64_t nb = m->n_in / 256, packed_rows = m->n_out / CI_PK_ROWS * CI_PK_ROWS;
+    const int64_t slice = t1 - t0 <= 4 ? nb : KP_SLICE; // a slice when unpacking does not fit
+    const int64_t re = r1 < packed_rows ? r1 : packed_rows;
+    const size_t group_bytes = ci_pk_group_bytes(m->type, nb);
+    int64_t rp = r0;
+    if (m->type == CI_TYPE_Q6_K && t1 - t0 > KP_Q6_UNPACK_TOKENS && group_bytes <= KP_UNPACK_BYTES) {
+        _Alignas(64) uint8_t buf[KP_UNPACK_BYTES];
+        kp_unpacked(m, r0, re, t0, t1, buf);
+        rp = re; // nothing left for the packed tiles
+    }
+    for (int64_t r = rp; r < re; r += CI_PK_ROWS) {
+        const uint8_t *gp = m->packed + (size_t)(r / CI_PK_ROWS) * group_bytes;
+        for (int tp = t0; tp < t1; tp += KP_TOKENS) {
+            int tp1 = t1 - tp < KP_TOKENS ? t1 : tp + KP_TOKENS;
+            for (int64_t b0 = 0; b0 < nb; b0 += slice) {
+                int64_t b1 = nb - b0 < slice ? nb : b0 + slice;
+                for (int t = tp; t < tp1;) {
+                    int tn = tp1 - t >= 4 ? 4 : tp1 - t >= 2 ? 2 : 1;
+                    tiles[tn](m, gp, b0, b1, r, t, b0 == 0, b1 == nb, t == tp, park + 2 * (t - tp));
+                    t += tn;
+                }
+            }
+        }
+    }
+    if (r1 > packed_rows)
+        ci_dot_avx2_table()->mm[m->type](m, r0 > packed_rows ? r0 : packed_rows, r1, t0, t1);
+}
+
+#endif
