@@ -20,6 +20,8 @@
 # (a few minutes on 2 idle cores).  -t 1,2 runs every model at both thread counts.  -d D: pp and tg after D
 # tokens of context (llama-bench -d; cinfer bench kernels --depth); batched decode then runs only when --batch is
 # given (llama-batched-bench has no depth: its S_TG stays at depth BPP).
+# A CPU without AVX-512, approximated on one that has it: CINFER_NO_AVX512=1 CINFER_LLAMACPP_AVX2=1
+# bench/kernels.sh ... runs cinfer's AVX2 kernels against llama.cpp built for AVX2 (scripts/llamacpp-native.sh).
 set -u
 # The whole script is one compound command, read before it runs: editing the file during a run is safe.
 {
@@ -209,8 +211,10 @@ TABLE=$RAW/table.md
         echo "| $model | $type | $thr | $test | $cv | $lv | $(ratio "$c" "$l") | $(pct "$c" "$roof") | $(pct "$l" "$roof") |"
     done <"$ROWS"
 } >"$TABLE"
+LBUILD="native CPU build (GGML_NATIVE)"
+[ "${CINFER_LLAMACPP_AVX2:-0}" = 1 ] && LBUILD="AVX2/FMA/F16C build without AVX-512 (CINFER_LLAMACPP_AVX2=1)"
 NOTE="${NOTE_USER:+$NOTE_USER. }cinfer binary: $BIN (repository at run time: ${tree:-?}). Machine: ${cpu:-unknown CPU}. Measured by cinfer in the same run (read bandwidth, f32 FMA peak, int8 dot-product peak): $hwnote. \
-cinfer kernels: ${ISA:-?}${TUNE:+ ($TUNE)}, KV f16 (the default since issue 15). llama.cpp ${LCOMMIT:-not run}: native CPU build (GGML_NATIVE), KV f16, flash-attn auto. \
+cinfer kernels: ${ISA:-?}${TUNE:+ ($TUNE)}, KV f16 (the default since issue 15). llama.cpp ${LCOMMIT:-not run}: $LBUILD, KV f16, flash-attn auto. \
 pp/tg: mean ± sd over $REPS reps after a warm-up; S_PP/S_TG: one run, $BPP-token prompts then $BTG decode steps. \
 % roof: tokens/s over the roofline bound of cinfer's work on this machine (Q8_0/Q4_0 matmuls at the int8 peak, float matmuls and attention at the f32 peak). \
 Load average (1/5/15 min) ${load0:-?} at the start, ${load1:-?} at the end."

@@ -38,6 +38,15 @@ if [ "${CINFER_LLAMACPP_NO_AMX:-0}" = 1 ]; then
         -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
     BUILD=$BUILD-noamx
 fi
+# CINFER_LLAMACPP_AVX2=1 builds for AVX2/FMA/F16C without AVX-512 (GGML_NATIVE off), in a build directory of its
+# own: llama.cpp as it runs on a CPU without AVX-512 (AMD Zen 3, older Xeons), to compare against cinfer with
+# CINFER_NO_AVX512=1 on a machine that has AVX-512.
+ISA_FLAGS=(-DGGML_NATIVE=ON)
+if [ "${CINFER_LLAMACPP_AVX2:-0}" = 1 ]; then
+    ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+        -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF)
+    BUILD=$BUILD-avx2
+fi
 BIN=$BUILD/bin
 
 die() {
@@ -80,7 +89,7 @@ fi
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-    cmake -S "$DIR" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    cmake -S "$DIR" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" -DLLAMA_CURL=OFF \
         -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$SERVER_FLAG -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON "${AMX_FLAGS[@]}" \
