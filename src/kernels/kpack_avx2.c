@@ -1,4 +1,4 @@
-/* AVX2 matmul of the K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS) packed in pack16.h's layout (built with -mavx2
+/* AVX2 matmul of the K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS) and Q4_0 packed in pack16.h's layout (built with -mavx2
  * -mfma -mf16c as every *_avx2.c; dot_avx2.c's table points at it).
  *
  * Lanes are rows: the 8 rows of one half of a 16-row group sit in the low or the high 32 bytes of each 64-byte
@@ -276,6 +276,77 @@ KP_TILES(CI_TYPE_Q5_K, q5_k)
 KP_TILES(CI_TYPE_Q6_K, q6_k)
 KP_TILES(CI_TYPE_IQ4_XS, iq4_xs)
 
+/* Q4_0 packed (pack16.h: per block the 4 chunk vectors, lane i = row i's qs[4c..4c+3], whose low nibbles are
+ * elements 4c.. and high nibbles 16 + 4c.., then the 16 rows' fp16 d): 16 rows x TN tokens over blocks
+ * [b0, b1), the two halves' float chains parked as kp_tile's.  The 8 chunk products of a block fit int16
+ * (codes 0..15, |x| <= 127); less 8 times the token's block sum, one float step per block (dot.h). */
+AI void q4_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,
+                  int t, bool first, bool last, bool stream, __m256 *park) {
+    const struct ci_act_q8 *q = m->q;
+    const size_t step = 256 + CI_PK_SCALE_BYTES;
+    const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const int8_t *xt[4];
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        xt[j] = q->qs + (size_t)(t + j) * (size_t)m->n_in;
+    if (first)
+        UNROLL
+    for (int k = 0; k < 2 * TN; k++)
+        park[k] = _mm256_setzero_ps();
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = gp + (size_t)b * step;
+        if (stream)
+            UNROLL
+        for (size_t c = 0; c < (step + 63) / 64; c++)
+            _mm_prefetch((const char *)(p + KP_PREFETCH + 64 * c), _MM_HINT_T0);
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            __m256i a[4];
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                a[j] = _mm256_setzero_si256();
+            UNROLL
+            for (int c = 0; c < 4; c++) {
+                const __m256i v = ld(p + 64 * c + 32 * h);
+                const __m256i lo = _mm256_and_si256(v, m0f),
+                              hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
+                UNROLL
+                for (int j = 0; j < TN; j++) {
+                    a[j] = _mm256_add_epi16(a[j], _mm256_maddubs_epi16(lo, bcast4(xt[j] + 32 * b + 4 * c)));
+                    a[j] =
+                        _mm256_add_epi16(a[j], _mm256_maddubs_epi16(hi, bcast4(xt[j] + 32 * b + 16 + 4 * c)));
+                }
+            }
+            const __m256 d =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + 256 + 16 * h)));
+            UNROLL
+            for (int j = 0; j < TN; j++) {
+                const size_t at = (size_t)b * (size_t)q->tok_stride + (size_t)(t + j);
+                __m256i s =
+                    _mm256_sub_epi32(_mm256_madd_epi16(a[j], ones), _mm256_set1_epi32(q->sum[at] * 8));
+                park[2 * j + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(q->d[at])),
+                                                  _mm256_cvtepi32_ps(s), park[2 * j + h]);
+            }
+        }
+    }
+    if (last)
+        UNROLL
+    for (int j = 0; j < TN; j++)
+        UNROLL
+    for (int h = 0; h < 2; h++)
+        _mm256_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)(r + 8 * h), park[2 * j + h]);
+}
+
+#define Q4_0_TILE(TN)                                                                                        \
+    static void q4_0_kp##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,     \
+                            int t, bool first, bool last, bool stream, __m256 *park) {                       \
+        q4_0_tile(TN, m, gp, b0, b1, r, t, first, last, stream, park);                                       \
+    }
+Q4_0_TILE(1)
+Q4_0_TILE(2)
+Q4_0_TILE(4)
+static const kp_tile_fn q4_0_kp_tiles[5] = {NULL, q4_0_kp1, q4_0_kp2, NULL, q4_0_kp4};
+
 /* pack16.c's pack_lanes undone: lane vector v's 16 dwords back to bytes 4v.. of their rows, for n bytes of each
  * row (a multiple of 4), 8 vectors at a time as two 8x8 dword transposes. */
 AI void unpack_lanes(const uint8_t *src, size_t n, uint8_t *dst, size_t row_bytes) {
@@ -356,12 +427,13 @@ static void kp_unpacked(const struct ci_mm *m, int64_t r0, int64_t re, int t0, i
  * (kp_unpacked).  Rows past the last whole group run the file-layout kernel. */
 void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     _Alignas(32) __m256 park[2 * KP_TOKENS];
-    const kp_tile_fn *tiles = m->type == CI_TYPE_Q4_K   ? q4_k_kp_tiles
+    const kp_tile_fn *tiles = m->type == CI_TYPE_Q4_0   ? q4_0_kp_tiles
+                              : m->type == CI_TYPE_Q4_K ? q4_k_kp_tiles
                               : m->type == CI_TYPE_Q5_K ? q5_k_kp_tiles
                               : m->type == CI_TYPE_Q6_K ? q6_k_kp_tiles
                                                         : iq4_xs_kp_tiles;
-    const int64_t nb = m->n_in / 256, packed_rows = m->n_out / CI_PK_ROWS * CI_PK_ROWS;
-    const int64_t slice = t1 - t0 <= 4 ? nb : KP_SLICE; // a slice when unpacking does not fit
+    const int64_t nb = m->n_in / ci_pk_block_elems(m->type), packed_rows = m->n_out / CI_PK_ROWS * CI_PK_ROWS;
+    const int64_t slice = t1 - t0 <= 4 ? nb : KP_SLICE * 256 / ci_pk_block_elems(m->type);
     const int64_t re = r1 < packed_rows ? r1 : packed_rows;
     const size_t group_bytes = ci_pk_group_bytes(m->type, nb);
     int64_t rp = r0;

@@ -831,7 +831,7 @@ static void packed_case_table(int64_t n_in, bool extreme) {
     float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
     float *y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
     fill_normal(&r, x, max_tok * n_in, 1.0);
-    // AVX-512 packs every type below, AVX2 the K-quants, the scalar table none
+    // AVX-512 packs every type below, AVX2 the K-quants and Q4_0, the scalar table none
     const bool avx512 = strcmp(ci_kernels_isa(), "avx512+vnni") == 0;
     const bool avx2 = strcmp(ci_kernels_isa(), "avx2+fma+f16c") == 0;
     for (int ti = 0; ti < N_TYPES + N_BLOCK_TYPES; ti++) {
@@ -844,9 +844,9 @@ static void packed_case_table(int64_t n_in, bool extreme) {
         size_t pb = ci_pack_bytes(&w);
         const bool kquant =
             type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
-        bool want_packing =
-            (avx2 && kquant) || (avx512 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ||
-                                            type == CI_TYPE_Q5_0 || type == CI_TYPE_IQ4_NL));
+        bool want_packing = (avx2 && (kquant || type == CI_TYPE_Q4_0)) ||
+                            (avx512 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ||
+                                        type == CI_TYPE_Q5_0 || type == CI_TYPE_IQ4_NL));
         if (!want_packing) {
             CHECK1(pb == 0);
             ci_free((void *)(uintptr_t)w.data);
