@@ -79,6 +79,23 @@ AI __m256i code6(const uint8_t *ph, const int k, const int i) {
     return _mm256_or_si256(lo, _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
 }
 
+/* One chunk of one token: the codes u (v: as maddubs takes them) against the token's 4 bytes x broadcast, into
+ * the int16 sum a (added to sumi, times the sub-block scale sc, when it flushes); IQ4_XS's signed values
+ * straight into sumi. */
+AI void kp_chunk(const bool xs, const bool flushes, __m256i u, __m256i v, __m256i x, __m256i sc, __m256i *a,
+                 __m256i *sumi) {
+    if (xs) {
+        *sumi =
+            _mm256_add_epi32(*sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_sign_epi8(x, u)), sc));
+        return;
+    }
+    *a = _mm256_add_epi16(*a, _mm256_maddubs_epi16(v, x));
+    if (flushes) {
+        *sumi = _mm256_add_epi32(*sumi, _mm256_madd_epi16(*a, sc));
+        *a = _mm256_setzero_si256();
+    }
+}
+
 /* Sub-block k (and, with pair, k1, whose codes share k's bytes) of one half against TN tokens: sumi[j] +=
  * sc_k sum u x (+ Q6_K's offset term -32 sc_k bsum_k from off6). */
 AI void kp_sub(uint32_t type, const int TN, const bool pair, const uint8_t *ph, const int k, const int k1,
@@ -95,32 +112,12 @@ AI void kp_sub(uint32_t type, const int TN, const bool pair, const uint8_t *ph, 
         const __m256i u0 = q6 ? code6(ph, k, i) : code4(type, ph, k, i);
         const __m256i u1 = !pair ? u0 : q6 ? code6(ph, k1, i) : code4(type, ph, k1, i);
         const __m256i v0 = xs ? _mm256_sign_epi8(u0, u0) : u0, v1 = xs ? _mm256_sign_epi8(u1, u1) : u1;
+        const bool flushes = (i + 1) % flush == 0;
         UNROLL
         for (int j = 0; j < TN; j++) {
-            __m256i x0 = bcast4(xb[j] + elems * k + 4 * i);
-            if (xs) {
-                sumi[j] = _mm256_add_epi32(
-                    sumi[j], _mm256_madd_epi16(_mm256_maddubs_epi16(v0, _mm256_sign_epi8(x0, u0)), sc[k]));
-            } else {
-                a0[j] = _mm256_add_epi16(a0[j], _mm256_maddubs_epi16(v0, x0));
-                if ((i + 1) % flush == 0) {
-                    sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(a0[j], sc[k]));
-                    a0[j] = _mm256_setzero_si256();
-                }
-            }
-            if (!pair)
-                continue;
-            __m256i x1 = bcast4(xb[j] + elems * k1 + 4 * i);
-            if (xs) {
-                sumi[j] = _mm256_add_epi32(
-                    sumi[j], _mm256_madd_epi16(_mm256_maddubs_epi16(v1, _mm256_sign_epi8(x1, u1)), sc[k1]));
-            } else {
-                a1[j] = _mm256_add_epi16(a1[j], _mm256_maddubs_epi16(v1, x1));
-                if ((i + 1) % flush == 0) {
-                    sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(a1[j], sc[k1]));
-                    a1[j] = _mm256_setzero_si256();
-                }
-            }
+            kp_chunk(xs, flushes, u0, v0, bcast4(xb[j] + elems * k + 4 * i), sc[k], &a0[j], &sumi[j]);
+            if (pair)
+                kp_chunk(xs, flushes, u1, v1, bcast4(xb[j] + elems * k1 + 4 * i), sc[k1], &a1[j], &sumi[j]);
         }
     }
     if (q6) // the codes are the values plus 32: - 32 sc_k bsum_k, as sc_k (-16 bsum_k) twice
