@@ -129,6 +129,24 @@ AI void kp_sub(uint32_t type, const int TN, const bool pair, const uint8_t *ph, 
     }
 }
 
+/* A tile's float chains, park[2j + h] for token t + j and half h (rows r + 8h..): zeroed by the first slice
+ * over the blocks, stored to y by the last. */
+AI void park_open(const int TN, bool first, __m256 *park) {
+    if (first)
+        UNROLL
+    for (int k = 0; k < 2 * TN; k++)
+        park[k] = _mm256_setzero_ps();
+}
+
+AI void park_close(const int TN, const struct ci_mm *m, int64_t r, int t, bool last, const __m256 *park) {
+    if (last)
+        UNROLL
+    for (int j = 0; j < TN; j++)
+        UNROLL
+    for (int h = 0; h < 2; h++)
+        _mm256_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)(r + 8 * h), park[2 * j + h]);
+}
+
 /* 16 packed rows (group base gp) x TN tokens over super-blocks [b0, b1); the two halves' float accumulators
  * park[2j + h] between slices.  stream: the blocks come from memory (one pass), so prefetch ahead. */
 AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
@@ -154,10 +172,7 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
     }
     // The float chains live in park (L1) between blocks: held in registers across the integer loops, the 8 of
     // a 4-token tile pushed its integer accumulators onto the stack.
-    if (first)
-        UNROLL
-    for (int k = 0; k < 2 * TN; k++)
-        park[k] = _mm256_setzero_ps();
+    park_open(TN, first, park);
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *p = gp + (size_t)b * bb;
         const int8_t *xb[4];
@@ -246,12 +261,7 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
             }
         }
     }
-    if (last)
-        UNROLL
-    for (int j = 0; j < TN; j++)
-        UNROLL
-    for (int h = 0; h < 2; h++)
-        _mm256_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)(r + 8 * h), park[2 * j + h]);
+    park_close(TN, m, r, t, last, park);
 }
 
 typedef void (*kp_tile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r, int t,
@@ -286,10 +296,7 @@ AI void q4_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_
     UNROLL
     for (int j = 0; j < TN; j++)
         xt[j] = q->qs + (size_t)(t + j) * (size_t)m->n_in;
-    if (first)
-        UNROLL
-    for (int k = 0; k < 2 * TN; k++)
-        park[k] = _mm256_setzero_ps();
+    park_open(TN, first, park);
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *p = gp + (size_t)b * step;
         if (stream)
@@ -326,12 +333,7 @@ AI void q4_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_
             }
         }
     }
-    if (last)
-        UNROLL
-    for (int j = 0; j < TN; j++)
-        UNROLL
-    for (int h = 0; h < 2; h++)
-        _mm256_storeu_ps(m->y + (size_t)(t + j) * (size_t)m->n_out + (size_t)(r + 8 * h), park[2 * j + h]);
+    park_close(TN, m, r, t, last, park);
 }
 
 #define Q4_0_TILE(TN)                                                                                        \
