@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "bench/perf.h"
@@ -398,17 +397,7 @@ enum ci_status bench_hw_measure(struct ci_threadpool *tp, const struct bench_hw_
         return ci_err_set(err, CI_ERR_NOMEM, "bench hw: cannot allocate a %.2f GiB buffer",
                           (double)bytes / GIB);
     }
-#ifdef MADV_HUGEPAGE
-    { // huge pages where the kernel offers them: the TLB should not be what is measured
-        long pg = sysconf(_SC_PAGESIZE);
-        uintptr_t lo = (uintptr_t)buf, hi = lo + bytes;
-        if (pg > 0) {
-            lo = (lo + (uintptr_t)pg - 1) / (uintptr_t)pg * (uintptr_t)pg;
-            if (hi > lo)
-                (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-        }
-    }
-#endif
+    (void)ci_mem_advise_huge(buf, bytes); // the TLB should not be what is measured
     for (size_t i = 0; i < bytes / sizeof(float); i++)
         buf[i] = 1.0f;
     for (int i = 0; i < out->n_threads; i++) {

@@ -3,6 +3,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 // Each block carries a 64-byte header holding its size (64 keeps ci_malloc's result 64-byte aligned too).
 #define HDR 64
@@ -85,6 +88,25 @@ void *ci_malloc_aligned(size_t n) {
 
 void ci_free_aligned(void *p) {
     ci_free(p);
+}
+
+#define HUGE_PAGE ((uintptr_t)2 << 20)
+
+size_t ci_mem_advise_huge(void *p, size_t n) {
+    const char *off = getenv("CINFER_NO_HUGEPAGES");
+    if (!p || (off && *off && strcmp(off, "0") != 0))
+        return 0;
+#ifdef MADV_HUGEPAGE
+    if (n > (size_t)(UINTPTR_MAX - (uintptr_t)p - HUGE_PAGE))
+        return 0;
+    uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    uintptr_t hi = ((uintptr_t)p + n) & ~(HUGE_PAGE - 1);
+    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_HUGEPAGE) != 0)
+        return 0;
+    return hi - lo;
+#else
+    return 0;
+#endif
 }
 
 char *ci_strdup(const char *s) {
