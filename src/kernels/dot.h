@@ -196,7 +196,7 @@ const struct ci_dot_table *ci_dot_ref_table(void);
 /* NULL when the SIMD versions were not compiled in; only call the routines after a CPU probe said yes.
  * The AVX-512 table uses the AVX2 one for small quantized batches: it is only selected when both exist. */
 const struct ci_dot_table *ci_dot_avx2_table(void);
-/* The AVX2 table's matmul of K-quant rows packed in pack16.h's layout (kpack_avx2.c). */
+/* The AVX2 table's matmul of K-quant, Q8_0 and Q4_0 rows packed in pack16.h's layout (kpack_avx2.c). */
 void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
 const struct ci_dot_table *ci_dot_avx512_table(void);
 /* Tables this CPU can run, best first (scalar last); returns how many were written (at most 3). */

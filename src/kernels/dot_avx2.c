@@ -12,7 +12,7 @@
  * (a batch reads each weight from memory once), inside in k slices whose activations stay in L1 (tiles park
  * their accumulators between slices, exactly).  Decode tiles prefetch the next tile's rows: the hardware
  * prefetchers follow 8 short rows read in lockstep poorly.
- * Q4_0, Q4_K, Q5_K, Q6_K and IQ4_XS matrices are packed at load (pack16.h) and run through kpack_avx2.c; the
+ * Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and IQ4_XS matrices are packed at load (pack16.h) and run through kpack_avx2.c; the
  * tiles here serve them when packing is off, and their rows past the last 16-row group.
  * Also here: the Q8 activation quantizer (bit-identical to the scalar one).  The attention chunk kernels
  * live in attn_avx2.c. */
@@ -972,10 +972,11 @@ static void f32_to_f16(const float *x, uint16_t *h, int64_t n) {
         h[i] = ci_fp32_to_fp16(x[i]);
 }
 
-/* This table packs the K-quants and Q4_0 (pack16.h's layout, read by kpack_avx2.c); the other 32-block types
+/* This table packs the K-quants, Q8_0 and Q4_0 (pack16.h's layout, read by kpack_avx2.c); the other 32-block types
  * stay as stored. */
 static size_t kq_pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
-    return ci_pk_kquant(type) || type == CI_TYPE_Q4_0 ? ci_pk_bytes(type, n_in, n_out) : 0;
+    const bool packs = ci_pk_kquant(type) || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0;
+    return packs ? ci_pk_bytes(type, n_in, n_out) : 0;
 }
 
 static const struct ci_dot_table avx2_table = {
@@ -1011,7 +1012,8 @@ static const struct ci_dot_table avx2_table = {
         },
     .pack_bytes = kq_pack_bytes,
     .pack = ci_pk_rows,
-    .mm_packed = {[CI_TYPE_Q4_0] = ci_avx2_mm_kpacked,
+    .mm_packed = {[CI_TYPE_Q8_0] = ci_avx2_mm_kpacked,
+                  [CI_TYPE_Q4_0] = ci_avx2_mm_kpacked,
                   [CI_TYPE_Q4_K] = ci_avx2_mm_kpacked,
                   [CI_TYPE_Q5_K] = ci_avx2_mm_kpacked,
                   [CI_TYPE_Q6_K] = ci_avx2_mm_kpacked,

@@ -1,5 +1,5 @@
-/* AVX2 matmul of the K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS) and Q4_0 packed in pack16.h's layout (built with -mavx2
- * -mfma -mf16c as every *_avx2.c; dot_avx2.c's table points at it).
+/* AVX2 matmul of the K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS), Q8_0 and Q4_0 packed in pack16.h's layout (built
+ * with -mavx2 -mfma -mf16c as every *_avx2.c; dot_avx2.c's table points at it).
  *
  * Lanes are rows: the 8 rows of one half of a 16-row group sit in the low or the high 32 bytes of each 64-byte
  * lane vector, so one 32-byte load holds 4 codes of 8 rows, and maddubs against a token's 4 activation bytes
@@ -26,9 +26,15 @@
 #define UNROLL
 #endif
 
-#define KP_PREFETCH 4096 // bytes ahead in a group's stream that a single-pass (decode) tile prefetches
-#define KP_SLICE    4    // super-blocks per slice when several token groups share the weights (prefill)
-#define KP_TOKENS   256  // tokens sharing one slice's parked accumulators
+/* dot_avx2.c's KEEP_IN_REG, here for a second reason: an opaque register copy of a running sum keeps GCC from
+ * reassociating a chunk chain's int16 adds into a tree, which holds every product of a sub-block at once and
+ * spills them (measured: 787 stack moves for 512 maddubs).  LAUNDER hides a pointer's value, so a load is made
+ * where it is used instead of being kept (spilled) from an earlier use. */
+#define KEEP_IN_REG(v) __asm__("" : "+x"(v))
+#define LAUNDER(p)     __asm__("" : "+r"(p))
+#define KP_PREFETCH    4096 // bytes ahead in a group's stream that a single-pass (decode) tile prefetches
+#define KP_SLICE       4    // super-blocks per slice when several token groups share the weights (prefill)
+#define KP_TOKENS      256  // tokens sharing one slice's parked accumulators
 // Q6_K batches of more tokens than this run unpacked (kp_unpacked); the other types always run packed
 #define KP_Q6_UNPACK_TOKENS 16
 #define KP_UNPACK_BYTES     (256 * 1024) // unpacked rows of a larger batch kept in L2
@@ -90,42 +96,65 @@ AI void kp_chunk(const bool xs, const bool flushes, __m256i u, __m256i v, __m256
         return;
     }
     *a = _mm256_add_epi16(*a, _mm256_maddubs_epi16(v, x));
+    KEEP_IN_REG(*a);
     if (flushes) {
         *sumi = _mm256_add_epi32(*sumi, _mm256_madd_epi16(*a, sc));
         *a = _mm256_setzero_si256();
     }
 }
 
-/* Sub-block k (and, with pair, k1, whose codes share k's bytes) of one half against TN tokens: sumi[j] +=
- * sc_k sum u x (+ Q6_K's offset term -32 sc_k bsum_k from off6). */
-AI void kp_sub(uint32_t type, const int TN, const bool pair, const uint8_t *ph, const int k, const int k1,
-               const int8_t *const *xb, const int32_t (*off6)[16], const __m256i *sc, __m256i *sumi) {
+/* Sub-block k (and, with pair, k1, whose codes share k's bytes) of NH halves (ph + 32 h) against TN tokens:
+ * sumi[h][j] += sc[h][k] sum u x (+ Q6_K's offset term -32 sc_k bsum_k from off6).  Two halves share each
+ * token's broadcast activation bytes. */
+AI void kp_sub(uint32_t type, const int TN, const int NH, const bool pair, const uint8_t *ph, const int k,
+               const int k1, const int8_t *const *xb, const int32_t (*off6)[16], const __m256i (*sc)[16],
+               __m256i (*sumi)[4]) {
     const bool q6 = type == CI_TYPE_Q6_K, xs = type == CI_TYPE_IQ4_XS;
     const int nch = q6 ? 4 : 8, elems = q6 ? 16 : 32;
     const int flush = type == CI_TYPE_Q4_K ? 8 : type == CI_TYPE_Q5_K ? 4 : 2; // chunks an int16 sum holds
-    __m256i a0[4], a1[4];
+    __m256i a0[2][4], a1[2][4];
     UNROLL
+    for (int h = 0; h < NH; h++)
+        UNROLL
     for (int j = 0; j < TN; j++)
-        a0[j] = a1[j] = _mm256_setzero_si256();
+        a0[h][j] = a1[h][j] = _mm256_setzero_si256();
     UNROLL
     for (int i = 0; i < nch; i++) {
-        const __m256i u0 = q6 ? code6(ph, k, i) : code4(type, ph, k, i);
-        const __m256i u1 = !pair ? u0 : q6 ? code6(ph, k1, i) : code4(type, ph, k1, i);
-        const __m256i v0 = xs ? _mm256_sign_epi8(u0, u0) : u0, v1 = xs ? _mm256_sign_epi8(u1, u1) : u1;
+        __m256i u0[2], u1[2], v0[2], v1[2];
+        UNROLL
+        for (int h = 0; h < NH; h++) {
+            const uint8_t *p = ph + 32 * h;
+            if (!pair) // each load from L1 where it is used: kept from sub-block k to k + 1, the codes spill
+                LAUNDER(p);
+            u0[h] = q6 ? code6(p, k, i) : code4(type, p, k, i);
+            u1[h] = !pair ? u0[h] : q6 ? code6(p, k1, i) : code4(type, p, k1, i);
+            v0[h] = xs ? _mm256_sign_epi8(u0[h], u0[h]) : u0[h];
+            v1[h] = xs ? _mm256_sign_epi8(u1[h], u1[h]) : u1[h];
+        }
         const bool flushes = (i + 1) % flush == 0;
         UNROLL
         for (int j = 0; j < TN; j++) {
-            kp_chunk(xs, flushes, u0, v0, bcast4(xb[j] + elems * k + 4 * i), sc[k], &a0[j], &sumi[j]);
-            if (pair)
-                kp_chunk(xs, flushes, u1, v1, bcast4(xb[j] + elems * k1 + 4 * i), sc[k1], &a1[j], &sumi[j]);
+            const __m256i x0 = bcast4(xb[j] + elems * k + 4 * i);
+            UNROLL
+            for (int h = 0; h < NH; h++)
+                kp_chunk(xs, flushes, u0[h], v0[h], x0, sc[h][k], &a0[h][j], &sumi[h][j]);
+            if (pair) {
+                const __m256i x1 = bcast4(xb[j] + elems * k1 + 4 * i);
+                UNROLL
+                for (int h = 0; h < NH; h++)
+                    kp_chunk(xs, flushes, u1[h], v1[h], x1, sc[h][k1], &a1[h][j], &sumi[h][j]);
+            }
         }
     }
     if (q6) // the codes are the values plus 32: - 32 sc_k bsum_k, as sc_k (-16 bsum_k) twice
         UNROLL
+    for (int h = 0; h < NH; h++)
+        UNROLL
     for (int j = 0; j < TN; j++) {
-        sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(sc[k], _mm256_set1_epi32(off6[j][k])));
+        sumi[h][j] = _mm256_add_epi32(sumi[h][j], _mm256_madd_epi16(sc[h][k], _mm256_set1_epi32(off6[j][k])));
         if (pair)
-            sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(sc[k1], _mm256_set1_epi32(off6[j][k1])));
+            sumi[h][j] =
+                _mm256_add_epi32(sumi[h][j], _mm256_madd_epi16(sc[h][k1], _mm256_set1_epi32(off6[j][k1])));
     }
 }
 
@@ -156,6 +185,9 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
     const size_t bb = ci_pk_block_bytes(type);
     const bool q6 = type == CI_TYPE_Q6_K, xs = type == CI_TYPE_IQ4_XS, mins = !q6 && !xs;
     const bool pair = TN <= 2; // two sub-blocks sharing their code bytes at a time: registers allow it
+    // 4 tokens take both halves at once (each broadcast serves 16 rows), except IQ4_XS, whose sign trick needs
+    // the registers
+    const int NH = TN == 4 && !xs ? 2 : 1;
     const size_t sc_at = type == CI_TYPE_Q5_K ? 2560 : 2048; // Q4_K, Q5_K: the scale bytes' lane vectors
     const size_t d_at = q6 ? 3328 : xs ? 2144 : sc_at + 192;
     const int nsub = q6 ? 16 : 8, n_steps = pair ? nsub / 2 : nsub;
@@ -190,74 +222,85 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
                     off6[j][k] = (int32_t)((uint32_t)(uint16_t)(-16 * s[k]) * 0x10001u);
         }
         UNROLL
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ph = p + 32 * h;
-            __m256i sc[16], mk[8];
-            if (mins) { // kq_scale_min four at a time: scales 0-3 = low 6 bits of w0's bytes, 4-7 of f1's;
-                        // mins 0-3 of w1's, 4-7 of f3's
-                const __m256i w0 = ld(ph + sc_at), w1 = ld(ph + sc_at + 64), w2 = ld(ph + sc_at + 128);
-                const __m256i f1 = _mm256_or_si256(_mm256_and_si256(m0f, w2),
-                                                   _mm256_andnot_si256(m0f, _mm256_srli_epi32(w0, 2)));
-                const __m256i f3 = _mm256_or_si256(_mm256_and_si256(m0f, _mm256_srli_epi32(w2, 4)),
-                                                   _mm256_andnot_si256(m0f, _mm256_srli_epi32(w1, 2)));
-                UNROLL
-                for (int k = 0; k < 8; k++) {
-                    sc[k] = pair16(_mm256_and_si256(_mm256_srli_epi32(k < 4 ? w0 : f1, 8 * (k % 4)),
-                                                    _mm256_set1_epi32(0x3f)));
-                    mk[k] = _mm256_and_si256(_mm256_srli_epi32(k < 4 ? w1 : f3, 8 * (k % 4)),
-                                             _mm256_set1_epi32(0x3f));
-                }
-            } else if (xs) { // 6-bit scales: 4 bits of scales_l, 2 of scales_h, minus 32
-                const __m256i l = ld(ph + 2048);
-                const __m256i hs = _mm256_cvtepu16_epi32(
-                    _mm_loadu_si128((const __m128i *)(const void *)(p + 2112 + 16 * h)));
-                UNROLL
-                for (int k = 0; k < 8; k++)
-                    sc[k] = pair16(_mm256_sub_epi32(
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi32(l, 4 * k), _mm256_set1_epi32(15)),
-                            _mm256_slli_epi32(
-                                _mm256_and_si256(_mm256_srli_epi32(hs, 2 * k), _mm256_set1_epi32(3)), 4)),
-                        _mm256_set1_epi32(32)));
-            } else { // Q6_K: int8 scales as [sub-block][row]
-                UNROLL
-                for (int k = 0; k < 16; k++)
-                    sc[k] = pair16(_mm256_cvtepi8_epi32(
-                        _mm_loadl_epi64((const __m128i *)(const void *)(p + 3072 + 16 * k + 8 * h))));
-            }
-            __m256i sumi[4];
+        for (int h0 = 0; h0 < 2; h0 += NH) {
+            __m256i sc[2][16], mk[2][8];
             UNROLL
+            for (int h = h0; h < h0 + NH; h++) {
+                const uint8_t *ph = p + 32 * h;
+                if (mins) { // kq_scale_min four at a time: scales 0-3 = low 6 bits of w0's bytes, 4-7 of f1's;
+                            // mins 0-3 of w1's, 4-7 of f3's
+                    const __m256i w0 = ld(ph + sc_at), w1 = ld(ph + sc_at + 64), w2 = ld(ph + sc_at + 128);
+                    const __m256i f1 = _mm256_or_si256(_mm256_and_si256(m0f, w2),
+                                                       _mm256_andnot_si256(m0f, _mm256_srli_epi32(w0, 2)));
+                    const __m256i f3 = _mm256_or_si256(_mm256_and_si256(m0f, _mm256_srli_epi32(w2, 4)),
+                                                       _mm256_andnot_si256(m0f, _mm256_srli_epi32(w1, 2)));
+                    UNROLL
+                    for (int k = 0; k < 8; k++) {
+                        sc[h - h0][k] = pair16(_mm256_and_si256(
+                            _mm256_srli_epi32(k < 4 ? w0 : f1, 8 * (k % 4)), _mm256_set1_epi32(0x3f)));
+                        mk[h - h0][k] = _mm256_and_si256(_mm256_srli_epi32(k < 4 ? w1 : f3, 8 * (k % 4)),
+                                                         _mm256_set1_epi32(0x3f));
+                    }
+                } else if (xs) { // 6-bit scales: 4 bits of scales_l, 2 of scales_h, minus 32
+                    const __m256i l = ld(ph + 2048);
+                    const __m256i hs = _mm256_cvtepu16_epi32(
+                        _mm_loadu_si128((const __m128i *)(const void *)(p + 2112 + 16 * h)));
+                    UNROLL
+                    for (int k = 0; k < 8; k++)
+                        sc[h - h0][k] = pair16(_mm256_sub_epi32(
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi32(l, 4 * k), _mm256_set1_epi32(15)),
+                                _mm256_slli_epi32(
+                                    _mm256_and_si256(_mm256_srli_epi32(hs, 2 * k), _mm256_set1_epi32(3)), 4)),
+                            _mm256_set1_epi32(32)));
+                } else { // Q6_K: int8 scales as [sub-block][row]
+                    UNROLL
+                    for (int k = 0; k < 16; k++)
+                        sc[h - h0][k] = pair16(_mm256_cvtepi8_epi32(
+                            _mm_loadl_epi64((const __m128i *)(const void *)(p + 3072 + 16 * k + 8 * h))));
+                }
+            }
+            __m256i sumi[2][4];
+            UNROLL
+            for (int h = 0; h < NH; h++)
+                UNROLL
             for (int j = 0; j < TN; j++)
-                sumi[j] = _mm256_setzero_si256();
+                sumi[h][j] = _mm256_setzero_si256();
             UNROLL
             for (int s = 0; s < n_steps; s++) {
                 if (stream) // the next blocks' lines, spread over the steps (a burst of them stalls the loads)
-                    for (int c = (h * n_steps + s) * per_step;
-                         c < (h * n_steps + s + 1) * per_step && c < n_lines; c++)
-                        _mm_prefetch((const char *)(p + KP_PREFETCH + 64 * c), _MM_HINT_T0);
+                    for (int h = h0; h < h0 + NH; h++)
+                        for (int c = (h * n_steps + s) * per_step;
+                             c < (h * n_steps + s + 1) * per_step && c < n_lines; c++)
+                            _mm_prefetch((const char *)(p + KP_PREFETCH + 64 * c), _MM_HINT_T0);
                 // pairs: Q4_K, Q5_K, IQ4_XS (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
                 const int k0 = !pair ? s : !q6 ? 2 * s : 8 * (s / 4) + s % 4;
                 const int k1 = !q6 ? k0 + 1 : k0 + 4;
-                kp_sub(type, TN, pair, ph, k0, k1, xb, (const int32_t(*)[16])off6, sc, sumi);
+                kp_sub(type, TN, NH, pair, p + 32 * h0, k0, k1, xb, (const int32_t(*)[16])off6,
+                       (const __m256i(*)[16])sc, sumi);
             }
-            const __m256 d =
-                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + d_at + 16 * h)));
             UNROLL
-            for (int j = 0; j < TN; j++) {
-                const __m256 dx = _mm256_set1_ps(dt[j][b]);
-                __m256 f =
-                    _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi[j]), park[2 * j + h]);
-                if (mins) { // - (dmin dx) summ, summ = sum_k m_k bs_k (m_k < 64 in each lane's low half)
-                    __m256i summ = _mm256_setzero_si256();
-                    UNROLL
-                    for (int k = 0; k < 8; k++)
-                        summ = _mm256_add_epi32(summ, _mm256_madd_epi16(mk[k], _mm256_set1_epi32(bs[j][k])));
-                    const __m256 dmin = _mm256_cvtph_ps(
-                        _mm_loadu_si128((const __m128i *)(const void *)(p + d_at + 32 + 16 * h)));
-                    f = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, dx), _mm256_set1_ps(-0.0f)),
-                                        _mm256_cvtepi32_ps(summ), f);
+            for (int h = h0; h < h0 + NH; h++) {
+                const __m256 d =
+                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + d_at + 16 * h)));
+                UNROLL
+                for (int j = 0; j < TN; j++) {
+                    const __m256 dx = _mm256_set1_ps(dt[j][b]);
+                    __m256 f = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi[h - h0][j]),
+                                               park[2 * j + h]);
+                    if (mins) { // - (dmin dx) summ, summ = sum_k m_k bs_k (m_k < 64 in each lane's low half)
+                        __m256i summ = _mm256_setzero_si256();
+                        UNROLL
+                        for (int k = 0; k < 8; k++)
+                            summ = _mm256_add_epi32(
+                                summ, _mm256_madd_epi16(mk[h - h0][k], _mm256_set1_epi32(bs[j][k])));
+                        const __m256 dmin = _mm256_cvtph_ps(
+                            _mm_loadu_si128((const __m128i *)(const void *)(p + d_at + 32 + 16 * h)));
+                        f = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(dmin, dx), _mm256_set1_ps(-0.0f)),
+                                            _mm256_cvtepi32_ps(summ), f);
+                    }
+                    park[2 * j + h] = f;
                 }
-                park[2 * j + h] = f;
             }
         }
     }
@@ -267,21 +310,30 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
 typedef void (*kp_tile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r, int t,
                            bool first, bool last, bool stream, __m256 *park);
 
-#define KP_TILE(T, name, TN)                                                                                 \
+/* name_kp1, name_kp2, name_kp4: tile(pre TN, ...) for 1, 2 and 4 tokens, and the table name_kp_tiles of them
+ * (pre: the arguments before TN, each with its comma, or nothing). */
+#define KP_TILE(name, TN, tile, ...)                                                                         \
     static void name##_kp##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,   \
                               int t, bool first, bool last, bool stream, __m256 *park) {                     \
-        kp_tile(T, TN, m, gp, b0, b1, r, t, first, last, stream, park);                                      \
+        tile(__VA_ARGS__ TN, m, gp, b0, b1, r, t, first, last, stream, park);                                \
     }
-#define KP_TILES(T, name)                                                                                    \
-    KP_TILE(T, name, 1)                                                                                      \
-    KP_TILE(T, name, 2)                                                                                      \
-    KP_TILE(T, name, 4)                                                                                      \
+#define KP_TILES(name, tile, ...)                                                                            \
+    KP_TILE(name, 1, tile, __VA_ARGS__)                                                                      \
+    KP_TILE(name, 2, tile, __VA_ARGS__)                                                                      \
+    KP_TILE(name, 4, tile, __VA_ARGS__)                                                                      \
     static const kp_tile_fn name##_kp_tiles[5] = {NULL, name##_kp1, name##_kp2, NULL, name##_kp4};
 
-KP_TILES(CI_TYPE_Q4_K, q4_k)
-KP_TILES(CI_TYPE_Q5_K, q5_k)
-KP_TILES(CI_TYPE_Q6_K, q6_k)
-KP_TILES(CI_TYPE_IQ4_XS, iq4_xs)
+KP_TILES(q4_k, kp_tile, CI_TYPE_Q4_K, )
+KP_TILES(q5_k, kp_tile, CI_TYPE_Q5_K, )
+KP_TILES(q6_k, kp_tile, CI_TYPE_Q6_K, )
+KP_TILES(iq4_xs, kp_tile, CI_TYPE_IQ4_XS, )
+
+/* The quantized activation rows of tokens t.. t + TN - 1 (32-block types). */
+AI void token_rows(const int TN, const struct ci_mm *m, const int8_t *qs, int t, const int8_t **xt) {
+    UNROLL
+    for (int j = 0; j < TN; j++)
+        xt[j] = qs + (size_t)(t + j) * (size_t)m->n_in;
+}
 
 /* Q4_0 packed (pack16.h: per block the 4 chunk vectors, lane i = row i's qs[4c..4c+3], whose low nibbles are
  * elements 4c.. and high nibbles 16 + 4c.., then the 16 rows' fp16 d): 16 rows x TN tokens over blocks
@@ -293,9 +345,7 @@ AI void q4_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_
     const size_t step = 256 + CI_PK_SCALE_BYTES;
     const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const int8_t *xt[4];
-    UNROLL
-    for (int j = 0; j < TN; j++)
-        xt[j] = q->qs + (size_t)(t + j) * (size_t)m->n_in;
+    token_rows(TN, m, q->qs, t, xt);
     park_open(TN, first, park);
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *p = gp + (size_t)b * step;
@@ -336,15 +386,56 @@ AI void q4_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_
     park_close(TN, m, r, t, last, park);
 }
 
-#define Q4_0_TILE(TN)                                                                                        \
-    static void q4_0_kp##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,     \
-                            int t, bool first, bool last, bool stream, __m256 *park) {                       \
-        q4_0_tile(TN, m, gp, b0, b1, r, t, first, last, stream, park);                                       \
+KP_TILES(q4_0, q4_0_tile, )
+
+/* Q8_0 packed (pack16.h: per block the 8 chunk vectors, lane i = row i's qs[4c..4c+3] plus 128 (x ^ 0x80), then
+ * the 16 rows' fp16 d): 16 rows x TN tokens over blocks [b0, b1), the float chains parked as kp_tile's.  The
+ * codes are signed again (^ 0x80) and go through the sign trick (|q| against x with q's sign: the pair sums
+ * reach 2 * 128 * 127, so each chunk is widened to int32 with one madd); one float step per block. */
+AI void q8_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,
+                  int t, bool first, bool last, bool stream, __m256 *park) {
+    const struct ci_act_q8 *q = m->q;
+    const size_t step = 512 + CI_PK_SCALE_BYTES;
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const int8_t *xt[4];
+    token_rows(TN, m, q->qs, t, xt);
+    park_open(TN, first, park);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = gp + (size_t)b * step;
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            if (stream) // the block's 9 lines ahead, spread over its two halves
+                for (size_t c = (size_t)h * 5; c < (h ? (step + 63) / 64 : 5); c++)
+                    _mm_prefetch((const char *)(p + KP_PREFETCH + 64 * c), _MM_HINT_T0);
+            __m256i s[4];
+            UNROLL
+            for (int j = 0; j < TN; j++)
+                s[j] = _mm256_setzero_si256();
+            UNROLL
+            for (int c = 0; c < 8; c++) {
+                const __m256i w = _mm256_xor_si256(ld(p + 64 * c + 32 * h), flip),
+                              aw = _mm256_sign_epi8(w, w);
+                UNROLL
+                for (int j = 0; j < TN; j++) {
+                    const __m256i x = _mm256_sign_epi8(bcast4(xt[j] + 32 * b + 4 * c), w);
+                    s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), ones));
+                    KEEP_IN_REG(s[j]);
+                }
+            }
+            const __m256 d =
+                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + 512 + 16 * h)));
+            UNROLL
+            for (int j = 0; j < TN; j++) {
+                const size_t at = (size_t)b * (size_t)q->tok_stride + (size_t)(t + j);
+                park[2 * j + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(q->d[at])),
+                                                  _mm256_cvtepi32_ps(s[j]), park[2 * j + h]);
+            }
+        }
     }
-Q4_0_TILE(1)
-Q4_0_TILE(2)
-Q4_0_TILE(4)
-static const kp_tile_fn q4_0_kp_tiles[5] = {NULL, q4_0_kp1, q4_0_kp2, NULL, q4_0_kp4};
+    park_close(TN, m, r, t, last, park);
+}
+
+KP_TILES(q8_0, q8_0_tile, )
 
 /* pack16.c's pack_lanes undone: lane vector v's 16 dwords back to bytes 4v.. of their rows, for n bytes of each
  * row (a multiple of 4), 8 vectors at a time as two 8x8 dword transposes. */
@@ -426,7 +517,8 @@ static void kp_unpacked(const struct ci_mm *m, int64_t r0, int64_t re, int t0, i
  * (kp_unpacked).  Rows past the last whole group run the file-layout kernel. */
 void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     _Alignas(32) __m256 park[2 * KP_TOKENS];
-    const kp_tile_fn *tiles = m->type == CI_TYPE_Q4_0   ? q4_0_kp_tiles
+    const kp_tile_fn *tiles = m->type == CI_TYPE_Q8_0   ? q8_0_kp_tiles
+                              : m->type == CI_TYPE_Q4_0 ? q4_0_kp_tiles
                               : m->type == CI_TYPE_Q4_K ? q4_k_kp_tiles
                               : m->type == CI_TYPE_Q5_K ? q5_k_kp_tiles
                               : m->type == CI_TYPE_Q6_K ? q6_k_kp_tiles

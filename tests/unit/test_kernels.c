@@ -796,8 +796,9 @@ TEST(matmul_group_equals_each_matmul) {
         ci_threadpool_free(pools[i]);
 }
 
-/* extreme: the int16 partial sums of the AVX2 K-quant kernel at their bounds: every code at its largest
- * magnitude (bytes all 0xff, or all 0 for IQ4_XS's -127), scales 1, activations +-1 (quantized to +-127). */
+/* extreme: the int16 partial sums of the AVX2 packed kernels at their bounds: every code at its largest
+ * magnitude (bytes all 0xff, or all 0 for IQ4_XS's -127; Q8_0: -128 and 127), scales 1, activations +-1
+ * (quantized to +-127). */
 static void extreme_blocks(struct ci_tensor *w, float *x, int64_t n) {
     const struct ci_type_traits *tt = ci_type_traits(w->type);
     int d_at, min_at;
@@ -808,6 +809,8 @@ static void extreme_blocks(struct ci_tensor *w, float *x, int64_t n) {
         for (uint64_t b = 0; b < w->row_bytes / tt->type_size; b++) {
             uint8_t *blk = data + (size_t)o * w->row_bytes + b * tt->type_size;
             memset(blk, o % 2 ? 0xff : 0, tt->type_size);
+            if (w->type == CI_TYPE_Q8_0) // -128 (|q| = 128 in the AVX2 sign trick) and 127
+                memset(blk + 2, o % 2 ? 0x80 : 0x7f, 32);
             memcpy(blk + d_at, &one, 2);
             if (min_at >= 0)
                 memcpy(blk + min_at, &one, 2);
@@ -831,7 +834,7 @@ static void packed_case_table(int64_t n_in, bool extreme) {
     float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
     float *y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
     fill_normal(&r, x, max_tok * n_in, 1.0);
-    // AVX-512 packs every type below, AVX2 the K-quants and Q4_0, the scalar table none
+    // AVX-512 packs every type below, AVX2 the K-quants, Q8_0 and Q4_0, the scalar table none
     const bool avx512 = strcmp(ci_kernels_isa(), "avx512+vnni") == 0;
     const bool avx2 = strcmp(ci_kernels_isa(), "avx2+fma+f16c") == 0;
     for (int ti = 0; ti < N_TYPES + N_BLOCK_TYPES; ti++) {
@@ -844,7 +847,7 @@ static void packed_case_table(int64_t n_in, bool extreme) {
         size_t pb = ci_pack_bytes(&w);
         const bool kquant =
             type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
-        bool want_packing = (avx2 && (kquant || type == CI_TYPE_Q4_0)) ||
+        bool want_packing = (avx2 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0)) ||
                             (avx512 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ||
                                         type == CI_TYPE_Q5_0 || type == CI_TYPE_IQ4_NL));
         if (!want_packing) {
