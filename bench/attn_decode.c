@@ -1,16 +1,21 @@
 /* Times one decode token's attention (ci_attention_paged, batch 1) on one layer: n_head query heads over
- * n_kv_head KV heads (head_dim 64, block size 16, a context of CTX positions, random K/V) with T threads, and
+ * n_kv_head KV heads (head_dim 64 unless given, block size 16, a context of CTX positions, random K/V) with T threads, and
  * prints the median microseconds of 300 calls after 20 warm-up calls.  Not part of the build: compile it
  * against a release build's library to compare two commits side by side (bench/RESULTS.md, issue 15):
  *   make -j2 && cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude bench/attn_decode.c build/release/libcinfer.a \
  *       -lpthread -lm -o /tmp/attn_decode
- *   /tmp/attn_decode CTX T f16|f32|q8_0 [n_head n_kv_head]     (default 9 3: smollm2-135m; tinyllama-1.1b: 32 4) */
+ *   /tmp/attn_decode CTX T f16|f32|q8_0 [n_head n_kv_head [head_dim [layers]]]
+ * (default 9 3 64: smollm2-135m; tinyllama-1.1b: 32 4; qwen3-0.6b: 16 8 128).  With layers > 1 each call walks
+ * the next of that many layers' caches, so a cache larger than the last-level cache is read from memory, as
+ * in a model's decode step. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/threadpool.h"
+#include "kernels/dot.h"
 #include "kernels/kernels.h"
 
 static double now_us(void) {
@@ -26,7 +31,8 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s CTX THREADS f16|f32|q8_0 [n_head n_kv_head]\n", argv[0]);
+        fprintf(stderr, "usage: %s CTX THREADS f16|f32|q8_0 [n_head n_kv_head [head_dim [layers]]]\n",
+                argv[0]);
         return 2;
     }
     int ctx = atoi(argv[1]), threads = atoi(argv[2]);
@@ -34,20 +40,24 @@ int main(int argc, char **argv) {
                     : !strcmp(argv[3], "q8_0") ? CI_TYPE_Q8_0
                                                : CI_TYPE_F32;
     int nh = argc > 5 ? atoi(argv[4]) : 9, nkv = argc > 5 ? atoi(argv[5]) : 3;
-    enum { HD = 64, BS = 16, ITERS = 300 };
-    if (ctx < 1 || threads < 1 || nkv < 1 || nh % nkv != 0)
+    const int HD = argc > 6 ? atoi(argv[6]) : 64, nl = argc > 7 ? atoi(argv[7]) : 1;
+    enum { BS = 16, ITERS = 300 };
+    if (ctx < 1 || threads < 1 || nkv < 1 || nh % nkv != 0 || HD < 8 || HD > CI_ATTN_MAX_HEAD_DIM || HD % 8 ||
+        nl < 1)
         return 2;
     int nb = (ctx + BS - 1) / BS;
     size_t rb = ci_kv_row_bytes(type, HD), per_block = (size_t)nkv * BS * rb;
-    unsigned char *k = malloc(nb * per_block), *v = malloc(nb * per_block);
+    size_t layer_bytes = (size_t)nb * per_block;
+    unsigned char *k = malloc(nl * layer_bytes), *v = malloc(nl * layer_bytes);
     int32_t *table = malloc(nb * sizeof *table);
-    float *q = malloc((size_t)nh * HD * sizeof *q), *out = malloc((size_t)nh * HD * sizeof *out), row[HD];
+    float *q = malloc((size_t)nh * HD * sizeof *q), *out = malloc((size_t)nh * HD * sizeof *out),
+          row[CI_ATTN_MAX_HEAD_DIM];
     double *t = malloc(ITERS * sizeof *t);
     struct ci_threadpool *tp = NULL;
     if (!k || !v || !table || !q || !out || !t || ci_threadpool_create(threads, &tp, NULL) != CI_OK)
         return 1;
     srand(1);
-    for (size_t off = 0; off + rb <= nb * per_block; off += rb) {
+    for (size_t off = 0; off + rb <= nl * layer_bytes; off += rb) {
         for (int i = 0; i < HD; i++)
             row[i] = (float)rand() / (float)RAND_MAX - 0.5f;
         ci_kv_store_row(type, row, k + off, HD);
@@ -67,11 +77,13 @@ int main(int argc, char **argv) {
                              .seqs = &seq,
                              .kv = &kv,
                              .n_head = nh,
-                             .scale = 0.125f,
+                             .scale = 1.0f / sqrtf((float)HD),
                              .out = out};
     for (int i = 0; i < 20; i++)
         ci_attention_paged(tp, &a);
     for (int i = 0; i < ITERS; i++) {
+        kv.k = k + (size_t)(i % nl) * layer_bytes;
+        kv.v = v + (size_t)(i % nl) * layer_bytes;
         double t0 = now_us();
         ci_attention_paged(tp, &a);
         t[i] = now_us() - t0;

@@ -1789,7 +1789,7 @@ TEST(kv_row_bytes) {
 TEST(attn_chunk_kernels_match_scalar) {
     enum { MAXG = 8, MAXD = 128 };
     static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
-    static const int hds[] = {32, 64, 128}, ngs[] = {1, 3, 8}, ns[] = {1, 5, 15, 16};
+    static const int hds[] = {32, 64, 128}, ngs[] = {1, 2, 3, 8}, ns[] = {1, 5, 15, 16};
     struct ci_rng r;
     ci_rng_seed(&r, 4242);
     float qv[MAXG * MAXD], kf[2 * CI_ATTN_CHUNK * MAXD], vf[2 * CI_ATTN_CHUNK * MAXD];
@@ -1799,7 +1799,7 @@ TEST(attn_chunk_kernels_match_scalar) {
     unsigned char kb[2 * CI_ATTN_CHUNK * MAXD * 4], vb[2 * CI_ATTN_CHUNK * MAXD * 4];
     for (size_t ti = 0; ti < 3; ti++)
         for (size_t hi = 0; hi < 3; hi++)
-            for (size_t gi = 0; gi < 3; gi++)
+            for (size_t gi = 0; gi < 4; gi++)
                 for (size_t ni = 0; ni < 4; ni++) {
                     uint32_t type = types[ti];
                     int hd = hds[hi], ng = ngs[gi], n = ns[ni];
@@ -1892,7 +1892,7 @@ TEST(attn_chunk_kernels_match_scalar) {
 TEST(attn_group_kernels_match_per_token) {
     enum { MAXT = 8, MAXG = 8, MAXD = 128, MAXP = 48, MAXR = MAXT * MAXG };
     static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
-    static const int hds[] = {32, 64, 128}, ngs[] = {1, 3, 8}, firsts[] = {0, 3, 9, 15, 16, 26, 40};
+    static const int hds[] = {32, 64, 128}, ngs[] = {1, 2, 3, 8}, firsts[] = {0, 3, 9, 15, 16, 26, 40};
     struct ci_rng r;
     ci_rng_seed(&r, 5151);
     static float qv[MAXR * MAXD], kf[MAXP * MAXD], vf[MAXP * MAXD];
@@ -1914,7 +1914,7 @@ TEST(attn_group_kernels_match_per_token) {
                 vp[p] = vb + p * rb;
             }
             float scale = 1.0f / sqrtf((float)hd);
-            for (size_t gi = 0; gi < 3; gi++)
+            for (size_t gi = 0; gi < 4; gi++)
                 for (int nt = 1; nt <= MAXT; nt++)
                     for (size_t fi = 0; fi < sizeof firsts / sizeof firsts[0]; fi++) {
                         int ng = ngs[gi], nr = nt * ng, p_first = firsts[fi], p_last = p_first + nt - 1;
