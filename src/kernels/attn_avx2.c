@@ -6,7 +6,8 @@
  * loaded, once for two rows; K likewise for up to 4 rows, and widened once into a float copy for more (the
  * copy, stored and read back, cost more than the conversions at decode's few heads per KV head: 20-30% of an
  * f16 decode walk, bench/KERNELS.md).  The grouped chunks (prefill: several tokens x heads on the same K/V
- * rows) give each row the per-token chunk's bits. */
+ * rows) give each row the per-token chunk's bits; V is widened in registers for them too (a prompt's 8 tokens
+ * x heads: measured no slower than one widened copy for all rows). */
 #include "kernels/dot.h"
 
 #include "kernels/quant.h"
@@ -265,7 +266,8 @@ AI void pv2_f16(float *a0, float *a1, const uint16_t *const *v, const float *w0,
 
 /* The grouped chunk on f16 rows (hd a multiple of 32): V widened in registers where it is loaded, once per pass
  * for two rows (after their softmax steps), instead of into a copy that is stored and read back; K likewise
- * for one or two rows, and widened once into a copy for more.  A last odd row takes pv_row on a widened V. */
+ * for up to K_IN_REGS_MAX_ROWS rows, and widened once into a copy for more.  A last odd row takes pv_row, V
+ * again widened where it is loaded. */
 static void attn_grp_f16_rows(const void *const *kr, const void *const *vr, const int *n, int nr,
                               const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
     int nmax = 0;
@@ -304,7 +306,7 @@ static void attn_grp_f16_rows(const void *const *kr, const void *const *vr, cons
     }
 }
 
-/* f16 rows with hd not a multiple of 32: both widened once, then the f32 chunk. */
+/* f16 rows with hd not a multiple of 32: both widened once into float copies, then the f32 chunk. */
 static void attn_grp_f16_widened(const void *const *k, const void *const *v, const int *n, int nr,
                                  const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
     _Alignas(32) float kf[CI_ATTN_CHUNK * CI_ATTN_MAX_HEAD_DIM];
