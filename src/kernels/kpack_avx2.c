@@ -93,6 +93,7 @@ AI void kp_chunk(const bool xs, const bool flushes, __m256i u, __m256i v, __m256
     if (xs) {
         *sumi =
             _mm256_add_epi32(*sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(v, _mm256_sign_epi8(x, u)), sc));
+        KEEP_IN_REG(*sumi); // the int32 chain too: reassociated into a tree, it spilled every product
         return;
     }
     *a = _mm256_add_epi16(*a, _mm256_maddubs_epi16(v, x));
