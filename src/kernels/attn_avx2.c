@@ -29,20 +29,28 @@
  * summed across lanes together (reduce8_ps); lanes past n get -inf, hence weight 0.  Weights by exp8, then per
  * 8 dimensions one rescale and n FMAs, 8 dimension blocks side by side.  head_dim not a multiple of 8 takes
  * the scalar reference. */
+typedef void (*grp_chunk_fn)(const void *const *k, const void *const *v, const int *n, int nr,
+                             const float *const *q, int hd, float scale, float *m, float *l, float *acc);
+
+/* A decode chunk through a grouped one: every one of the ng rows sees all n positions, 8 rows a call. */
+static void all_rows(grp_chunk_fn grp, const void *const *k, const void *const *v, int n,
+                     const float *const *q, int ng, int hd, float scale, float *m, float *l, float *acc) {
+    int nn[8];
+    for (int g = 0; g < 8; g++)
+        nn[g] = n;
+    for (int g0 = 0; g0 < ng; g0 += 8) {
+        int nr = ng - g0 < 8 ? ng - g0 : 8;
+        grp(k, v, nn, nr, q + g0, hd, scale, m + g0, l + g0, acc + (size_t)g0 * (size_t)hd);
+    }
+}
+
 void ci_avx2_attn_f32(const void *const *kr, const void *const *vr, int n, const float *const *q, int ng,
                       int hd, float scale, float *m, float *l, float *acc) {
     if (hd % 8 != 0) {
         ci_ref_attn_f32(kr, vr, n, q, ng, hd, scale, m, l, acc);
         return;
     }
-    int nn[8];
-    for (int g = 0; g < 8; g++)
-        nn[g] = n;
-    for (int g0 = 0; g0 < ng; g0 += 8) {
-        int nr = ng - g0 < 8 ? ng - g0 : 8;
-        ci_avx2_attn_grp_f32(kr, vr, nn, nr, q + g0, hd, scale, m + g0, l + g0,
-                             acc + (size_t)g0 * (size_t)hd);
-    }
+    all_rows(ci_avx2_attn_grp_f32, kr, vr, n, q, ng, hd, scale, m, l, acc);
 }
 
 /* The rows of a chunk widened to float: kf/vf [n][hd] (hd a multiple of 8; of 32 for Q8_0). */
@@ -334,13 +342,7 @@ void ci_avx2_attn_f16(const void *const *k, const void *const *v, int n, const f
         ci_ref_attn_f16(k, v, n, q, ng, hd, scale, m, l, acc);
         return;
     }
-    int nn[8];
-    for (int g = 0; g < 8; g++)
-        nn[g] = n;
-    for (int g0 = 0; g0 < ng; g0 += 8) {
-        int nr = ng - g0 < 8 ? ng - g0 : 8;
-        attn_grp_f16(k, v, nn, nr, q + g0, hd, scale, m + g0, l + g0, acc + (size_t)g0 * (size_t)hd);
-    }
+    all_rows(attn_grp_f16, k, v, n, q, ng, hd, scale, m, l, acc);
 }
 
 void ci_avx2_attn_grp_f16(const void *const *k, const void *const *v, const int *n, int nr,
