@@ -4,11 +4,13 @@
  * against a release build's library to compare two commits side by side (bench/RESULTS.md, issue 15):
  *   make -j2 && cc -O2 -std=c11 -D_GNU_SOURCE -Isrc -Iinclude bench/attn_decode.c build/release/libcinfer.a \
  *       -lpthread -lm -o /tmp/attn_decode
- *   /tmp/attn_decode CTX T f16|f32|q8_0 [n_head n_kv_head [head_dim [layers]]]
+ *   /tmp/attn_decode CTX T f16|f32|q8_0 [n_head n_kv_head [head_dim [layers [shuffled]]]]
  * (default 9 3 64: smollm2-135m; tinyllama-1.1b: 32 4; qwen3-0.6b: 16 8 128).  With layers > 1 each call walks
  * the next of that many layers' caches, so a cache larger than the last-level cache is read from memory, as
- * in a model's decode step. */
+ * in a model's decode step.  shuffled: the block table in a random order, as a pool's after some churn (else
+ * the blocks lie in order, which the hardware prefetchers follow across blocks). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +33,8 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s CTX THREADS f16|f32|q8_0 [n_head n_kv_head [head_dim [layers]]]\n",
+        fprintf(stderr,
+                "usage: %s CTX THREADS f16|f32|q8_0 [n_head n_kv_head [head_dim [layers [shuffled]]]]\n",
                 argv[0]);
         return 2;
     }
@@ -41,6 +44,7 @@ int main(int argc, char **argv) {
                                                : CI_TYPE_F32;
     int nh = argc > 5 ? atoi(argv[4]) : 9, nkv = argc > 5 ? atoi(argv[5]) : 3;
     const int HD = argc > 6 ? atoi(argv[6]) : 64, nl = argc > 7 ? atoi(argv[7]) : 1;
+    const bool shuffled = argc > 8 && !strcmp(argv[8], "shuffled");
     enum { BS = 16, ITERS = 300 };
     if (ctx < 1 || threads < 1 || nkv < 1 || nh % nkv != 0 || HD < 8 || HD > CI_ATTN_MAX_HEAD_DIM || HD % 8 ||
         nl < 1)
@@ -65,6 +69,11 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < nb; i++)
         table[i] = i;
+    for (int i = nb - 1; shuffled && i > 0; i--) { // a pool after churn: the blocks in no order
+        int r = rand() % (i + 1), x = table[i];
+        table[i] = table[r];
+        table[r] = x;
+    }
     for (int i = 0; i < nh * HD; i++)
         q[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     struct ci_attn_seq seq = {table, nb};

@@ -1,7 +1,8 @@
 /* Causal attention over a paged KV cache.  Decode batches (no two tokens of a sequence at consecutive
- * positions) run one pool task per (token, KV head): it walks that sequence's block table once, positions
- * 0..pos, and serves every query head of the GQA group that reads this KV head (in sub-groups of
- * ATTN_SUBGROUP heads so the accumulators stay a fixed size on the stack).  Softmax is online (running max,
+ * positions) run one pool task per (token, range of KV heads, segment, see below): it walks that sequence's
+ * block table once over the segment's positions and, chunk by chunk, serves every query head of the GQA
+ * groups that read those KV heads (in sub-groups of ATTN_SUBGROUP heads so the accumulators stay a fixed
+ * size), so it reads each block's rows of its heads in address order (walk_block).  Softmax is online (running max,
  * running sum, rescaled accumulator) in float, updated once per chunk of CI_ATTN_CHUNK positions by the
  * selected table's vectorized chunk kernel (dot.h).  Chunks start at fixed multiples of CI_ATTN_CHUNK
  * whatever the KV block size, and every output element belongs to one task, so results depend neither on the
@@ -22,11 +23,12 @@
  * Long contexts: every walk is cut at the multiples of ATTN_SEG positions into segments; the first segment a
  * query sees is walked into its running state, each later one from an empty state and then folded in by the
  * log-sum-exp merge (merge_row), left to right.  The cut depends only on the positions, so a token still
- * gives the same bits on every path.  It lets a decode batch with too few (token, KV head) items for the
- * threads (batch 1, few KV heads under GQA) run one task per (item, segment) instead (split-K, as in
- * flash-decoding): each task writes its segment's state (max, sum, unnormalized V sum) to a scratch slot, and
- * the task that finishes an item's last segment folds the slots in the same left-to-right order, so the
- * split changes no bit either; it only spreads a long context's K/V reads over the threads.
+ * gives the same bits on every path.  A decode runs one task per (item, segment), item = (token, range of KV
+ * heads), split-K as in flash-decoding: each task writes its segment's state (max, sum, unnormalized V sum)
+ * to a scratch slot, and the task that finishes an item's last segment folds the slots in the same
+ * left-to-right order, so the split changes no bit either; it spreads a long context's K/V reads over the
+ * threads.  An item takes all KV heads (up to ATTN_ITEM_ROWS query rows) unless the segments are too few
+ * tasks for the threads (short contexts, batch 1): then the heads are cut into ranges, down to one head.
  *
  * Optional features (struct ci_attn_args): a sliding window starts each token's walk at its first visible
  * position (the first chunk cut short, the later edges unchanged); logit soft-capping runs one scalar chunk
@@ -55,11 +57,13 @@
 // right (merge_row), whether one task walks them all or the split decode hands them to several tasks.
 #define ATTN_SEG 256
 _Static_assert(ATTN_SEG % CI_ATTN_CHUNK == 0, "segment edges must be chunk edges");
-// Split decode when fewer than this many (token, KV head) items per thread.
+// Decode tasks per thread the walk aims at: KV heads are cut into groups (items) until the tasks reach it.
 #define ATTN_SPLIT_ITEMS_PER_THREAD 4
+// Most query rows (KV heads x GQA group) one decode task serves; larger groups take the per-token walk.
+#define ATTN_ITEM_ROWS 64
 // Chunks ahead of the current one whose K/V rows a walk prefetches (see prefetch_chunk).
 #define ATTN_PREFETCH_CHUNKS 2
-// Most scratch the split decode takes for its segment states; above it the decode is not split.
+// Most scratch the decode walk takes for its segment states; above it the per-token walk runs.
 #define ATTN_SPLIT_MAX_BYTES ((size_t)32 << 20)
 
 struct attn_split;
@@ -74,18 +78,21 @@ struct attn_job {
     int group;                // query heads per KV head
     int slot;                 // tokens per task: 1 = one task per token (decode), else grouped prefill slots
     int n_slots;              // ceil(n_tokens / slot)
-    struct attn_split *split; // non-NULL: decode split over (token, KV head, segment) tasks
+    struct attn_split *split; // non-NULL: decode as (token, KV heads, segment) tasks (walk_block)
 };
 
-/* The split decode's bookkeeping, in one allocation: item i = (token i / n_kv_head, KV head i % n_kv_head)
- * owns tasks first[i] .. first[i + 1] - 1, one per segment, whose states go to part + first-task offset
- * (per segment [m: group][l: group][acc: group][hd]); left[i] counts its unfinished segments, and the task
- * that finishes the last one merges them and writes the item's output rows. */
+/* The decode walk's bookkeeping, in one allocation: item i = (token i / n_groups, KV heads [g heads, (g + 1)
+ * heads) with g = i % n_groups) owns tasks first[i] .. first[i + 1] - 1, one per segment, whose states go to
+ * part + task * (heads * group * (hd + 2)) (per segment [m: rows][l: rows][acc: rows][hd], row = local KV
+ * head x group + query head of the group); left[i] counts its unfinished segments, and the task that
+ * finishes the last one merges them and writes the item's output rows. */
 struct attn_split {
     int n_items;
+    int n_groups;     // items per token
+    int heads;        // KV heads per item (the last item of a token may have fewer)
     int *first;       // [n_items + 1]
     atomic_int *left; // [n_items]
-    float *part;      // [first[n_items]][group * (hd + 2)]
+    float *part;      // [first[n_items]][heads * group * (hd + 2)]
 };
 
 /* First key position a query at pos sees: pos - window + 1 under a sliding window, else 0. */
@@ -231,6 +238,65 @@ static void walk_heads(const struct attn_job *j, int t, int kvh, const float *co
             j->chunk_q8(kp, vp, n, qq, ng, hd, a->scale, m, l, acc);
         else
             j->chunk(kp, vp, n, q, ng, hd, a->scale, m, l, acc);
+    }
+}
+
+/* The online softmax of the query rows of KV heads [kv0, kv1) of token t (row (kvh - kv0) group + g: q[row],
+ * qq[row]) over positions [ps, pe) of one segment, continuing the states m, l, acc: chunk by chunk, every head
+ * of the range in turn.  A block holds each KV head's slots one after another, so the walk reads a block's
+ * rows of those heads in address order, one stream the hardware prefetchers follow, instead of one head's
+ * slots at a stride of the whole block (measured: a walk of one head in 8 reads 2.5-4x slower from memory
+ * than the same bytes in order).  Each row sees the chunks walk_heads gives it, in the same order: the same
+ * bits. */
+static void walk_block(const struct attn_job *j, int t, int kv0, int kv1, const float *const *q,
+                       const struct ci_block_q8_0 *const *qq, int ps, int pe, float *m, float *l,
+                       float *acc) {
+    const struct ci_attn_args *a = j->a;
+    const struct ci_kv_layer *kv = a->kv;
+    const int hd = kv->head_dim, bs = kv->block_size, group = j->group;
+    const struct ci_attn_seq *s = &a->seqs[a->seq[t]];
+    CI_ASSERT(ps >= 0 && ps < pe && (pe - 1) / bs < s->n_blocks);
+    const size_t head_bytes = (size_t)bs * kv->row_bytes; // one KV head's slots in a block
+    const unsigned char *kb = kv->k, *vb = kv->v;
+    const void *kp[CI_ATTN_CHUNK], *vp[CI_ATTN_CHUNK];
+    size_t off[CI_ATTN_CHUNK];
+    const int pc = ps - ps % CI_ATTN_CHUNK;
+    // One KV head's slots are a few KiB at a stride of the block: prefetched ahead as walk_heads does.  Several
+    // heads are one stream per block, which the hardware prefetchers follow; software prefetches of whole
+    // chunks on top of it made the walk slower (bench/attn_decode.c, 4096 positions, 8 KV heads of 128: blocks
+    // in order 810-910 us a layer without, 1170-1270 with; blocks shuffled level).
+    const bool pf = kv1 - kv0 == 1;
+    for (int c = 1; pf && c < ATTN_PREFETCH_CHUNKS && pc + c * CI_ATTN_CHUNK < pe; c++)
+        prefetch_chunk(kv, s, kv0, pc + c * CI_ATTN_CHUNK, pe);
+    for (int p0 = pc; p0 < pe; p0 += CI_ATTN_CHUNK) {
+        int p1 = p0 + CI_ATTN_CHUNK < pe ? p0 + CI_ATTN_CHUNK : pe, pb = p0 > ps ? p0 : ps;
+        int n = p1 - pb;
+        if (pf && p0 + ATTN_PREFETCH_CHUNKS * CI_ATTN_CHUNK < pe)
+            prefetch_chunk(kv, s, kv0, p0 + ATTN_PREFETCH_CHUNKS * CI_ATTN_CHUNK, pe);
+        for (int i = 0; i < n; i++) {
+            int p = pb + i;
+            int32_t blk = s->block_table[p / bs];
+            CI_DASSERT(blk >= 0);
+            off[i] = ci_kv_offset(kv, blk, kv0, p % bs);
+        }
+        for (int kvh = kv0; kvh < kv1; kvh++) {
+            const size_t dh = (size_t)(kvh - kv0) * head_bytes;
+            for (int i = 0; i < n; i++) {
+                kp[i] = kb + off[i] + dh;
+                vp[i] = vb + off[i] + dh;
+            }
+            for (int h = 0; h < group; h += ATTN_SUBGROUP) {
+                const int ng = group - h < ATTN_SUBGROUP ? group - h : ATTN_SUBGROUP;
+                const int r = (kvh - kv0) * group + h;
+                float *ar = acc + (size_t)r * (size_t)hd;
+                if (a->softcap > 0.0f)
+                    chunk_capped(kv->type, kp, vp, n, q + r, ng, hd, a->scale, a->softcap, m + r, l + r, ar);
+                else if (j->q8)
+                    j->chunk_q8(kp, vp, n, qq + r, ng, hd, a->scale, m + r, l + r, ar);
+                else
+                    j->chunk(kp, vp, n, q + r, ng, hd, a->scale, m + r, l + r, ar);
+            }
+        }
     }
 }
 
@@ -413,16 +479,17 @@ static bool continues_run(const struct ci_attn_args *a, int t) {
     return t > 0 && a->seq[t] == a->seq[t - 1] && (int64_t)a->pos[t] == (int64_t)a->pos[t - 1] + 1;
 }
 
-/* Split decode, one task per (item, segment): the segment's state for every query head of the item's GQA group
- * into its scratch slot; the task that finishes an item's last segment folds the slots left to right (the
- * first one is the running state, as in attn_heads) and writes the output rows. */
+/* Decode, one task per (item, segment): the segment's state for every query row of the item's KV heads into
+ * its scratch slot (walk_block); the task that finishes an item's last segment folds the slots left to right
+ * (the first one is the running state, as in attn_heads) and writes the output rows. */
 static void split_task(void *ctx, int task, int thread) {
     (void)thread;
     const struct attn_job *j = ctx;
     const struct ci_attn_args *a = j->a;
     const struct attn_split *sp = j->split;
     const int hd = a->kv->head_dim, n_kv_head = a->kv->n_kv_head, group = j->group;
-    const size_t slot = (size_t)group * (size_t)(hd + 2);
+    const int stride = sp->heads * group; // rows of a slot's m and l
+    const size_t slot = (size_t)stride * (size_t)(hd + 2);
     int lo = 0, hi = sp->n_items - 1; // the item whose tasks hold this one
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -431,58 +498,61 @@ static void split_task(void *ctx, int task, int thread) {
         else
             hi = mid - 1;
     }
-    const int item = lo, t = item / n_kv_head, kvh = item % n_kv_head;
+    const int item = lo, t = item / sp->n_groups, kv0 = item % sp->n_groups * sp->heads;
+    const int kv1 = kv0 + sp->heads < n_kv_head ? kv0 + sp->heads : n_kv_head, rows = (kv1 - kv0) * group;
     int s0, ns, ps, pe;
     token_segments(a, t, &s0, &ns);
     segment_range(a, t, s0 + (task - sp->first[item]), &ps, &pe);
-    float *st = sp->part + (size_t)task * slot; // [m: group][l: group][acc: group][hd]
-    float *m = st, *l = st + group, *acc = st + 2 * group;
-    init_rows(group, hd, m, l, acc);
-    for (int h = 0; h < group; h += ATTN_SUBGROUP) {
-        int ng = group - h < ATTN_SUBGROUP ? group - h : ATTN_SUBGROUP;
-        const float *q[ATTN_SUBGROUP];
-        struct ci_block_q8_0 qbuf[ATTN_SUBGROUP * (CI_ATTN_MAX_HEAD_DIM / CI_QK8_0)];
-        const struct ci_block_q8_0 *qq[ATTN_SUBGROUP];
-        query_rows(a, t, kvh * group + h, ng, q);
-        quant_rows(j, q, ng, qbuf, qq);
-        walk_heads(j, t, kvh, q, qq, ng, ps, pe, m + h, l + h, acc + (size_t)h * (size_t)hd);
-    }
+    float *st = sp->part + (size_t)task * slot; // [m: stride][l: stride][acc: stride][hd]
+    float *m = st, *l = st + stride, *acc = st + 2 * stride;
+    const float *q[ATTN_ITEM_ROWS];
+    struct ci_block_q8_0 qbuf[ATTN_ITEM_ROWS * (CI_ATTN_MAX_HEAD_DIM / CI_QK8_0)];
+    const struct ci_block_q8_0 *qq[ATTN_ITEM_ROWS];
+    query_rows(a, t, kv0 * group, rows, q);
+    quant_rows(j, q, rows, qbuf, qq);
+    init_rows(rows, hd, m, l, acc);
+    walk_block(j, t, kv0, kv1, q, qq, ps, pe, m, l, acc);
     if (atomic_fetch_sub_explicit(&sp->left[item], 1, memory_order_acq_rel) != 1)
         return;
     float *st0 = sp->part + (size_t)sp->first[item] * slot;
-    float *M = st0, *L = st0 + group, *A = st0 + 2 * group;
+    float *M = st0, *L = st0 + stride, *A = st0 + 2 * stride;
     for (int k = sp->first[item] + 1; k < sp->first[item + 1]; k++) {
         const float *sk = sp->part + (size_t)k * slot;
-        for (int g = 0; g < group; g++)
-            merge_row(&M[g], &L[g], A + (size_t)g * (size_t)hd, sk[g], sk[group + g],
-                      sk + 2 * group + (size_t)g * (size_t)hd, hd);
+        for (int r = 0; r < rows; r++)
+            merge_row(&M[r], &L[r], A + (size_t)r * (size_t)hd, sk[r], sk[stride + r],
+                      sk + 2 * stride + (size_t)r * (size_t)hd, hd);
     }
-    for (int g = 0; g < group; g++) {
-        int h = kvh * group + g;
-        finish_row(a, h, M[g], L[g], A + (size_t)g * (size_t)hd,
+    for (int r = 0; r < rows; r++) {
+        int h = kv0 * group + r;
+        finish_row(a, h, M[r], L[r], A + (size_t)r * (size_t)hd,
                    a->out + ((size_t)t * (size_t)a->n_head + (size_t)h) * (size_t)hd, hd);
     }
 }
 
-/* The split decode's scratch for job j, or NULL when the split does not pay (one thread, enough items for the
- * threads, every context within one segment) or does not fit (ATTN_SPLIT_MAX_BYTES, or no memory): the
- * per-task walk then computes the same bits. */
+/* The decode walk's plan and scratch for job j, or NULL where it does not apply (prefill, GQA groups above
+ * ATTN_ITEM_ROWS) or does not fit (ATTN_SPLIT_MAX_BYTES, or no memory): the per-token walk (attn_task) then
+ * computes the same bits.  Each item takes as many KV heads as ATTN_ITEM_ROWS query rows allow (one stream
+ * through each block), fewer where the tokens' segments alone are too few tasks for the threads. */
 static struct attn_split *split_plan(const struct attn_job *j, int n_threads) {
     const struct ci_attn_args *a = j->a;
-    const int n_kv_head = a->kv->n_kv_head;
-    const int64_t n_items = (int64_t)a->n_tokens * n_kv_head;
-    if (n_threads < 2 || j->slot != 1 || n_items == 0 ||
-        n_items >= (int64_t)n_threads * ATTN_SPLIT_ITEMS_PER_THREAD)
+    const int n_kv_head = a->kv->n_kv_head, group = j->group;
+    if (j->slot != 1 || a->n_tokens == 0 || group > ATTN_ITEM_ROWS)
         return NULL;
-    int64_t n_tasks = 0;
+    int64_t n_segs = 0;
     for (int t = 0; t < a->n_tokens; t++) {
         int s0, ns;
         token_segments(a, t, &s0, &ns);
-        n_tasks += (int64_t)ns * n_kv_head;
+        n_segs += ns;
     }
-    const size_t slot = (size_t)j->group * (size_t)(a->kv->head_dim + 2);
-    if (n_tasks == n_items || n_tasks > INT32_MAX ||
-        (size_t)n_tasks > ATTN_SPLIT_MAX_BYTES / sizeof(float) / slot)
+    const int64_t want = (int64_t)n_threads * ATTN_SPLIT_ITEMS_PER_THREAD;
+    const int64_t groups_wanted = (want + n_segs - 1) / n_segs;
+    int heads = groups_wanted >= n_kv_head ? 1 : (int)((n_kv_head + groups_wanted - 1) / groups_wanted);
+    if (heads > ATTN_ITEM_ROWS / group)
+        heads = ATTN_ITEM_ROWS / group;
+    const int n_groups = (n_kv_head + heads - 1) / heads;
+    const int64_t n_items = (int64_t)a->n_tokens * n_groups, n_tasks = n_segs * n_groups;
+    const size_t slot = (size_t)heads * (size_t)group * (size_t)(a->kv->head_dim + 2);
+    if (n_tasks > INT32_MAX || (size_t)n_tasks > ATTN_SPLIT_MAX_BYTES / sizeof(float) / slot)
         return NULL;
     size_t head = sizeof(struct attn_split), first = (size_t)(n_items + 1) * sizeof(int);
     size_t left = (size_t)n_items * sizeof(atomic_int), part = (size_t)n_tasks * slot * sizeof(float);
@@ -494,13 +564,15 @@ static struct attn_split *split_plan(const struct attn_job *j, int n_threads) {
     struct attn_split *sp = (struct attn_split *)(void *)mem;
     mem += (head + 63) & ~(size_t)63;
     sp->n_items = (int)n_items;
+    sp->n_groups = n_groups;
+    sp->heads = heads;
     sp->first = (int *)(void *)mem;
     sp->left = (atomic_int *)(void *)(mem + first);
     sp->part = (float *)(void *)(mem + first + left);
     int k = 0;
     for (int i = 0; i < sp->n_items; i++) {
         int s0, ns;
-        token_segments(a, i / n_kv_head, &s0, &ns);
+        token_segments(a, i / n_groups, &s0, &ns);
         sp->first[i] = k;
         atomic_init(&sp->left[i], ns);
         k += ns;
@@ -596,10 +668,15 @@ void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) 
         j.slot = slot < 2 ? 2 : slot > ATTN_TOKEN_GROUP ? ATTN_TOKEN_GROUP : (int)slot;
     }
     j.n_slots = (a->n_tokens + j.slot - 1) / j.slot;
-    // Decode with too few (token, KV head) items for the threads: split the contexts into segments as well.
-    j.split = tp ? split_plan(&j, ci_threadpool_n_threads(tp)) : NULL;
+    // Decode: one task per (token, KV heads, segment), walking the blocks in address order (walk_block).
+    j.split = split_plan(&j, tp ? ci_threadpool_n_threads(tp) : 1);
     if (j.split) {
-        ci_threadpool_run(tp, split_task, &j, j.split->first[j.split->n_items]);
+        const int n = j.split->first[j.split->n_items];
+        if (tp)
+            ci_threadpool_run(tp, split_task, &j, n);
+        else
+            for (int task = 0; task < n; task++)
+                split_task(&j, task, 0);
         ci_free_aligned(j.split);
         return;
     }
