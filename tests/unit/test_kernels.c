@@ -1367,6 +1367,14 @@ static float att_softcap = 0.0f;
 static const float *att_sinks = NULL;
 static const float att_sink_values[16] = {0.5f,  -1.0f, 2.0f, 0.0f,  1.5f,  -3.0f, 3.0f,  0.25f,
                                           -0.5f, 1.0f,  4.0f, -2.0f, 0.75f, 2.5f,  -1.5f, 0.1f};
+#define ATT_MAX_HEADS 72 // the most query heads of a case (attention_paged_cases)
+static float
+    att_sinks_all[ATT_MAX_HEADS]; // att_sink_values repeated with an offset per repeat (att_sinks_fill)
+
+static void att_sinks_fill(void) {
+    for (int h = 0; h < ATT_MAX_HEADS; h++)
+        att_sinks_all[h] = att_sink_values[h % 16] + 0.125f * (float)(h / 16);
+}
 
 static void attn_reference(const struct att_case *c, const float *q, double **kc, double **vc, float scale,
                            double *out) {
@@ -1618,6 +1626,7 @@ static void attention_paged_cases(uint32_t type) {
         {8, 1, 32, 1},                                 // MQA
         {12, 1, 64, 16},                               // MQA with more heads than one pass serves
         {4, 2, 256, 3},                                // the largest supported head_dim
+        {72, 1, 32, 16}, // a group larger than one decode task serves (ATTN_ITEM_ROWS): the per-token walk
     };
     att_type = type;
     struct ci_threadpool *pools[4] = {NULL};
@@ -1665,6 +1674,7 @@ TEST(attention_paged_q8_0_kv) {
  * alone and all together, for every KV type: the same double-reference, thread, alone-vs-batch and
  * block-size checks as above (the reference applies each feature from its definition). */
 TEST(attention_paged_window_softcap_sinks) {
+    att_sinks_fill();
     const struct {
         int window;
         float cap;
@@ -1676,7 +1686,7 @@ TEST(attention_paged_window_softcap_sinks) {
         for (size_t ty = 0; ty < 3; ty++) {
             att_window = feats[f].window;
             att_softcap = feats[f].cap;
-            att_sinks = feats[f].sinks ? att_sink_values : NULL;
+            att_sinks = feats[f].sinks ? att_sinks_all : NULL;
             attention_paged_cases(types[ty]);
         }
     att_window = 0;
@@ -1689,6 +1699,7 @@ TEST(attention_paged_window_softcap_sinks) {
  * with that window, soft-capping and sinks together: against the double reference, the same bits for 1..4
  * threads, alone, as a decode batch, in pieces and for block sizes 16, 1 and 3 (attention_paged_cases). */
 TEST(attention_paged_long_context_split) {
+    att_sinks_fill();
     const struct {
         int window;
         float cap;
@@ -1704,7 +1715,7 @@ TEST(attention_paged_long_context_split) {
         for (size_t ty = 0; ty < 3; ty++) {
             att_window = feats[f].window;
             att_softcap = feats[f].cap;
-            att_sinks = feats[f].sinks ? att_sink_values : NULL;
+            att_sinks = feats[f].sinks ? att_sinks_all : NULL;
             attention_paged_cases(types[ty]);
         }
     att_window = 0;
