@@ -198,6 +198,9 @@ static void prefetch_chunk(const struct ci_kv_layer *kv, const struct ci_attn_se
         }
         p += span;
     }
+    // GCC 12 takes a function that reads memory and only prefetches for a pure one and deletes the calls whose
+    // (void) result nobody uses (a ten-line reproduction: no prefetch left); an empty volatile asm keeps them.
+    __asm__ volatile("");
 #else
     (void)kv, (void)s, (void)kvh, (void)p0, (void)pe;
 #endif
@@ -278,8 +281,7 @@ static void walk_block(const struct attn_job *j, int t, int kv0, int kv1, const 
             // The first lines of each head's run in the next chunk: the hardware prefetchers follow a run once
             // started, and starting them a chunk ahead saves each run its first misses (blocks in no order,
             // 4096 positions, 8 KV heads of 128: 1050-1270 -> 900-1130 us a layer; 1024 positions 300-385 ->
-            // 265-335; blocks in order level).  Written here, not in a helper: GCC deletes a call to a function
-            // that only prefetches (no side effects).
+            // 265-335; blocks in order level).  Written here: a helper needs prefetch_chunk's volatile asm.
             const int pn = p0 + CI_ATTN_CHUNK;
             const size_t o = ci_kv_offset(kv, s->block_table[pn / bs], kv0, pn % bs);
             for (int kvh = kv0; kvh < kv1; kvh++)
