@@ -1,16 +1,16 @@
 /* Causal attention over a paged KV cache.  Decode batches (no two tokens of a sequence at consecutive
  * positions) run one pool task per (token, range of KV heads, segment, see below): it walks that sequence's
- * block table once over the segment's positions and, chunk by chunk, serves every query head of the GQA
- * groups that read those KV heads (in sub-groups of ATTN_SUBGROUP heads so the accumulators stay a fixed
- * size), so it reads each block's rows of its heads in address order (walk_block).  Softmax is online (running max,
- * running sum, rescaled accumulator) in float, updated once per chunk of CI_ATTN_CHUNK positions by the
- * selected table's vectorized chunk kernel (dot.h).  Chunks start at fixed multiples of CI_ATTN_CHUNK
- * whatever the KV block size, and every output element belongs to one task, so results depend neither on the
- * block size, nor on the thread count, nor on the rest of the batch.  The KV element type (f32, f16, q8_0)
- * picks the chunk kernel; f16 rows are widened to float inside it (in registers, or chunk by chunk once for
- * the whole GQA sub-group) and then follow the f32 kernel's order.  q8_0 (as ggml's flash attention for a
- * Q8_0 cache): each walk quantizes its query rows to Q8_0 once (quant_rows), the scores are integer dots
- * against the stored K blocks and only V is widened (dot.h), so the same property holds for each type.
+ * block table once over the segment's positions and, chunk by chunk, serves every query head of the GQA groups
+ * that read those KV heads (in sub-groups of ATTN_SUBGROUP heads so the accumulators stay a fixed size), so it
+ * reads each block's rows of its heads in address order (walk_block).  Softmax is online (running max, running
+ * sum, rescaled accumulator) in float, updated once per chunk of CI_ATTN_CHUNK positions by the selected
+ * table's vectorized chunk kernel (dot.h).  Chunks start at fixed multiples of CI_ATTN_CHUNK whatever the KV
+ * block size, and every output element belongs to one task, so results depend neither on the block size, nor on
+ * the thread count, nor on the rest of the batch.  The KV element type (f32, f16, q8_0) picks the chunk kernel;
+ * f16 rows are widened to float inside it (in registers, or chunk by chunk once for the whole GQA sub-group)
+ * and then follow the f32 kernel's order.  q8_0 (as ggml's flash attention for a Q8_0 cache): each walk
+ * quantizes its query rows to Q8_0 once (quant_rows), the scores are integer dots against the stored K blocks
+ * and only V is widened (dot.h), so the same property holds for each type.
  *
  * Prefill: a run of tokens of one sequence at consecutive positions shares its prefix, so the batch is cut
  * into slots of up to ATTN_TOKEN_GROUP tokens and one task per (slot, KV head) walks the chunks once for all
