@@ -1,16 +1,16 @@
-/* Causal attention over a paged KV cache.  Decode batches (no two tokens of a sequence at consecutive
- * positions) run one pool task per (token, range of KV heads, segment, see below): it walks that sequence's
- * block table once over the segment's positions and, chunk by chunk, serves every query head of the GQA groups
- * that read those KV heads (in sub-groups of ATTN_SUBGROUP heads so the accumulators stay a fixed size), so it
- * reads each block's rows of its heads in address order (walk_block).  Softmax is online (running max, running
- * sum, rescaled accumulator) in float, updated once per chunk of CI_ATTN_CHUNK positions by the selected
- * table's vectorized chunk kernel (dot.h).  Chunks start at fixed multiples of CI_ATTN_CHUNK whatever the KV
- * block size, and every output element belongs to one task, so results depend neither on the block size, nor on
- * the thread count, nor on the rest of the batch.  The KV element type (f32, f16, q8_0) picks the chunk kernel;
- * f16 rows are widened to float inside it (in registers, or chunk by chunk once for the whole GQA sub-group)
- * and then follow the f32 kernel's order.  q8_0 (as ggml's flash attention for a Q8_0 cache): each walk
- * quantizes its query rows to Q8_0 once (quant_rows), the scores are integer dots against the stored K blocks
- * and only V is widened (dot.h), so the same property holds for each type.
+/* Causal attention over a paged KV cache.  Decode tokens (no token of their sequence at the position before or
+ * after, in a decode batch or beside prompt runs) take one pool task per (token, range of KV heads, segment, see
+ * below): it walks that sequence's block table once over the segment's positions and, chunk by chunk, serves every
+ * query head of the GQA groups that read those KV heads (in sub-groups of ATTN_SUBGROUP heads so the accumulators
+ * stay a fixed size), so it reads each block's rows of its heads in address order (walk_block).  Softmax is online
+ * (running max, running sum, rescaled accumulator) in float, updated once per chunk of CI_ATTN_CHUNK positions by
+ * the selected table's vectorized chunk kernel (dot.h).  Chunks start at fixed multiples of CI_ATTN_CHUNK whatever
+ * the KV block size, and every output element belongs to one task, so results depend neither on the block size,
+ * nor on the thread count, nor on the rest of the batch.  The KV element type (f32, f16, q8_0) picks the chunk
+ * kernel; f16 rows are widened to float inside it (in registers, or chunk by chunk once for the whole GQA
+ * sub-group) and then follow the f32 kernel's order.  q8_0 (as ggml's flash attention for a Q8_0 cache): each walk
+ * quantizes its query rows to Q8_0 once (quant_rows), the scores are integer dots against the stored K blocks and
+ * only V is widened (dot.h), so the same property holds for each type.
  *
  * Prefill: a run of tokens of one sequence at consecutive positions shares its prefix, so the batch is cut
  * into slots of up to ATTN_TOKEN_GROUP tokens and one task per (slot, KV head) walks the chunks once for all
@@ -79,17 +79,19 @@ struct attn_job {
     int slot;                 // tokens per task: 1 = one task per token (decode), else grouped prefill slots
     int n_slots;              // ceil(n_tokens / slot)
     struct attn_split *split; // non-NULL: decode as (token, KV heads, segment) tasks (walk_block)
+    int n_slot_tasks;         // tasks before the decode walk's: (slot, KV head) of the prompt runs, or none
 };
 
-/* The decode walk's bookkeeping, in one allocation: item i = (token i / n_groups, KV heads [g heads, (g + 1)
- * heads) with g = i % n_groups) owns tasks first[i] .. first[i + 1] - 1, one per segment, whose states go to
- * part + task * (heads * group * (hd + 2)) (per segment [m: rows][l: rows][acc: rows][hd], row = local KV
- * head x group + query head of the group); left[i] counts its unfinished segments, and the task that
+/* The decode walk's bookkeeping, in one allocation: item i = (token tok[i / n_groups], KV heads [g heads,
+ * (g + 1) heads) with g = i % n_groups) owns tasks first[i] .. first[i + 1] - 1, one per segment, whose
+ * states go to part + task * (heads * group * (hd + 2)) (per segment [m: rows][l: rows][acc: rows][hd], row =
+ * local KV head x group + query head of the group); left[i] counts its unfinished segments, and the task that
  * finishes the last one merges them and writes the item's output rows. */
 struct attn_split {
     int n_items;
     int n_groups;     // items per token
     int heads;        // KV heads per item (the last item of a token may have fewer)
+    int *tok;         // [n_items / n_groups]: the batch index of each token the walk serves
     int *first;       // [n_items + 1]
     atomic_int *left; // [n_items]
     float *part;      // [first[n_items]][heads * group * (hd + 2)]
@@ -516,7 +518,7 @@ static void split_task(void *ctx, int task, int thread) {
         else
             hi = mid - 1;
     }
-    const int item = lo, t = item / sp->n_groups, kv0 = item % sp->n_groups * sp->heads;
+    const int item = lo, t = sp->tok[item / sp->n_groups], kv0 = item % sp->n_groups * sp->heads;
     const int kv1 = kv0 + sp->heads < n_kv_head ? kv0 + sp->heads : n_kv_head, rows = (kv1 - kv0) * group;
     int s0, ns, ps, pe;
     token_segments(a, t, &s0, &ns);
@@ -547,50 +549,74 @@ static void split_task(void *ctx, int task, int thread) {
     }
 }
 
-/* The decode walk's plan and scratch for job j, or NULL where it does not apply (prefill, GQA groups above
- * ATTN_ITEM_ROWS) or does not fit (ATTN_SPLIT_MAX_BYTES, or no memory): the per-token walk (attn_task) then
- * computes the same bits.  Each item takes as many KV heads as ATTN_ITEM_ROWS query rows allow (one stream
- * through each block), fewer where the tokens' segments alone are too few tasks for the threads. */
+/* True when token t is alone in its run: a decode token (neither neighbour continues it). */
+static bool lone_token(const struct ci_attn_args *a, int t) {
+    return !continues_run(a, t) && !(t + 1 < a->n_tokens && continues_run(a, t + 1));
+}
+
+/* True when the decode walk serves token t: every token of a decode batch (j->slot == 1), the lone tokens of
+ * a batch that also holds prompt runs (the sequences decoding beside a prefill chunk). */
+static bool split_serves(const struct attn_job *j, int t) {
+    return j->slot == 1 || lone_token(j->a, t);
+}
+
+/* The decode walk's plan and scratch for job j, or NULL where it does not apply (no token it serves, GQA groups
+ * above ATTN_ITEM_ROWS) or does not fit (ATTN_SPLIT_MAX_BYTES, or no memory): the per-token walk (attn_task)
+ * then computes the same bits.  Each item takes as many KV heads as ATTN_ITEM_ROWS query rows allow (one
+ * stream through each block), fewer where the tokens' segments alone are too few tasks for the threads. */
 static struct attn_split *split_plan(const struct attn_job *j, int n_threads) {
     const struct ci_attn_args *a = j->a;
     const int n_kv_head = a->kv->n_kv_head, group = j->group;
-    if (j->slot != 1 || a->n_tokens == 0 || group > ATTN_ITEM_ROWS)
+    if (group > ATTN_ITEM_ROWS)
         return NULL;
     int64_t n_segs = 0;
+    int n_tok = 0;
     for (int t = 0; t < a->n_tokens; t++) {
+        if (!split_serves(j, t))
+            continue;
         int s0, ns;
         token_segments(a, t, &s0, &ns);
         n_segs += ns;
+        n_tok++;
     }
+    if (n_tok == 0)
+        return NULL;
     const int64_t want = (int64_t)n_threads * ATTN_SPLIT_ITEMS_PER_THREAD;
     const int64_t groups_wanted = (want + n_segs - 1) / n_segs;
     int heads = groups_wanted >= n_kv_head ? 1 : (int)((n_kv_head + groups_wanted - 1) / groups_wanted);
     if (heads > ATTN_ITEM_ROWS / group)
         heads = ATTN_ITEM_ROWS / group;
     const int n_groups = (n_kv_head + heads - 1) / heads;
-    const int64_t n_items = (int64_t)a->n_tokens * n_groups, n_tasks = n_segs * n_groups;
+    const int64_t n_items = (int64_t)n_tok * n_groups, n_tasks = n_segs * n_groups;
     const size_t slot = (size_t)heads * (size_t)group * (size_t)(a->kv->head_dim + 2);
     if (n_tasks > INT32_MAX || (size_t)n_tasks > ATTN_SPLIT_MAX_BYTES / sizeof(float) / slot)
         return NULL;
-    size_t head = sizeof(struct attn_split), first = (size_t)(n_items + 1) * sizeof(int);
-    size_t left = (size_t)n_items * sizeof(atomic_int), part = (size_t)n_tasks * slot * sizeof(float);
+    size_t head = sizeof(struct attn_split), tok = (size_t)n_tok * sizeof(int);
+    size_t first = (size_t)(n_items + 1) * sizeof(int), left = (size_t)n_items * sizeof(atomic_int);
+    size_t part = (size_t)n_tasks * slot * sizeof(float);
+    head = (head + 63) & ~(size_t)63;
+    tok = (tok + 63) & ~(size_t)63;
     first = (first + 63) & ~(size_t)63;
     left = (left + 63) & ~(size_t)63;
-    unsigned char *mem = ci_malloc_aligned(((head + 63) & ~(size_t)63) + first + left + part);
+    unsigned char *mem = ci_malloc_aligned(head + tok + first + left + part);
     if (!mem)
         return NULL;
     struct attn_split *sp = (struct attn_split *)(void *)mem;
-    mem += (head + 63) & ~(size_t)63;
+    mem += head;
     sp->n_items = (int)n_items;
     sp->n_groups = n_groups;
     sp->heads = heads;
-    sp->first = (int *)(void *)mem;
-    sp->left = (atomic_int *)(void *)(mem + first);
-    sp->part = (float *)(void *)(mem + first + left);
+    sp->tok = (int *)(void *)mem;
+    sp->first = (int *)(void *)(mem + tok);
+    sp->left = (atomic_int *)(void *)(mem + tok + first);
+    sp->part = (float *)(void *)(mem + tok + first + left);
+    for (int t = 0, i = 0; t < a->n_tokens; t++)
+        if (split_serves(j, t))
+            sp->tok[i++] = t;
     int k = 0;
     for (int i = 0; i < sp->n_items; i++) {
         int s0, ns;
-        token_segments(a, i / n_groups, &s0, &ns);
+        token_segments(a, sp->tok[i / n_groups], &s0, &ns);
         sp->first[i] = k;
         atomic_init(&sp->left[i], ns);
         k += ns;
@@ -622,6 +648,8 @@ static void attn_task(void *ctx, int task, int thread) {
             e++;
         for (int h = 0; h < j->group; h += ATTN_SUBGROUP) {
             int ng = j->group - h < ATTN_SUBGROUP ? j->group - h : ATTN_SUBGROUP;
+            if (e - t == 1 && j->split && lone_token(j->a, t))
+                break; // a decode token beside the prompt runs: the decode walk's (split_task)
             if (e - t == 1)
                 attn_heads(j, t, kvh, kvh * j->group + h, ng);
             else
@@ -629,6 +657,15 @@ static void attn_task(void *ctx, int task, int thread) {
         }
         t = e;
     }
+}
+
+/* Task i of a layer: the prompt runs' (attn_task), then the decode walk's (split_task). */
+static void attn_any_task(void *ctx, int task, int thread) {
+    const struct attn_job *j = ctx;
+    if (task < j->n_slot_tasks)
+        attn_task(ctx, task, thread);
+    else
+        split_task(ctx, task - j->n_slot_tasks, thread);
 }
 
 size_t ci_kv_row_bytes(uint32_t type, int head_dim) {
@@ -686,23 +723,20 @@ void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) 
         j.slot = slot < 2 ? 2 : slot > ATTN_TOKEN_GROUP ? ATTN_TOKEN_GROUP : (int)slot;
     }
     j.n_slots = (a->n_tokens + j.slot - 1) / j.slot;
-    // Decode: one task per (token, KV heads, segment), walking the blocks in address order (walk_block).
+    // Decode tokens: one task per (token, KV heads, segment), walking the blocks in address order (walk_block);
+    // beside prompt runs, after their (slot, KV head) tasks, so the dearest tasks start first.
     j.split = split_plan(&j, tp ? ci_threadpool_n_threads(tp) : 1);
-    if (j.split) {
-        const int n = j.split->first[j.split->n_items];
-        if (tp)
-            ci_threadpool_run(tp, split_task, &j, n);
-        else
-            for (int task = 0; task < n; task++)
-                split_task(&j, task, 0);
+    j.n_slot_tasks = j.split && j.slot == 1 ? 0 : j.n_slots * kv->n_kv_head;
+    int64_t n_tasks = j.n_slot_tasks + (j.split ? (int64_t)j.split->first[j.split->n_items] : 0);
+    if (n_tasks > INT32_MAX) { // the per-token walk alone: the same bits
         ci_free_aligned(j.split);
-        return;
+        j.split = NULL;
+        n_tasks = j.n_slot_tasks = j.n_slots * kv->n_kv_head;
     }
-    int n_tasks = j.n_slots * kv->n_kv_head;
-    if (tp) {
-        ci_threadpool_run(tp, attn_task, &j, n_tasks);
-    } else {
+    if (tp)
+        ci_threadpool_run(tp, attn_any_task, &j, (int)n_tasks);
+    else
         for (int task = 0; task < n_tasks; task++)
-            attn_task(&j, task, 0);
-    }
+            attn_any_task(&j, task, 0);
+    ci_free_aligned(j.split);
 }
