@@ -208,6 +208,21 @@ static void prefetch_chunk(const struct ci_kv_layer *kv, const struct ci_attn_se
 #endif
 }
 
+/* One chunk of n positions (K/V rows kp, vp) for query rows q[0..ng) (Q8_0 KV: qq), continuing m, l, acc: the
+ * job's chunk kernel, or the soft-capped scalar one. */
+static void chunk_rows(const struct attn_job *j, const void *const *kp, const void *const *vp, int n,
+                       const float *const *q, const struct ci_block_q8_0 *const *qq, int ng, float *m,
+                       float *l, float *acc) {
+    const struct ci_attn_args *a = j->a;
+    const int hd = a->kv->head_dim;
+    if (a->softcap > 0.0f)
+        chunk_capped(a->kv->type, kp, vp, n, q, ng, hd, a->scale, a->softcap, m, l, acc);
+    else if (j->q8)
+        j->chunk_q8(kp, vp, n, qq, ng, hd, a->scale, m, l, acc);
+    else
+        j->chunk(kp, vp, n, q, ng, hd, a->scale, m, l, acc);
+}
+
 /* The online softmax of query rows q[0..ng) of token t over positions [ps, pe) of KV head kvh (a range inside
  * one segment), continuing the state m, l, acc.  The chunks sit at the fixed multiples of CI_ATTN_CHUNK (a
  * range starting inside one cuts it short), so the order depends only on the positions. */
@@ -216,7 +231,7 @@ static void walk_heads(const struct attn_job *j, int t, int kvh, const float *co
                        float *acc) {
     const struct ci_attn_args *a = j->a;
     const struct ci_kv_layer *kv = a->kv;
-    const int hd = kv->head_dim, bs = kv->block_size;
+    const int bs = kv->block_size;
     const struct ci_attn_seq *s = &a->seqs[a->seq[t]];
     CI_ASSERT(ps >= 0 && ps < pe && (pe - 1) / bs < s->n_blocks);
     const unsigned char *kb = kv->k, *vb = kv->v;
@@ -237,12 +252,7 @@ static void walk_heads(const struct attn_job *j, int t, int kvh, const float *co
             kp[i] = kb + off;
             vp[i] = vb + off;
         }
-        if (a->softcap > 0.0f)
-            chunk_capped(kv->type, kp, vp, n, q, ng, hd, a->scale, a->softcap, m, l, acc);
-        else if (j->q8)
-            j->chunk_q8(kp, vp, n, qq, ng, hd, a->scale, m, l, acc);
-        else
-            j->chunk(kp, vp, n, q, ng, hd, a->scale, m, l, acc);
+        chunk_rows(j, kp, vp, n, q, qq, ng, m, l, acc);
     }
 }
 
@@ -308,13 +318,7 @@ static void walk_block(const struct attn_job *j, int t, int kv0, int kv1, const 
             for (int h = 0; h < group; h += ATTN_SUBGROUP) {
                 const int ng = group - h < ATTN_SUBGROUP ? group - h : ATTN_SUBGROUP;
                 const int r = (kvh - kv0) * group + h;
-                float *ar = acc + (size_t)r * (size_t)hd;
-                if (a->softcap > 0.0f)
-                    chunk_capped(kv->type, kp, vp, n, q + r, ng, hd, a->scale, a->softcap, m + r, l + r, ar);
-                else if (j->q8)
-                    j->chunk_q8(kp, vp, n, qq + r, ng, hd, a->scale, m + r, l + r, ar);
-                else
-                    j->chunk(kp, vp, n, q + r, ng, hd, a->scale, m + r, l + r, ar);
+                chunk_rows(j, kp, vp, n, q + r, qq + r, ng, m + r, l + r, acc + (size_t)r * (size_t)hd);
             }
         }
     }
