@@ -96,6 +96,7 @@ enum ci_status ci_mapfile_open_ex(struct ci_mapfile *m, const char *path, bool r
     m->data = NULL;
     m->size = 0;
     m->slot = -1;
+    m->fd = -1;
     // A FIFO, socket or device as the path would block open() or read forever: refuse anything that is not
     // a regular file before opening it, and open without blocking in case the path changes in between
     // (fstat below checks the file actually opened).
@@ -127,6 +128,8 @@ enum ci_status ci_mapfile_open_ex(struct ci_mapfile *m, const char *path, bool r
         m->data = p;
         m->size = (uint64_t)st.st_size;
         m->slot = guard_watch(p, (size_t)st.st_size);
+        m->fd = fd; // for ci_mapfile_read
+        return CI_OK;
     }
 fail:
     close(fd);
@@ -138,10 +141,12 @@ void ci_mapfile_close(struct ci_mapfile *m) {
     if (m->data) {
         guard_unwatch(m->slot);
         munmap((void *)(uintptr_t)m->data, (size_t)m->size);
+        close(m->fd);
     }
     m->data = NULL;
     m->size = 0;
     m->slot = -1;
+    m->fd = -1;
 }
 
 void ci_reader_init(struct ci_reader *r, const void *base, uint64_t size) {
@@ -213,4 +218,26 @@ void ci_mapfile_release(const struct ci_mapfile *m, const void *p, uint64_t n) {
     const uintptr_t a = (lo + page - 1) / page * page, b = (lo + n) / page * page;
     if (a < b)
         madvise((void *)a, b - a, MADV_DONTNEED); // private read-only file pages: dropped, re-read on access
+}
+
+void ci_mapfile_read(const struct ci_mapfile *m, const void *p, uint64_t n, void *dst) {
+    const uintptr_t lo = (uintptr_t)p, base = (uintptr_t)m->data;
+    if (!m->data || m->fd < 0 || lo < base || n > m->size || lo - base > m->size - n) {
+        memcpy(dst, p, (size_t)n);
+        return;
+    }
+    uint8_t *out = dst;
+    uint64_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(m->fd, out + got, (size_t)(n - got), (off_t)(lo - base + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) { // an I/O error, or the file now ends before the range
+            memset(out + got, 0, (size_t)(n - got));
+            if (m->slot >= 0)
+                atomic_store(&watched[m->slot].damaged, 1);
+            return;
+        }
+        got += (uint64_t)r;
+    }
 }

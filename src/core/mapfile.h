@@ -14,6 +14,7 @@ struct ci_mapfile {
     const uint8_t *data; // PROT_READ mapping (NULL for an empty file)
     uint64_t size;
     int slot; // its entry in the table of mappings the SIGBUS handler knows (-1: none)
+    int fd;   // the file, kept open for ci_mapfile_read (meaningful only while data is set)
 };
 
 /* Maps path read-only (a regular file only: FIFOs, devices and directories are refused before anything
@@ -40,6 +41,12 @@ bool ci_mapfile_damaged(const struct ci_mapfile *m);
  * into another layout): they leave the process's RSS and come back from the file if read again.  Ranges
  * outside m are ignored. */
 void ci_mapfile_release(const struct ci_mapfile *m, const void *p, uint64_t n);
+/* Copies the n bytes at p (inside m) into dst with pread(2), not through the mapping, for a part read a few
+ * rows at a time: a fault in the mapping maps the whole page-cache folio around the address (up to 2 MiB
+ * after a cold start's read-ahead) into the process, where a read copies only the row.  A read that fails or
+ * comes short (the file was truncated) zero-fills dst and marks m damaged, as a SIGBUS would.  A range
+ * outside m is copied from p as it is (bytes that are not m's). */
+void ci_mapfile_read(const struct ci_mapfile *m, const void *p, uint64_t n, void *dst);
 
 struct ci_reader {
     const uint8_t *base;

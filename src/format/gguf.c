@@ -577,6 +577,10 @@ void gguf_release(const struct gguf *g, const void *p, uint64_t n) {
     ci_mapfile_release(&g->map, p, n);
 }
 
+void gguf_read(const struct gguf *g, const void *p, uint64_t n, void *dst) {
+    ci_mapfile_read(&g->map, p, n, dst);
+}
+
 void gguf_free(struct gguf *g) {
     if (!g)
         return;

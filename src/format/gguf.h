@@ -62,6 +62,8 @@ enum ci_status gguf_open(const char *path, struct gguf **out, struct ci_err *err
 bool gguf_file_damaged(const struct gguf *g);
 /* ci_mapfile_release on the file's mapping (tensor bytes no longer read in place). */
 void gguf_release(const struct gguf *g, const void *p, uint64_t n);
+/* ci_mapfile_read on the file's mapping: the n bytes at p into dst (a memcpy for gguf_open_mem's bytes). */
+void gguf_read(const struct gguf *g, const void *p, uint64_t n, void *dst);
 /* gguf_open without reading the whole file ahead unless read_ahead; gguf_will_need reads [p, p + n) ahead. */
 enum ci_status gguf_open_ex(const char *path, bool read_ahead, struct gguf **out, struct ci_err *err);
 void gguf_will_need(const struct gguf *g, const void *p, uint64_t n);

@@ -5,6 +5,7 @@
 
 #include "core/mem.h"
 #include "core/threadpool.h"
+#include "format/gguf.h"
 #include "model/model.h"
 #include "model/pack.h"
 
@@ -33,6 +34,8 @@ struct forward {
     float *qkv;    // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
     int32_t *apos; // [max_tokens] encoders: the position each query attends up to (its sequence's last)
     void *work;    // matmul workspace
+    float *
+        row_raw; // [n_embd] the stored bytes of one embedding row, read from the file (4 bytes a value at most)
     // RoPE cos/sin of each token of the batch, made once per batch and table (ci_rope_cos_sin): [0] the
     // model's RoPE, [1] that of sliding-window layers with their own base or scale.
     double *rope_cs[2]; // [max_tokens][rope_dim]
@@ -132,6 +135,7 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
         {&f->logits, R, (size_t)c->n_vocab},
         {&f->part, split ? R : 0, (size_t)f->head_rows},
         {&f->hid, T, (size_t)c->n_embd},
+        {&f->row_raw, 1, (size_t)c->n_embd},
         {&f->qkv, c->qkv_fused ? T : 1, c->qkv_fused ? q_dim + 2 * kv_dim : 1},
         {(float **)&f->apos, c->encoder ? T : 0, 1},
         // 32-bit integers share the float buffers' element size.
@@ -191,7 +195,7 @@ void forward_free(struct forward *f) {
         return;
     void *all[] = {f->x,   f->xb,    f->q,      f->k,   f->v,      f->att,  f->gate,  f->up,
                    f->out, f->rows,  f->logits, f->hid, f->router, f->sel,  f->sel_w, f->e_tok,
-                   f->e_w, f->e_off, f->xg,     f->yg,  f->qkv,    f->apos, f->part};
+                   f->e_w, f->e_off, f->xg,     f->yg,  f->qkv,    f->apos, f->part,  f->row_raw};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         ci_free_aligned(all[i]);
     ci_free_aligned(f->work);
@@ -222,6 +226,21 @@ static void dist_xfer(struct forward *f, enum ci_status (*fn)(void *, float *, s
         f->dist_status = fn(f->dist.ctx, x, n, &f->dist_err);
 }
 
+/* Row `row` of the embedding table t (n_embd values) into x.  A GGUF's rows are read from the file
+ * (gguf_read), not through its mapping: a prompt's tokens would otherwise map the whole page-cache folio
+ * around each row (up to 2 MiB each after a cold start's read-ahead; measured, 8.9 MiB of a smollm2-135m
+ * table for a 182-token prompt, which put cinfer's peak memory above llama.cpp's). */
+static void embedding_row(struct forward *f, const struct ci_tensor *t, int64_t row, float *x) {
+    const int E = f->m->config.n_embd;
+    const uint8_t *src = (const uint8_t *)t->data + (size_t)row * t->row_bytes;
+    uint64_t nb = 0;
+    if (f->m->gguf && ci_row_bytes(t->type, (uint64_t)E, &nb) && nb <= (uint64_t)E * sizeof(float)) {
+        gguf_read(f->m->gguf, src, nb, f->row_raw);
+        src = (const uint8_t *)f->row_raw;
+    }
+    ci_dequantize_row(t->type, src, x, E);
+}
+
 /* The token embeddings of b's rows into f->x.  A tensor-parallel rank holds a slice of the vocabulary's rows
  * (model/shard.h): it writes zeros for the others' tokens, and the all-reduce sums the one row each token has
  * (exact: every other term is zero). */
@@ -237,7 +256,7 @@ static void embed(struct forward *f, const struct fwd_batch *b) {
         if (row < 0 || row >= te->ne[1])
             memset(x, 0, (size_t)E * sizeof *x);
         else
-            ci_dequantize_row(te->type, (const uint8_t *)te->data + (size_t)row * te->row_bytes, x, E);
+            embedding_row(f, te, row, x);
     }
     if (c->embd_scale) { // gemma: embeddings times sqrt(n_embd)
         const float sc = sqrtf((float)E);
@@ -603,12 +622,8 @@ static void bert_forward(struct forward *f, const struct fwd_batch *b, const str
     float *row = f->out; // one row of scratch
     for (int t = 0; t < n; t++) {
         float *x = f->x + (size_t)t * E;
-        ci_dequantize_row(w->tok_embd.type,
-                          (const uint8_t *)w->tok_embd.data + (size_t)b->token[t] * w->tok_embd.row_bytes, x,
-                          E);
-        ci_dequantize_row(w->pos_embd.type,
-                          (const uint8_t *)w->pos_embd.data + (size_t)b->pos[t] * w->pos_embd.row_bytes, row,
-                          E);
+        embedding_row(f, &w->tok_embd, b->token[t], x);
+        embedding_row(f, &w->pos_embd, b->pos[t], row);
         for (int i = 0; i < E; i++)
             x[i] += row[i];
         if (w->type_embd.data) {

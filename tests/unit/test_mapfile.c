@@ -1,7 +1,8 @@
 /* The read-only file mapping and its guard against a file truncated while mapped: reads of the lost part
  * see zeros instead of raising SIGBUS, the mapping reports the damage, the part still in the file reads as
  * before, other mappings are untouched, and a SIGBUS outside any mapping keeps its default effect.  Also:
- * paths that are not regular files are refused without blocking. */
+ * paths that are not regular files are refused without blocking, and ci_mapfile_read copies bytes without
+ * mapping the file's pages into the process, with a truncated file's lost part read as zeros. */
 #include "test.h"
 
 #include <fcntl.h>
@@ -70,6 +71,64 @@ TEST(truncated_while_mapped) {
     unlink(b);
 }
 
+/* The resident kilobytes of the mapping that starts at p (/proc/self/smaps), -1 if not found. */
+static long mapping_rss_kb(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    bool in = false;
+    long rss = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo = 0, hi = 0;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = lo == (unsigned long)(uintptr_t)p;
+        else if (in && sscanf(line, "Rss: %ld kB", &rss) == 1)
+            break;
+    }
+    fclose(f);
+    return rss;
+}
+
+TEST(read_without_mapping) {
+    char a[] = "/tmp/cinfer-map-r-XXXXXX";
+    int fa = mkstemp(a);
+    ASSERT(fa >= 0);
+    close(fa);
+    ASSERT(write_pattern(a));
+    struct ci_mapfile m;
+    struct ci_err err = {0};
+    ASSERT_STATUS(ci_mapfile_open(&m, a, &err), CI_OK);
+    uint32_t row[250];
+    for (size_t off = 0; off + sizeof row <= FILE_BYTES; off += 99996) { // rows at scattered offsets
+        memset(row, 0xee, sizeof row);
+        ci_mapfile_read(&m, m.data + off, sizeof row, row);
+        bool same = true;
+        for (size_t i = 0; i < 250; i++)
+            same = same && row[i] == pattern_at(off + 4 * i);
+        CHECK(same);
+    }
+    // Not one page of the file came into the process through the mapping.
+    CHECK(mapping_rss_kb(m.data) == 0);
+    // Bytes that are not the mapping's are copied as they are.
+    uint32_t src[3] = {7, 8, 9}, dst[3] = {0};
+    ci_mapfile_read(&m, src, sizeof src, dst);
+    CHECK(dst[0] == 7 && dst[2] == 9);
+    struct ci_mapfile none = {0}; // a zeroed struct (no file): a copy too
+    ci_mapfile_read(&none, src, sizeof src, dst);
+    CHECK(dst[1] == 8);
+    // The file truncated under it: the lost part reads as zeros and the mapping reports the damage.
+    ASSERT(truncate(a, 8192) == 0);
+    ci_mapfile_read(&m, m.data + 4096, 8, row);
+    CHECK(row[0] == pattern_at(4096) && row[1] == pattern_at(4100) && !ci_mapfile_damaged(&m));
+    memset(row, 0xee, sizeof row);
+    ci_mapfile_read(&m, m.data + 8192 - 8, 16, row); // straddles the new end
+    CHECK(row[0] == pattern_at(8184) && row[1] == pattern_at(8188) && row[2] == 0 && row[3] == 0);
+    CHECK(ci_mapfile_damaged(&m));
+    ci_mapfile_close(&m);
+    unlink(a);
+}
+
 TEST(foreign_sigbus_is_not_swallowed) {
     char a[] = "/tmp/cinfer-map-c-XXXXXX";
     int fd = mkstemp(a);
@@ -127,6 +186,7 @@ TEST(not_regular_files) {
 int main(int argc, char **argv) {
     test_main(argc, argv);
     RUN(truncated_while_mapped);
+    RUN(read_without_mapping);
     RUN(foreign_sigbus_is_not_swallowed);
     RUN(not_regular_files);
     return test_exit_code();
