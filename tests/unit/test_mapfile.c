@@ -34,13 +34,18 @@ static uint32_t pattern_at(size_t off) {
     return (uint32_t)(off / 4) * 2654435761u | 1u;
 }
 
+/* A new temporary file (path: a mkstemp template, filled in) holding the pattern. */
+static bool pattern_file(char *path) {
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return write_pattern(path);
+}
+
 TEST(truncated_while_mapped) {
     char a[] = "/tmp/cinfer-map-a-XXXXXX", b[] = "/tmp/cinfer-map-b-XXXXXX";
-    int fa = mkstemp(a), fb = mkstemp(b);
-    ASSERT(fa >= 0 && fb >= 0);
-    close(fa);
-    close(fb);
-    ASSERT(write_pattern(a) && write_pattern(b));
+    ASSERT(pattern_file(a) && pattern_file(b));
     struct ci_mapfile ma, mb;
     struct ci_err err = {0};
     ASSERT_STATUS(ci_mapfile_open(&ma, a, &err), CI_OK);
@@ -92,10 +97,7 @@ static long mapping_rss_kb(const void *p) {
 
 TEST(read_without_mapping) {
     char a[] = "/tmp/cinfer-map-r-XXXXXX";
-    int fa = mkstemp(a);
-    ASSERT(fa >= 0);
-    close(fa);
-    ASSERT(write_pattern(a));
+    ASSERT(pattern_file(a));
     struct ci_mapfile m;
     struct ci_err err = {0};
     ASSERT_STATUS(ci_mapfile_open(&m, a, &err), CI_OK);
@@ -131,10 +133,7 @@ TEST(read_without_mapping) {
 
 TEST(foreign_sigbus_is_not_swallowed) {
     char a[] = "/tmp/cinfer-map-c-XXXXXX";
-    int fd = mkstemp(a);
-    ASSERT(fd >= 0);
-    close(fd);
-    ASSERT(write_pattern(a));
+    ASSERT(pattern_file(a));
     struct ci_mapfile m;
     struct ci_err err = {0};
     ASSERT_STATUS(ci_mapfile_open(&m, a, &err), CI_OK); // installs the guard
