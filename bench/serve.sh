@@ -2,8 +2,9 @@
 # bench/serve.sh — `cinfer bench serve` against `cinfer serve` and, in the same run, against llama.cpp's
 # llama-server on the same GGUF file, thread count and workload, at several request rates.  For each server:
 # per rate, start it fresh on a loopback port, wait for /health, run `cinfer bench serve` (Poisson arrivals, the
-# same seeded prompts at every rate), stop it.  Then prints one table (TTFT/TPOT/ITL/E2EL p50 and p99, request
-# and output-token throughput per engine and rate, and the ratios), appends it with the exact command and date
+# same seeded prompts at every rate), stop it (reading its peak resident memory, VmHWM, just before).  Then prints
+# one table (TTFT/TPOT/ITL/E2EL p50 and p99, request and output-token throughput and peak RSS per engine and
+# rate, and the ratios), appends it with the exact command and date
 # to bench/RESULTS.md under "## Serving", and keeps every run's results.json and plots under OUT/serve-runs.
 # llama-server is built once by scripts/llamacpp-native.sh --server, outside the repository.
 #
@@ -114,8 +115,10 @@ wait_health() {
     return 1
 }
 SERVER_PID=""
+# stop_server [RSS_FILE]: stops the server, first writing its peak resident memory (VmHWM, KiB) to RSS_FILE.
 stop_server() {
     [ -n "$SERVER_PID" ] || return 0
+    [ -n "${1:-}" ] && sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\) kB$/\1/p' "/proc/$SERVER_PID/status" >"$1" 2>/dev/null
     kill -TERM "$SERVER_PID" 2>/dev/null
     for _ in $(seq 1 50); do
         kill -0 "$SERVER_PID" 2>/dev/null || break
@@ -131,6 +134,8 @@ trap 'exit 130' INT TERM
 # jnum FILE KEY: the number stored under top-level "KEY" in a results.json of cinfer bench serve.
 jnum() { sed -n 's/^[[:space:]]*"'"$2"'":[[:space:]]*\([-+0-9.eE]*\),\{0,1\}$/\1/p' "$1" | head -1; }
 num() { awk -v a="$1" -v d="$2" 'BEGIN { if (a == "") print "-"; else printf "%.*f", d, a }'; }
+# mib FILE: the KiB count in FILE as MiB with one decimal ("" when the file is missing or empty).
+mib() { [ -s "$1" ] && awk '{ printf "%.1f", $1 / 1024 }' "$1"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
 
 start=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -166,7 +171,7 @@ for rate in $(echo "$RATES" | tr ',' ' '); do
         "$BIN" bench serve --url "$URL" --dataset random -n "$N" --request-rate "$rate" --input-len "$IN" \
             --output-len "$OUTLEN" --range-ratio "$RANGE" --seed 1 -q -o "$dir" >"$dir.txt" 2>&1 ||
             echo "serve.sh: [$engine] rate $rate failed (see $dir.txt)" >&2
-        stop_server
+        stop_server "$dir.rss"
     done
 done
 
@@ -177,22 +182,23 @@ tree=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
 TABLE=$RUNS/table.md
 {
-    echo "| rate (req/s) | engine | ok | req/s | out tok/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2EL p50 | E2EL p99 |"
-    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| rate (req/s) | engine | ok | req/s | out tok/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2EL p50 | E2EL p99 | peak RSS (MiB) |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for rate in $(echo "$RATES" | tr ',' ' '); do
         for engine in $ENGINES; do
             f=$RUNS/$engine-rate-$rate/results.json
             if [ ! -s "$f" ]; then
-                echo "| $rate | $engine | failed | | | | | | | | | | |"
+                echo "| $rate | $engine | failed | | | | | | | | | | | |"
                 continue
             fi
-            printf '| %s | %s | %s/%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$rate" "$engine" \
+            printf '| %s | %s | %s/%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$rate" "$engine" \
                 "$(jnum "$f" completed)" "$N" "$(num "$(jnum "$f" request_throughput)" 2)" \
                 "$(num "$(jnum "$f" output_throughput)" 1)" \
                 "$(num "$(jnum "$f" median_ttft_ms)" 0)" "$(num "$(jnum "$f" p99_ttft_ms)" 0)" \
                 "$(num "$(jnum "$f" median_tpot_ms)" 1)" "$(num "$(jnum "$f" p99_tpot_ms)" 1)" \
                 "$(num "$(jnum "$f" median_itl_ms)" 1)" "$(num "$(jnum "$f" p99_itl_ms)" 1)" \
-                "$(num "$(jnum "$f" median_e2el_ms)" 0)" "$(num "$(jnum "$f" p99_e2el_ms)" 0)"
+                "$(num "$(jnum "$f" median_e2el_ms)" 0)" "$(num "$(jnum "$f" p99_e2el_ms)" 0)" \
+                "$(mib "$RUNS/$engine-rate-$rate.rss")"
         done
         if [ "$LLAMA" -eq 1 ]; then
             c=$RUNS/cinfer-rate-$rate/results.json l=$RUNS/llama.cpp-rate-$rate/results.json
@@ -204,6 +210,7 @@ TABLE=$RUNS/table.md
                     median_e2el_ms p99_e2el_ms; do
                     row="$row | $(ratio "$(jnum "$l" $k)" "$(jnum "$c" $k)")×"
                 done
+                row="$row | $(ratio "$(mib "$RUNS/llama.cpp-rate-$rate.rss")" "$(mib "$RUNS/cinfer-rate-$rate.rss")")×"
                 echo "$row |"
             fi
         fi
@@ -216,8 +223,8 @@ Servers: $SLOTS sequences at once, $SLOT_CTX tokens of context each, $THREADS th
 \`cinfer serve -t $THREADS --max-seqs $SLOTS -c $SLOT_CTX --kv-blocks $((SLOTS * SLOT_CTX / 16))\` \
 (continuous batching, chunked prefill, prefix cache, KV f16 (the default); binary $BIN, repository at run time ${tree:-?}) and \
 \`llama-server -t $THREADS -tb $THREADS -np $SLOTS -c $CTX\` (llama.cpp ${LCOMMIT:-not run}, native CPU build; \
-continuous batching, KV f16). Times in ms. Ratio rows: throughput cinfer / llama.cpp, latencies llama.cpp / cinfer \
-(above 1: cinfer better). Machine: ${cpu:-unknown CPU}. Load average (1/5/15 min) ${load0:-?} at the start, \
+continuous batching, KV f16). Times in ms; peak RSS: the server process's VmHWM at the end of the rate's run. \
+Ratio rows: throughput cinfer / llama.cpp, latencies and peak RSS llama.cpp / cinfer (above 1: cinfer better). Machine: ${cpu:-unknown CPU}. Load average (1/5/15 min) ${load0:-?} at the start, \
 ${load1:-?} at the end."
 echo
 echo "$NOTE"
