@@ -15,9 +15,11 @@
 #include "core/threadpool.h"
 #include "kernels/dot.h"
 
-// Batches up to this many tokens are bandwidth-bound: split the rows into equal shares.
+// Batches up to this many tokens are bandwidth-bound: split the rows into equal shares.  Two a thread, not
+// four: each task restarts the memory streams, which costs a small model's matrices (a few hundred KiB) more
+// than the finer balance gains (bench/RESULTS.md, 2026-12-06: 135M Q4_0 decode 7% faster, 1.1B level).
 #define GEMV_MAX_TOKENS        4
-#define GEMV_SHARES_PER_THREAD 4
+#define GEMV_SHARES_PER_THREAD 2
 #define GEMV_MIN_SHARE_ROWS    64
 // Weight bytes of one GEMM task's rows (stay in L2 while the task's tokens stream over them).
 #define TASK_L2_BYTES (256 * 1024)
