@@ -76,7 +76,8 @@ TEST(truncated_while_mapped) {
     unlink(b);
 }
 
-/* The resident kilobytes of the mapping that starts at p (/proc/self/smaps), -1 if not found. */
+/* The resident kilobytes of the mapping that starts at p (/proc/self/smaps), -1 if not found (not every
+ * kernel, or sandbox, writes it). */
 static long mapping_rss_kb(const void *p) {
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f)
@@ -111,7 +112,11 @@ TEST(read_without_mapping) {
         CHECK(same);
     }
     // Not one page of the file came into the process through the mapping.
-    CHECK(mapping_rss_kb(m.data) == 0);
+    long rss = mapping_rss_kb(m.data);
+    if (rss >= 0)
+        CHECK(rss == 0);
+    else
+        printf("  (no /proc/self/smaps record of the mapping: its resident pages not checked)\n");
     // Bytes that are not the mapping's are copied as they are.
     uint32_t src[3] = {7, 8, 9}, dst[3] = {0};
     ci_mapfile_read(&m, src, sizeof src, dst);
