@@ -31,11 +31,10 @@ struct forward {
     int64_t head_rows;          // output.weight's rows: n_vocab, or the rank's slice (model/shard.h)
     float *hid;                 // [max_tokens][n_embd] final normed hidden states of the rows marked hidden
     int n_hid;
-    float *qkv;    // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
-    int32_t *apos; // [max_tokens] encoders: the position each query attends up to (its sequence's last)
-    void *work;    // matmul workspace
-    float *
-        row_raw; // [n_embd] the stored bytes of one embedding row, read from the file (4 bytes a value at most)
+    float *qkv;     // [max_tokens][q_dim + 2*kv_dim] fused Q/K/V projection (Phi-3), else 1 float
+    int32_t *apos;  // [max_tokens] encoders: the position each query attends up to (its sequence's last)
+    void *work;     // matmul workspace
+    float *row_raw; // [n_embd] one embedding row's stored bytes, read from the file (at most 4 a value)
     // RoPE cos/sin of each token of the batch, made once per batch and table (ci_rope_cos_sin): [0] the
     // model's RoPE, [1] that of sliding-window layers with their own base or scale.
     double *rope_cs[2]; // [max_tokens][rope_dim]
