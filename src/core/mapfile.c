@@ -210,10 +210,16 @@ void ci_mapfile_will_need(const struct ci_mapfile *m, const void *p, uint64_t n)
     madvise((void *)lo, hi - lo, MADV_WILLNEED);
 }
 
-void ci_mapfile_release(const struct ci_mapfile *m, const void *p, uint64_t n) {
+/* True when the n bytes at p lie inside m's mapping. */
+static bool holds(const struct ci_mapfile *m, const void *p, uint64_t n) {
     const uintptr_t lo = (uintptr_t)p, base = (uintptr_t)m->data;
-    if (!m->data || lo < base || n > m->size || lo - base > m->size - n)
+    return m->data && lo >= base && n <= m->size && lo - base <= m->size - n;
+}
+
+void ci_mapfile_release(const struct ci_mapfile *m, const void *p, uint64_t n) {
+    if (!holds(m, p, n))
         return;
+    const uintptr_t lo = (uintptr_t)p;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     const uintptr_t a = (lo + page - 1) / page * page, b = (lo + n) / page * page;
     if (a < b)
@@ -221,15 +227,15 @@ void ci_mapfile_release(const struct ci_mapfile *m, const void *p, uint64_t n) {
 }
 
 void ci_mapfile_read(const struct ci_mapfile *m, const void *p, uint64_t n, void *dst) {
-    const uintptr_t lo = (uintptr_t)p, base = (uintptr_t)m->data;
-    if (!m->data || m->fd < 0 || lo < base || n > m->size || lo - base > m->size - n) {
+    if (m->fd < 0 || !holds(m, p, n)) {
         memcpy(dst, p, (size_t)n);
         return;
     }
+    const uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)m->data);
     uint8_t *out = dst;
     uint64_t got = 0;
     while (got < n) {
-        ssize_t r = pread(m->fd, out + got, (size_t)(n - got), (off_t)(lo - base + got));
+        ssize_t r = pread(m->fd, out + got, (size_t)(n - got), (off_t)(off + got));
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) { // an I/O error, or the file now ends before the range
