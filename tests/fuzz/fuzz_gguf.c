@@ -198,7 +198,10 @@ static void check_model(const struct gguf *g) {
     struct model_weights w;
     memset(&w, 0, sizeof w);
     if (model_weights_bind(&w, &cfg, lookup, g, &err) == CI_OK) {
-        FUZZ_CHECK(w.tok_embd.data && w.output.data && w.output_norm.data, "bound weights missing");
+        // An encoder (BERT) has no output head: its embedding norm takes that place.
+        FUZZ_CHECK(w.tok_embd.data &&
+                       (cfg.encoder ? w.tok_norm.data != NULL : w.output.data && w.output_norm.data),
+                   "bound weights missing");
         if (model_weights_check_all_used(&w, &cfg, tensor_at, g, gguf_n_tensors(g), &err) != CI_OK)
             FUZZ_CHECK(err.msg[0], "unused tensor refused without a message");
         model_weights_deinit(&w);

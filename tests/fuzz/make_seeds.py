@@ -117,6 +117,185 @@ def model_tensors(n_embd=4, n_head=2, n_kv=1, n_ff=4, n_vocab=8, biases=False):
     return t
 
 
+def pos32s(n, base=1.0):
+    """n positive float32 values (RoPE frequency factors)."""
+    return struct.pack("<%df" % n, *[base + 0.5 * (i % 3) for i in range(n)])
+
+
+def layer_tensors(n_layer, shapes, data=f32s):
+    """blk.<i>.<name> for every layer; shapes [(name, dims)]."""
+    t = []
+    for il in range(n_layer):
+        for name, dims in shapes:
+            n = 1
+            for d in dims:
+                n *= d
+            t.append(("blk.%d.%s" % (il, name), GGML_F32, dims, data(n)))
+    return t
+
+
+def arch_seeds(tok):
+    """One small, valid model per architecture and feature of issue 12 (what model loading accepts), so the
+    fuzzer starts inside each architecture's keys and tensors: RoPE scaling, sliding windows, soft-capping,
+    Q/K norms, fused tensors, experts.  2 layers, n_embd 8, 2 heads (1 KV) of 4, vocabulary 8."""
+    E, H, KV, HD, FF, V, L, NX, FX = 8, 2, 1, 4, 8, 8, 2, 4, 4
+
+    def common(arch, hd=HD, **kw):
+        return model_kvs(arch, n_embd=E, n_head=H, n_kv=KV, n_ff=FF, n_layer=L, **kw) + [
+            (arch + ".rope.dimension_count", U32, hd)] + tok
+
+    def globals_(tied=False):
+        t = [("token_embd.weight", GGML_F32, [E, V], f32s(E * V)), ("output_norm.weight", GGML_F32, [E], f32s(E))]
+        return t if tied else t + [("output.weight", GGML_F32, [E, V], f32s(E * V))]
+
+    def attn(hd=HD, biases=False, qk_norm=False):
+        q, kv = H * hd, KV * hd
+        s = [("attn_norm.weight", [E]), ("attn_q.weight", [E, q]), ("attn_k.weight", [E, kv]),
+             ("attn_v.weight", [E, kv]), ("attn_output.weight", [q, E])]
+        if biases:
+            s += [("attn_q.bias", [q]), ("attn_k.bias", [kv]), ("attn_v.bias", [kv])]
+        if qk_norm:
+            s += [("attn_q_norm.weight", [hd]), ("attn_k_norm.weight", [hd])]
+        return s
+
+    dense = [("ffn_norm.weight", [E]), ("ffn_gate.weight", [E, FF]), ("ffn_up.weight", [E, FF]),
+             ("ffn_down.weight", [FF, E])]
+
+    def experts(ff, bias=False):
+        s = [("ffn_gate_inp.weight", [E, NX]), ("ffn_gate_exps.weight", [E, ff, NX]),
+             ("ffn_up_exps.weight", [E, ff, NX]), ("ffn_down_exps.weight", [ff, E, NX])]
+        if bias:
+            s += [("ffn_gate_inp.bias", [NX]), ("ffn_gate_exps.bias", [ff, NX]), ("ffn_up_exps.bias", [ff, NX]),
+                  ("ffn_down_exps.bias", [E, NX])]
+        return s
+
+    moe_kvs = lambda a, ff=None: [(a + ".expert_count", U32, NX), (a + ".expert_used_count", U32, 2)] + (
+        [(a + ".expert_feed_forward_length", U32, ff)] if ff else [])
+    yarn = lambda a: [(a + ".rope.scaling.type", STR, "yarn"), (a + ".rope.scaling.factor", F32, 4.0),
+                      (a + ".rope.scaling.original_context_length", U32, 8)]
+    llama3_kvs = [kv for kv in common("llama") if kv[0] != "llama.rope.freq_base"]
+    put("gguf", "model-llama3.gguf", gguf(llama3_kvs + [("llama.rope.freq_base", F32, 500000.0)],
+                                          globals_()
+                                          + [("rope_freqs.weight", GGML_F32, [HD // 2], pos32s(HD // 2))]
+                                          + layer_tensors(L, attn() + dense)))
+    put("gguf", "model-mistral-yarn.gguf", gguf(common("llama") + [("llama.attention.sliding_window", U32, 4)]
+                                                + yarn("llama"), globals_() + layer_tensors(L, attn() + dense)))
+    put("gguf", "model-mixtral.gguf", gguf(common("llama") + moe_kvs("llama"),
+                                           globals_() + layer_tensors(L, attn() + dense[:1] + experts(FF))))
+    qk = [("qwen3.attention.key_length", U32, 8), ("qwen3.attention.value_length", U32, 8)]
+    put("gguf", "model-qwen3.gguf", gguf(common("qwen3", hd=8) + qk,
+                                         globals_(tied=True) + layer_tensors(L, attn(hd=8, qk_norm=True) + dense)))
+    put("gguf", "model-qwen3moe.gguf",
+        gguf(common("qwen3moe") + moe_kvs("qwen3moe", FX),
+             globals_(tied=True) + layer_tensors(L, attn(qk_norm=True) + dense[:1] + experts(FX))))
+    shexp = [("ffn_gate_inp_shexp.weight", [E]), ("ffn_gate_shexp.weight", [E, FF]),
+             ("ffn_up_shexp.weight", [E, FF]), ("ffn_down_shexp.weight", [FF, E])]
+    put("gguf", "model-qwen2moe.gguf",
+        gguf(common("qwen2moe") + moe_kvs("qwen2moe", FX)
+             + [("qwen2moe.expert_shared_feed_forward_length", U32, FF)],
+             globals_() + layer_tensors(L, attn(biases=True) + dense[:1] + experts(FX) + shexp)))
+    post = [("post_attention_norm.weight", [E]), ("post_ffw_norm.weight", [E])]
+    put("gguf", "model-gemma2.gguf",
+        gguf(common("gemma2") + [("gemma2.attention.sliding_window", U32, 4),
+                                 ("gemma2.attn_logit_softcapping", F32, 50.0),
+                                 ("gemma2.final_logit_softcapping", F32, 30.0)],
+             globals_(tied=True) + layer_tensors(L, attn() + dense + post)))
+    put("gguf", "model-gemma3.gguf",
+        gguf(common("gemma3") + [("gemma3.attention.sliding_window", U32, 4),
+                                 ("gemma3.attention.sliding_window_pattern", U32, 2),
+                                 ("gemma3.rope.scaling.type", STR, "linear"),
+                                 ("gemma3.rope.scaling.factor", F32, 8.0)],
+             globals_(tied=True) + layer_tensors(L, attn(qk_norm=True) + dense + post)))
+    phi = [("attn_norm.weight", [E]), ("attn_qkv.weight", [E, (H + 2 * KV) * HD]),
+           ("attn_output.weight", [H * HD, E]),
+           ("ffn_norm.weight", [E]), ("ffn_up.weight", [E, 2 * FF]), ("ffn_down.weight", [FF, E])]
+    put("gguf", "model-phi3.gguf",
+        gguf(common("phi3", hd=2) + [("phi3.rope.scaling.original_context_length", U32, 8),
+                                     ("phi3.rope.scaling.attn_factor", F32, 1.2)],
+             globals_() + [("rope_factors_long.weight", GGML_F32, [1], pos32s(1, 2.0)),
+                           ("rope_factors_short.weight", GGML_F32, [1], pos32s(1))] + layer_tensors(L, phi)))
+    oss = attn(biases=True) + [("attn_output.bias", [E]), ("attn_sinks.weight", [H]),
+                                             ("post_attention_norm.weight", [E])] + experts(FX, bias=True)
+    put("gguf", "model-gpt-oss.gguf",
+        gguf(common("gpt-oss") + moe_kvs("gpt-oss", FX) + yarn("gpt-oss")
+             + [("gpt-oss.attention.sliding_window", U32, 4)], globals_() + layer_tensors(L, oss)))
+    bert = [("attn_q.weight", [E, E]), ("attn_q.bias", [E]), ("attn_k.weight", [E, E]), ("attn_k.bias", [E]),
+            ("attn_v.weight", [E, E]), ("attn_v.bias", [E]), ("attn_output.weight", [E, E]),
+            ("attn_output.bias", [E]), ("attn_output_norm.weight", [E]), ("attn_output_norm.bias", [E]),
+            ("ffn_up.weight", [E, FF]), ("ffn_up.bias", [FF]), ("ffn_down.weight", [FF, E]),
+            ("ffn_down.bias", [E]),
+            ("layer_output_norm.weight", [E]), ("layer_output_norm.bias", [E])]
+    bert_kvs = [("general.architecture", STR, "bert"), ("bert.embedding_length", U32, E),
+                ("bert.block_count", U32, L), ("bert.feed_forward_length", U32, FF),
+                ("bert.attention.head_count", U32, H), ("bert.context_length", U32, 8),
+                ("bert.pooling_type", U32, 2),
+                ("bert.attention.layer_norm_epsilon", F32, 1e-12), ("bert.attention.causal", BOOL, False)]
+    put("gguf", "model-bert.gguf",
+        gguf(bert_kvs + tok, [("token_embd.weight", GGML_F32, [E, V], f32s(E * V)),
+                              ("position_embd.weight", GGML_F32, [E, 8], f32s(E * 8)),
+                              ("token_types.weight", GGML_F32, [E, 2], f32s(E * 2)),
+                              ("token_embd_norm.weight", GGML_F32, [E], f32s(E)),
+                              ("token_embd_norm.bias", GGML_F32, [E], f32s(E))] + layer_tensors(L, bert)))
+
+
+# Block layouts of the quantized types: (type id, elements, bytes, offsets of the f16 scales in a block).
+QBLOCK = {"q4_0": (2, 32, 18, [0]), "q4_1": (3, 32, 20, [0, 2]), "q5_0": (6, 32, 22, [0]),
+          "q5_1": (7, 32, 24, [0, 2]), "q8_0": (8, 32, 34, [0]), "q2_k": (10, 256, 84, [80, 82]),
+          "q3_k": (11, 256, 110, [108]), "q4_k": (12, 256, 144, [0, 2]), "q5_k": (13, 256, 176, [0, 2]),
+          "q6_k": (14, 256, 210, [208]), "iq4_nl": (20, 32, 18, [0]), "iq4_xs": (23, 256, 136, [0]),
+          "mxfp4": (39, 32, 17, [])}
+
+
+def qtensor(name, tname, dims, seed):
+    """A tensor of quantized type tname: pseudo-random code bytes with small finite scales (f16 0x2000, and
+    MXFP4's shared exponent 2^-7), so the forward pass computes numbers rather than NaNs."""
+    if tname == "f16":
+        n = dims[0] * (dims[1] if len(dims) > 1 else 1)
+        return (name, GGML_F16, dims, b"".join(struct.pack("<H", 0x2000 + (i * 7 + seed) % 512) for i in range(n)))
+    tid, qk, nb, scales = QBLOCK[tname]
+    n_blocks = dims[0] // qk * (dims[1] if len(dims) > 1 else 1) * (dims[2] if len(dims) > 2 else 1)
+    out = bytearray((i * 131 + seed * 17 + (i >> 5)) % 251 for i in range(n_blocks * nb))
+    for b in range(n_blocks):
+        for o in scales:
+            out[b * nb + o:b * nb + o + 2] = struct.pack("<H", 0x2000)
+        if tname == "mxfp4":
+            out[b * nb] = 120
+    return (name, tid, dims, bytes(out))
+
+
+def quant_seeds():
+    """Models whose matrices are quantized (issue 11), so the fuzzer reaches the packed kernels and their
+    tails: a vocabulary of 17 (rows not a multiple of the kernels' 16-row groups).  kquants: 256-element rows,
+    a K-quant or IQ4_XS per matrix, head_dim 128; legacy: 64-element rows, the 32-element block types, F16."""
+    E, FF, V = 256, 256, 17
+    pieces = ["<unk>", "<s>", "</s>", "\u2581a", "a", "b", "<0x0A>", "c"] + [chr(ord("d") + i) for i in range(9)]
+    tok = [("tokenizer.ggml.model", STR, "llama"), ("tokenizer.ggml.tokens", ARR, (STR, pieces)),
+           ("tokenizer.ggml.scores", ARR, (F32, [0.0] * V)),
+           ("tokenizer.ggml.token_type", ARR, (I32, [2, 3, 3, 1, 1, 1, 6] + [1] * (V - 7)))]
+    kv = model_kvs("llama", n_embd=E, n_head=2, n_kv=1, n_ff=FF, n_layer=1) + tok
+    types = {"attn_q": "q4_k", "attn_k": "q5_k", "attn_v": "q6_k", "attn_output": "iq4_xs", "ffn_gate": "q2_k",
+             "ffn_up": "q3_k", "ffn_down": "q4_k"}
+    dims = {"attn_q": [E, E], "attn_k": [E, E // 2], "attn_v": [E, E // 2], "attn_output": [E, E],
+            "ffn_gate": [E, FF], "ffn_up": [E, FF], "ffn_down": [FF, E]}
+    t = [qtensor("token_embd.weight", "q4_k", [E, V], 1), ("output_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
+         qtensor("output.weight", "q6_k", [E, V], 2), ("blk.0.attn_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
+         ("blk.0.ffn_norm.weight", GGML_F32, [E], f32s(E, 0.1))]
+    t += [qtensor("blk.0.%s.weight" % k, types[k], dims[k], i + 3) for i, k in enumerate(types)]
+    put("gguf", "model-llama-kquants.gguf", gguf(kv, t))
+    E, FF = 64, 64
+    kv = model_kvs("qwen2", n_embd=E, n_head=2, n_kv=1, n_ff=FF, n_layer=1) + tok
+    types = {"attn_q": "q4_0", "attn_k": "q4_1", "attn_v": "q5_0", "attn_output": "q5_1", "ffn_gate": "iq4_nl",
+             "ffn_up": "mxfp4", "ffn_down": "f16"}
+    dims = {"attn_q": [E, E], "attn_k": [E, E // 2], "attn_v": [E, E // 2], "attn_output": [E, E],
+            "ffn_gate": [E, FF], "ffn_up": [E, FF], "ffn_down": [FF, E]}
+    t = [qtensor("token_embd.weight", "q8_0", [E, V], 1), ("output_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
+         ("blk.0.attn_norm.weight", GGML_F32, [E], f32s(E, 0.1)), ("blk.0.ffn_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
+         ("blk.0.attn_q.bias", GGML_F32, [E], f32s(E)), ("blk.0.attn_k.bias", GGML_F32, [E // 2], f32s(E // 2)),
+         ("blk.0.attn_v.bias", GGML_F32, [E // 2], f32s(E // 2))]
+    t += [qtensor("blk.0.%s.weight" % k, types[k], dims[k], i + 3) for i, k in enumerate(types)]
+    put("gguf", "model-qwen2-legacy-quants.gguf", gguf(kv, t))
+
+
 def gguf_seeds():
     put("gguf", "vocab-spm.gguf", gguf(spm_vocab_kvs()))
     put("gguf", "vocab-bpe.gguf", gguf(bpe_vocab_kvs()))
@@ -131,6 +310,15 @@ def gguf_seeds():
              ("bf16", GGML_BF16, [32], b"\x80\x3f" * 32), ("q8_0", GGML_Q8_0, [32], b"\x00\x3c" + bytes(range(32))),
              ("q4_0", GGML_Q4_0, [32, 1, 1, 1], b"\x00\x3c" + bytes(range(16)))]
     put("gguf", "tensor-types.gguf", gguf([("general.architecture", STR, "none")], types))
+    # The block types of the quantized files people download (issue 11), one block each (two for 32-element
+    # types); what is inside is arbitrary, the reader only checks sizes.
+    blocks = [("q4_1", 3, 32, 20), ("q5_0", 6, 32, 22), ("q5_1", 7, 32, 24), ("q2_k", 10, 256, 84),
+              ("q3_k", 11, 256, 110), ("q4_k", 12, 256, 144), ("q5_k", 13, 256, 176), ("q6_k", 14, 256, 210),
+              ("iq4_nl", 20, 64, 36), ("iq4_xs", 23, 256, 136), ("mxfp4", 39, 64, 34)]
+    kq = [(name, t, [n], bytes((i * 37 + 11) % 251 for i in range(nb))) for name, t, n, nb in blocks]
+    put("gguf", "tensor-types-k.gguf", gguf([("general.architecture", STR, "none")], kq))
+    arch_seeds(llama_tok)
+    quant_seeds()
     every = [("u8", U8, 255), ("i8", I8, -128), ("u16", U16, 65535), ("i16", I16, -32768), ("u32", U32, 2**32 - 1),
              ("i32", I32, -2**31), ("f32", F32, 1.5), ("bool", BOOL, True), ("str", STR, "h\u00e9llo"),
              ("u64", U64, 2**64 - 1), ("i64", I64, -2**63), ("f64", F64, -0.25),
