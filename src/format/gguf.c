@@ -428,6 +428,18 @@ static enum ci_status parse_tensor_info(struct parser *p, struct ci_reader *r, i
     return CI_OK;
 }
 
+/* The alignment a tensor's data needs for its elements to be read in place: the largest power of two (at most
+ * 8) dividing the block size, so that every block keeps the first one's alignment (F32 4, F16 2, Q8_0 2,
+ * Q4_K 8, MXFP4 1).  A file whose general.alignment is below it (llama.cpp accepts any power of two) could put
+ * an F32 tensor at an odd address, where the kernels' loads would be undefined behaviour. */
+static uint64_t data_alignment(uint32_t type) {
+    uint64_t a = 1;
+    const struct ci_type_traits *tt = ci_type_traits(type);
+    while (a < 8 && tt->type_size % (2 * a) == 0)
+        a *= 2;
+    return a;
+}
+
 /* Checks every tensor's data range against the file and the others, then points the views at it. */
 static enum ci_status place_tensors(struct parser *p) {
     struct gguf *g = p->g;
@@ -453,6 +465,14 @@ static enum ci_status place_tensors(struct parser *p) {
                      "data [%" PRIu64 ", %" PRIu64 ") past end of file (%" PRIu64 " bytes): %s, %" PRIu64
                      " bytes",
                      begin, end, g->size, ci_type_name(t->type), t->nbytes);
+            goto fail;
+        }
+        uint64_t need = data_alignment(t->type);
+        if ((uintptr_t)(g->base + begin) % need != 0) {
+            s = perr(p, CI_ERR_FORMAT,
+                     "data at offset %" PRIu64 " is not aligned to %" PRIu64 " bytes, as %s blocks need "
+                     "(general.alignment is %" PRIu64 ")",
+                     begin, need, ci_type_name(t->type), g->alignment);
             goto fail;
         }
         t->data = g->base + begin;

@@ -1010,6 +1010,62 @@ TEST(bad_tensors) {
     EXPECT_REJECT(&b, "tensor 'w': data [");
 }
 
+/* general.alignment may be any power of two (as llama.cpp reads it), but a tensor's data must sit where its
+ * elements can be read in place: an F32 tensor at an odd offset is refused, naming it; types whose blocks
+ * need less (MXFP4: bytes only; F16: 2) load at such offsets.  The image is copied to a malloc'd buffer
+ * (16-aligned), so offsets and addresses agree. */
+static void one_tensor_aligned_1(struct tb *b, const char *name, uint32_t type, uint64_t ne0, size_t bytes,
+                                 int want_mod4) {
+    tb_hdr(b, 3, 1, 1);
+    tb_kv_u32(b, "general.alignment", 1);
+    // The data section starts right after the tensor info (alignment 1): choose the offset from its length.
+    size_t info_bytes = 8 + strlen(name) + 4 + 8 + 4 + 8;
+    uint64_t start = b->n + info_bytes, off = (uint64_t)((4 + want_mod4 - (int)(start % 4)) % 4);
+    tb_tinfo(b, name, 1, (const uint64_t[]){ne0}, type, off);
+    if (b->n != start)
+        abort(); // the info length above is wrong
+    tb_fill(b, (size_t)off + bytes, 0x11);
+}
+
+TEST(tensor_data_alignment) {
+    struct tb b = {0};
+    struct gguf *g;
+    struct ci_err err = {0};
+    void *c;
+    one_tensor_aligned_1(&b, "blk.0.attn_norm.weight", CI_TYPE_F32, 8, 32, 1);
+    EXPECT_REJECT(&b, "tensor 'blk.0.attn_norm.weight': data at offset");
+    one_tensor_aligned_1(&b, "w", CI_TYPE_F32, 8, 32, 2);
+    EXPECT_REJECT(&b, "not aligned to 4 bytes, as F32 blocks need (general.alignment is 1)");
+    one_tensor_aligned_1(&b, "w", CI_TYPE_F16, 8, 16, 1);
+    EXPECT_REJECT(&b, "not aligned to 2 bytes, as F16");
+    one_tensor_aligned_1(&b, "w", CI_TYPE_Q4_K, 256, 144, 2);
+    EXPECT_REJECT(&b, "not aligned to 8 bytes, as Q4_K");
+    // Where the blocks allow it, the same odd or even offsets load.
+    const struct {
+        uint32_t type;
+        uint64_t ne0;
+        size_t bytes;
+        int mod4;
+    } ok[] = {{CI_TYPE_F32, 8, 32, 0},
+              {CI_TYPE_F16, 8, 16, 2},
+              {CI_TYPE_Q8_0, 32, 34, 2},
+              {CI_TYPE_MXFP4, 32, 17, 1},
+              {CI_TYPE_MXFP4, 32, 17, 3}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        one_tensor_aligned_1(&b, "w", ok[i].type, ok[i].ne0, ok[i].bytes, ok[i].mod4);
+        enum ci_status s = open_copy(b.p, b.n, &g, &err, &c);
+        if (s != CI_OK)
+            TEST_FAILF("%s at offset 4k + %d refused: %s", ci_type_name(ok[i].type), ok[i].mod4, err.msg);
+        if (s == CI_OK) {
+            CHECK((uintptr_t)gguf_tensor(g, 0)->data % 4 == (uintptr_t)ok[i].mod4);
+            gguf_free(g);
+        }
+        free(c);
+        free(b.p);
+        b = (struct tb){0};
+    }
+}
+
 /* The block types of the files people download (K-quants, IQ4, MXFP4): truncated data, a row length that is
  * not a multiple of the type's block, and type ids cinfer does not know each fail with a message naming the
  * tensor and the type. */
@@ -1221,6 +1277,7 @@ int main(int argc, char **argv) {
     RUN(bad_header);
     RUN(bad_kvs);
     RUN(bad_tensors);
+    RUN(tensor_data_alignment);
     RUN(bad_block_tensors);
     RUN(random_mutations);
     RUN(no_leaks);
