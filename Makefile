@@ -18,8 +18,10 @@ CC      ?= cc
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wundef -Wvla \
            -Wformat=2 -Wpointer-arith -Wcast-qual -Wwrite-strings -fno-common
 CFLAGS_release := -O2 -g -D_FORTIFY_SOURCE=2
-CFLAGS_asan    := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
-                  -DCI_DEBUG_CHECKS=1
+# float-cast-overflow too: gcc's "undefined" leaves out float-to-int conversions of NaN or out-of-range values
+# (clang's fuzz variant has them), e.g. a NaN K/V row quantized for a q8_0 KV cache.
+CFLAGS_asan    := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all \
+                  -fno-omit-frame-pointer -DCI_DEBUG_CHECKS=1
 CFLAGS_tsan    := -O1 -g -fsanitize=thread -fno-omit-frame-pointer -DCI_DEBUG_CHECKS=1
 CFLAGS_debug   := -O0 -g -DCI_DEBUG_CHECKS=1
 # The libFuzzer variant (make fuzz, CC=clang): coverage instrumentation on every object, the fuzzer's main
@@ -27,7 +29,7 @@ CFLAGS_debug   := -O0 -g -DCI_DEBUG_CHECKS=1
 CFLAGS_fuzz    := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
                   -fno-omit-frame-pointer -DCI_DEBUG_CHECKS=1 -Wno-string-concatenation
 CFLAGS  := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS_$(VARIANT)) -Iinclude -Isrc -MMD -MP
-LDFLAGS_asan := -fsanitize=address,undefined
+LDFLAGS_asan := -fsanitize=address,undefined,float-cast-overflow
 LDFLAGS_fuzz := -fsanitize=fuzzer,address,undefined
 LDFLAGS_tsan := -fsanitize=thread
 LDFLAGS := $(LDFLAGS_$(VARIANT))

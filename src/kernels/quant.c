@@ -370,6 +370,17 @@ void ci_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
     }
 }
 
+/* C's (int)v (toward zero) where it is defined; 0 for NaN and the nearest end of int's range beyond it, where
+ * the cast would be undefined behaviour.  The Q8_0 and Q4_0 quantizers below meet NaN on rows that hold NaN
+ * or Inf (x * (1 / amax) with amax = Inf), e.g. a K/V row of a q8_0 KV cache; x86's conversion gave INT_MIN,
+ * whose low bits (0) their callers kept, so such rows keep the codes they had.  (quantize.c's quantizers read
+ * non-finite inputs as 0.) */
+static int float_to_int(float v) {
+    if (!(v == v))
+        return 0;
+    return v <= -2147483648.0f ? INT32_MIN : v >= 2147483648.0f ? INT32_MAX : (int)v;
+}
+
 // Quantizers follow ggml's reference rounding so files we write dequantize as llama.cpp expects.
 void ci_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
     switch (type) {
@@ -399,7 +410,7 @@ void ci_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
             float id = d ? 1.0f / d : 0.0f;
             b[i].d = ci_fp32_to_fp16(d);
             for (int j = 0; j < CI_QK8_0; j++)
-                b[i].qs[j] = (int8_t)roundf(x[j] * id);
+                b[i].qs[j] = (int8_t)float_to_int(roundf(x[j] * id));
         }
         return;
     }
@@ -419,7 +430,7 @@ void ci_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
             b[i].d = ci_fp32_to_fp16(d);
             for (int j = 0; j < CI_QK4_0 / 2; j++) {
                 float x0 = x[j] * id, x1 = x[CI_QK4_0 / 2 + j] * id;
-                int q0 = (int)(x0 + 8.5f), q1 = (int)(x1 + 8.5f);
+                int q0 = float_to_int(x0 + 8.5f), q1 = float_to_int(x1 + 8.5f);
                 q0 = q0 > 15 ? 15 : q0;
                 q1 = q1 > 15 ? 15 : q1;
                 b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));

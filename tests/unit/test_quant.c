@@ -6,6 +6,7 @@
  * tests/ref/quant_golden.py; tests/ref/test_quant_np.py checks the file is what numpy gives now). */
 #include "kernels/quant.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -282,6 +283,35 @@ TEST(golden_numpy) {
     free(buf);
 }
 
+/* Q8_0 and Q4_0 rows holding NaN or an infinity (a q8_0 KV cache stores K/V rows of whatever the weights
+ * produce): every code is defined, the finite elements of a NaN row keep their codes, and in a row with an
+ * infinity (scale Inf, so the finite elements scale to 0 and the infinity to Inf * 0 = NaN) the finite
+ * elements take the zero code and the infinity code 0.  The asan variant (UBSan, no recovery) failed here on
+ * the float-to-int conversion of NaN. */
+TEST(q8_0_q4_0_non_finite_rows) {
+    float x[32];
+    for (int i = 0; i < 32; i++)
+        x[i] = (float)(i - 16) / 16.0f;
+    struct ci_block_q8_0 ref8, q8;
+    ci_quantize_row(CI_TYPE_Q8_0, x, &ref8, 32);
+    x[5] = NAN;
+    ci_quantize_row(CI_TYPE_Q8_0, x, &q8, 32);
+    CHECK(q8.d == ref8.d && q8.qs[5] == 0);
+    for (int i = 0; i < 32; i++)
+        CHECK(i == 5 || q8.qs[i] == ref8.qs[i]);
+    x[5] = INFINITY;
+    ci_quantize_row(CI_TYPE_Q8_0, x, &q8, 32);
+    CHECK(q8.d == 0x7c00); // +Inf in half precision
+    for (int i = 0; i < 32; i++)
+        CHECK(q8.qs[i] == 0);
+    struct ci_block_q4_0 q4;
+    x[5] = -INFINITY;
+    ci_quantize_row(CI_TYPE_Q4_0, x, &q4, 32);
+    // Scale -Inf / -8 = Inf: the finite elements take the zero code 8, the infinite one (NaN) code 0.
+    for (int i = 0; i < 16; i++)
+        CHECK(q4.qs[i] == (i == 5 ? 0x80 : 0x88));
+}
+
 int main(int argc, char **argv) {
     test_main(argc, argv);
     RUN(block_sizes_match_ggml);
@@ -297,5 +327,6 @@ int main(int argc, char **argv) {
     RUN(iq4_xs_by_hand);
     RUN(mxfp4_by_hand);
     RUN(golden_numpy);
+    RUN(q8_0_q4_0_non_finite_rows);
     return test_exit_code();
 }
