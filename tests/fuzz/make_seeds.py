@@ -267,33 +267,31 @@ def quant_seeds():
     """Models whose matrices are quantized (issue 11), so the fuzzer reaches the packed kernels and their
     tails: a vocabulary of 17 (rows not a multiple of the kernels' 16-row groups).  kquants: 256-element rows,
     a K-quant or IQ4_XS per matrix, head_dim 128; legacy: 64-element rows, the 32-element block types, F16."""
-    E, FF, V = 256, 256, 17
+    V = 17
     pieces = ["<unk>", "<s>", "</s>", "\u2581a", "a", "b", "<0x0A>", "c"] + [chr(ord("d") + i) for i in range(9)]
     tok = [("tokenizer.ggml.model", STR, "llama"), ("tokenizer.ggml.tokens", ARR, (STR, pieces)),
            ("tokenizer.ggml.scores", ARR, (F32, [0.0] * V)),
            ("tokenizer.ggml.token_type", ARR, (I32, [2, 3, 3, 1, 1, 1, 6] + [1] * (V - 7)))]
-    kv = model_kvs("llama", n_embd=E, n_head=2, n_kv=1, n_ff=FF, n_layer=1) + tok
-    types = {"attn_q": "q4_k", "attn_k": "q5_k", "attn_v": "q6_k", "attn_output": "iq4_xs", "ffn_gate": "q2_k",
-             "ffn_up": "q3_k", "ffn_down": "q4_k"}
-    dims = {"attn_q": [E, E], "attn_k": [E, E // 2], "attn_v": [E, E // 2], "attn_output": [E, E],
-            "ffn_gate": [E, FF], "ffn_up": [E, FF], "ffn_down": [FF, E]}
-    t = [qtensor("token_embd.weight", "q4_k", [E, V], 1), ("output_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
-         qtensor("output.weight", "q6_k", [E, V], 2), ("blk.0.attn_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
-         ("blk.0.ffn_norm.weight", GGML_F32, [E], f32s(E, 0.1))]
-    t += [qtensor("blk.0.%s.weight" % k, types[k], dims[k], i + 3) for i, k in enumerate(types)]
-    put("gguf", "model-llama-kquants.gguf", gguf(kv, t))
-    E, FF = 64, 64
-    kv = model_kvs("qwen2", n_embd=E, n_head=2, n_kv=1, n_ff=FF, n_layer=1) + tok
-    types = {"attn_q": "q4_0", "attn_k": "q4_1", "attn_v": "q5_0", "attn_output": "q5_1", "ffn_gate": "iq4_nl",
-             "ffn_up": "mxfp4", "ffn_down": "f16"}
-    dims = {"attn_q": [E, E], "attn_k": [E, E // 2], "attn_v": [E, E // 2], "attn_output": [E, E],
-            "ffn_gate": [E, FF], "ffn_up": [E, FF], "ffn_down": [FF, E]}
-    t = [qtensor("token_embd.weight", "q8_0", [E, V], 1), ("output_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
-         ("blk.0.attn_norm.weight", GGML_F32, [E], f32s(E, 0.1)), ("blk.0.ffn_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
-         ("blk.0.attn_q.bias", GGML_F32, [E], f32s(E)), ("blk.0.attn_k.bias", GGML_F32, [E // 2], f32s(E // 2)),
-         ("blk.0.attn_v.bias", GGML_F32, [E // 2], f32s(E // 2))]
-    t += [qtensor("blk.0.%s.weight" % k, types[k], dims[k], i + 3) for i, k in enumerate(types)]
-    put("gguf", "model-qwen2-legacy-quants.gguf", gguf(kv, t))
+
+    def model(name, arch, E, embd, out, types, extra=()):
+        """One layer of n_embd = n_ff = E, 2 heads (1 KV); types: the matrices' types in attn_q, attn_k,
+        attn_v, attn_output, ffn_gate, ffn_up, ffn_down order; out None: a tied head."""
+        mats = [("attn_q", [E, E]), ("attn_k", [E, E // 2]), ("attn_v", [E, E // 2]), ("attn_output", [E, E]),
+                ("ffn_gate", [E, E]), ("ffn_up", [E, E]), ("ffn_down", [E, E])]
+        t = [qtensor("token_embd.weight", embd, [E, V], 1), ("output_norm.weight", GGML_F32, [E], f32s(E, 0.1))]
+        t += [qtensor("output.weight", out, [E, V], 2)] if out else []
+        t += [("blk.0.attn_norm.weight", GGML_F32, [E], f32s(E, 0.1)),
+              ("blk.0.ffn_norm.weight", GGML_F32, [E], f32s(E, 0.1))] + list(extra)
+        t += [qtensor("blk.0.%s.weight" % m, ty, dims, i + 3)
+              for i, ((m, dims), ty) in enumerate(zip(mats, types))]
+        put("gguf", name, gguf(model_kvs(arch, n_embd=E, n_head=2, n_kv=1, n_ff=E, n_layer=1) + tok, t))
+
+    model("model-llama-kquants.gguf", "llama", 256, "q4_k", "q6_k",
+          ["q4_k", "q5_k", "q6_k", "iq4_xs", "q2_k", "q3_k", "q4_k"])
+    biases = [("blk.0.attn_q.bias", GGML_F32, [64], f32s(64)), ("blk.0.attn_k.bias", GGML_F32, [32], f32s(32)),
+              ("blk.0.attn_v.bias", GGML_F32, [32], f32s(32))]
+    model("model-qwen2-legacy-quants.gguf", "qwen2", 64, "q8_0", None,
+          ["q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "mxfp4", "f16"], biases)
 
 
 def gguf_seeds():
