@@ -52,6 +52,7 @@ static bool cpu_has_avx512_vnni(void) {
 static struct ci_kernel_tune tune;
 // the row's (or the environment's) f16_widen_min_tokens, which ci_kernels_force_f16_widen(-1) restores
 static int tune_widen;
+static bool tune_prefetch_l2; // and decode_prefetch_l2, which ci_kernels_force_decode_prefetch(-1) restores
 static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
 
 /* CPUID's vendor ("AuthenticAMD", "GenuineIntel") and display family and model; false off x86. */
@@ -103,6 +104,17 @@ static void tune_probe(void) {
         tune.f16_widen_min_tokens = 32;
         tune.why = "table row: default";
     }
+    // Intel (family 6 model 167, 2 vCPUs): a T0 prefetch holds one of the core's few L1 fill buffers for a
+    // whole DRAM round trip; into L2 the packed decode read 3072 x 8192 Q4_K at 23.0 against 15.5 GB/s, Q4_0
+    // 24.4 against 17.0 (bench/gemv_read.c, bench/RESULTS.md).  AMD keeps T0, the prefetch it was measured with.
+    tune.decode_prefetch_l2 = intel;
+    if (intel)
+        tune.why = "table row: Intel";
+    const char *pf = getenv("CINFER_DECODE_PREFETCH");
+    if (pf && (strcmp(pf, "l1") == 0 || strcmp(pf, "l2") == 0)) {
+        tune.decode_prefetch_l2 = strcmp(pf, "l2") == 0;
+        tune.why = "CINFER_DECODE_PREFETCH";
+    }
     const char *v = getenv("CINFER_F16_WIDEN_MIN");
     char *end = NULL;
     long n = v && v[0] ? strtol(v, &end, 10) : -1;
@@ -111,6 +123,7 @@ static void tune_probe(void) {
         tune.why = "CINFER_F16_WIDEN_MIN";
     }
     tune_widen = tune.f16_widen_min_tokens;
+    tune_prefetch_l2 = tune.decode_prefetch_l2;
 }
 
 const struct ci_kernel_tune *ci_kernels_tune(void) {
@@ -121,6 +134,11 @@ const struct ci_kernel_tune *ci_kernels_tune(void) {
 void ci_kernels_force_f16_widen(int min_tokens) {
     pthread_once(&tune_once, tune_probe);
     tune.f16_widen_min_tokens = min_tokens >= 0 ? min_tokens : tune_widen;
+}
+
+void ci_kernels_force_decode_prefetch(int l2) {
+    pthread_once(&tune_once, tune_probe);
+    tune.decode_prefetch_l2 = l2 < 0 ? tune_prefetch_l2 : l2 > 0;
 }
 
 static bool env_on(const char *name) {

@@ -27,9 +27,12 @@ struct ci_kernel_tune {
     // F16/BF16 matmuls over more tokens than this widen each row block to F32 once and run the F32 tiles
     // on the copy; up to it, the tiles convert in registers (INT32_MAX: always).  Same bits either way.
     int f16_widen_min_tokens;
+    // The packed decode tiles prefetch the weights ahead into L2 (T1) rather than L1 (T0).  Same bits either way.
+    bool decode_prefetch_l2;
     const char *why; // which table row ("table row: AMD Zen 4"), or the environment override
 };
-/* The row for this CPU; CINFER_F16_WIDEN_MIN=N (N >= 0) overrides f16_widen_min_tokens, for measuring. */
+/* The row for this CPU; CINFER_F16_WIDEN_MIN=N (N >= 0) overrides f16_widen_min_tokens and
+ * CINFER_DECODE_PREFETCH=l1|l2 decode_prefetch_l2, for measuring. */
 const struct ci_kernel_tune *ci_kernels_tune(void);
 
 /* dot(row of n elements of type, x) in float; n a multiple of the type's block size.  Bit for bit what

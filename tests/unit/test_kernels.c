@@ -907,8 +907,13 @@ TEST(matmul_packed_equals_dot) {
     // 5 32-blocks: groups not a multiple of 64 bytes; 1280: 5 super-blocks of the K-quants (Q6_K's groups
     // not a multiple of 64 bytes either, prefill slices of 4 super-blocks and a short one)
     const int64_t n_ins[] = {160, 320, 256, 1280};
-    for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++)
-        packed_case(n_ins[i]);
+    // with each prefetch the tuning table can pick (the bits must not depend on it)
+    for (int l2 = 0; l2 < 2; l2++) {
+        ci_kernels_force_decode_prefetch(l2);
+        for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++)
+            packed_case(n_ins[i]);
+    }
+    ci_kernels_force_decode_prefetch(-1);
 }
 
 /* Every table's float -> half row conversion (the f16 KV cache's stores) is ci_fp32_to_fp16 on each element:
