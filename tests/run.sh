@@ -42,7 +42,11 @@ passed=0
 failed=0
 log=$(mktemp)
 san=$(mktemp -d)
-trap 'rm -rf "$log" "$san"' EXIT
+# every FAIL line and the head of every sanitizer report, printed again at the end: a CI log shows its head
+# and tail, and the cause of a failure in the middle would otherwise be cut out
+recap=$(mktemp)
+recap_san=$(mktemp)
+trap 'rm -rf "$log" "$san" "$recap" "$recap_san"' EXIT
 
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:disable_coredump=1:\
 detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:log_path=$san/asan:\
@@ -63,8 +67,9 @@ run_one() { # name, command...
     local p f
     p=$(grep -c '^PASS ' "$log")
     f=$(grep -c '^FAIL ' "$log")
+    grep '^FAIL ' "$log" | cut -c1-300 >>"$recap"
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-        echo "FAIL $name: exited with status $rc"
+        echo "FAIL $name: exited with status $rc" | tee -a "$recap"
         f=1
     fi
     local r
@@ -72,13 +77,25 @@ run_one() { # name, command...
         [ -e "$r" ] || continue
         echo "-- sanitizer report ${r##*/}:"
         cat "$r"
+        echo "FAIL $name: sanitizer report ${r##*/}" | tee -a "$recap"
+        # the error and the first frames: enough to name the cause
+        { echo "$name, ${r##*/}:" && grep -m 1 -B 2 -A 14 -E 'ERROR|runtime error|WARNING: ThreadSanitizer' "$r" |
+            cut -c1-200 | sed 's/^/    /'; } >>"$recap_san"
         rm -f "$r"
-        echo "FAIL $name: sanitizer report"
         f=$((f + 1))
     done
     echo "-- $name: $((SECONDS - t0)) s"
     passed=$((passed + p))
     failed=$((failed + f))
+}
+
+print_recap() { # the failures once more at the end of the log: the first 40 FAIL lines, 3 sanitizer reports
+    [ -s "$recap" ] || return 0
+    echo "== the failures again ($(wc -l <"$recap") FAIL lines; the first 40):"
+    head -n 40 "$recap"
+    [ -s "$recap_san" ] || return 0
+    echo "== the first sanitizer reports ($(grep -c '^[^ ]' "$recap_san") in all; the error and its first frames):"
+    awk '/^[^ ]/ { n++ } n <= 3' "$recap_san"
 }
 
 # The program or script a NAME stands for: prints "bin PATH", "py PATH" or "sh PATH", or says why none.
@@ -142,6 +159,7 @@ fast | full | tsan) ;;
     py) run_one "$path" "$PY" "$path" ;;
     sh) run_one "$path" bash "$path" ;;
     esac
+    print_recap
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit
@@ -163,6 +181,7 @@ if [ "$MODE" = tsan ]; then
         [ -e "$t" ] || continue
         case "$t" in *.py) run_one "$t" "$PY" "$t" ;; *) run_one "$t" bash "$t" ;; esac
     done
+    print_recap
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit
@@ -191,5 +210,6 @@ if [ "$MODE" = full ]; then
     done
 fi
 
+print_recap
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

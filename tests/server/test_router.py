@@ -35,6 +35,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ref"))
+import ciref  # noqa: E402
 import server_util  # noqa: E402
 from server_util import ALL, BIN, Server, check, check_no_sanitizer_report, parse_sse  # noqa: E402
 
@@ -391,14 +393,8 @@ def test_mpi_replicas(model):
     if not shutil.which("mpirun"):
         print("SKIP router_mpi_replicas: mpirun not found (scripts/deps.sh installs openmpi-bin)")
         return
-    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tp", "lsan.supp")
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_rmaps_base_oversubscribe="1",
-               OMPI_MCA_mca_base_component_disable_dlclose="1",
-               # mpirun SIGKILLs ranks 1 s after forwarding SIGTERM by default; a router draining takes longer
-               OMPI_MCA_odls_base_sigkill_timeout="10")
-    env["LSAN_OPTIONS"] = "suppressions=%s:print_suppressions=0:%s" % (supp, os.environ.get("LSAN_OPTIONS", ""))
-    env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
+    # mpirun SIGKILLs ranks 1 s after forwarding SIGTERM by default; a router draining takes longer
+    env = ciref.mpi_env(OMPI_MCA_odls_base_sigkill_timeout="10")
     mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none"]
     serve_args = ["-m", model, "--kv-mem", "32M", "-t", "1"]
 

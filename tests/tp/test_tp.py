@@ -69,17 +69,7 @@ F32_TOL = 2e-5
 QUANT_TOL = 0.05
 TOKENS = [1 + (i * 37) % 1000 for i in range(48)]
 
-# Open MPI refuses root without these; --oversubscribe lets 2 ranks share fewer cores; no single-copy
-# mechanism (it needs ptrace rights containers often lack).
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_rmaps_base_oversubscribe="1")
-# Under `make asan`: Open MPI's own allocations left at exit are not cinfer's leaks.  They are suppressed by
-# library name, which needs whole stacks (no fast unwinding through Open MPI's frame-pointer-less code) and
-# its plugins still loaded at exit to name them.
-SUPP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan.supp")
-ENV["LSAN_OPTIONS"] = "suppressions=%s:print_suppressions=0:%s" % (SUPP, os.environ.get("LSAN_OPTIONS", ""))
-ENV["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":fast_unwind_on_malloc=0"
-ENV["OMPI_MCA_mca_base_component_disable_dlclose"] = "1"
+ENV = ciref.mpi_env()
 
 rep = ciref.Report()
 
@@ -91,6 +81,18 @@ def run(cmd, timeout=TIMEOUT):
     except subprocess.TimeoutExpired as e:
         return None, (e.stdout or b"").decode("utf-8", "replace"), (e.stderr or b"").decode("utf-8", "replace")
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def cause(err, n=600):
+    """stderr's last n characters without Open MPI's framed notices, which follow every failed rank and would
+    push the rank's own words out of the message; the line naming the rank and its signal stays."""
+    keep, framed = [], False
+    for line in err.strip().splitlines():
+        if line.startswith("-----"):
+            framed = not framed
+        elif not framed or line.startswith("mpirun noticed"):
+            keep.append(line)
+    return "\n".join(keep)[-n:]
 
 
 def mpirun(n, args):
@@ -121,7 +123,7 @@ def logits(model, tmp, tp=1, kv="f32", pp=1):
     cmd = dist(args, tp, pp)
     rc, _, err = run(cmd)
     if rc != 0:
-        raise ciref.CinferError("%s exited %s: %s" % (" ".join(cmd[:8]), rc, err.strip()[-600:]))
+        raise ciref.CinferError("%s exited %s: %s" % (" ".join(cmd[:8]), rc, cause(err)))
     return read_logits(out, len(TOKENS))
 
 
@@ -157,7 +159,7 @@ def greedy(model, tp, pp=1, n=40):
     cmd = dist(args, tp, pp, "-t")
     rc, out, err = run(cmd)
     if rc != 0:
-        raise ciref.CinferError("run exited %s: %s" % (rc, err.strip()[-400:]))
+        raise ciref.CinferError("run exited %s: %s" % (rc, cause(err, 400)))
     return out.split()
 
 
@@ -187,7 +189,7 @@ def spec_draft(model, tmp):
             acc, drafts = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
             enough = drafts > 0 and (acc > drafts // 2 if kind == "self" else acc >= 0)
             ok = rc == 0 and out.split() == want and len(want) == n and enough
-            rep.check(ok, name, "exit %s, single %s, got %s: %s" % (rc, want, out.split(), err[-300:]),
+            rep.check(ok, name, "exit %s, single %s, got %s: %s" % (rc, want, out.split(), cause(err, 300)),
                       "%d tokens equal, %d of %d drafts accepted" % (n, acc, drafts))
 
 
@@ -205,23 +207,24 @@ def head_split(model, n_vocab):
         if pp == 1:
             want = vocab_rows(n_vocab, 0, tp)
             ok = rc == 0 and m and int(m.group(1)) == want and int(m.group(2)) == n_vocab and int(m.group(3)) >= 4
-            rep.check(ok, name, "exit %s, want %d of %d rows: %s" % (rc, want, n_vocab, err[-400:]),
+            rep.check(ok, name, "exit %s, want %d of %d rows: %s" % (rc, want, n_vocab, cause(err, 400)),
                       m.group(0) if m else "")
         else:
-            rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, err[-400:]), "head whole on rank 0")
+            rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, cause(err, 400)), "head whole on rank 0")
         # Each rank reads ahead only its shard of the file (loaded without reading the whole file ahead).
         m = re.search(r"rank 0 read ahead ([0-9.]+) of the model file's ([0-9.]+) MiB", err)
         ok = rc == 0 and m and 0 < float(m.group(1)) < 0.9 * float(m.group(2))
-        rep.check(ok, "read_ahead_shard_%s" % label(tp, pp), "exit %s: %s" % (rc, err[-400:]), m.group(0) if m else "")
+        rep.check(ok, "read_ahead_shard_%s" % label(tp, pp), "exit %s: %s" % (rc, cause(err, 400)),
+                  m.group(0) if m else "")
         name = "embedding_split_by_vocab_%s" % label(tp, pp)
         m = re.search(r"token embedding split by vocabulary: rank 0 holds (\d+) of (\d+) rows", err)
         if tp > 1:
             want = vocab_rows(n_vocab, 0, tp)
             ok = rc == 0 and m and int(m.group(1)) == want and int(m.group(2)) == n_vocab
-            rep.check(ok, name, "exit %s, want %d of %d rows: %s" % (rc, want, n_vocab, err[-400:]),
+            rep.check(ok, name, "exit %s, want %d of %d rows: %s" % (rc, want, n_vocab, cause(err, 400)),
                       m.group(0) if m else "")
         else:
-            rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, err[-400:]), "embedding whole on rank 0")
+            rep.check(rc == 0 and not m, name, "exit %s: %s" % (rc, cause(err, 400)), "embedding whole on rank 0")
 
 
 def expect_error(name, cmd, words, timeout=60):
@@ -231,7 +234,7 @@ def expect_error(name, cmd, words, timeout=60):
         rep.fail(name, "hung: no exit within %d s" % timeout)
         return
     missing = [w for w in words if w not in err]
-    rep.check(rc != 0 and not missing, name, "exit %s, missing %s in: %s" % (rc, missing, err.strip()[-400:]),
+    rep.check(rc != 0 and not missing, name, "exit %s, missing %s in: %s" % (rc, missing, cause(err, 400)),
               err.strip().splitlines()[0] if err.strip() else "")
 
 
