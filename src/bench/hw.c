@@ -479,8 +479,8 @@ void bench_hw_print(const struct bench_hw *hw, bool json) {
     char widen[32] = "never";
     if (tune->f16_widen_min_tokens < INT32_MAX)
         snprintf(widen, sizeof widen, "above %d tokens", tune->f16_widen_min_tokens);
-    printf("  kernel tuning            %s (%s): F16/BF16 weights widened to F32 blocks %s; packed decode "
-           "prefetches into %s\n",
+    printf("  kernel tuning            %s (%s): F16/BF16 weights widened to F32 blocks %s; decode prefetches "
+           "into %s\n",
            tune->cpu, tune->why, widen, tune->decode_prefetch_l2 ? "L2" : "L1");
     printf(
         "  memory read bandwidth    %8.2f GB/s    (1 thread) %8.2f GB/s    (%d threads)   %.2f GiB buffer\n",

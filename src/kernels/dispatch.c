@@ -106,7 +106,8 @@ static void tune_probe(void) {
     }
     // Intel (family 6 model 167, 2 vCPUs): a T0 prefetch holds one of the core's few L1 fill buffers for a
     // whole DRAM round trip; into L2 the packed decode read 3072 x 8192 Q4_K at 23.0 against 15.5 GB/s, Q4_0
-    // 24.4 against 17.0 (bench/gemv_read.c, bench/RESULTS.md).  AMD keeps T0, the prefetch it was measured with.
+    // 24.4 against 17.0 (bench/gemv_read.c, bench/KERNELS.md); the AVX2 kernels (CINFER_NO_AVX512=1) Q4_K 21.4
+    // against 16.1, F16 23.8 against 17.8.  AMD keeps T0, the prefetch it was measured with.
     tune.decode_prefetch_l2 = intel;
     if (intel)
         tune.why = "table row: Intel";

@@ -217,7 +217,7 @@ void ci_kernels_force_scalar(bool on);
 void ci_kernels_force_table(const struct ci_dot_table *t);
 /* Tests: F16/BF16 matmuls widen above min_tokens tokens (ci_kernel_tune); negative restores the CPU's row. */
 void ci_kernels_force_f16_widen(int min_tokens);
-/* Tests: the packed decode tiles prefetch into L2 (1) or L1 (0) (ci_kernel_tune); negative restores the row. */
+/* Tests: the decode tiles prefetch into L2 (1) or L1 (0) (ci_kernel_tune); negative restores the row. */
 void ci_kernels_force_decode_prefetch(int l2);
 
 /* Scalar building blocks shared by the tables (dot_ref.c, qblock_ref.c): the canonical quantized block dots.

@@ -35,6 +35,7 @@
 #else
 #define UNROLL
 #endif
+#include "kernels/prefetch_inl.h" // needs AI
 /* A value used by several FMAs is loaded once into a register: left alone, the compiler folds the load into
  * every FMA as a memory operand, and the tile becomes bound by load ports instead of FMA ports. */
 #define KEEP_IN_REG(v) __asm__("" : "+x"(v))
@@ -53,10 +54,10 @@ AI float hsum(__m256 v) {
  * tile runs, each step of `step` weight bytes prefetches the same amount of the next tile's rows (the next RM
  * * row_bytes contiguous bytes), so the whole next tile is in flight by the time it starts. n_lines =
  * ceil(step / 64) lines from p cover [p, p + step) and, step after step, everything. */
-AI void prefetch_lines(const uint8_t *p, const int n_lines) {
+AI void prefetch_lines(const uint8_t *p, const int n_lines, enum ci_prefetch where) {
     UNROLL
     for (int l = 0; l < n_lines; l++)
-        _mm_prefetch((const char *)(p + 64 * l), _MM_HINT_T0);
+        ci_prefetch_line(p + 64 * l, where);
 }
 
 /* ---- float types -------------------------------------------------------------------------------------- */
@@ -133,10 +134,11 @@ struct tile_args {
     int nr;
     int t; // first token; tokens [t, t + nt), nt <= TN (likewise)
     int nt;
-    int64_t k0, k1; // units [k0, k1) of this slice
-    bool first;     // k0 == 0: start from zero
-    bool last;      // k1 == all units: finish and store y
-    __m256 *acc;    // [RM * TN] (float) or [1] (quantized) parked accumulators
+    int64_t k0, k1;            // units [k0, k1) of this slice
+    bool first;                // k0 == 0: start from zero
+    bool last;                 // k1 == all units: finish and store y
+    __m256 *acc;               // [RM * TN] (float) or [1] (quantized) parked accumulators
+    enum ci_prefetch prefetch; // where a decode tile's prefetches of the next tile's rows go
 };
 
 /* Rows x tokens with an RM x TN register tile.  RM and TN are constants after inlining, so the accumulators
@@ -161,7 +163,7 @@ AI void ftile(uint32_t type, const int RM, const int TN, const struct tile_args 
     const uint8_t *pf = m->w + (size_t)(ta->r + RM) * m->row_bytes + (size_t)ta->k0 * (size_t)step;
     _Pragma("GCC unroll 2") for (int64_t i = ta->k0 * 8; i < ta->k1 * 8; i += 8) {
         if (RM >= 4) { // decode shapes stream from memory; prefill tiles read a row block already in L2
-            prefetch_lines(pf, (step + 63) / 64);
+            prefetch_lines(pf, (step + 63) / 64, ta->prefetch);
             pf += step;
         }
         if (RM <= TN) {
@@ -249,6 +251,7 @@ static void panel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1,
     int64_t block = (int64_t)(L2_BLOCK_BYTES / (m->row_bytes ? m->row_bytes : 1));
     block = block > BLOCK_ROWS ? BLOCK_ROWS : block;
     block = block < CI_MM_ROW_ALIGN ? CI_MM_ROW_ALIGN : block / CI_MM_ROW_ALIGN * CI_MM_ROW_ALIGN;
+    const enum ci_prefetch prefetch = ci_decode_prefetch();
     for (int64_t rb = r0; rb < r1; rb += block) {
         int64_t re = rb + block < r1 ? rb + block : r1;
         for (int t = t0; t < t1;) {
@@ -260,7 +263,7 @@ static void panel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1,
             int64_t unit_bytes = per_element_acc || n_units == 0 ? 32 : m->n_in / n_units;
             int64_t slice = L1_X_BYTES / (unit_bytes * tn);
             slice = slice < 1 ? 1 : slice;
-            struct tile_args ta = {.m = m, .t = t, .nt = tn};
+            struct tile_args ta = {.m = m, .t = t, .nt = tn, .prefetch = prefetch};
             int64_t k0 = 0;
             do { // once even when n_units is 0 (a float row shorter than 8: all tail)
                 int64_t k1 = n_units - k0 > slice ? k0 + slice : n_units;
@@ -472,7 +475,7 @@ AI void qtile(uint32_t type, const int RM, const int TN, const struct tile_args 
     for (int64_t b = ta->k0; b < ta->k1; b++) {
         const size_t wo = (size_t)b * bb;
         if (RM >= 2) { // tiles of one row serve prefill, whose row block is already in L2
-            prefetch_lines(pf, (int)((RM * bb + 63) / 64));
+            prefetch_lines(pf, (int)((RM * bb + 63) / 64), ta->prefetch);
             pf += RM * bb;
         }
         __m256i v[8];
@@ -772,7 +775,7 @@ AI void ktile(uint32_t type, const int RM, const int TN, const struct tile_args 
     for (int64_t b = ta->k0; b < ta->k1; b++) {
         const size_t wo = (size_t)b * bb;
         if (RM >= 2) {
-            prefetch_lines(pf, (int)((RM * bb + 63) / 64));
+            prefetch_lines(pf, (int)((RM * bb + 63) / 64), ta->prefetch);
             pf += RM * bb;
         }
         __m256i vs[8], vm[8];

@@ -36,6 +36,7 @@
 #else
 #define UNROLL
 #endif
+#include "kernels/prefetch_inl.h" // needs AI
 /* A value used by several FMAs is loaded once into a register: left alone, the compiler folds the load into
  * every FMA as a memory operand, and the tile becomes bound by load ports instead of FMA ports. */
 #define KEEP_IN_REG(v) __asm__("" : "+v"(v))
@@ -612,16 +613,6 @@ T512 static void mm_q4_0(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, 
 #ifndef PK_PREFETCH
 #define PK_PREFETCH 4096 // bytes ahead in a packed group's chunk stream that decode prefetches
 #endif
-enum { PK_NO_PREFETCH, PK_PREFETCH_L1, PK_PREFETCH_L2 }; // a tile's stream: which cache decode prefetches to
-
-/* One line of a packed stream, PK_PREFETCH bytes ahead of p, into the cache the CPU's tuning row names
- * (ci_kernel_tune.decode_prefetch_l2). */
-AI void pk_prefetch(const uint8_t *p, int stream) {
-    if (stream == PK_PREFETCH_L2)
-        _mm_prefetch((const char *)(p + PK_PREFETCH), _MM_HINT_T1);
-    else
-        _mm_prefetch((const char *)(p + PK_PREFETCH), _MM_HINT_T0);
-}
 #define PACK_K_BLOCKS 4 // super-blocks per prefill slice of the packed K-quants
 
 /* IQ4_NL's 16 values plus 128 (unsigned for vpdpbusd; the dot then carries 128 sum(x)) in every 128-bit lane. */
@@ -634,7 +625,7 @@ AI __m512i iq4nl_table_u(void) {
 /* 16 packed rows (group base gp) x TN tokens over blocks [b0, b1); F (lanes = rows) parked between slices.
  * stream: the blocks come from memory (the first token group over them), so prefetch ahead. */
 AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
-              int64_t r, int nr, int t, bool first, bool last, int stream, __m512 *park) {
+              int64_t r, int nr, int t, bool first, bool last, enum ci_prefetch stream, __m512 *park) {
     const struct ci_act_q8 *q = m->q;
     const size_t cb = ci_pk_chunk_bytes(type), step = cb + CI_PK_SCALE_BYTES;
     // the unsigned offset: 128, 8 or 16 times sum(x)
@@ -653,7 +644,7 @@ AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
         if (stream) { // keep PK_PREFETCH bytes of the packing in flight: the lines of this block's span
             UNROLL
             for (size_t c = 0; c < (step + 63) / 64; c++)
-                pk_prefetch(p + 64 * c, stream);
+                ci_prefetch_line(p + PK_PREFETCH + 64 * c, stream);
         }
         __m512i acc[8];
         UNROLL
@@ -707,11 +698,11 @@ AI void ptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t 
 }
 
 typedef void (*ptile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r, int nr,
-                         int t, bool first, bool last, int stream, __m512 *park);
+                         int t, bool first, bool last, enum ci_prefetch stream, __m512 *park);
 
 #define PTILE(T, name, TN)                                                                                   \
     T512 static void name##_p##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,          \
-                                  int64_t r, int nr, int t, bool first, bool last, int stream,               \
+                                  int64_t r, int nr, int t, bool first, bool last, enum ci_prefetch stream,  \
                                   __m512 *park) {                                                            \
         ptile(T, TN, m, gp, b0, b1, r, nr, t, first, last, stream, park);                                    \
     }
@@ -828,7 +819,7 @@ AI __m512i k6(const __m512i lo4, const __m512i hi4, const int k) {
 }
 
 AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
-               int64_t r, int nr, int t, bool first, bool last, int stream, __m512 *park) {
+               int64_t r, int nr, int t, bool first, bool last, enum ci_prefetch stream, __m512 *park) {
     const struct ci_act_q8k *q = m->qk;
     const int64_t nsb = m->n_in / 256;
     const size_t bb = ci_pk_block_bytes(type);
@@ -917,7 +908,7 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
         for (int s = 0; s < n_steps; s++) {
             if (stream) // the next blocks' lines, spread over the steps (a burst of them stalls the loads)
                 for (int c = s * per_step; c < (s + 1) * per_step && c < n_lines; c++)
-                    pk_prefetch(p + 64 * c, stream);
+                    ci_prefetch_line(p + PK_PREFETCH + 64 * c, stream);
             // pairs: Q4_K, Q5_K, IQ4_XS (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
             const int k0 = !pair ? s : !q6 ? 2 * s : 8 * (s / 4) + s % 4;
             const int k1 = !q6 ? k0 + 1 : k0 + 4;
@@ -961,7 +952,7 @@ AI void kptile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t
 
 #define KPTILE(T, name, TN)                                                                                  \
     T512 static void name##_p##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,          \
-                                  int64_t r, int nr, int t, bool first, bool last, int stream,               \
+                                  int64_t r, int nr, int t, bool first, bool last, enum ci_prefetch stream,  \
                                   __m512 *park) {                                                            \
         kptile(T, TN, m, gp, b0, b1, r, nr, t, first, last, stream, park);                                   \
     }
@@ -989,7 +980,7 @@ T512 static void ppanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, i
     const int64_t slice = t1 - t0 <= 8 ? nb : ci_pk_kquant(m->type) ? PACK_K_BLOCKS : PACK_BLOCKS;
     const int64_t re = r1 < packed_rows ? r1 : packed_rows;
     // the first token group over a block reads it from memory: it prefetches ahead (the later ones find it cached)
-    const int stream = ci_kernels_tune()->decode_prefetch_l2 ? PK_PREFETCH_L2 : PK_PREFETCH_L1;
+    const enum ci_prefetch stream = ci_decode_prefetch();
     for (int64_t r = r0; r < re; r += PACK_ROWS) {
         const uint8_t *gp = m->packed + (size_t)(r / PACK_ROWS) * ci_pk_group_bytes(m->type, nb);
         for (int tp = t0; tp < t1; tp += PACK_TOKENS) {
@@ -999,7 +990,7 @@ T512 static void ppanel(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, i
                 for (int t = tp; t < tp1;) {
                     int tn = tp1 - t >= 8 ? 8 : tp1 - t >= 4 ? 4 : tp1 - t >= 2 ? 2 : 1;
                     tiles[tn](m, gp, b0, b1, r, PACK_ROWS, t, b0 == 0, b1 == nb,
-                              t == tp ? stream : PK_NO_PREFETCH, park + (t - tp));
+                              t == tp ? stream : CI_PREFETCH_NONE, park + (t - tp));
                     t += tn;
                 }
             }

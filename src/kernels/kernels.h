@@ -27,7 +27,8 @@ struct ci_kernel_tune {
     // F16/BF16 matmuls over more tokens than this widen each row block to F32 once and run the F32 tiles
     // on the copy; up to it, the tiles convert in registers (INT32_MAX: always).  Same bits either way.
     int f16_widen_min_tokens;
-    // The packed decode tiles prefetch the weights ahead into L2 (T1) rather than L1 (T0).  Same bits either way.
+    // Decode tiles (AVX-512 packed, AVX2 packed and AVX2 row tiles) prefetch the weights ahead into L2 (T1)
+    // rather than L1 (T0).  Same bits either way.
     bool decode_prefetch_l2;
     const char *why; // which table row ("table row: AMD Zen 4"), or the environment override
 };

@@ -25,6 +25,7 @@
 #else
 #define UNROLL
 #endif
+#include "kernels/prefetch_inl.h" // needs AI
 
 /* dot_avx2.c's KEEP_IN_REG, here for a second reason: an opaque register copy of a running sum keeps GCC from
  * reassociating a chunk chain's int16 adds into a tree, which holds every product of a sub-block at once and
@@ -178,9 +179,10 @@ AI void park_close(const int TN, const struct ci_mm *m, int64_t r, int t, bool l
 }
 
 /* 16 packed rows (group base gp) x TN tokens over super-blocks [b0, b1); the two halves' float accumulators
- * park[2j + h] between slices.  stream: the blocks come from memory (one pass), so prefetch ahead. */
+ * park[2j + h] between slices.  stream: where the prefetches ahead go, as the blocks come from memory (one
+ * pass), or CI_PREFETCH_NONE (they are cached). */
 AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1,
-                int64_t r, int t, bool first, bool last, bool stream, __m256 *park) {
+                int64_t r, int t, bool first, bool last, enum ci_prefetch stream, __m256 *park) {
     const struct ci_act_q8k *q = m->qk;
     const int64_t nsb = m->n_in / 256;
     const size_t bb = ci_pk_block_bytes(type);
@@ -273,7 +275,7 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
                     for (int h = h0; h < h0 + NH; h++)
                         for (int c = (h * n_steps + s) * per_step;
                              c < (h * n_steps + s + 1) * per_step && c < n_lines; c++)
-                            _mm_prefetch((const char *)(p + KP_PREFETCH + 64 * c), _MM_HINT_T0);
+                            ci_prefetch_line(p + KP_PREFETCH + 64 * c, stream);
                 // pairs: Q4_K, Q5_K, IQ4_XS (2s, 2s + 1); Q6_K (k, k + 4), k = 8 (s / 4) + s % 4
                 const int k0 = !pair ? s : !q6 ? 2 * s : 8 * (s / 4) + s % 4;
                 const int k1 = !q6 ? k0 + 1 : k0 + 4;
@@ -309,13 +311,13 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
 }
 
 typedef void (*kp_tile_fn)(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r, int t,
-                           bool first, bool last, bool stream, __m256 *park);
+                           bool first, bool last, enum ci_prefetch stream, __m256 *park);
 
 /* name_kp1, name_kp2, name_kp4: tile(pre TN, ...) for 1, 2 and 4 tokens, and the table name_kp_tiles of them
  * (pre: the arguments before TN, each with its comma, or nothing). */
 #define KP_TILE(name, TN, tile, ...)                                                                         \
     static void name##_kp##TN(const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,   \
-                              int t, bool first, bool last, bool stream, __m256 *park) {                     \
+                              int t, bool first, bool last, enum ci_prefetch stream, __m256 *park) {         \
         tile(__VA_ARGS__ TN, m, gp, b0, b1, r, t, first, last, stream, park);                                \
     }
 #define KP_TILES(name, tile, ...)                                                                            \
@@ -341,7 +343,7 @@ AI void token_rows(const int TN, const struct ci_mm *m, const int8_t *qs, int t,
  * [b0, b1), the two halves' float chains parked as kp_tile's.  The 8 chunk products of a block fit int16
  * (codes 0..15, |x| <= 127); less 8 times the token's block sum, one float step per block (dot.h). */
 AI void q4_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,
-                  int t, bool first, bool last, bool stream, __m256 *park) {
+                  int t, bool first, bool last, enum ci_prefetch stream, __m256 *park) {
     const struct ci_act_q8 *q = m->q;
     const size_t step = 256 + CI_PK_SCALE_BYTES;
     const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -353,7 +355,7 @@ AI void q4_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_
         if (stream)
             UNROLL
         for (size_t c = 0; c < (step + 63) / 64; c++)
-            _mm_prefetch((const char *)(p + KP_PREFETCH + 64 * c), _MM_HINT_T0);
+            ci_prefetch_line(p + KP_PREFETCH + 64 * c, stream);
         UNROLL
         for (int h = 0; h < 2; h++) {
             __m256i a[4];
@@ -394,7 +396,7 @@ KP_TILES(q4_0, q4_0_tile, )
  * codes are signed again (^ 0x80) and go through the sign trick (|q| against x with q's sign: the pair sums
  * reach 2 * 128 * 127, so each chunk is widened to int32 with one madd); one float step per block. */
 AI void q8_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_t b0, int64_t b1, int64_t r,
-                  int t, bool first, bool last, bool stream, __m256 *park) {
+                  int t, bool first, bool last, enum ci_prefetch stream, __m256 *park) {
     const struct ci_act_q8 *q = m->q;
     const size_t step = 512 + CI_PK_SCALE_BYTES;
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
@@ -407,7 +409,7 @@ AI void q8_0_tile(const int TN, const struct ci_mm *m, const uint8_t *gp, int64_
         for (int h = 0; h < 2; h++) {
             if (stream) // the block's 9 lines ahead, spread over its two halves
                 for (size_t c = (size_t)h * 5; c < (h ? (step + 63) / 64 : 5); c++)
-                    _mm_prefetch((const char *)(p + KP_PREFETCH + 64 * c), _MM_HINT_T0);
+                    ci_prefetch_line(p + KP_PREFETCH + 64 * c, stream);
             __m256i s[4];
             UNROLL
             for (int j = 0; j < TN; j++)
@@ -528,6 +530,8 @@ void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, i
     const int64_t slice = t1 - t0 <= 4 ? nb : KP_SLICE * 256 / ci_pk_block_elems(m->type);
     const int64_t re = r1 < packed_rows ? r1 : packed_rows;
     const size_t group_bytes = ci_pk_group_bytes(m->type, nb);
+    // the first token group over a block reads it from memory: it prefetches ahead (the later ones find it cached)
+    const enum ci_prefetch stream = ci_decode_prefetch();
     int64_t rp = r0;
     if (m->type == CI_TYPE_Q6_K && t1 - t0 > KP_Q6_UNPACK_TOKENS && group_bytes <= KP_UNPACK_BYTES) {
         _Alignas(64) uint8_t buf[KP_UNPACK_BYTES];
@@ -542,7 +546,8 @@ void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, i
                 int64_t b1 = nb - b0 < slice ? nb : b0 + slice;
                 for (int t = tp; t < tp1;) {
                     int tn = tp1 - t >= 4 ? 4 : tp1 - t >= 2 ? 2 : 1;
-                    tiles[tn](m, gp, b0, b1, r, t, b0 == 0, b1 == nb, t == tp, park + 2 * (t - tp));
+                    tiles[tn](m, gp, b0, b1, r, t, b0 == 0, b1 == nb, t == tp ? stream : CI_PREFETCH_NONE,
+                              park + 2 * (t - tp));
                     t += tn;
                 }
             }

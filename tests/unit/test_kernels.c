@@ -715,15 +715,18 @@ TEST(matmul_bit_identical_across_threads_tiles_and_batches) {
     struct ci_threadpool *pools[4] = {NULL, NULL, NULL, NULL}; // NULL, 1, 2, 3 threads
     for (int i = 1; i < 4; i++)
         ASSERT_STATUS(ci_threadpool_create(i, &pools[i], NULL), CI_OK);
-    // F16/BF16 rows widened to F32 blocks above 8 tokens, and never (whichever this CPU's row picks; the
-    // second pass only runs the types that setting concerns)
-    const int widen[2] = {8, INT32_MAX};
-    for (int wi = 0; wi < 2; wi++) {
-        ci_kernels_force_f16_widen(widen[wi]);
+    // F16/BF16 rows widened to F32 blocks above 8 tokens, with decode prefetching into L1 and into L2, then
+    // F16/BF16 never widened (whichever settings this CPU's row picks; the last pass only runs the types that
+    // setting concerns)
+    const struct { int widen, prefetch_l2; } passes[3] = {{8, 0}, {8, 1}, {INT32_MAX, -1}};
+    for (int pi = 0; pi < 3; pi++) {
+        ci_kernels_force_f16_widen(passes[pi].widen);
+        ci_kernels_force_decode_prefetch(passes[pi].prefetch_l2);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            matmul_case(&cases[i], pools, wi == 1);
+            matmul_case(&cases[i], pools, pi == 2);
     }
     ci_kernels_force_f16_widen(-1);
+    ci_kernels_force_decode_prefetch(-1);
     for (int i = 1; i < 4; i++)
         ci_threadpool_free(pools[i]);
 }
