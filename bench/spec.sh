@@ -131,6 +131,7 @@ fi
 
 # cinfer_run TAG MODEL THREADS N PROMPT [spec options...]: one `cinfer run`, greedy; prints "tok/s accepted drafted
 # tokens_per_step" (the last three "-" without speculation).
+# shellcheck disable=SC2317 # called through row
 cinfer_run() {
     local tag=$1 m=$2 thr=$3 n=$4 p=$5
     shift 5
@@ -143,6 +144,7 @@ cinfer_run() {
     echo "${tps:--} ${acc:-- - -}"
 }
 # llama_spec TAG MODEL THREADS N PROMPT [options...]: one llama-speculative-simple; prints "tok/s accepted drafted"
+# shellcheck disable=SC2317 # called through row
 llama_spec() {
     local tag=$1 m=$2 thr=$3 n=$4 p=$5
     shift 5
@@ -155,6 +157,7 @@ llama_spec() {
     echo "${tps:--} ${ac:--} ${dr:--}"
 }
 # llama_plain TAG MODEL THREADS N: llama-bench tg N (one repetition); prints tok/s
+# shellcheck disable=SC2317 # called through row
 llama_plain() {
     "$LBENCH" -m "$2" -p 0 -n "$4" -t "$3" -r 1 -o csv >"$RAW/$1.out" 2>"$RAW/$1.err" ||
         die "llama-bench failed (see $RAW/$1.err)"
@@ -162,21 +165,30 @@ llama_plain() {
              { gsub(/"/, ""); if ($c["n_gen"] > 0) print $c["avg_ts"] }' "$RAW/$1.out" | tail -1
 }
 
+# row ROWS LABEL FUNCTION ARGS...: appends "LABEL output" of one measurement to ROWS.  A die inside the command
+# substitution only ends that subshell: stop the script here instead of recording an empty figure.
+row() {
+    local rows=$1 label=$2 got
+    shift 2
+    got=$("$@") || exit 1
+    echo "$label $got" >>"$rows"
+}
+
 # batch1 CASE MODEL THREADS N PROMPT "CINFER SPEC OPTIONS" "LLAMA SPEC OPTIONS": the interleaved repetitions
 batch1() {
-    local c=$1 m=$2 thr=$3 n=$4 p=$5 copt=$6 lopt=$7 r
-    : >"$RAW/$c.rows"
+    local c=$1 m=$2 thr=$3 n=$4 p=$5 copt=$6 lopt=$7 r rows="$RAW/$1.rows"
+    : >"$rows"
     for r in $(seq 1 "$REPS"); do
         echo "spec.sh: ($c) repetition $r of $REPS ..." >&2
         # shellcheck disable=SC2086 # the option strings are word lists
-        {
-            echo "cinfer_plain $(cinfer_run "$c-cp-$r" "$m" "$thr" "$n" "$p")"
-            echo "cinfer_spec $(cinfer_run "$c-cs-$r" "$m" "$thr" "$n" "$p" $copt)"
-            if [ "$LLAMA" -eq 1 ]; then
-                echo "llama_plain $(llama_plain "$c-lp-$r" "$m" "$thr" "$n")"
-                echo "llama_spec $(llama_spec "$c-ls-$r" "$m" "$thr" "$n" "$p" $lopt)"
-            fi
-        } >>"$RAW/$c.rows"
+        row "$rows" cinfer_plain cinfer_run "$c-cp-$r" "$m" "$thr" "$n" "$p"
+        # shellcheck disable=SC2086
+        row "$rows" cinfer_spec cinfer_run "$c-cs-$r" "$m" "$thr" "$n" "$p" $copt
+        if [ "$LLAMA" -eq 1 ]; then
+            row "$rows" llama_plain llama_plain "$c-lp-$r" "$m" "$thr" "$n"
+            # shellcheck disable=SC2086
+            row "$rows" llama_spec llama_spec "$c-ls-$r" "$m" "$thr" "$n" "$p" $lopt
+        fi
     done
     local cp cs lp ls
     cp=$(awk '$1 == "cinfer_plain" { print $2 }' "$RAW/$c.rows" | median)
