@@ -138,7 +138,8 @@ for model in $(echo "$MODELS" | tr ',' ' '); do
             ISA=$(echo "$hw" | jget kernels_isa)
             widen=$(echo "$hw" | jget f16_widen_min_tokens)
             [ "$widen" = 2147483647 ] && widen=never || widen="above $widen tokens"
-            TUNE="kernel tuning for $(echo "$hw" | jget cpu): F16/BF16 widened to F32 $widen"
+            TUNE="kernel tuning for $(echo "$hw" | jget cpu): F16/BF16 widened to F32 $widen, decode prefetches"
+            TUNE="$TUNE into $(echo "$hw" | jget decode_prefetch | tr l L)"
             echo "$thr;$(echo "$hw" | jget bw_gbs);$(echo "$hw" | jget peak_gflops);$(echo "$hw" | jget fma_gflops);$(echo "$hw" | jget int8_peak_gops)" \
                 >>"$HWS"
             : >"$RAW/llama-bench-$tag.jsonl"
