@@ -78,9 +78,12 @@ run_one() { # name, command...
         echo "-- sanitizer report ${r##*/}:"
         cat "$r"
         echo "FAIL $name: sanitizer report ${r##*/}" | tee -a "$recap"
-        # the error and the first frames: enough to name the cause
-        { echo "$name, ${r##*/}:" && grep -m 1 -B 2 -A 14 -E 'ERROR|runtime error|WARNING: ThreadSanitizer' "$r" |
-            cut -c1-200 | sed 's/^/    /'; } >>"$recap_san"
+        # the error and the first frames: enough to name the cause; a sanitizer's own fatal error (LeakSanitizer's
+        # tracer faulting) has no ERROR line: its first lines then
+        local head
+        head=$(grep -m 1 -B 2 -A 14 -E 'ERROR|runtime error|WARNING: ThreadSanitizer' "$r")
+        [ -n "$head" ] || head=$(head -n 12 "$r")
+        { echo "$name, ${r##*/}:" && echo "$head" | cut -c1-200 | sed 's/^/    /'; } >>"$recap_san"
         rm -f "$r"
         f=$((f + 1))
     done
