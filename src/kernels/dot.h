@@ -88,6 +88,7 @@ struct ci_mm {
     float *y;                    // [n_tok][n_out]
     int n_tok;
     const uint8_t *packed; // the rows packed by the selected table (ci_pack), for mm_packed; else NULL
+    const float *xp;       // packed F16/BF16 rows: x in pack16.h's ci_pk_float_act order
 };
 
 /* Computes y[t][o] for o in [r0, r1), t in [t0, t1): the kernel picks its register tiles and cache blocking
@@ -198,6 +199,9 @@ const struct ci_dot_table *ci_dot_ref_table(void);
 const struct ci_dot_table *ci_dot_avx2_table(void);
 /* The AVX2 table's matmul of K-quant, Q8_0 and Q4_0 rows packed in pack16.h's layout (kpack_avx2.c). */
 void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
+/* The AVX-512 table's matmuls of F16 and BF16 rows packed in pack16.h's float layout (fpack_avx512.c). */
+void ci_avx512_mm_f16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
+void ci_avx512_mm_bf16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
 const struct ci_dot_table *ci_dot_avx512_table(void);
 /* Tables this CPU can run, best first (scalar last); returns how many were written (at most 3). */
 int ci_kernels_tables(const struct ci_dot_table **out);

@@ -6,7 +6,9 @@
  * accumulator per element over steps of 16, the last partial step with zero-masked loads, then a fixed
  * horizontal sum.  Register tiles go up to 3 rows x 8 tokens or 4 x 6 (24 of the 32 registers accumulate);
  * prefill runs 4 x 6 tiles.  F16/BF16 prefill converts each row block to F32 once (exact) and runs the F32
- * tiles on it: the products and their order are the same, without a conversion per tile.
+ * tiles on it: the products and their order are the same, without a conversion per tile.  These are the
+ * kernels of rows in the file's layout; F16/BF16 matrices that the loader packed run in fpack_avx512.c, with
+ * the same bits.
  *
  * Quantized types keep the canonical order of dot.h, so they give the same bits as the scalar and AVX2
  * tables. Batches of VNNI_MIN_TOKENS or more: a task repacks 16 weight rows at a time (a slice of blocks)
@@ -1085,6 +1087,12 @@ T512 static void gelu_mul(float *gate, const float *up, int64_t n) {
     glu_rows(gate, up, n, true);
 }
 
+/* This table packs the quantized types of pack16.c's layout and F16/BF16 in its float layout. */
+static size_t pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
+    return type == CI_TYPE_F16 || type == CI_TYPE_BF16 ? ci_pk_float_bytes(type, n_in, n_out)
+                                                       : ci_pk_bytes(type, n_in, n_out);
+}
+
 static const struct ci_dot_table avx512_table = {
     .isa = "avx512+vnni",
     .dot = {[CI_TYPE_F32] = dot_f32, [CI_TYPE_F16] = dot_f16, [CI_TYPE_BF16] = dot_bf16},
@@ -1104,9 +1112,11 @@ static const struct ci_dot_table avx512_table = {
             [CI_TYPE_Q8_0] = mm_q8_0,
             [CI_TYPE_Q4_0] = mm_q4_0,
         },
-    .pack_bytes = ci_pk_bytes,
+    .pack_bytes = pack_bytes,
     .pack = ci_pk_rows,
-    .mm_packed = {[CI_TYPE_Q8_0] = mm_q8_0_packed,
+    .mm_packed = {[CI_TYPE_F16] = ci_avx512_mm_f16_packed, // fpack_avx512.c
+                  [CI_TYPE_BF16] = ci_avx512_mm_bf16_packed,
+                  [CI_TYPE_Q8_0] = mm_q8_0_packed,
                   [CI_TYPE_Q4_0] = mm_q4_0_packed,
                   [CI_TYPE_Q5_0] = mm_q5_0_packed,
                   [CI_TYPE_Q4_K] = mm_q4_k_packed,

@@ -14,6 +14,7 @@
 #include "core/mem.h"
 #include "core/threadpool.h"
 #include "kernels/dot.h"
+#include "kernels/pack16.h"
 
 // Batches up to this many tokens are bandwidth-bound: split the rows into equal shares.  Two a thread, not
 // four: each task restarts the memory streams, which costs a small model's matrices (a few hundred KiB) more
@@ -62,8 +63,21 @@ static bool act_k_layout(int64_t n_in, int n_tok, size_t *qs_bytes, size_t *d_by
     return true;
 }
 
+/* Whether the selected table's packed matmul of this float type reads permuted activations (struct ci_mm.xp). */
+static bool float_act_packed(const struct ci_dot_table *tab, uint32_t type, int64_t n_in) {
+    return (type == CI_TYPE_F16 || type == CI_TYPE_BF16) && tab->mm_packed[type] && n_in % 16 == 0;
+}
+
 size_t ci_matmul_work_bytes(uint32_t type, int64_t n_in, int n_tok) {
-    if (!ci_type_quantized(type) || n_in <= 0 || n_tok <= 0)
+    if (n_in <= 0 || n_tok <= 0)
+        return 0;
+    if (float_act_packed(ci_kernels_table(), type, n_in)) {
+        size_t b;
+        return ci_mul_size((size_t)(n_tok + CI_PK_FLOAT_TOKENS + 1), (size_t)n_in * sizeof(float), &b)
+                   ? ci_pk_float_act_bytes(n_in, n_tok)
+                   : SIZE_MAX;
+    }
+    if (!ci_type_quantized(type))
         return 0;
     size_t qb, vb, total;
     if (ci_type_uses_q8k(type)) {
@@ -150,6 +164,33 @@ static void quantize_activations_k(struct ci_threadpool *tp, ci_quant_act_k_fn f
         quant_k_tokens(&j, 0, q->n_tok);
 }
 
+struct float_act_job {
+    const float *x; // [n_tok][n_in]
+    int64_t n_in;
+    int n_tok;
+    float *xp;
+};
+
+static void float_act_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const struct float_act_job *j = ctx;
+    int t0 = task * QUANT_TOKENS_PER_TASK;
+    int t1 = t0 + QUANT_TOKENS_PER_TASK < j->n_tok ? t0 + QUANT_TOKENS_PER_TASK : j->n_tok;
+    ci_pk_float_act(j->x, j->n_in, t0, t1, j->xp);
+}
+
+/* The activations of packed F16/BF16 rows in their order (pack16.h ci_pk_float_act). */
+static void permute_activations(struct ci_threadpool *tp, const float *x, int64_t n_in, int n_tok,
+                                float *xp) {
+    struct float_act_job j = {.x = x, .n_in = n_in, .n_tok = n_tok, .xp = xp};
+    if (tp && ci_threadpool_n_threads(tp) > 1 && n_tok >= PARALLEL_QUANT_TOKENS)
+        ci_threadpool_run(tp, float_act_task, &j,
+                          (n_tok + QUANT_TOKENS_PER_TASK - 1) / QUANT_TOKENS_PER_TASK);
+    else
+        ci_pk_float_act(x, n_in, 0, n_tok, xp);
+    ci_pk_float_act_pad(n_in, n_tok, xp);
+}
+
 /* One matrix of a matmul job: its kernel, operands and how its output is cut into tasks. */
 struct mm_part {
     ci_mm_fn mm;
@@ -232,24 +273,26 @@ static enum act_kind act_kind_of(uint32_t type) {
     return ci_type_quantized(type) ? ACT_Q8 : ACT_FLOAT;
 }
 
-/* The workspace of a group: the Q8 activations first (when any part needs them), then the Q8_K ones. */
+/* The workspace of a group: the Q8 activations first (when any part needs them), then the Q8_K ones, then
+ * the permuted float ones (all 64-byte multiples: each form starts aligned). */
 static bool group_work_layout(int n_w, const struct ci_tensor *const *w, int n_tok, size_t *q8_bytes,
-                              size_t *q8k_bytes) {
-    *q8_bytes = *q8k_bytes = 0;
+                              size_t *q8k_bytes, size_t *fp_bytes) {
+    *q8_bytes = *q8k_bytes = *fp_bytes = 0;
     for (int i = 0; i < n_w; i++) {
         size_t b = ci_matmul_work_bytes(w[i]->type, w[i]->ne[0], n_tok);
         if (b == SIZE_MAX)
             return false;
-        size_t *slot = act_kind_of(w[i]->type) == ACT_Q8K ? q8k_bytes : q8_bytes;
+        enum act_kind kind = act_kind_of(w[i]->type);
+        size_t *slot = kind == ACT_Q8K ? q8k_bytes : kind == ACT_Q8 ? q8_bytes : fp_bytes;
         if (b > *slot)
             *slot = b;
     }
-    return *q8_bytes <= SIZE_MAX - *q8k_bytes;
+    return *q8_bytes <= SIZE_MAX - *q8k_bytes && *q8_bytes + *q8k_bytes <= SIZE_MAX - *fp_bytes;
 }
 
 size_t ci_matmul_group_work_bytes(int n_w, const struct ci_tensor *const *w, int n_tok) {
-    size_t q8 = 0, q8k = 0;
-    return group_work_layout(n_w, w, n_tok, &q8, &q8k) ? q8 + q8k : SIZE_MAX;
+    size_t q8 = 0, q8k = 0, fp = 0;
+    return group_work_layout(n_w, w, n_tok, &q8, &q8k, &fp) ? q8 + q8k + fp : SIZE_MAX;
 }
 
 void ci_matmul_group(struct ci_threadpool *tp, int n_w, const struct ci_tensor *const *w, const float *x,
@@ -259,11 +302,12 @@ void ci_matmul_group(struct ci_threadpool *tp, int n_w, const struct ci_tensor *
         return;
     const struct ci_dot_table *tab = ci_kernels_table();
     const int64_t n_in = w[0]->ne[0];
-    size_t q8_bytes = 0, q8k_bytes = 0;
-    bool sized = group_work_layout(n_w, w, n_tok, &q8_bytes, &q8k_bytes);
+    size_t q8_bytes = 0, q8k_bytes = 0, fp_bytes = 0;
+    bool sized = group_work_layout(n_w, w, n_tok, &q8_bytes, &q8k_bytes, &fp_bytes);
     CI_ASSERT(sized);
     struct ci_act_q8 q;
     struct ci_act_q8k qk;
+    float *xp = NULL;
     bool have_q8 = false, have_q8k = false;
     int n_threads = tp ? ci_threadpool_n_threads(tp) : 1;
     struct matmul_job j = {.n_parts = n_w};
@@ -322,6 +366,13 @@ void ci_matmul_group(struct ci_threadpool *tp, int n_w, const struct ci_tensor *
                 have_q8 = true;
             }
             p->m.q = &q;
+        } else if (packed && float_act_packed(tab, t->type, n_in) && !ci_pk_float_widens(n_in, n_tok)) {
+            if (!xp) {
+                CI_ASSERT(work && fp_bytes > 0);
+                xp = (float *)(void *)((uint8_t *)work + q8_bytes + q8k_bytes);
+                permute_activations(tp, x, n_in, n_tok, xp);
+            }
+            p->m.xp = xp;
         }
         plan_part(p, n_threads);
         n_tasks += p->n_tasks;

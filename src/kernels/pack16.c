@@ -10,6 +10,63 @@ size_t ci_pk_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
     return (size_t)(n_out / CI_PK_ROWS) * ci_pk_group_bytes(type, n_in / ci_pk_block_elems(type));
 }
 
+size_t ci_pk_float_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
+    if ((type != CI_TYPE_F16 && type != CI_TYPE_BF16) || n_in <= 0 || n_in % 16 != 0 || n_out < CI_PK_ROWS)
+        return 0;
+    return (size_t)(n_out / CI_PK_ROWS) * CI_PK_ROWS * (size_t)n_in * 2;
+}
+
+/* ci_pk_float_bytes' layout: group g's 16 rows, residue-major.  A unit's 16 x 16 values at a time: rows read
+ * and residues written 32 contiguous bytes at a time. */
+static void pack_float(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
+                       uint8_t *dst) {
+    const int64_t n_units = n_in / 16;
+    uint16_t unit[CI_PK_ROWS][16], out[CI_PK_ROWS];
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = dst + (size_t)g * CI_PK_ROWS * (size_t)n_in * 2;
+        const uint8_t *rows = w + (size_t)(g * CI_PK_ROWS) * row_bytes;
+        for (int64_t u = 0; u < n_units; u++) {
+            for (int i = 0; i < CI_PK_ROWS; i++)
+                memcpy(unit[i], rows + (size_t)i * row_bytes + (size_t)u * 32, 32);
+            for (int j = 0; j < 16; j++) {
+                for (int i = 0; i < CI_PK_ROWS; i++)
+                    out[i] = unit[i][j];
+                memcpy(o + (size_t)(j * n_units + u) * 32, out, 32);
+            }
+        }
+    }
+}
+
+size_t ci_pk_float_act_bytes(int64_t n_in, int n_tok) {
+    const size_t blocks = ((size_t)n_tok + CI_PK_FLOAT_TOKENS - 1) / CI_PK_FLOAT_TOKENS;
+    return blocks * CI_PK_FLOAT_TOKENS * (size_t)n_in * sizeof(float) + CI_PK_FLOAT_PAD * sizeof(float);
+}
+
+void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp) {
+    const size_t blocks = ((size_t)n_tok + CI_PK_FLOAT_TOKENS - 1) / CI_PK_FLOAT_TOKENS;
+    const size_t end = blocks * CI_PK_FLOAT_TOKENS * (size_t)n_in;
+    for (int t = n_tok; t % CI_PK_FLOAT_TOKENS != 0; t++) {
+        float *b = xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)n_in +
+                   t % CI_PK_FLOAT_TOKENS;
+        for (int64_t e = 0; e < n_in; e++)
+            b[(size_t)e * CI_PK_FLOAT_TOKENS] = 0.0f;
+    }
+    for (size_t i = 0; i < CI_PK_FLOAT_PAD; i++)
+        xp[end + i] = 0.0f;
+}
+
+void ci_pk_float_act(const float *x, int64_t n_in, int t0, int t1, float *xp) {
+    const int64_t n_units = n_in / 16;
+    for (int t = t0; t < t1; t++) {
+        const float *xt = x + (size_t)t * (size_t)n_in;
+        float *b = xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)n_in +
+                   t % CI_PK_FLOAT_TOKENS;
+        for (int j = 0; j < 16; j++)
+            for (int64_t u = 0; u < n_units; u++)
+                b[(size_t)(j * n_units + u) * CI_PK_FLOAT_TOKENS] = xt[16 * u + j];
+    }
+}
+
 /* n bytes from src of each of the 16 rows (rows row_bytes apart) as 4-byte lanes: vector v, lane i = row i's
  * bytes 4v..4v+3 (n a multiple of 4). */
 static void pack_lanes(const uint8_t *src, size_t row_bytes, size_t n, uint8_t *dst) {
@@ -83,6 +140,10 @@ static void pack_kq(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n
 
 void ci_pk_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
                 uint8_t *dst) {
+    if (type == CI_TYPE_F16 || type == CI_TYPE_BF16) {
+        pack_float(w, row_bytes, n_in, g0, g1, dst);
+        return;
+    }
     if (ci_pk_kquant(type)) {
         pack_kq(type, w, row_bytes, n_in / 256, g0, g1, dst);
         return;

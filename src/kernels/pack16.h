@@ -1,4 +1,5 @@
-/* The 16-row packed weight layout (ci_pack) that the AVX-512 and AVX2 tables' packed matmuls read: per
+/* The 16-row packed weight layouts (ci_pack) that the AVX-512 and AVX2 tables' packed matmuls read (F16 and
+ * BF16: ci_pk_float_bytes below; the quantized types here): per
  * group of 16 rows, block after block, each block's bytes as "lane vectors" of 64 bytes whose 4-byte lane i
  * holds row i's 4 bytes (so one 64-byte vector, or each 32-byte half of it for 8 rows, serves a vector
  * instruction's rows side by side, with no horizontal reduction), then the block's per-row scales.  Q8_0,
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "kernels/quant.h"
 
 #define CI_PK_ROWS        16
@@ -58,7 +60,34 @@ static inline size_t ci_pk_group_bytes(uint32_t type, int64_t nb) {
 /* The packing's bytes for a type and shape (0: the type has no packed layout, or n_in is not a whole number
  * of its blocks, or there is no whole group). */
 size_t ci_pk_bytes(uint32_t type, int64_t n_in, int64_t n_out);
-/* Packs the groups [g0, g1) of the rows at w (row_bytes apart) where the whole packing starts at dst. */
+/* The float weights' packing (F16, BF16; the AVX-512 table's, fpack_avx512.c), n_in a multiple of 16: per
+ * 16-row group, for each residue j = 0..15, for each unit u = 0..n_in/16 - 1, the 16 rows' 2-byte value of
+ * element 16u + j (one 32-byte vector).  A lane then sums exactly the products that lane j of the row
+ * kernels' 16-lane accumulator sums, in the same order, so the packed matmul keeps their bits (0: not packed).
+ */
+size_t ci_pk_float_bytes(uint32_t type, int64_t n_in, int64_t n_out);
+/* The activations that matmul reads, in the same order (struct ci_mm.xp): per block of CI_PK_FLOAT_TOKENS
+ * tokens (t / CI_PK_FLOAT_TOKENS), for each residue j, for each unit u, the block's tokens' element 16u + j
+ * side by side (CI_PK_FLOAT_TOKENS floats, the last block's unused ones never read).  A tile's broadcasts
+ * then walk one residue's values in order instead of touching a cache line of every token per value. */
+#define CI_PK_FLOAT_TOKENS 12
+/* A tile reads its tokens' lanes at fixed offsets from the first: a narrow token group near a block's end
+ * reads (and discards) lanes of the next unit, or up to this many floats past the last block. */
+#define CI_PK_FLOAT_PAD 16
+size_t ci_pk_float_act_bytes(int64_t n_in, int n_tok);
+/* Prefill over packed float rows (a batch of more than the CPU's f16_widen_min_tokens) widens row blocks of
+ * at most this many bytes back to F32 rows and runs the F32 tiles, which read x itself, not xp. */
+#define CI_PK_FLOAT_WIDEN_BYTES (256 * 1024)
+static inline bool ci_pk_float_widens(int64_t n_in, int n_tok) {
+    return n_tok > ci_kernels_tune()->f16_widen_min_tokens &&
+           (size_t)n_in * 4 * CI_PK_ROWS <= CI_PK_FLOAT_WIDEN_BYTES;
+}
+/* Tokens [t0, t1) of x [n_tok][n_in] (n_in a multiple of 16) into their places in xp. */
+void ci_pk_float_act(const float *x, int64_t n_in, int t0, int t1, float *xp);
+/* Zeros the lanes of the last block's missing tokens and the padding after it (finite values to discard). */
+void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp);
+/* Packs the groups [g0, g1) of the rows at w (row_bytes apart) where the whole packing starts at dst (the
+ * types of ci_pk_bytes and of ci_pk_float_bytes). */
 void ci_pk_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
                 uint8_t *dst);
 

@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 
 #include "kernels/dot.h"
+#include "kernels/pack16.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -600,7 +601,8 @@ static struct ci_tensor make_weights(struct ci_rng *r, uint32_t type, int64_t n_
 static bool matmul_guarded(struct ci_threadpool *tp, const struct ci_tensor *w, const float *x, int n_tok,
                            float *y) {
     size_t wb = ci_matmul_work_bytes(w->type, w->ne[0], n_tok);
-    if (!is_quant(w->type) && wb != 0)
+    // float rows need a workspace only where the table packs them (their permuted activations)
+    if (!is_quant(w->type) && wb != 0 && wb != ci_pk_float_act_bytes(w->ne[0], n_tok))
         return false;
     uint8_t *work = ci_malloc_aligned(wb + 64);
     if (!work)
@@ -837,7 +839,7 @@ static void packed_case_table(int64_t n_in, bool extreme) {
     float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
     float *y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
     fill_normal(&r, x, max_tok * n_in, 1.0);
-    // AVX-512 packs every type below, AVX2 the K-quants, Q8_0 and Q4_0, the scalar table none
+    // AVX-512 packs every type below and F16/BF16, AVX2 the K-quants, Q8_0 and Q4_0, the scalar table none
     const bool avx512 = strcmp(ci_kernels_isa(), "avx512+vnni") == 0;
     const bool avx2 = strcmp(ci_kernels_isa(), "avx2+fma+f16c") == 0;
     for (int ti = 0; ti < N_TYPES + N_BLOCK_TYPES; ti++) {
@@ -850,9 +852,10 @@ static void packed_case_table(int64_t n_in, bool extreme) {
         size_t pb = ci_pack_bytes(&w);
         const bool kquant =
             type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
-        bool want_packing = (avx2 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0)) ||
-                            (avx512 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 ||
-                                        type == CI_TYPE_Q5_0 || type == CI_TYPE_IQ4_NL));
+        bool want_packing =
+            (avx2 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0)) ||
+            (avx512 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 || type == CI_TYPE_Q5_0 ||
+                        type == CI_TYPE_IQ4_NL || type == CI_TYPE_F16 || type == CI_TYPE_BF16));
         if (!want_packing) {
             CHECK1(pb == 0);
             ci_free((void *)(uintptr_t)w.data);
@@ -910,13 +913,16 @@ TEST(matmul_packed_equals_dot) {
     // 5 32-blocks: groups not a multiple of 64 bytes; 1280: 5 super-blocks of the K-quants (Q6_K's groups
     // not a multiple of 64 bytes either, prefill slices of 4 super-blocks and a short one)
     const int64_t n_ins[] = {160, 320, 256, 1280};
-    // with each prefetch the tuning table can pick (the bits must not depend on it)
+    // with each prefetch the tuning table can pick (the bits must not depend on it), and with packed F16/BF16
+    // rows both in their tiles and widened back to F32 rows (prefill; widen 0: from 1 token on)
     for (int l2 = 0; l2 < 2; l2++) {
         ci_kernels_force_decode_prefetch(l2);
+        ci_kernels_force_f16_widen(l2 ? 0 : -1);
         for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++)
             packed_case(n_ins[i]);
     }
     ci_kernels_force_decode_prefetch(-1);
+    ci_kernels_force_f16_widen(-1);
 }
 
 /* Every table's float -> half row conversion (the f16 KV cache's stores) is ci_fp32_to_fp16 on each element:
@@ -959,7 +965,18 @@ TEST(f32_to_f16_row_matches_scalar) {
 
 TEST(matmul_work_bytes) {
     CHECK1(ci_matmul_work_bytes(CI_TYPE_F32, 4096, 512) == 0);
-    CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4096, 1) == 0);
+    // F16/BF16: the AVX-512 table's packed rows read the activations permuted into blocks of 12 tokens, and
+    // 16 floats of padding that tiles may read and discard
+    for (int t = 0; t < n_tables; t++) {
+        ci_kernels_force_table(tables[t]);
+        const bool packs = tables[t]->mm_packed[CI_TYPE_F16] != NULL;
+        CHECK1(packs == (strcmp(tables[t]->isa, "avx512+vnni") == 0));
+        CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4096, 1) == (packs ? (12 * 4096 + 16) * sizeof(float) : 0));
+        CHECK1(ci_matmul_work_bytes(CI_TYPE_BF16, 4096, 13) ==
+               (packs ? (24 * 4096 + 16) * sizeof(float) : 0));
+        CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4100, 1) == 0); // not packed: rows of 16-unit multiples only
+    }
+    ci_kernels_force_table(NULL);
     // Q8 activations: n_in int8 per token plus a float scale, an int32 sum and a float s per block and token
     // slot.
     size_t one = ci_matmul_work_bytes(CI_TYPE_Q4_0, 4096, 1),
