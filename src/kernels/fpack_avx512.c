@@ -176,7 +176,7 @@ typedef void (*fptile_fn)(const struct ci_mm *m, const uint8_t *gp, size_t group
 FPTILES(CI_TYPE_F16, f16)
 FPTILES(CI_TYPE_BF16, bf16)
 
-static int token_class(int nt) {
+static int token_class(int nt) { // the index of ci_pk_float_tile_tokens(nt)'s tiles
     return nt <= 3 ? nt - 1 : nt <= 6 ? 3 : nt <= 9 ? 4 : 5;
 }
 

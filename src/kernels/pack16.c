@@ -45,7 +45,8 @@ size_t ci_pk_float_act_bytes(int64_t n_in, int n_tok) {
 void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp) {
     const size_t blocks = ((size_t)n_tok + CI_PK_FLOAT_TOKENS - 1) / CI_PK_FLOAT_TOKENS;
     const size_t end = blocks * CI_PK_FLOAT_TOKENS * (size_t)n_in;
-    for (int t = n_tok; t % CI_PK_FLOAT_TOKENS != 0; t++) {
+    const int last = n_tok % CI_PK_FLOAT_TOKENS, width = last ? ci_pk_float_tile_tokens(last) : 0;
+    for (int t = n_tok; t < n_tok - last + width; t++) {
         float *b = xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)n_in +
                    t % CI_PK_FLOAT_TOKENS;
         for (int64_t e = 0; e < n_in; e++)

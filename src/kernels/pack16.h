@@ -84,7 +84,12 @@ static inline bool ci_pk_float_widens(int64_t n_in, int n_tok) {
 }
 /* Tokens [t0, t1) of x [n_tok][n_in] (n_in a multiple of 16) into their places in xp. */
 void ci_pk_float_act(const float *x, int64_t n_in, int t0, int t1, float *xp);
-/* Zeros the lanes of the last block's missing tokens and the padding after it (finite values to discard). */
+/* The token lanes a tile over nt tokens of a block reads (its width: 1, 2, 3, 6, 9 or 12). */
+static inline int ci_pk_float_tile_tokens(int nt) {
+    return nt <= 3 ? nt : nt <= 6 ? 6 : nt <= 9 ? 9 : CI_PK_FLOAT_TOKENS;
+}
+/* Zeros the lanes of the last block that its tile reads past the batch's last token, and the padding after
+ * the block (finite values, discarded). */
 void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp);
 /* Packs the groups [g0, g1) of the rows at w (row_bytes apart) where the whole packing starts at dst (the
  * types of ci_pk_bytes and of ci_pk_float_bytes). */
