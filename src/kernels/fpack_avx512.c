@@ -29,7 +29,7 @@
 
 // Bytes of each group's stream prefetched ahead of the tile (the groups are read front to back).
 #define PREFETCH_AHEAD 2048
-#define WIDEN_BYTES CI_PK_FLOAT_WIDEN_BYTES // prefill's widened row blocks, on the stack
+#define WIDEN_BYTES    CI_PK_FLOAT_WIDEN_BYTES // prefill's widened row blocks, on the stack
 
 /* 16 rows' values of one element (32 bytes) as floats. */
 AI __m512 widen_rows(uint32_t type, const uint8_t *p) {
@@ -46,7 +46,7 @@ AI void fptile(uint32_t type, const int G, const int TN, const struct ci_mm *m, 
                size_t group_bytes, int64_t r, const float *xb, int t, int nt, enum ci_prefetch pf) {
     const int64_t n_units = m->n_in / 16;
     const size_t pass_bytes = (size_t)n_units * 32;
-    xb += t % CI_PK_FLOAT_TOKENS; // token t + k at xb[k] (k >= nt: another value, discarded)
+    xb += t % CI_PK_FLOAT_TOKENS;     // token t + k at xb[k] (k >= nt: another value, discarded)
     _Alignas(64) __m512 part[16][24]; // [residue][G * TN <= 24]
     for (int j = 0; j < 16; j++) {
         const uint8_t *w[4];
@@ -83,8 +83,8 @@ AI void fptile(uint32_t type, const int G, const int TN, const struct ci_mm *m, 
     for (int half = 8; half >= 1; half /= 2) // part[j] += part[j + half], j < half: hsum16's tree
         for (int j = 0; j < half; j++)
             UNROLL
-            for (int k = 0; k < G * TN; k++)
-                part[j][k] = _mm512_add_ps(part[j][k], part[j + half][k]);
+    for (int k = 0; k < G * TN; k++)
+        part[j][k] = _mm512_add_ps(part[j][k], part[j + half][k]);
     UNROLL
     for (int k = 0; k < TN; k++) {
         if (k >= nt)
@@ -115,7 +115,8 @@ AI void transpose16(__m512 r[16]) {
     }
     UNROLL
     for (int c = 0; c < 4; c++) {
-        const __m512 p0 = _mm512_shuffle_f32x4(s[c], s[4 + c], 0x44), p1 = _mm512_shuffle_f32x4(s[c], s[4 + c], 0xee);
+        const __m512 p0 = _mm512_shuffle_f32x4(s[c], s[4 + c], 0x44),
+                     p1 = _mm512_shuffle_f32x4(s[c], s[4 + c], 0xee);
         const __m512 p2 = _mm512_shuffle_f32x4(s[8 + c], s[12 + c], 0x44);
         const __m512 p3 = _mm512_shuffle_f32x4(s[8 + c], s[12 + c], 0xee);
         r[c] = _mm512_shuffle_f32x4(p0, p2, 0x88);
@@ -144,9 +145,9 @@ typedef void (*fptile_fn)(const struct ci_mm *m, const uint8_t *gp, size_t group
                           const float *xb, int t, int nt, enum ci_prefetch pf);
 
 #define FPTILE(T, name, G, TN)                                                                               \
-    T512 static void name##_g##G##t##TN(const struct ci_mm *m, const uint8_t *gp, size_t group_bytes,       \
-                                        int64_t r, const float *xb, int t, int nt, enum ci_prefetch pf) {   \
-        fptile(T, G, TN, m, gp, group_bytes, r, xb, t, nt, pf);                                             \
+    T512 static void name##_g##G##t##TN(const struct ci_mm *m, const uint8_t *gp, size_t group_bytes,        \
+                                        int64_t r, const float *xb, int t, int nt, enum ci_prefetch pf) {    \
+        fptile(T, G, TN, m, gp, group_bytes, r, xb, t, nt, pf);                                              \
     }
 // Tiles of G groups x TN tokens: 4 groups up to 6 tokens (4 to 24 accumulators: one token's FMAs alone
 // would wait on their latency), then 2 groups up to 12; and the single groups of a panel's odd end.
@@ -167,7 +168,7 @@ typedef void (*fptile_fn)(const struct ci_mm *m, const uint8_t *gp, size_t group
     FPTILE(T, name, 1, 6)                                                                                    \
     FPTILE(T, name, 1, 9)                                                                                    \
     FPTILE(T, name, 1, 12)                                                                                   \
-    /* [groups 4, 2, 1][token class: 1, 2, 3, <= 6, <= 9, <= 12] (4 groups: up to 6 tokens) */              \
+    /* [groups 4, 2, 1][token class: 1, 2, 3, <= 6, <= 9, <= 12] (4 groups: up to 6 tokens) */               \
     static const fptile_fn name##_fptiles[3][6] = {                                                          \
         {name##_g4t1, name##_g4t2, name##_g4t3, name##_g4t6, NULL, NULL},                                    \
         {name##_g2t1, name##_g2t2, name##_g2t3, name##_g2t6, name##_g2t9, name##_g2t12},                     \
@@ -229,8 +230,8 @@ T512 static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, in
             const int gi = g == 4 && cls <= 3 ? 0 : g >= 2 ? 1 : 2;
             const int gn = gi == 0 ? 4 : gi == 1 ? 2 : 1;
             for (int k = 0; k < g; k += gn) // 4 groups over a wide token block: as two 2-group tiles
-                tiles[gi][cls](m, gp + (size_t)k * group_bytes, group_bytes, r + (int64_t)k * CI_PK_ROWS, xb, t,
-                               nt, t == t0 ? stream : CI_PREFETCH_NONE);
+                tiles[gi][cls](m, gp + (size_t)k * group_bytes, group_bytes, r + (int64_t)k * CI_PK_ROWS, xb,
+                               t, nt, t == t0 ? stream : CI_PREFETCH_NONE);
             t += nt;
         }
         r += (int64_t)g * CI_PK_ROWS;
