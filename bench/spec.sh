@@ -23,7 +23,8 @@
 # --sweep-prompts 16, --sweep-output 24, --files bench/out/spec-models (the generated GGUF files; outside git),
 # --stories ../shared/models/stories260K.gguf (beside the repository), --out bench/out/spec.
 # llama.cpp: the benchmark build of scripts/llamacpp-native.sh leaves LLAMA_BUILD_EXAMPLES off, so this script
-# compiles examples/speculative-simple against that build's static libraries into OUT/llama (the build directory
+# compiles examples/speculative-simple against that build's static libraries into OUT/llama/BUILD-DIR-NAME (one per
+# build: with AMX or without, CINFER_LLAMACPP_NO_AMX=1; the build directory
 # is only read).  --llama-bin DIR uses a llama-speculative-simple and llama-bench already built there.
 # Nothing is written to bench/RESULTS.md: paste the printed tables there with the machine and the load.
 set -u
@@ -113,15 +114,17 @@ if [ "$LLAMA" -eq 1 ]; then
     else
         LDIR=$("$ROOT/scripts/llamacpp-native.sh") || die "no native llama.cpp (--no-llamacpp to run cinfer alone)"
         SRC=$(cd "$LDIR/../.." && pwd) BD=$(cd "$LDIR/.." && pwd)
-        LBENCH=$LDIR/llama-bench LSPEC=$OUT/llama/llama-speculative-simple
+        # one binary per llama.cpp build directory (with AMX or without: CINFER_LLAMACPP_NO_AMX=1)
+        LOUT=$OUT/llama/$(basename "$BD")
+        LBENCH=$LDIR/llama-bench LSPEC=$LOUT/llama-speculative-simple
         if [ ! -x "$LSPEC" ] || [ "$LSPEC" -ot "$BD/src/libllama.a" ]; then
             echo "spec.sh: compiling llama.cpp examples/speculative-simple against $BD ..." >&2
-            mkdir -p "$OUT/llama"
+            mkdir -p "$LOUT"
             c++ -O3 -DNDEBUG -DGGML_USE_CPU -I"$SRC/common" -I"$SRC/vendor" -I"$SRC/include" -I"$SRC/ggml/include" \
                 -o "$LSPEC" "$SRC/examples/speculative-simple/speculative-simple.cpp" "$BD/common/libllama-common.a" \
                 "$BD/common/libllama-common-base.a" "$BD/vendor/cpp-httplib/libcpp-httplib.a" "$BD/src/libllama.a" \
                 "$BD/ggml/src/libggml.a" "$BD/ggml/src/libggml-cpu.a" "$BD/ggml/src/libggml-base.a" -fopenmp -ldl \
-                -lm -lpthread 2>"$OUT/llama/build.log" || die "compiling llama-speculative-simple failed (see $OUT/llama/build.log)"
+                -lm -lpthread 2>"$LOUT/build.log" || die "compiling llama-speculative-simple failed (see $LOUT/build.log)"
         fi
     fi
     if [ ! -x "$LSPEC" ] || [ ! -x "$LBENCH" ]; then
@@ -227,8 +230,8 @@ if echo "$CASES" | grep -q b; then
             for mode in $modes; do
                 echo "spec.sh: (b) sweep, speculation $mode, repetition $r of $REPS ..." >&2
                 opt=""
-                [ $mode != off ] && opt="--spec draft --draft-model $D --spec-k $K"
-                [ $mode = cap ] && opt="$opt --spec-max-batch $MAXB"
+                [ "$mode" != off ] && opt="--spec draft --draft-model $D --spec-k $K"
+                [ "$mode" = cap ] && opt="$opt --spec-max-batch $MAXB"
                 # shellcheck disable=SC2086
                 "$BIN" bench -m "$T" --sweep batch --batch-sizes "$BATCHES" -n "$SW_PROMPTS" --input-len 16 \
                     --output-len "$SW_OUT" --range-ratio 0 -t "$THREADS" -q --no-plots -o "$RAW/sweep-$mode-$r" $opt \
