@@ -23,9 +23,9 @@
 # --sweep-prompts 16, --sweep-output 24, --files bench/out/spec-models (the generated GGUF files; outside git),
 # --stories ../shared/models/stories260K.gguf (beside the repository), --out bench/out/spec.
 # llama.cpp: the benchmark build of scripts/llamacpp-native.sh leaves LLAMA_BUILD_EXAMPLES off, so this script
-# compiles examples/speculative-simple against that build's static libraries into OUT/llama/BUILD-DIR-NAME (one per
-# build: with AMX or without, CINFER_LLAMACPP_NO_AMX=1; the build directory
-# is only read).  --llama-bin DIR uses a llama-speculative-simple and llama-bench already built there.
+# compiles examples/speculative-simple against that build's static libraries into OUT/llama/BUILD (one binary per
+# build directory: with AMX or without, CINFER_LLAMACPP_NO_AMX=1; the build directory is only read).
+# --llama-bin DIR uses a llama-speculative-simple and llama-bench already built there.
 # Nothing is written to bench/RESULTS.md: paste the printed tables there with the machine and the load.
 set -u
 {
