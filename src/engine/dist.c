@@ -602,10 +602,11 @@ static enum ci_status worker_step(struct dist *d, struct worker *w, const int32_
 
 enum ci_status dist_worker_run(struct dist *d, const struct model *m, int n_threads, struct ci_err *err) {
     struct worker w = {0};
+    enum ci_status s = ci_threadpool_create(n_threads, &w.tp, err);
     // Pack the shard now, while rank 0 packs its own, not at the first OPEN: there rank 0's first step would
     // wait for it.
-    model_pack_weights(m);
-    enum ci_status s = ci_threadpool_create(n_threads, &w.tp, err);
+    if (s == CI_OK)
+        model_pack_weights(m, w.tp);
     while (s == CI_OK) {
         int32_t h[DIST_HDR];
         if ((s = bcast_hdr(d, h, err)) != CI_OK)

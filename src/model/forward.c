@@ -98,7 +98,7 @@ enum ci_status forward_create(const struct model *m, int max_tokens, int max_log
     if (max_tokens < 1 || max_logit_rows < 1 || max_logit_rows > max_tokens)
         return ci_err_set(err, CI_ERR_INVALID, "forward: need 1 <= max_logit_rows (%d) <= max_tokens (%d)",
                           max_logit_rows, max_tokens);
-    model_pack_weights(m); // once per model: the kernels' own layout of the matrices, where they have one
+    model_pack_weights(m, tp); // once per model: the kernels' own layout of the matrices, where they have one
     struct forward *f = ci_calloc(1, sizeof *f);
     if (!f)
         return ci_err_set(err, CI_ERR_NOMEM, "forward: out of memory");

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/threadpool.h"
 #include "core/mem.h"
 #include "format/gguf.h"
 #include "kernels/kernels.h"
@@ -39,6 +40,7 @@ static bool is_vector(const struct ci_tensor *t) {
 #define PACK_SLICE_ROWS 1024
 
 struct pack_plan {
+    struct ci_threadpool *tp; // NULL: this thread alone
     size_t bytes;
     int n; // matrices packed (the vectors copied along are not counted)
     struct model *m;
@@ -67,14 +69,37 @@ static void count_matrix_only(struct ci_tensor *t, void *ctx) {
         count(t, ctx);
 }
 
+/* A slice of rows cut into one part per thread (whole row groups). */
+struct pack_slice {
+    const struct ci_tensor *t;
+    uint8_t *dst;
+    int64_t r0, r1, part_rows;
+};
+
+static void pack_slice_part(void *ctx, int task, int thread) {
+    (void)thread;
+    const struct pack_slice *s = ctx;
+    int64_t a = s->r0 + (int64_t)task * s->part_rows, b = a + s->part_rows < s->r1 ? a + s->part_rows : s->r1;
+    if (a < b)
+        ci_pack_part(s->t, s->dst, a, b);
+}
+
 /* Packs the 2-D matrix t into dst a slice of rows at a time, each slice's file pages given back once packed,
  * so the matrix is never resident twice (the largest one, often the tied head, would otherwise set the peak
- * memory).  The rows are read from the packing from now on; a tail past the last whole group re-faults. */
+ * memory).  The threads of tp share each slice: the packing's cost is mostly the first touch of its new pages
+ * (the kernel zeroing them), which runs on every thread at once.  The rows are read from the packing from now
+ * on; a tail past the last whole group re-faults. */
 static void pack_matrix(struct pack_plan *p, const struct ci_tensor *t, uint8_t *dst) {
-    const int64_t step = PACK_SLICE_ROWS, rows = t->ne[1] / ci_pack_rows() * ci_pack_rows();
+    const int64_t step = PACK_SLICE_ROWS, group = ci_pack_rows(), rows = t->ne[1] / group * group;
+    const int n_threads = p->tp ? ci_threadpool_n_threads(p->tp) : 1;
     for (int64_t r0 = 0; r0 < rows; r0 += step) {
         int64_t r1 = r0 + step < rows ? r0 + step : rows;
-        ci_pack_part(t, dst, r0, r1);
+        int64_t groups = (r1 - r0) / group, per = (groups + n_threads - 1) / n_threads;
+        struct pack_slice s = {.t = t, .dst = dst, .r0 = r0, .r1 = r1, .part_rows = per * group};
+        if (n_threads > 1 && groups > 1)
+            ci_threadpool_run(p->tp, pack_slice_part, &s, (int)((groups + per - 1) / per));
+        else
+            ci_pack_part(t, dst, r0, r1);
         if (p->m->gguf) // from the matrix's start: the page a slice edge splits goes with the later slice
             gguf_release(p->m->gguf, t->data, (uint64_t)r1 * t->row_bytes);
     }
@@ -109,7 +134,7 @@ static void pack(struct ci_tensor *t, void *ctx) {
 
 static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void model_pack_weights(const struct model *cm) {
+void model_pack_weights(const struct model *cm, struct ci_threadpool *tp) {
     const char *off = getenv("CINFER_NO_PACK");
     if (off && *off && strcmp(off, "0") != 0)
         return;
@@ -123,7 +148,7 @@ void model_pack_weights(const struct model *cm) {
     each_tensor(m, count_matrix_only, &plan);
     if (plan.n == 0) // nothing packed: the file's pages stay, and the vectors with them
         goto done;
-    plan = (struct pack_plan){.m = m};
+    plan = (struct pack_plan){.m = m, .tp = tp};
     each_tensor(m, count, &plan);
     if (!(m->packed = ci_malloc_aligned(plan.bytes))) { // an optimisation only: run from the file's layout
         CI_LOG_WARN("no memory to pack %d weight matrices (%zu bytes): running them as stored", plan.n,

@@ -7,12 +7,14 @@
 #ifndef CINFER_MODEL_PACK_H
 #define CINFER_MODEL_PACK_H
 
+struct ci_threadpool;
 struct model;
 
 /* Packs what the selected kernels can use, once per model (CINFER_NO_PACK=1 in the environment: nothing).
  * forward_create calls it, so only models that run pay for it (not one loaded for its configuration or
  * tensor table).  The packing is a cache of the weights, computing the same bits: the model stays logically
- * const, and concurrent first calls are serialised.  Without memory for it the matrices run as stored. */
-void model_pack_weights(const struct model *m);
+ * const, and concurrent first calls are serialised.  Without memory for it the matrices run as stored.  The
+ * packing runs on the threads of tp (NULL: the caller's alone; no other job may use tp meanwhile). */
+void model_pack_weights(const struct model *m, struct ci_threadpool *tp);
 
 #endif
