@@ -8,8 +8,9 @@
  * Intel Xeon.  Here a vector holds 16 rows instead: per residue j, a pass over the units u multiplies the 16
  * rows' element 16u + j by each token's element broadcast, so lane i of one accumulator is exactly lane j of
  * row i's accumulator in the row kernel.  The 16 passes' results then meet in hsum16's pairing (j with
- * j + 8, then + 4, + 2, + 1), the same IEEE additions.  Each weight is
- * converted once for up to CI_PK_FLOAT_TOKENS tokens and nothing is reduced across lanes. */
+ * j + 8, then + 4, + 2, + 1), the same IEEE additions.  Each weight is converted once for up to
+ * CI_PK_FLOAT_TOKENS tokens and nothing is reduced across lanes.  Prefill above the CPU's widening threshold
+ * turns row blocks back into F32 rows for dot_avx512.c's F32 tiles instead (ci_pk_float_widens). */
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
 #include "kernels/pack16.h"
@@ -80,11 +81,13 @@ AI void fptile(uint32_t type, const int G, const int TN, const struct ci_mm *m, 
         for (int k = 0; k < G * TN; k++)
             _mm512_store_ps((float *)&part[j][k], acc[k]);
     }
-    for (int half = 8; half >= 1; half /= 2) // part[j] += part[j + half], j < half: hsum16's tree
-        for (int j = 0; j < half; j++)
+    for (int half = 8; half >= 1; half /= 2) { // part[j] += part[j + half], j < half: hsum16's tree
+        for (int j = 0; j < half; j++) {
             UNROLL
-    for (int k = 0; k < G * TN; k++)
-        part[j][k] = _mm512_add_ps(part[j][k], part[j + half][k]);
+            for (int k = 0; k < G * TN; k++)
+                part[j][k] = _mm512_add_ps(part[j][k], part[j + half][k]);
+        }
+    }
     UNROLL
     for (int k = 0; k < TN; k++) {
         if (k >= nt)
@@ -181,8 +184,8 @@ static int token_class(int nt) { // the index of ci_pk_float_tile_tokens(nt)'s t
     return nt <= 3 ? nt - 1 : nt <= 6 ? 3 : nt <= 9 ? 4 : 5;
 }
 
-/* Prefill (ci_pk_float_widens): row blocks widened back to F32 rows once, then
- * dot_avx512.c's F32 tiles, as its unpacked F16 prefill does (the same products in the same order). */
+/* Prefill (ci_pk_float_widens): row blocks widened back to F32 rows once, then dot_avx512.c's F32 tiles, as
+ * its unpacked F16 prefill does (the same products in the same order). */
 T512 static void widened_packed(const struct ci_mm *m, int64_t r0, int64_t re, int t0, int t1) {
     _Alignas(64) float buf[WIDEN_BYTES / 4];
     const size_t group_bytes = (size_t)m->n_in * CI_PK_ROWS * 2;
@@ -246,16 +249,6 @@ T512 void ci_avx512_mm_f16_packed(const struct ci_mm *m, int64_t r0, int64_t r1,
 
 T512 void ci_avx512_mm_bf16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     fpanel_packed(m, r0, r1, t0, t1, bf16_fptiles);
-}
-
-#else
-
-void ci_avx512_mm_f16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    (void)m, (void)r0, (void)r1, (void)t0, (void)t1;
-}
-
-void ci_avx512_mm_bf16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
-    (void)m, (void)r0, (void)r1, (void)t0, (void)t1;
 }
 
 #endif

@@ -68,8 +68,9 @@ size_t ci_pk_bytes(uint32_t type, int64_t n_in, int64_t n_out);
 size_t ci_pk_float_bytes(uint32_t type, int64_t n_in, int64_t n_out);
 /* The activations that matmul reads, in the same order (struct ci_mm.xp): per block of CI_PK_FLOAT_TOKENS
  * tokens (t / CI_PK_FLOAT_TOKENS), for each residue j, for each unit u, the block's tokens' element 16u + j
- * side by side (CI_PK_FLOAT_TOKENS floats, the last block's unused ones never read).  A tile's broadcasts
- * then walk one residue's values in order instead of touching a cache line of every token per value. */
+ * side by side (CI_PK_FLOAT_TOKENS floats; in the last block, the lanes past the batch that its tile reads
+ * are zeros, ci_pk_float_act_pad).  A tile's broadcasts then walk one residue's values in order instead of
+ * touching a cache line of every token per value. */
 #define CI_PK_FLOAT_TOKENS 12
 /* A tile reads its tokens' lanes at fixed offsets from the first: a narrow token group near a block's end
  * reads (and discards) lanes of the next unit, or up to this many floats past the last block. */
