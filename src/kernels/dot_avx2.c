@@ -984,11 +984,21 @@ static void f32_to_f16(const float *x, uint16_t *h, int64_t n) {
         h[i] = ci_fp32_to_fp16(x[i]);
 }
 
-/* This table packs the K-quants, Q8_0 and Q4_0 (pack16.h's layout, read by kpack_avx2.c); the other 32-block types
- * stay as stored. */
+/* This table packs the K-quants, Q8_0 and Q4_0 (pack16.h's layout, read by kpack_avx2.c) and F16/BF16 (its
+ * float layout with 8 residues, read by fpack_avx2.c); the other 32-block types stay as stored. */
 static size_t kq_pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
+    if (type == CI_TYPE_F16 || type == CI_TYPE_BF16)
+        return ci_pk_float_bytes(type, n_in, n_out);
     const bool packs = ci_pk_kquant(type) || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0;
     return packs ? ci_pk_bytes(type, n_in, n_out) : 0;
+}
+
+static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
+                      uint8_t *dst) {
+    if (type == CI_TYPE_F16 || type == CI_TYPE_BF16)
+        ci_pk_float_rows(8, w, row_bytes, n_in, g0, g1, dst);
+    else
+        ci_pk_rows(type, w, row_bytes, n_in, g0, g1, dst);
 }
 
 static const struct ci_dot_table avx2_table = {
@@ -1023,13 +1033,16 @@ static const struct ci_dot_table avx2_table = {
             [CI_TYPE_IQ4_XS] = mm_iq4_xs,
         },
     .pack_bytes = kq_pack_bytes,
-    .pack = ci_pk_rows,
-    .mm_packed = {[CI_TYPE_Q8_0] = ci_avx2_mm_kpacked,
+    .pack = pack_rows,
+    .mm_packed = {[CI_TYPE_F16] = ci_avx2_mm_f16_packed, // fpack_avx2.c
+                  [CI_TYPE_BF16] = ci_avx2_mm_bf16_packed,
+                  [CI_TYPE_Q8_0] = ci_avx2_mm_kpacked,
                   [CI_TYPE_Q4_0] = ci_avx2_mm_kpacked,
                   [CI_TYPE_Q4_K] = ci_avx2_mm_kpacked,
                   [CI_TYPE_Q5_K] = ci_avx2_mm_kpacked,
                   [CI_TYPE_Q6_K] = ci_avx2_mm_kpacked,
                   [CI_TYPE_IQ4_XS] = ci_avx2_mm_kpacked},
+    .float_residues = 8,
     .silu_mul = silu_mul,
     .gelu_mul = gelu_mul,
     .f32_to_f16 = f32_to_f16,

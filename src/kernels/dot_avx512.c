@@ -1124,6 +1124,7 @@ static const struct ci_dot_table avx512_table = {
                   [CI_TYPE_IQ4_NL] = mm_iq4_nl_packed,
                   [CI_TYPE_IQ4_XS] = mm_iq4_xs_packed,
                   [CI_TYPE_Q6_K] = mm_q6_k_packed},
+    .float_residues = 16,
     .silu_mul = silu_mul,
     .gelu_mul = gelu_mul,
 };

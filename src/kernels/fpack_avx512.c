@@ -216,7 +216,7 @@ T512 static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, in
     const int64_t packed_rows = m->n_out / CI_PK_ROWS * CI_PK_ROWS;
     const int64_t re = r1 < packed_rows ? r1 : packed_rows;
     const size_t group_bytes = (size_t)m->n_in * CI_PK_ROWS * 2;
-    if (r0 < re && ci_pk_float_widens(m->n_in, m->n_tok)) { // the whole batch decides: xp is made or not
+    if (r0 < re && ci_pk_float_widens(16, m->n_in, m->n_tok)) { // the whole batch decides: xp is made or not
         widened_packed(m, r0, re, t0, t1);
         r0 = re;
     }

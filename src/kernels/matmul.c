@@ -65,7 +65,8 @@ static bool act_k_layout(int64_t n_in, int n_tok, size_t *qs_bytes, size_t *d_by
 
 /* Whether the selected table's packed matmul of this float type reads permuted activations (struct ci_mm.xp). */
 static bool float_act_packed(const struct ci_dot_table *tab, uint32_t type, int64_t n_in) {
-    return (type == CI_TYPE_F16 || type == CI_TYPE_BF16) && tab->mm_packed[type] && n_in % 16 == 0;
+    return (type == CI_TYPE_F16 || type == CI_TYPE_BF16) && tab->mm_packed[type] && tab->float_residues > 0 &&
+           n_in % 16 == 0;
 }
 
 size_t ci_matmul_work_bytes(uint32_t type, int64_t n_in, int n_tok) {
@@ -165,6 +166,7 @@ static void quantize_activations_k(struct ci_threadpool *tp, ci_quant_act_k_fn f
 }
 
 struct float_act_job {
+    int residues;
     const float *x; // [n_tok][n_in]
     int64_t n_in;
     int n_tok;
@@ -176,18 +178,18 @@ static void float_act_task(void *ctx, int task, int thread) {
     const struct float_act_job *j = ctx;
     int t0 = task * QUANT_TOKENS_PER_TASK;
     int t1 = t0 + QUANT_TOKENS_PER_TASK < j->n_tok ? t0 + QUANT_TOKENS_PER_TASK : j->n_tok;
-    ci_pk_float_act(j->x, j->n_in, t0, t1, j->xp);
+    ci_pk_float_act(j->residues, j->x, j->n_in, t0, t1, j->xp);
 }
 
 /* The activations of packed F16/BF16 rows in their order (pack16.h ci_pk_float_act). */
-static void permute_activations(struct ci_threadpool *tp, const float *x, int64_t n_in, int n_tok,
-                                float *xp) {
-    struct float_act_job j = {.x = x, .n_in = n_in, .n_tok = n_tok, .xp = xp};
+static void permute_activations(struct ci_threadpool *tp, int residues, const float *x, int64_t n_in,
+                                int n_tok, float *xp) {
+    struct float_act_job j = {.residues = residues, .x = x, .n_in = n_in, .n_tok = n_tok, .xp = xp};
     if (tp && ci_threadpool_n_threads(tp) > 1 && n_tok >= PARALLEL_QUANT_TOKENS)
         ci_threadpool_run(tp, float_act_task, &j,
                           (n_tok + QUANT_TOKENS_PER_TASK - 1) / QUANT_TOKENS_PER_TASK);
     else
-        ci_pk_float_act(x, n_in, 0, n_tok, xp);
+        ci_pk_float_act(residues, x, n_in, 0, n_tok, xp);
     ci_pk_float_act_pad(n_in, n_tok, xp);
 }
 
@@ -366,11 +368,12 @@ void ci_matmul_group(struct ci_threadpool *tp, int n_w, const struct ci_tensor *
                 have_q8 = true;
             }
             p->m.q = &q;
-        } else if (packed && float_act_packed(tab, t->type, n_in) && !ci_pk_float_widens(n_in, n_tok)) {
+        } else if (packed && float_act_packed(tab, t->type, n_in) &&
+                   !ci_pk_float_widens(tab->float_residues, n_in, n_tok)) {
             if (!xp) {
                 CI_ASSERT(work && fp_bytes > 0);
                 xp = (float *)(void *)((uint8_t *)work + q8_bytes + q8k_bytes);
-                permute_activations(tp, x, n_in, n_tok, xp);
+                permute_activations(tp, tab->float_residues, x, n_in, n_tok, xp);
             }
             p->m.xp = xp;
         }

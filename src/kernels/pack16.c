@@ -16,19 +16,20 @@ size_t ci_pk_float_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
     return (size_t)(n_out / CI_PK_ROWS) * CI_PK_ROWS * (size_t)n_in * 2;
 }
 
-/* ci_pk_float_bytes' layout: group g's 16 rows, residue-major.  A unit's 16 x 16 values at a time: rows read
- * and residues written 32 contiguous bytes at a time. */
-static void pack_float(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
-                       uint8_t *dst) {
-    const int64_t n_units = n_in / 16;
+/* ci_pk_float_bytes' layout with R residues (16: the AVX-512 table's, 8: the AVX2 one's): group g's 16 rows,
+ * residue-major.  Rows are read 2R contiguous bytes (a unit) at a time and residues written 32 at a time. */
+void ci_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
+                      uint8_t *dst) {
+    const int64_t n_units = n_in / residues;
     uint16_t unit[CI_PK_ROWS][16], out[CI_PK_ROWS];
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *o = dst + (size_t)g * CI_PK_ROWS * (size_t)n_in * 2;
         const uint8_t *rows = w + (size_t)(g * CI_PK_ROWS) * row_bytes;
         for (int64_t u = 0; u < n_units; u++) {
             for (int i = 0; i < CI_PK_ROWS; i++)
-                memcpy(unit[i], rows + (size_t)i * row_bytes + (size_t)u * 32, 32);
-            for (int j = 0; j < 16; j++) {
+                memcpy(unit[i], rows + (size_t)i * row_bytes + (size_t)(u * residues) * 2,
+                       (size_t)residues * 2);
+            for (int j = 0; j < residues; j++) {
                 for (int i = 0; i < CI_PK_ROWS; i++)
                     out[i] = unit[i][j];
                 memcpy(o + (size_t)(j * n_units + u) * 32, out, 32);
@@ -56,15 +57,15 @@ void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp) {
         xp[end + i] = 0.0f;
 }
 
-void ci_pk_float_act(const float *x, int64_t n_in, int t0, int t1, float *xp) {
-    const int64_t n_units = n_in / 16;
+void ci_pk_float_act(int residues, const float *x, int64_t n_in, int t0, int t1, float *xp) {
+    const int64_t n_units = n_in / residues;
     for (int t = t0; t < t1; t++) {
         const float *xt = x + (size_t)t * (size_t)n_in;
         float *b = xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)n_in +
                    t % CI_PK_FLOAT_TOKENS;
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < residues; j++)
             for (int64_t u = 0; u < n_units; u++)
-                b[(size_t)(j * n_units + u) * CI_PK_FLOAT_TOKENS] = xt[16 * u + j];
+                b[(size_t)(j * n_units + u) * CI_PK_FLOAT_TOKENS] = xt[residues * u + j];
     }
 }
 
@@ -141,8 +142,8 @@ static void pack_kq(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n
 
 void ci_pk_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
                 uint8_t *dst) {
-    if (type == CI_TYPE_F16 || type == CI_TYPE_BF16) {
-        pack_float(w, row_bytes, n_in, g0, g1, dst);
+    if (type == CI_TYPE_F16 || type == CI_TYPE_BF16) { // the AVX-512 table's float layout
+        ci_pk_float_rows(16, w, row_bytes, n_in, g0, g1, dst);
         return;
     }
     if (ci_pk_kquant(type)) {

@@ -60,14 +60,16 @@ static inline size_t ci_pk_group_bytes(uint32_t type, int64_t nb) {
 /* The packing's bytes for a type and shape (0: the type has no packed layout, or n_in is not a whole number
  * of its blocks, or there is no whole group). */
 size_t ci_pk_bytes(uint32_t type, int64_t n_in, int64_t n_out);
-/* The float weights' packing (F16, BF16; the AVX-512 table's, fpack_avx512.c), n_in a multiple of 16: per
- * 16-row group, for each residue j = 0..15, for each unit u = 0..n_in/16 - 1, the 16 rows' 2-byte value of
- * element 16u + j (one 32-byte vector).  A lane then sums exactly the products that lane j of the row
- * kernels' 16-lane accumulator sums, in the same order, so the packed matmul keeps their bits (0: not packed).
- */
+/* The float weights' packing (F16, BF16; fpack_avx512.c with R = 16 residues, fpack_avx2.c with R = 8), n_in
+ * a multiple of 16: per 16-row group, for each residue j = 0..R-1, for each unit u = 0..n_in/R - 1, the 16
+ * rows' 2-byte value of element Ru + j (one 32-byte vector).  A lane then sums exactly the products that lane
+ * j of the row kernels' R-lane accumulator sums, in the same order, so the packed matmul keeps their bits.
+ * Its bytes (0: not packed), and the groups [g0, g1) of it (ci_pk_rows: R = 16). */
 size_t ci_pk_float_bytes(uint32_t type, int64_t n_in, int64_t n_out);
+void ci_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
+                      uint8_t *dst);
 /* The activations that matmul reads, in the same order (struct ci_mm.xp): per block of CI_PK_FLOAT_TOKENS
- * tokens (t / CI_PK_FLOAT_TOKENS), for each residue j, for each unit u, the block's tokens' element 16u + j
+ * tokens (t / CI_PK_FLOAT_TOKENS), for each residue j, for each unit u, the block's tokens' element Ru + j
  * side by side (CI_PK_FLOAT_TOKENS floats; in the last block, the lanes past the batch that its tile reads
  * are zeros, ci_pk_float_act_pad).  A tile's broadcasts then walk one residue's values in order instead of
  * touching a cache line of every token per value. */
@@ -76,15 +78,16 @@ size_t ci_pk_float_bytes(uint32_t type, int64_t n_in, int64_t n_out);
  * reads (and discards) lanes of the next unit, or up to this many floats past the last block. */
 #define CI_PK_FLOAT_PAD 16
 size_t ci_pk_float_act_bytes(int64_t n_in, int n_tok);
-/* Prefill over packed float rows (a batch of more than the CPU's f16_widen_min_tokens) widens row blocks of
- * at most this many bytes back to F32 rows and runs the F32 tiles, which read x itself, not xp. */
+/* Prefill over packed float rows (a batch of more than the CPU's f16_widen_min_tokens) on the AVX-512 table
+ * (R = 16) widens row blocks of at most this many bytes back to F32 rows and runs the F32 tiles, which read
+ * x itself, not xp.  The AVX2 table, like its row kernels, never widens. */
 #define CI_PK_FLOAT_WIDEN_BYTES (256 * 1024)
-static inline bool ci_pk_float_widens(int64_t n_in, int n_tok) {
-    return n_tok > ci_kernels_tune()->f16_widen_min_tokens &&
+static inline bool ci_pk_float_widens(int residues, int64_t n_in, int n_tok) {
+    return residues == 16 && n_tok > ci_kernels_tune()->f16_widen_min_tokens &&
            (size_t)n_in * 4 * CI_PK_ROWS <= CI_PK_FLOAT_WIDEN_BYTES;
 }
-/* Tokens [t0, t1) of x [n_tok][n_in] (n_in a multiple of 16) into their places in xp. */
-void ci_pk_float_act(const float *x, int64_t n_in, int t0, int t1, float *xp);
+/* Tokens [t0, t1) of x [n_tok][n_in] (n_in a multiple of 16) into their places in xp, for R residues. */
+void ci_pk_float_act(int residues, const float *x, int64_t n_in, int t0, int t1, float *xp);
 /* The token lanes a tile over nt tokens of a block reads (its width: 1, 2, 3, 6, 9 or 12). */
 static inline int ci_pk_float_tile_tokens(int nt) {
     return nt <= 3 ? nt : nt <= 6 ? 6 : nt <= 9 ? 9 : CI_PK_FLOAT_TOKENS;

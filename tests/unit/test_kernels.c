@@ -839,7 +839,8 @@ static void packed_case_table(int64_t n_in, bool extreme) {
     float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
     float *y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
     fill_normal(&r, x, max_tok * n_in, 1.0);
-    // AVX-512 packs every type below and F16/BF16, AVX2 the K-quants, Q8_0 and Q4_0, the scalar table none
+    // AVX-512 packs every type below and F16/BF16, AVX2 the K-quants, Q8_0, Q4_0 and F16/BF16, the scalar
+    // table none
     const bool avx512 = strcmp(ci_kernels_isa(), "avx512+vnni") == 0;
     const bool avx2 = strcmp(ci_kernels_isa(), "avx2+fma+f16c") == 0;
     for (int ti = 0; ti < N_TYPES + N_BLOCK_TYPES; ti++) {
@@ -853,7 +854,8 @@ static void packed_case_table(int64_t n_in, bool extreme) {
         const bool kquant =
             type == CI_TYPE_Q4_K || type == CI_TYPE_Q5_K || type == CI_TYPE_Q6_K || type == CI_TYPE_IQ4_XS;
         bool want_packing =
-            (avx2 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0)) ||
+            (avx2 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 || type == CI_TYPE_F16 ||
+                      type == CI_TYPE_BF16)) ||
             (avx512 && (kquant || type == CI_TYPE_Q8_0 || type == CI_TYPE_Q4_0 || type == CI_TYPE_Q5_0 ||
                         type == CI_TYPE_IQ4_NL || type == CI_TYPE_F16 || type == CI_TYPE_BF16));
         if (!want_packing) {
@@ -965,12 +967,12 @@ TEST(f32_to_f16_row_matches_scalar) {
 
 TEST(matmul_work_bytes) {
     CHECK1(ci_matmul_work_bytes(CI_TYPE_F32, 4096, 512) == 0);
-    // F16/BF16: the AVX-512 table's packed rows read the activations permuted into blocks of 12 tokens, and
+    // F16/BF16: the SIMD tables' packed rows read the activations permuted into blocks of 12 tokens, and
     // 16 floats of padding that tiles may read and discard
     for (int t = 0; t < n_tables; t++) {
         ci_kernels_force_table(tables[t]);
         const bool packs = tables[t]->mm_packed[CI_TYPE_F16] != NULL;
-        CHECK1(packs == (strcmp(tables[t]->isa, "avx512+vnni") == 0));
+        CHECK1(packs == (strcmp(tables[t]->isa, "scalar") != 0));
         CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4096, 1) == (packs ? (12 * 4096 + 16) * sizeof(float) : 0));
         CHECK1(ci_matmul_work_bytes(CI_TYPE_BF16, 4096, 13) ==
                (packs ? (24 * 4096 + 16) * sizeof(float) : 0));

@@ -1,0 +1,167 @@
+/* The AVX2 table's matmul of F16/BF16 rows packed in pack16.h's float layout with 8 residues (built with
+ * -mavx2 -mfma -mf16c as every *_avx2.c; dot_avx2.c's table points at it), with the bits of its row kernels.
+ *
+ * fpack_avx512.c's scheme at 8 lanes: dot_avx2.c's row tiles give each (row, token) an 8-lane accumulator
+ * (lane j sums the products of elements 8u + j, u in order) and a horizontal sum, and convert each weight once
+ * per group of up to 4 tokens.  Here one vector holds 8 rows (one half of a 16-row group's 32-byte chunk): per
+ * residue j a pass over the units multiplies the 8 rows' element 8u + j by each token's element broadcast, so
+ * lane i is exactly lane j of row i's accumulator there; the 8 passes then meet in hsum's pairing (j with
+ * j + 4, then + 2, + 1).  Each weight is converted once for up to CI_PK_FLOAT_TOKENS tokens. */
+#include "kernels/dot.h"
+#include "kernels/pack16.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+#ifdef __OPTIMIZE__
+#define UNROLL _Pragma("GCC unroll 16")
+#else
+#define UNROLL
+#endif
+#include "kernels/prefetch_inl.h" // needs AI
+
+#define RESIDUES 8
+// Bytes of each half-group stream prefetched ahead of the tile (the groups are read front to back).
+#define PREFETCH_AHEAD 2048
+
+/* 8 rows' values of one element (16 bytes) as floats. */
+AI __m256 widen_rows(uint32_t type, const uint8_t *p) {
+    const __m128i h = _mm_load_si128((const __m128i *)(const void *)p);
+    if (type == CI_TYPE_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); // BF16
+}
+
+/* H halves of 16-row groups from row r (half h: group h / 2's rows 8 (h % 2)..+8, at byte 16 (h % 2) of its
+ * chunks) times tokens [t, t + nt) of one CI_PK_FLOAT_TOKENS block (xb: the block's permuted activations);
+ * TN >= nt, H * TN <= 12 (16 vector registers). */
+AI void fptile(uint32_t type, const int H, const int TN, const struct ci_mm *m, const uint8_t *gp,
+               size_t group_bytes, int64_t r, const float *xb, int t, int nt, enum ci_prefetch pf) {
+    const int64_t n_units = m->n_in / RESIDUES;
+    const size_t pass_bytes = (size_t)n_units * 32;
+    xb += t % CI_PK_FLOAT_TOKENS;     // token t + k at xb[k] (k >= nt: another value, discarded)
+    _Alignas(32) __m256 part[RESIDUES][12]; // [residue][H * TN]
+    for (int j = 0; j < RESIDUES; j++) {
+        const uint8_t *w[4];
+        UNROLL
+        for (int h = 0; h < H; h++)
+            w[h] = gp + (size_t)(h / 2) * group_bytes + (size_t)j * pass_bytes + (size_t)(h % 2) * 16;
+        const float *xu = xb + (size_t)j * (size_t)n_units * CI_PK_FLOAT_TOKENS;
+        __m256 acc[12];
+        UNROLL
+        for (int k = 0; k < H * TN; k++)
+            acc[k] = _mm256_setzero_ps();
+        for (int64_t u = 0; u < n_units; u++, xu += CI_PK_FLOAT_TOKENS) {
+            if (pf != CI_PREFETCH_NONE && (u & 1) == 0) {
+                UNROLL
+                for (int h = 0; h < H; h += 2)
+                    ci_prefetch_line(w[h] + (size_t)u * 32 + PREFETCH_AHEAD, pf);
+            }
+            __m256 wv[4];
+            UNROLL
+            for (int h = 0; h < H; h++)
+                wv[h] = widen_rows(type, w[h] + (size_t)u * 32);
+            UNROLL
+            for (int k = 0; k < TN; k++) {
+                const __m256 b = _mm256_broadcast_ss(xu + k);
+                UNROLL
+                for (int h = 0; h < H; h++)
+                    acc[h * TN + k] = _mm256_fmadd_ps(wv[h], b, acc[h * TN + k]);
+            }
+        }
+        UNROLL
+        for (int k = 0; k < H * TN; k++)
+            _mm256_store_ps((float *)&part[j][k], acc[k]);
+    }
+    for (int half = RESIDUES / 2; half >= 1; half /= 2) { // part[j] += part[j + half], j < half: hsum's tree
+        for (int j = 0; j < half; j++) {
+            UNROLL
+            for (int k = 0; k < H * TN; k++)
+                part[j][k] = _mm256_add_ps(part[j][k], part[j + half][k]);
+        }
+    }
+    UNROLL
+    for (int k = 0; k < TN; k++) {
+        if (k >= nt)
+            break;
+        float *y = m->y + (size_t)(t + k) * (size_t)m->n_out + (size_t)r;
+        UNROLL
+        for (int h = 0; h < H; h++)
+            _mm256_storeu_ps(y + 8 * h, part[0][h * TN + k]);
+    }
+}
+
+typedef void (*fptile_fn)(const struct ci_mm *m, const uint8_t *gp, size_t group_bytes, int64_t r,
+                          const float *xb, int t, int nt, enum ci_prefetch pf);
+
+#define FPTILE(T, name, H, TN)                                                                               \
+    static void name##_h##H##t##TN(const struct ci_mm *m, const uint8_t *gp, size_t group_bytes, int64_t r, \
+                                   const float *xb, int t, int nt, enum ci_prefetch pf) {                    \
+        fptile(T, H, TN, m, gp, group_bytes, r, xb, t, nt, pf);                                              \
+    }
+// Tiles of H halves (8 rows each) x TN tokens: a whole group's two halves, or two groups' four over up to 3
+// tokens (4 to 12 accumulators: a token's FMAs alone would wait on their latency), one half up to 12 tokens.
+#define FPTILES(T, name)                                                                                     \
+    FPTILE(T, name, 4, 1)                                                                                    \
+    FPTILE(T, name, 4, 2)                                                                                    \
+    FPTILE(T, name, 4, 3)                                                                                    \
+    FPTILE(T, name, 2, 1)                                                                                    \
+    FPTILE(T, name, 2, 2)                                                                                    \
+    FPTILE(T, name, 2, 3)                                                                                    \
+    FPTILE(T, name, 2, 6)                                                                                    \
+    FPTILE(T, name, 1, 9)                                                                                    \
+    FPTILE(T, name, 1, 12)                                                                                   \
+    /* [token class: 1, 2, 3, <= 6, <= 9, <= 12]: the tile for 2 groups and the one for a single group */      \
+    static const fptile_fn name##_fptiles2[6] = {name##_h4t1, name##_h4t2, name##_h4t3,                      \
+                                                 name##_h2t6, name##_h1t9, name##_h1t12};                     \
+    static const fptile_fn name##_fptiles1[6] = {name##_h2t1, name##_h2t2, name##_h2t3,                      \
+                                                 name##_h2t6, name##_h1t9, name##_h1t12};
+
+FPTILES(CI_TYPE_F16, f16)
+FPTILES(CI_TYPE_BF16, bf16)
+
+static const int tile_halves[2][6] = {{2, 2, 2, 2, 1, 1}, {4, 4, 4, 2, 1, 1}}; // [2 groups][class]
+
+static int token_class(int nt) { // the index of ci_pk_float_tile_tokens(nt)'s tiles
+    return nt <= 3 ? nt - 1 : nt <= 6 ? 3 : nt <= 9 ? 4 : 5;
+}
+
+/* Rows [r0, r1) and tokens [t0, t1), row tiles outer (a tile's later token blocks find its groups in cache);
+ * rows past the last whole group go to the row kernel. */
+static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const fptile_fn *tiles2,
+                          const fptile_fn *tiles1) {
+    const int64_t packed_rows = m->n_out / CI_PK_ROWS * CI_PK_ROWS;
+    const int64_t re = r1 < packed_rows ? r1 : packed_rows;
+    const size_t group_bytes = (size_t)m->n_in * CI_PK_ROWS * 2;
+    const enum ci_prefetch stream = ci_decode_prefetch();
+    for (int64_t r = r0; r < re;) {
+        const int g = re - r >= 2 * CI_PK_ROWS ? 2 : 1;
+        const uint8_t *gp = m->packed + (size_t)(r / CI_PK_ROWS) * group_bytes;
+        for (int t = t0; t < t1;) {
+            const int lane0 = t % CI_PK_FLOAT_TOKENS;
+            const int nt = t1 - t < CI_PK_FLOAT_TOKENS - lane0 ? t1 - t : CI_PK_FLOAT_TOKENS - lane0;
+            const float *xb = m->xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)m->n_in;
+            const int cls = token_class(nt), halves = tile_halves[g - 1][cls];
+            const fptile_fn tile = (g == 2 ? tiles2 : tiles1)[cls];
+            for (int h = 0; h < 2 * g; h += halves) // the group's (or groups') halves, a tile's worth at a time
+                tile(m, gp + (size_t)(h / 2) * group_bytes + (size_t)(h % 2) * 16, group_bytes,
+                     r + (int64_t)h * 8, xb, t, nt, t == t0 ? stream : CI_PREFETCH_NONE);
+            t += nt;
+        }
+        r += (int64_t)g * CI_PK_ROWS;
+    }
+    if (r1 > packed_rows)
+        ci_dot_avx2_table()->mm[m->type](m, r0 > packed_rows ? r0 : packed_rows, r1, t0, t1);
+}
+
+void ci_avx2_mm_f16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    fpanel_packed(m, r0, r1, t0, t1, f16_fptiles2, f16_fptiles1);
+}
+
+void ci_avx2_mm_bf16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
+    fpanel_packed(m, r0, r1, t0, t1, bf16_fptiles2, bf16_fptiles1);
+}
+
+#endif
