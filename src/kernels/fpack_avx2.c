@@ -41,7 +41,7 @@ AI void fptile(uint32_t type, const int H, const int TN, const struct ci_mm *m, 
                size_t group_bytes, int64_t r, const float *xb, int t, int nt, enum ci_prefetch pf) {
     const int64_t n_units = m->n_in / RESIDUES;
     const size_t pass_bytes = (size_t)n_units * 32;
-    xb += t % CI_PK_FLOAT_TOKENS;     // token t + k at xb[k] (k >= nt: another value, discarded)
+    xb += t % CI_PK_FLOAT_TOKENS;           // token t + k at xb[k] (k >= nt: another value, discarded)
     _Alignas(32) __m256 part[RESIDUES][12]; // [residue][H * TN]
     for (int j = 0; j < RESIDUES; j++) {
         const uint8_t *w[4];
@@ -97,7 +97,7 @@ typedef void (*fptile_fn)(const struct ci_mm *m, const uint8_t *gp, size_t group
                           const float *xb, int t, int nt, enum ci_prefetch pf);
 
 #define FPTILE(T, name, H, TN)                                                                               \
-    static void name##_h##H##t##TN(const struct ci_mm *m, const uint8_t *gp, size_t group_bytes, int64_t r, \
+    static void name##_h##H##t##TN(const struct ci_mm *m, const uint8_t *gp, size_t group_bytes, int64_t r,  \
                                    const float *xb, int t, int nt, enum ci_prefetch pf) {                    \
         fptile(T, H, TN, m, gp, group_bytes, r, xb, t, nt, pf);                                              \
     }
@@ -113,9 +113,9 @@ typedef void (*fptile_fn)(const struct ci_mm *m, const uint8_t *gp, size_t group
     FPTILE(T, name, 2, 6)                                                                                    \
     FPTILE(T, name, 1, 9)                                                                                    \
     FPTILE(T, name, 1, 12)                                                                                   \
-    /* [token class: 1, 2, 3, <= 6, <= 9, <= 12]: the tile for 2 groups and the one for a single group */      \
+    /* [token class: 1, 2, 3, <= 6, <= 9, <= 12]: the tile for 2 groups and the one for a single group */    \
     static const fptile_fn name##_fptiles2[6] = {name##_h4t1, name##_h4t2, name##_h4t3,                      \
-                                                 name##_h2t6, name##_h1t9, name##_h1t12};                     \
+                                                 name##_h2t6, name##_h1t9, name##_h1t12};                    \
     static const fptile_fn name##_fptiles1[6] = {name##_h2t1, name##_h2t2, name##_h2t3,                      \
                                                  name##_h2t6, name##_h1t9, name##_h1t12};
 
@@ -130,8 +130,8 @@ static int token_class(int nt) { // the index of ci_pk_float_tile_tokens(nt)'s t
 
 /* Rows [r0, r1) and tokens [t0, t1), row tiles outer (a tile's later token blocks find its groups in cache);
  * rows past the last whole group go to the row kernel. */
-static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1, const fptile_fn *tiles2,
-                          const fptile_fn *tiles1) {
+static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1,
+                          const fptile_fn *tiles2, const fptile_fn *tiles1) {
     const int64_t packed_rows = m->n_out / CI_PK_ROWS * CI_PK_ROWS;
     const int64_t re = r1 < packed_rows ? r1 : packed_rows;
     const size_t group_bytes = (size_t)m->n_in * CI_PK_ROWS * 2;
@@ -145,7 +145,8 @@ static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0,
             const float *xb = m->xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)m->n_in;
             const int cls = token_class(nt), halves = tile_halves[g - 1][cls];
             const fptile_fn tile = (g == 2 ? tiles2 : tiles1)[cls];
-            for (int h = 0; h < 2 * g; h += halves) // the group's (or groups') halves, a tile's worth at a time
+            for (int h = 0; h < 2 * g;
+                 h += halves) // the group's (or groups') halves, a tile's worth at a time
                 tile(m, gp + (size_t)(h / 2) * group_bytes + (size_t)(h % 2) * 16, group_bytes,
                      r + (int64_t)h * 8, xb, t, nt, t == t0 ? stream : CI_PREFETCH_NONE);
             t += nt;
