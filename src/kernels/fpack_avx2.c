@@ -124,10 +124,6 @@ FPTILES(CI_TYPE_BF16, bf16)
 
 static const int tile_halves[2][6] = {{2, 2, 2, 2, 1, 1}, {4, 4, 4, 2, 1, 1}}; // [2 groups][class]
 
-static int token_class(int nt) { // the index of ci_pk_float_tile_tokens(nt)'s tiles
-    return nt <= 3 ? nt - 1 : nt <= 6 ? 3 : nt <= 9 ? 4 : 5;
-}
-
 /* Rows [r0, r1) and tokens [t0, t1), row tiles outer (a tile's later token blocks find its groups in cache);
  * rows past the last whole group go to the row kernel. */
 static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1,
@@ -143,7 +139,7 @@ static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0,
             const int lane0 = t % CI_PK_FLOAT_TOKENS;
             const int nt = t1 - t < CI_PK_FLOAT_TOKENS - lane0 ? t1 - t : CI_PK_FLOAT_TOKENS - lane0;
             const float *xb = m->xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)m->n_in;
-            const int cls = token_class(nt), halves = tile_halves[g - 1][cls];
+            const int cls = ci_pk_float_tile_class(nt), halves = tile_halves[g - 1][cls];
             const fptile_fn tile = (g == 2 ? tiles2 : tiles1)[cls];
             for (int h = 0; h < 2 * g;
                  h += halves) // the group's (or groups') halves, a tile's worth at a time

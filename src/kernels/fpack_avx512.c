@@ -180,10 +180,6 @@ typedef void (*fptile_fn)(const struct ci_mm *m, const uint8_t *gp, size_t group
 FPTILES(CI_TYPE_F16, f16)
 FPTILES(CI_TYPE_BF16, bf16)
 
-static int token_class(int nt) { // the index of ci_pk_float_tile_tokens(nt)'s tiles
-    return nt <= 3 ? nt - 1 : nt <= 6 ? 3 : nt <= 9 ? 4 : 5;
-}
-
 /* Prefill (ci_pk_float_widens): row blocks widened back to F32 rows once, then dot_avx512.c's F32 tiles, as
  * its unpacked F16 prefill does (the same products in the same order). */
 T512 static void widened_packed(const struct ci_mm *m, int64_t r0, int64_t re, int t0, int t1) {
@@ -229,7 +225,7 @@ T512 static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, in
             const int lane0 = t % CI_PK_FLOAT_TOKENS;
             const int nt = t1 - t < CI_PK_FLOAT_TOKENS - lane0 ? t1 - t : CI_PK_FLOAT_TOKENS - lane0;
             const float *xb = m->xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)m->n_in;
-            const int cls = token_class(nt);
+            const int cls = ci_pk_float_tile_class(nt);
             const int gi = g == 4 && cls <= 3 ? 0 : g >= 2 ? 1 : 2;
             const int gn = gi == 0 ? 4 : gi == 1 ? 2 : 1;
             for (int k = 0; k < g; k += gn) // 4 groups over a wide token block: as two 2-group tiles

@@ -88,9 +88,13 @@ static inline bool ci_pk_float_widens(int residues, int64_t n_in, int n_tok) {
 }
 /* Tokens [t0, t1) of x [n_tok][n_in] (n_in a multiple of 16) into their places in xp, for R residues. */
 void ci_pk_float_act(int residues, const float *x, int64_t n_in, int t0, int t1, float *xp);
-/* The token lanes a tile over nt tokens of a block reads (its width: 1, 2, 3, 6, 9 or 12). */
+/* The token lanes a tile over nt tokens of a block reads (its width: 1, 2, 3, 6, 9 or 12), and the index of
+ * that width among them (the packed matmuls' tile tables). */
 static inline int ci_pk_float_tile_tokens(int nt) {
     return nt <= 3 ? nt : nt <= 6 ? 6 : nt <= 9 ? 9 : CI_PK_FLOAT_TOKENS;
+}
+static inline int ci_pk_float_tile_class(int nt) {
+    return nt <= 3 ? nt - 1 : nt <= 6 ? 3 : nt <= 9 ? 4 : 5;
 }
 /* Zeros the lanes of the last block that its tile reads past the batch's last token, and the padding after
  * the block (finite values, discarded). */
