@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "core/threadpool.h"
 #include "core/mem.h"
+#include "core/threadpool.h"
 #include "format/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
