@@ -136,8 +136,7 @@ static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0,
         const int g = re - r >= 2 * CI_PK_ROWS ? 2 : 1;
         const uint8_t *gp = m->packed + (size_t)(r / CI_PK_ROWS) * group_bytes;
         for (int t = t0; t < t1;) {
-            const int lane0 = t % CI_PK_FLOAT_TOKENS;
-            const int nt = t1 - t < CI_PK_FLOAT_TOKENS - lane0 ? t1 - t : CI_PK_FLOAT_TOKENS - lane0;
+            const int nt = ci_pk_float_block_tokens(t, t1);
             const float *xb = m->xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)m->n_in;
             const int cls = ci_pk_float_tile_class(nt), halves = tile_halves[g - 1][cls];
             const fptile_fn tile = (g == 2 ? tiles2 : tiles1)[cls];

@@ -222,8 +222,7 @@ T512 static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, in
         const int g = left >= 4 ? 4 : left >= 2 ? 2 : 1;
         const uint8_t *gp = m->packed + (size_t)(r / CI_PK_ROWS) * group_bytes;
         for (int t = t0; t < t1;) {
-            const int lane0 = t % CI_PK_FLOAT_TOKENS;
-            const int nt = t1 - t < CI_PK_FLOAT_TOKENS - lane0 ? t1 - t : CI_PK_FLOAT_TOKENS - lane0;
+            const int nt = ci_pk_float_block_tokens(t, t1);
             const float *xb = m->xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)m->n_in;
             const int cls = ci_pk_float_tile_class(nt);
             const int gi = g == 4 && cls <= 3 ? 0 : g >= 2 ? 1 : 2;

@@ -43,13 +43,17 @@ size_t ci_pk_float_act_bytes(int64_t n_in, int n_tok) {
     return blocks * CI_PK_FLOAT_TOKENS * (size_t)n_in * sizeof(float) + CI_PK_FLOAT_PAD * sizeof(float);
 }
 
+/* Token t's lane of its block (element Ru + j of it: CI_PK_FLOAT_TOKENS (j n_units + u) floats further). */
+static float *act_lane(float *xp, int64_t n_in, int t) {
+    return xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)n_in + t % CI_PK_FLOAT_TOKENS;
+}
+
 void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp) {
     const size_t blocks = ((size_t)n_tok + CI_PK_FLOAT_TOKENS - 1) / CI_PK_FLOAT_TOKENS;
     const size_t end = blocks * CI_PK_FLOAT_TOKENS * (size_t)n_in;
     const int last = n_tok % CI_PK_FLOAT_TOKENS, width = last ? ci_pk_float_tile_tokens(last) : 0;
     for (int t = n_tok; t < n_tok - last + width; t++) {
-        float *b = xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)n_in +
-                   t % CI_PK_FLOAT_TOKENS;
+        float *b = act_lane(xp, n_in, t);
         for (int64_t e = 0; e < n_in; e++)
             b[(size_t)e * CI_PK_FLOAT_TOKENS] = 0.0f;
     }
@@ -61,8 +65,7 @@ void ci_pk_float_act(int residues, const float *x, int64_t n_in, int t0, int t1,
     const int64_t n_units = n_in / residues;
     for (int t = t0; t < t1; t++) {
         const float *xt = x + (size_t)t * (size_t)n_in;
-        float *b = xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)n_in +
-                   t % CI_PK_FLOAT_TOKENS;
+        float *b = act_lane(xp, n_in, t);
         for (int j = 0; j < residues; j++)
             for (int64_t u = 0; u < n_units; u++)
                 b[(size_t)(j * n_units + u) * CI_PK_FLOAT_TOKENS] = xt[residues * u + j];

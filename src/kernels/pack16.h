@@ -96,6 +96,11 @@ static inline int ci_pk_float_tile_tokens(int nt) {
 static inline int ci_pk_float_tile_class(int nt) {
     return nt <= 3 ? nt - 1 : nt <= 6 ? 3 : nt <= 9 ? 4 : 5;
 }
+/* The tokens from t (before t1) that share t's block: one tile's worth. */
+static inline int ci_pk_float_block_tokens(int t, int t1) {
+    const int rest = CI_PK_FLOAT_TOKENS - t % CI_PK_FLOAT_TOKENS;
+    return t1 - t < rest ? t1 - t : rest;
+}
 /* Zeros the lanes of the last block that its tile reads past the batch's last token, and the padding after
  * the block (finite values, discarded). */
 void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp);
