@@ -201,11 +201,14 @@ const struct ci_dot_table *ci_dot_avx2_table(void);
 /* The AVX2 table's matmul of K-quant, Q8_0 and Q4_0 rows packed in pack16.h's layout (kpack_avx2.c). */
 void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
 /* The AVX-512 and AVX2 tables' matmuls of F16 and BF16 rows packed in pack16.h's float layout, with 16 and 8
- * residues (fpack_avx512.c, fpack_avx2.c), and the AVX2 table's packing of them. */
+ * residues (fpack_avx512.c, fpack_avx2.c), and the packing both tables do (fpack_avx2.c: ci_pk_float_rows'
+ * bytes by 16-bit transposes). */
 void ci_avx512_mm_f16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
 void ci_avx512_mm_bf16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
 void ci_avx2_mm_f16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
 void ci_avx2_mm_bf16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
+void ci_avx2_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0,
+                           int64_t g1, uint8_t *dst);
 const struct ci_dot_table *ci_dot_avx512_table(void);
 /* Tables this CPU can run, best first (scalar last); returns how many were written (at most 3). */
 int ci_kernels_tables(const struct ci_dot_table **out);

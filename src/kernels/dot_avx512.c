@@ -1093,6 +1093,15 @@ static size_t pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
                                                        : ci_pk_bytes(type, n_in, n_out);
 }
 
+static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
+                      uint8_t *dst) {
+    if (type == CI_TYPE_F16 ||
+        type == CI_TYPE_BF16) // fpack_avx2.c's transposes (a CPU with AVX-512 has AVX2)
+        ci_avx2_pk_float_rows(16, w, row_bytes, n_in, g0, g1, dst);
+    else
+        ci_pk_rows(type, w, row_bytes, n_in, g0, g1, dst);
+}
+
 static const struct ci_dot_table avx512_table = {
     .isa = "avx512+vnni",
     .dot = {[CI_TYPE_F32] = dot_f32, [CI_TYPE_F16] = dot_f16, [CI_TYPE_BF16] = dot_bf16},
@@ -1113,7 +1122,7 @@ static const struct ci_dot_table avx512_table = {
             [CI_TYPE_Q4_0] = mm_q4_0,
         },
     .pack_bytes = pack_bytes,
-    .pack = ci_pk_rows,
+    .pack = pack_rows,
     .mm_packed = {[CI_TYPE_F16] = ci_avx512_mm_f16_packed, // fpack_avx512.c
                   [CI_TYPE_BF16] = ci_avx512_mm_bf16_packed,
                   [CI_TYPE_Q8_0] = mm_q8_0_packed,

@@ -160,4 +160,55 @@ void ci_avx2_mm_bf16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t
     fpanel_packed(m, r0, r1, t0, t1, bf16_fptiles2, bf16_fptiles1);
 }
 
+/* ---- packing --------------------------------------------------------------------------------------------- */
+
+/* The 8 x 8 transpose of 16-bit values inside each 128-bit lane of a[0..7]: lane half h of out[j] holds
+ * element 8h + j of each of a[0..7] (unpacks at 16, 32 and 64 bits). */
+AI void transpose8x8_lanes(const __m256i a[8], __m256i out[8]) {
+    __m256i s[8], q[8];
+    for (int i = 0; i < 4; i++) {
+        s[2 * i] = _mm256_unpacklo_epi16(a[2 * i], a[2 * i + 1]);     // elements 0-3 of rows 2i, 2i + 1
+        s[2 * i + 1] = _mm256_unpackhi_epi16(a[2 * i], a[2 * i + 1]); // elements 4-7
+    }
+    for (int h = 0; h < 2; h++) // rows 4h..4h+3: elements 0-1, 2-3, then 4-5, 6-7
+        for (int k = 0; k < 2; k++) {
+            q[4 * h + 2 * k] = _mm256_unpacklo_epi32(s[4 * h + k], s[4 * h + k + 2]);
+            q[4 * h + 2 * k + 1] = _mm256_unpackhi_epi32(s[4 * h + k], s[4 * h + k + 2]);
+        }
+    for (int k = 0; k < 4; k++) { // elements 2k and 2k + 1 of the 8 rows
+        out[2 * k] = _mm256_unpacklo_epi64(q[k], q[k + 4]);
+        out[2 * k + 1] = _mm256_unpackhi_epi64(q[k], q[k + 4]);
+    }
+}
+
+/* ci_pk_float_rows' bytes by 16-bit transposes, 16 elements of a group's 16 rows at a time (the scalar
+ * function stays the definition; the tests compare the two). */
+void ci_avx2_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0,
+                           int64_t g1, uint8_t *dst) {
+    const int64_t n_units = n_in / residues; // n_in a multiple of 16: with R = 8, an even count
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = dst + (size_t)g * CI_PK_ROWS * (size_t)n_in * 2;
+        const uint8_t *rows = w + (size_t)(g * CI_PK_ROWS) * row_bytes;
+        for (int64_t e = 0; e < n_in; e += 16) {
+            __m256i a[8], lo[8], hi[8];
+            for (int half = 0; half < 2; half++) {
+                for (int i = 0; i < 8; i++)
+                    a[i] = _mm256_loadu_si256(
+                        (const __m256i *)(const void *)(rows + (size_t)(8 * half + i) * row_bytes + 2 * e));
+                transpose8x8_lanes(a, half ? hi : lo);
+            }
+            // The 16 rows' elements e + j and e + 8 + j: with R = 16 residues j and 8 + j of unit e / 16, with
+            // R = 8 residue j of units e / 8 and e / 8 + 1.
+            const int64_t u = e / residues;
+            const size_t second = residues == 16 ? (size_t)(8 * n_units) * 32 : 32;
+            for (int j = 0; j < 8; j++) {
+                uint8_t *at = o + (size_t)(j * n_units + u) * 32;
+                _mm256_storeu_si256((__m256i *)(void *)at, _mm256_permute2x128_si256(lo[j], hi[j], 0x20));
+                _mm256_storeu_si256((__m256i *)(void *)(at + second),
+                                    _mm256_permute2x128_si256(lo[j], hi[j], 0x31));
+            }
+        }
+    }
+}
+
 #endif

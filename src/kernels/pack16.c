@@ -145,10 +145,6 @@ static void pack_kq(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n
 
 void ci_pk_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
                 uint8_t *dst) {
-    if (type == CI_TYPE_F16 || type == CI_TYPE_BF16) { // the AVX-512 table's float layout
-        ci_pk_float_rows(16, w, row_bytes, n_in, g0, g1, dst);
-        return;
-    }
     if (ci_pk_kquant(type)) {
         pack_kq(type, w, row_bytes, n_in / 256, g0, g1, dst);
         return;

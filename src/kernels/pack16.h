@@ -64,7 +64,8 @@ size_t ci_pk_bytes(uint32_t type, int64_t n_in, int64_t n_out);
  * a multiple of 16: per 16-row group, for each residue j = 0..R-1, for each unit u = 0..n_in/R - 1, the 16
  * rows' 2-byte value of element Ru + j (one 32-byte vector).  A lane then sums exactly the products that lane
  * j of the row kernels' R-lane accumulator sums, in the same order, so the packed matmul keeps their bits.
- * Its bytes (0: not packed), and the groups [g0, g1) of it (ci_pk_rows: R = 16). */
+ * Its bytes (0: not packed), and the groups [g0, g1) of it: the readable definition, which the tables pack
+ * with fpack_avx2.c's transposes instead (ci_avx2_pk_float_rows, the same bytes). */
 size_t ci_pk_float_bytes(uint32_t type, int64_t n_in, int64_t n_out);
 void ci_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
                       uint8_t *dst);
@@ -105,7 +106,7 @@ static inline int ci_pk_float_block_tokens(int t, int t1) {
  * the block (finite values, discarded). */
 void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp);
 /* Packs the groups [g0, g1) of the rows at w (row_bytes apart) where the whole packing starts at dst (the
- * types of ci_pk_bytes and of ci_pk_float_bytes). */
+ * types of ci_pk_bytes). */
 void ci_pk_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
                 uint8_t *dst);
 

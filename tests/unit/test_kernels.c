@@ -927,6 +927,39 @@ TEST(matmul_packed_equals_dot) {
     ci_kernels_force_f16_widen(-1);
 }
 
+/* The tables pack F16/BF16 rows with 16-bit transposes (fpack_avx2.c); the bytes are those of the layout's
+ * definition, ci_pk_float_rows, for each table's residues: rows longer than a unit's 16 elements and shorter,
+ * padded rows (row_bytes past the row), and group ranges that start past 0. */
+TEST(float_pack_equals_definition) {
+    const int64_t n_ins[] = {16, 32, 48, 272};
+    struct ci_rng r;
+    ci_rng_seed(&r, 31);
+    for (int t = 0; t < n_tables; t++) {
+        const struct ci_dot_table *tab = tables[t];
+        if (!tab->mm_packed[CI_TYPE_F16])
+            continue;
+        for (size_t i = 0; i < sizeof n_ins / sizeof n_ins[0]; i++) {
+            const int64_t n_in = n_ins[i], groups = 3;
+            const size_t row_bytes = (size_t)n_in * 2 + 6 * i,
+                         bytes = (size_t)groups * CI_PK_ROWS * (size_t)n_in * 2;
+            uint8_t *w = ci_malloc(row_bytes * groups * CI_PK_ROWS), *want = ci_malloc(bytes),
+                    *got = ci_malloc(bytes);
+            for (size_t b = 0; b < row_bytes * groups * CI_PK_ROWS; b++)
+                w[b] = (uint8_t)(ci_rng_u64(&r) >> 32);
+            memset(want, 0xa5, bytes);
+            memset(got, 0xa5, bytes);
+            ci_pk_float_rows(tab->float_residues, w, row_bytes, n_in, 1, groups, want);
+            tab->pack(CI_TYPE_F16, w, row_bytes, n_in, 1, groups, got);
+            if (memcmp(want, got, bytes) != 0)
+                FAIL_FIRST("%s: packed F16 rows of %lld elements differ from ci_pk_float_rows", tab->isa,
+                           (long long)n_in);
+            ci_free(w);
+            ci_free(want);
+            ci_free(got);
+        }
+    }
+}
+
 /* Every table's float -> half row conversion (the f16 KV cache's stores) is ci_fp32_to_fp16 on each element:
  * random values over the whole range, exact ties, subnormals, overflow to inf, inf and NaN, at every length
  * (SIMD steps and tails). */
@@ -2042,6 +2075,7 @@ int main(int argc, char **argv) {
     RUN(matmul_bit_identical_across_threads_tiles_and_batches);
     RUN(matmul_group_equals_each_matmul);
     RUN(matmul_packed_equals_dot);
+    RUN(float_pack_equals_definition);
     RUN(f32_to_f16_row_matches_scalar);
     RUN(rope_matches_double_formula);
     RUN(rope_ext_scaled_matches_double_formula);
