@@ -9,7 +9,9 @@
 # own peak RSS from wait4): "to first token" is the whole run with -n 1 (load, prefill, one token, exit).
 # "cold": the model file is first dropped from the page cache (posix_fadvise DONTNEED: no root needed, it only
 # works for pages nobody else maps), so the weights come from disk; "warm": the file stays cached.  The median
-# of REPS runs is printed per engine and mode.
+# of REPS runs is printed per engine and mode, with the fastest and slowest run and the median system CPU time
+# (wait4's ru_stime: page faults, zeroing new memory; on a VM that hands freed memory back to its host, the
+# first touch of fresh memory can cost seconds of it).
 #
 #   bench/startup.sh [--preset NAME] [--type T] [--seed S] [-t N] [-c CTX] [--max-seqs S] [--prompt-words W]
 #                    [-r REPS] [--bin CINFER] [--llama-bin DIR] [--out DIR]
@@ -96,7 +98,7 @@ _, status, ru = os.wait4(p.pid, 0)
 wall = time.monotonic() - t0
 if status != 0:
     sys.exit("exit status %d: %s" % (status, " ".join(cmd)))
-print("%.4f %d" % (wall, ru.ru_maxrss))
+print("%.4f %d %.4f" % (wall, ru.ru_maxrss, ru.ru_stime))
 EOF
 }
 
@@ -112,7 +114,8 @@ run_reps() {
             return 1
         }
     done
-    sort -n -k1 "$f" | awk '{ w[NR] = $1 } END { printf "%.3f ", w[int((NR + 1) / 2)] }'
+    sort -n -k1 "$f" | awk '{ w[NR] = $1 } END { printf "%.3f %.3f-%.3f ", w[int((NR + 1) / 2)], w[1], w[NR] }'
+    sort -n -k3 "$f" | awk '{ k[NR] = $3 } END { printf "%.3f ", k[int((NR + 1) / 2)] }'
     sort -n -k2 "$f" | awk '{ r[NR] = $2 } END { printf "%.1f\n", r[int((NR + 1) / 2)] / 1024 }'
     rm -f "$f"
 }
@@ -128,14 +131,15 @@ pool=$("${CIN[@]}" 2>&1 >/dev/null | grep -m1 'KV pool' | sed 's/^cinfer run: //
 echo "model $PRESET $TYPE (cinfer synth seed $SEED), prompt ${n_prompt:-?} tokens, $THREADS threads, $REPS runs each (median)"
 echo "cinfer: -c $CTX --max-seqs $SEQS; $pool"
 [ "$HAVE_LLAMA" -eq 1 ] && echo "llama.cpp $(cut -c1-12 "$LDIR/../.cinfer-commit" 2>/dev/null): $(basename "${LLA[0]}") ${LLA[*]:3} (f16 KV)"
-printf '| engine | cache | to first token (s) | peak RSS (MiB) |\n|---|---|---:|---:|\n'
+printf '| engine | cache | to first token (s) | min-max (s) | system CPU (s) | peak RSS (MiB) |\n'
+printf '|---|---|---:|---:|---:|---:|\n'
 for mode in cold warm; do
     r=$(run_reps "$mode" "${CIN[@]}") || die "cinfer run failed"
     set -- $r
-    printf '| cinfer | %s | %s | %s |\n' "$mode" "$1" "$2"
+    printf '| cinfer | %s | %s | %s | %s | %s |\n' "$mode" "$1" "$2" "$3" "$4"
     if [ "$HAVE_LLAMA" -eq 1 ]; then
         r=$(run_reps "$mode" "${LLA[@]}") || die "llama-simple failed"
         set -- $r
-        printf '| %s | %s | %s | %s |\n' "$LNAME" "$mode" "$1" "$2"
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$LNAME" "$mode" "$1" "$2" "$3" "$4"
     fi
 done
