@@ -209,6 +209,10 @@ void ci_avx2_mm_f16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0
 void ci_avx2_mm_bf16_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1);
 void ci_avx2_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0,
                            int64_t g1, uint8_t *dst);
+/* A table's packing (its .pack, with the residues of its float layout): F16/BF16 by those transposes (a CPU
+ * with AVX-512 has AVX2), the other types by pack16.c's ci_pk_rows. */
+void ci_avx2_pk_rows(int float_residues, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in,
+                     int64_t g0, int64_t g1, uint8_t *dst);
 const struct ci_dot_table *ci_dot_avx512_table(void);
 /* Tables this CPU can run, best first (scalar last); returns how many were written (at most 3). */
 int ci_kernels_tables(const struct ci_dot_table **out);

@@ -995,10 +995,7 @@ static size_t kq_pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
 
 static void pack_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,
                       uint8_t *dst) {
-    if (type == CI_TYPE_F16 || type == CI_TYPE_BF16)
-        ci_avx2_pk_float_rows(8, w, row_bytes, n_in, g0, g1, dst);
-    else
-        ci_pk_rows(type, w, row_bytes, n_in, g0, g1, dst);
+    ci_avx2_pk_rows(8, type, w, row_bytes, n_in, g0, g1, dst);
 }
 
 static const struct ci_dot_table avx2_table = {

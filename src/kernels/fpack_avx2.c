@@ -211,4 +211,11 @@ void ci_avx2_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int
     }
 }
 
+void ci_avx2_pk_rows(int float_residues, uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in,
+                     int64_t g0, int64_t g1, uint8_t *dst) {
+    if (type == CI_TYPE_F16 || type == CI_TYPE_BF16)
+        ci_avx2_pk_float_rows(float_residues, w, row_bytes, n_in, g0, g1, dst);
+    else
+        ci_pk_rows(type, w, row_bytes, n_in, g0, g1, dst);
+}
 #endif
