@@ -52,6 +52,16 @@ CINFER_API enum cinfer_status cinfer_model_load(const char *path, const char *to
                                                 struct cinfer_model **out, struct cinfer_error *err);
 CINFER_API void cinfer_model_free(struct cinfer_model *m);
 
+/* When the weight matrices are copied into the kernels' own layout (where the CPU's kernels have one: 16 rows
+ * side by side, read in one stream by decode and once per block of tokens by prefill). */
+enum cinfer_pack {
+    // Quantized matrices when the first engine or logits pass is set up; F16/BF16 ones, a copy as large as
+    // the file's weights, after the first forward pass: no copy delays the first token.  The default.
+    CINFER_PACK_LAZY = 0,
+    CINFER_PACK_EAGER = 1, // all of them when the first engine or logits pass is set up (a server, at start)
+    CINFER_PACK_OFF = 2,   // none: every matrix runs from the file's mapping (llama.cpp's --no-repack)
+};
+
 /* Loading with choices; cinfer_model_load(path, tok, ...) is this with {tok, false, false}. */
 struct cinfer_load_options {
     const char *tokenizer_path; // a llama2.c tokenizer.bin (for a GGUF file it overrides the embedded one)
@@ -60,6 +70,7 @@ struct cinfer_load_options {
                                 // no generation, engine or logits
     struct cinfer_tp *tp;       // tensor parallelism: keep this rank's shard, agree with the other ranks
     uint64_t tp_options;        // with tp: a hash of the options every rank must share (the command line)
+    enum cinfer_pack pack;      // when the weights are packed for the kernels (default: CINFER_PACK_LAZY)
 };
 CINFER_API enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_load_options *o,
                                                      struct cinfer_model **out, struct cinfer_error *err);

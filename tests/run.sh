@@ -173,13 +173,15 @@ if [ "$MODE" = tsan ]; then
     # Tests that run one thread give TSan nothing to check and run ~20 times slower under it: of test_engine,
     # the engine thread with its kernel pool and client threads (the policy tests step the engine on the test's
     # thread with one kernel thread); of test_kernels, the matmul across 1-3 threads; of
-    # test_forward, the batch invariance with 1 and 2 threads.  The others print SKIP lines.
+    # test_forward, the batch invariance with 1 and 2 threads, and two forwards on one lazily packed model.  The
+    # others print SKIP lines.
     run_one "test_engine (threaded)" env CINFER_TEST_ONLY=engine_thread "$B/tests/test_engine"
     run_one test_queue "$B/tests/test_queue"
     run_one test_sched "$B/tests/test_sched"
     run_one test_threadpool "$B/tests/test_threadpool"
     run_one "test_kernels (threaded)" env CINFER_TEST_ONLY=across_threads "$B/tests/test_kernels"
-    run_one "test_forward (threaded)" env CINFER_TEST_ONLY=invariance_stories260k_gguf "$B/tests/test_forward"
+    run_one "test_forward (threaded)" env CINFER_TEST_ONLY=invariance_stories260k_gguf,lazy_float_packing \
+        "$B/tests/test_forward"
     for t in tests/server/test_*.py tests/server/test_*.sh; do
         [ -e "$t" ] || continue
         case "$t" in *.py) run_one "$t" "$PY" "$t" ;; *) run_one "$t" bash "$t" ;; esac

@@ -44,7 +44,7 @@ int cmd_info(int argc, char **argv) {
     }
     struct cinfer_model *m = NULL;
     struct cinfer_error err = {0};
-    struct cinfer_load_options lo = {tok_path, true, false, NULL, 0};
+    struct cinfer_load_options lo = {tok_path, true, false, NULL, 0, CINFER_PACK_LAZY};
     if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK) {
         fprintf(stderr, "cinfer: %s\n", err.message);
         return 1;

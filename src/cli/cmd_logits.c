@@ -84,7 +84,7 @@ int cmd_logits(int argc, char **argv) {
     float *logits = NULL;
     FILE *f = NULL;
     struct cinfer_tp *tp = NULL;
-    struct cinfer_load_options lo = {tok_path, true, false, NULL, 0};
+    struct cinfer_load_options lo = {tok_path, true, false, NULL, 0, CINFER_PACK_LAZY};
     if (!cli_tp_start("logits", &dist, argc, argv, &tp, &lo))
         goto done;
     if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK)

@@ -386,7 +386,7 @@ int cmd_router(int argc, char **argv) {
     }
     const char *tmpl = NULL;
     if (c.model_path) {
-        struct cinfer_load_options lo = {NULL, false, true, NULL, 0};
+        struct cinfer_load_options lo = {NULL, false, true, NULL, 0, CINFER_PACK_LAZY};
         struct cinfer_error err = {0};
         if (cinfer_model_load_with(c.model_path, &lo, &m, &err) != CINFER_OK) {
             fprintf(stderr, "cinfer router: --model %s: %s\n", c.model_path, err.message);

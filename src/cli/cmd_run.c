@@ -95,7 +95,7 @@ int cmd_run(int argc, char **argv) {
     struct cinfer_engine *e = NULL;
     struct cinfer_stream *st = NULL;
     struct cinfer_tp *tp = NULL;
-    struct cinfer_load_options lo = {tok_path, false, false, NULL, 0};
+    struct cinfer_load_options lo = {tok_path, false, false, NULL, 0, ea.pack_mode};
     cinfer_token *ids = NULL;
     int n_ids = 0;
     struct cinfer_engine_options eo = ea.o;

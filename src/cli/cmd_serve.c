@@ -171,6 +171,7 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
 static int serve_parse(int argc, char **argv, struct serve_config *c) {
     memset(c, 0, sizeof *c);
     engine_args_init(&c->ea);
+    c->ea.pack_mode = CINFER_PACK_EAGER; // packed before it listens: no request waits for it
     struct arg_spec specs[SERVE_N_SPECS + ENGINE_ARGS_N_SPECS];
     serve_specs(c, specs);
     engine_args_specs(&c->ea, specs + SERVE_N_SPECS);
@@ -369,7 +370,7 @@ int cmd_serve(int argc, char **argv) {
         return status;
     }
     struct cinfer_tp *tp = NULL;
-    struct cinfer_load_options lo = {c.tok_path, false, false, NULL, 0};
+    struct cinfer_load_options lo = {c.tok_path, false, false, NULL, 0, c.ea.pack_mode};
     if (!cli_tp_start("serve", &c.dist, argc, argv, &tp, &lo)) {
         serve_config_free(&c);
         cinfer_tp_end(tp, false);

@@ -142,7 +142,7 @@ int cmd_template(int argc, char **argv) {
     if (kwargs && !add_json(ctx, "kwargs", kwargs, true))
         goto done;
     if (model_path) {
-        struct cinfer_load_options lo = {NULL, true, true, NULL, 0};
+        struct cinfer_load_options lo = {NULL, true, true, NULL, 0, CINFER_PACK_LAZY};
         if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK) {
             fprintf(stderr, "cinfer: %s\n", err.message);
             goto done;

@@ -31,7 +31,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     struct cinfer_model *m = NULL;
     struct cinfer_error err = {0};
-    struct cinfer_load_options lo = {tok_path, true, true, NULL, 0};
+    struct cinfer_load_options lo = {tok_path, true, true, NULL, 0, CINFER_PACK_LAZY};
     if (cinfer_model_load_with(model_path, &lo, &m, &err) != CINFER_OK) {
         fprintf(stderr, "cinfer: %s\n", err.message);
         return 1;

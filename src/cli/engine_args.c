@@ -17,12 +17,15 @@ void engine_args_init(struct engine_args *a) {
     a->no_prefix_cache = false;
     a->draft_path = NULL;
     a->draft = NULL;
+    a->pack = NULL;
+    a->pack_mode = CINFER_PACK_LAZY;
 }
 
 bool engine_args_load_draft(struct engine_args *a, struct cinfer_error *err) {
     if (!a->draft_path || a->draft)
         return true;
-    if (cinfer_model_load(a->draft_path, NULL, &a->draft, err) != CINFER_OK) {
+    const struct cinfer_load_options lo = {.pack = a->pack_mode};
+    if (cinfer_model_load_with(a->draft_path, &lo, &a->draft, err) != CINFER_OK) {
         char msg[sizeof err->message];
         snprintf(msg, sizeof msg, "--draft-model: %.*s", (int)sizeof msg - 32, err->message);
         memcpy(err->message, msg, sizeof msg);
@@ -76,6 +79,9 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out) {
          "N  speculate only in steps where at most N sequences decode (default: any number)"},
         {"--draft-model", NULL, ARG_STR, &a->draft_path, 0, 0,
          "FILE  --spec draft: a small model with the same vocabulary"},
+        {"--pack", NULL, ARG_STR, &a->pack, 0, 0,
+         "WHEN  weights copied into the kernels' layout: lazy (F16/BF16 after the first pass; the "
+         "default of run), eager (all at start; of serve) or off"},
     };
     _Static_assert(CI_ARRAY_LEN(specs) == ENGINE_ARGS_N_SPECS, "ENGINE_ARGS_N_SPECS counts the flags above");
     memcpy(out, specs, sizeof specs);
@@ -144,6 +150,18 @@ bool engine_args_finish(const char *cmd, struct engine_args *a) {
         fprintf(stderr, "cinfer %s: %s\n", cmd,
                 draft ? "--spec draft needs --draft-model FILE" : "--draft-model needs --spec draft");
         return false;
+    }
+    if (a->pack) {
+        static const char *const names[] = {
+            [CINFER_PACK_LAZY] = "lazy", [CINFER_PACK_EAGER] = "eager", [CINFER_PACK_OFF] = "off"};
+        size_t i = 0;
+        while (i < CI_ARRAY_LEN(names) && strcmp(a->pack, names[i]))
+            i++;
+        if (i == CI_ARRAY_LEN(names)) {
+            fprintf(stderr, "cinfer %s: --pack: '%s' is not one of lazy, eager, off\n", cmd, a->pack);
+            return false;
+        }
+        a->pack_mode = (enum cinfer_pack)i;
     }
     a->o.kv_mem_fraction = a->kv_mem_fraction;
     a->o.chunked_prefill = !a->no_chunked_prefill;

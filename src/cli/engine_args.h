@@ -18,9 +18,11 @@ struct engine_args {
     bool no_prefix_cache;
     const char *draft_path; // --draft-model
     struct cinfer_model *draft;
+    const char *pack;           // --pack
+    enum cinfer_pack pack_mode; // the load options' pack mode: --pack, else the command's default (lazy)
 };
 
-#define ENGINE_ARGS_N_SPECS 20
+#define ENGINE_ARGS_N_SPECS 21
 
 void engine_args_init(struct engine_args *a);
 /* Writes ENGINE_ARGS_N_SPECS flag specs bound to a into out. */
@@ -28,7 +30,7 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out);
 /* After parsing: checks the names and resolves the sizes into a->o.  Prints the error and returns false on
  * bad values. */
 bool engine_args_finish(const char *cmd, struct engine_args *a);
-/* --spec draft: loads the --draft-model file into a->o.draft_model (true with nothing to do otherwise).
+/* --spec draft: loads the --draft-model file (packed as the model: pack_mode) into a->o.draft_model (true with nothing to do otherwise).
  * engine_args_free frees it after the engine. */
 bool engine_args_load_draft(struct engine_args *a, struct cinfer_error *err);
 void engine_args_free(struct engine_args *a);

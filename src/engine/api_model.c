@@ -90,6 +90,12 @@ enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_
     }
     const char *tok_path = o ? o->tokenizer_path : NULL;
     enum ci_status s;
+    if (o && ((int)o->pack < CINFER_PACK_LAZY || (int)o->pack > CINFER_PACK_OFF)) {
+        ci_err_set(&e, CI_ERR_INVALID, "load options: pack mode %d is none of lazy (0), eager (1), off (2)",
+                   (int)o->pack);
+        ci_free(m);
+        return api_fail(err, &e);
+    }
     if (o && o->vocab_only) {
         s = load_vocab_only(m, path, tok_path, &e);
     } else if ((s = model_load_ex(path, !(o && o->tp), &m->model, &e)) == CI_OK) { // a rank: its shard only
@@ -102,6 +108,12 @@ enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_
             s = ci_err_set(&e, CI_ERR_INVALID, "%s: %s", path,
                            m->model->gguf ? "the GGUF file holds no tokenizer"
                                           : "a llama2.c checkpoint needs its tokenizer.bin");
+    }
+    if (s == CI_OK && m->model) {
+        static const enum model_pack_mode modes[] = {[CINFER_PACK_LAZY] = MODEL_PACK_LAZY,
+                                                     [CINFER_PACK_EAGER] = MODEL_PACK_EAGER,
+                                                     [CINFER_PACK_OFF] = MODEL_PACK_OFF};
+        m->model->pack.mode = modes[o ? o->pack : CINFER_PACK_LAZY];
     }
     if (s == CI_OK && m->tok && m->model && tokenizer_n_vocab(m->tok) != m->model->config.n_vocab)
         s = ci_err_set(&e, CI_ERR_FORMAT, "tokenizer has %d tokens but the model's vocabulary is %d",
@@ -128,7 +140,7 @@ enum cinfer_status cinfer_model_load_with(const char *path, const struct cinfer_
 
 enum cinfer_status cinfer_model_load(const char *path, const char *tokenizer_path, struct cinfer_model **out,
                                      struct cinfer_error *err) {
-    struct cinfer_load_options o = {tokenizer_path, false, false, NULL, 0};
+    struct cinfer_load_options o = {tokenizer_path, false, false, NULL, 0, CINFER_PACK_LAZY};
     return cinfer_model_load_with(path, &o, out, err);
 }
 

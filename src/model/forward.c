@@ -753,7 +753,9 @@ enum ci_status forward_batch(struct forward *f, const struct fwd_batch *b, const
         return s;
     if (f->dist.begin && (s = f->dist.begin(f->dist.ctx, b, err)) != CI_OK)
         return s;
+    model_pass_begin(f->m, f->tp); // after the broadcast: the other ranks pack their shards meanwhile
     s = run_batch(f, b, kv, logits, n_rows, err);
+    model_pass_end(f->m);
     if (f->dist.end)
         f->dist.end(f->dist.ctx);
     return s;

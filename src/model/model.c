@@ -67,6 +67,15 @@ enum ci_status model_load_ex(const char *path, bool read_ahead, struct model **o
     struct model *m = ci_calloc(1, sizeof *m);
     if (!m)
         return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    if (pthread_mutex_init(&m->pack.gate, NULL) != 0) {
+        ci_free(m);
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    }
+    if (pthread_cond_init(&m->pack.changed, NULL) != 0) {
+        pthread_mutex_destroy(&m->pack.gate);
+        ci_free(m);
+        return ci_err_set(err, CI_ERR_NOMEM, "out of memory");
+    }
     m->read_whole = true; // a llama2.c file is read ahead at open; a GGUF file as asked (below)
     bool is_gguf = false;
     enum ci_status s = sniff_gguf(path, &is_gguf, &m->file_bytes, err);
@@ -109,7 +118,10 @@ void model_free(struct model *m) {
     if (!m)
         return;
     model_weights_deinit(&m->weights);
-    ci_free_aligned(m->packed);
+    ci_free_aligned(m->pack.first);
+    ci_free_aligned(m->pack.later);
+    pthread_cond_destroy(&m->pack.changed);
+    pthread_mutex_destroy(&m->pack.gate);
     gguf_free(m->gguf);
     llama2c_free(m->llama2c);
     ci_free(m);

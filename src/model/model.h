@@ -4,6 +4,7 @@
 #ifndef CINFER_MODEL_MODEL_H
 #define CINFER_MODEL_MODEL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -15,6 +16,29 @@ struct llama2c;
 
 enum model_format { MODEL_FORMAT_GGUF, MODEL_FORMAT_LLAMA2C };
 
+/* When the weight matrices are copied into the kernels' own layout (model/pack.h). */
+enum model_pack_mode {
+    MODEL_PACK_EAGER, // all of them when the first forward pass is created (the default)
+    MODEL_PACK_LAZY,  // F16/BF16 ones only once a forward pass has run: none before the first token
+    MODEL_PACK_OFF,   // none: every matrix runs from the file's layout
+};
+
+/* model/pack.c's state: the packed copies and which of them exist. */
+struct model_packing {
+    enum model_pack_mode mode;
+    void *first;         // packed when the first forward is created, owned; NULL: none
+    void *later;         // the F16/BF16 matrices of a lazy model, packed after its first pass, owned
+    bool tried;          // the first packing ran (whatever it packed)
+    bool vectors_copied; // the norm weights and biases were copied next to packed matrices
+    // The gate between forward passes and the packing after the first pass, under gate:
+    pthread_mutex_t gate;
+    pthread_cond_t changed; // running fell to 0, or the packing ended
+    int running;            // passes under way
+    bool passed;            // a pass has run
+    bool waiting;           // a lazy model's float matrices wait for the end of its first pass
+    bool packing;           // they are being packed: new passes wait
+};
+
 struct model {
     struct model_config config;
     struct model_weights weights;
@@ -23,8 +47,7 @@ struct model {
     struct llama2c *llama2c; // llama2.c checkpoints (NULL otherwise)
     uint64_t file_bytes;
     bool read_whole; // the whole file was asked to be read ahead at load (model_load_ex's read_ahead)
-    void *packed;    // the weight matrices packed for the kernels (model/pack.c), owned; NULL: none
-    bool pack_tried; // model_pack_weights ran (whatever it packed)
+    struct model_packing pack;
 };
 
 enum ci_status model_load(const char *path, struct model **out, struct ci_err *err);

@@ -44,8 +44,18 @@ struct pack_plan {
     size_t bytes;
     int n; // matrices packed (the vectors copied along are not counted)
     struct model *m;
-    uint8_t *at; // next free byte of the packed buffer
+    uint8_t *at;      // next free byte of the packed buffer
+    bool skip_floats; // F16/BF16 matrices are left for later (a lazy model's first packing)
+    bool vectors;     // the vectors are copied along (they are still in the file)
 };
+
+static bool is_float_matrix(const struct ci_tensor *t) {
+    return !is_vector(t) && (t->type == CI_TYPE_F16 || t->type == CI_TYPE_BF16);
+}
+
+static bool planned(const struct pack_plan *p, const struct ci_tensor *t) {
+    return is_vector(t) ? p->vectors : !(p->skip_floats && is_float_matrix(t));
+}
 
 /* The bytes of t's packing: of each expert's, one after another, for an expert stack (0: none). */
 static size_t packed_bytes(const struct ci_tensor *t) {
@@ -58,7 +68,7 @@ static size_t packed_bytes(const struct ci_tensor *t) {
 static void count(struct ci_tensor *t, void *ctx) {
     struct pack_plan *p = ctx;
     size_t b = is_vector(t) ? (size_t)t->nbytes : packed_bytes(t);
-    if (b && !t->packed && p->bytes <= SIZE_MAX - 64 - b) {
+    if (planned(p, t) && b && !t->packed && p->bytes <= SIZE_MAX - 64 - b) {
         p->bytes += (b + 63) & ~(size_t)63;
         p->n += !is_vector(t);
     }
@@ -107,6 +117,8 @@ static void pack_matrix(struct pack_plan *p, const struct ci_tensor *t, uint8_t 
 
 static void pack(struct ci_tensor *t, void *ctx) {
     struct pack_plan *p = ctx;
+    if (!planned(p, t))
+        return;
     if (is_vector(t)) {
         const void *file = t->data;
         memcpy(p->at, file, t->nbytes);
@@ -134,34 +146,84 @@ static void pack(struct ci_tensor *t, void *ctx) {
 
 static pthread_mutex_t pack_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Packs the matrices that a plan skipping floats or not admits into a new buffer, with the vectors still in
+ * the file when it packs any matrix; returns the buffer (NULL: nothing packed).  Under pack_lock. */
+static void *pack_some(struct model *m, struct ci_threadpool *tp, bool skip_floats) {
+    struct pack_plan plan = {.m = m, .skip_floats = skip_floats};
+    each_tensor(m, count_matrix_only, &plan);
+    if (plan.n == 0) // nothing packed: the file's pages stay, and the vectors with them
+        return NULL;
+    plan =
+        (struct pack_plan){.m = m, .tp = tp, .skip_floats = skip_floats, .vectors = !m->pack.vectors_copied};
+    each_tensor(m, count, &plan);
+    void *buf = ci_malloc_aligned(plan.bytes);
+    if (!buf) { // an optimisation only: run from the file's layout
+        CI_LOG_WARN("no memory to pack %d weight matrices (%zu bytes): running them as stored", plan.n,
+                    plan.bytes);
+        return NULL;
+    }
+    // Every decode step streams the whole buffer: on huge pages, measured 4-12% faster single-token decode
+    // (bench/RESULTS.md).
+    size_t huge = ci_mem_advise_huge(buf, plan.bytes);
+    plan.at = buf;
+    each_tensor(m, pack, &plan);
+    m->pack.vectors_copied = true;
+    CI_LOG_INFO("packed %d weight matrices (%.1f MiB%s) for the %s kernels", plan.n,
+                (double)plan.bytes / (1024.0 * 1024.0), huge ? ", huge pages asked" : "", ci_kernels_isa());
+    return buf;
+}
+
+static void count_float_matrix(struct ci_tensor *t, void *ctx) {
+    *(int *)ctx += is_float_matrix(t) && !t->packed && packed_bytes(t) > 0;
+}
+
 void model_pack_weights(const struct model *cm, struct ci_threadpool *tp) {
     const char *off = getenv("CINFER_NO_PACK");
     if (off && *off && strcmp(off, "0") != 0)
         return;
     struct model *m = (struct model *)(uintptr_t)cm; // the packing is a cache: see pack.h
     pthread_mutex_lock(&pack_lock);
-    if (m->packed || m->pack_tried)
-        goto done;
-    m->pack_tried = true;
-    ci_kernels_init();
-    struct pack_plan plan = {.m = m};
-    each_tensor(m, count_matrix_only, &plan);
-    if (plan.n == 0) // nothing packed: the file's pages stay, and the vectors with them
-        goto done;
-    plan = (struct pack_plan){.m = m, .tp = tp};
-    each_tensor(m, count, &plan);
-    if (!(m->packed = ci_malloc_aligned(plan.bytes))) { // an optimisation only: run from the file's layout
-        CI_LOG_WARN("no memory to pack %d weight matrices (%zu bytes): running them as stored", plan.n,
-                    plan.bytes);
-        goto done;
+    if (!m->pack.tried && m->pack.mode != MODEL_PACK_OFF) {
+        m->pack.tried = true;
+        ci_kernels_init();
+        const bool lazy = m->pack.mode == MODEL_PACK_LAZY;
+        m->pack.first = pack_some(m, tp, lazy);
+        int floats = 0;
+        if (lazy)
+            each_tensor(m, count_float_matrix, &floats);
+        pthread_mutex_lock(&m->pack.gate);
+        m->pack.waiting = floats > 0;
+        pthread_mutex_unlock(&m->pack.gate);
     }
-    // Every decode step streams the whole buffer: on huge pages, measured 4-12% faster single-token decode
-    // (bench/RESULTS.md).
-    size_t huge = ci_mem_advise_huge(m->packed, plan.bytes);
-    plan.at = m->packed;
-    each_tensor(m, pack, &plan);
-    CI_LOG_INFO("packed %d weight matrices (%.1f MiB%s) for the %s kernels", plan.n,
-                (double)plan.bytes / (1024.0 * 1024.0), huge ? ", huge pages asked" : "", ci_kernels_isa());
-done:
     pthread_mutex_unlock(&pack_lock);
+}
+
+void model_pass_begin(const struct model *cm, struct ci_threadpool *tp) {
+    struct model_packing *g = &((struct model *)(uintptr_t)cm)->pack;
+    pthread_mutex_lock(&g->gate);
+    if (g->waiting && g->passed && !g->packing) { // this pass packs, once the others are done
+        g->packing = true;
+        while (g->running > 0)
+            pthread_cond_wait(&g->changed, &g->gate);
+        pthread_mutex_unlock(&g->gate);
+        pthread_mutex_lock(&pack_lock);
+        g->later = pack_some((struct model *)(uintptr_t)cm, tp, false);
+        pthread_mutex_unlock(&pack_lock);
+        pthread_mutex_lock(&g->gate);
+        g->packing = g->waiting = false;
+        pthread_cond_broadcast(&g->changed);
+    }
+    while (g->packing)
+        pthread_cond_wait(&g->changed, &g->gate);
+    g->running++;
+    pthread_mutex_unlock(&g->gate);
+}
+
+void model_pass_end(const struct model *cm) {
+    struct model_packing *g = &((struct model *)(uintptr_t)cm)->pack;
+    pthread_mutex_lock(&g->gate);
+    g->passed = true;
+    if (--g->running == 0)
+        pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&g->gate);
 }

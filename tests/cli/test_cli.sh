@@ -105,6 +105,27 @@ expect kv_type_bad_bench_kernels 2 "--kv-type" "$BIN" bench kernels -m "$M/stori
 expect kv_type_bad_logits 2 "--kv-type" "$BIN" logits -m "$M/stories260K.gguf" --tokens 1,2 -o "$T/l.f32" --kv-type x
 expect kv_type_bad_info 2 "--kv-type" "$BIN" info -m "$M/stories260K.gguf" --kv-type ""
 expect kv_type_bad_calc 2 "--kv-type" "$BIN" calc --preset tiny --kv-type f64
+# When the weights are packed for the kernels (--pack lazy|eager|off): bad names are usage errors; on an F16
+# model every mode generates the same greedy tokens (packed kernels keep the file layout's bits), a lazy run of
+# one token packs nothing (no copy before its first token) and an eager one packs before it.
+expect pack_bad_run 2 "--pack: 'later' is not one of lazy, eager, off" "$BIN" run -m "$M/stories260K.gguf" --pack later
+expect pack_bad_serve 2 "--pack" "$BIN" serve -m "$M/stories260K.gguf" --pack ""
+"$BIN" synth --preset tiny --type f16 --seed 2 -o "$T/tiny-f16.gguf" >/dev/null 2>&1
+pk_lazy=$("$BIN" run -m "$T/tiny-f16.gguf" -p "hello world" -n 24 --temp 0 --ids 2>/dev/null)
+pk_eager=$("$BIN" run -m "$T/tiny-f16.gguf" -p "hello world" -n 24 --temp 0 --ids --pack eager 2>/dev/null)
+pk_off=$("$BIN" run -m "$T/tiny-f16.gguf" -p "hello world" -n 24 --temp 0 --ids --pack off 2>/dev/null)
+[ -n "$pk_lazy" ] && [ "$pk_lazy" = "$pk_eager" ] && [ "$pk_lazy" = "$pk_off" ] && pass pack_modes_same_tokens ||
+    fail pack_modes_same_tokens "lazy '$pk_lazy' / eager '$pk_eager' / off '$pk_off'"
+pk_one=$(CINFER_LOG=info "$BIN" run -m "$T/tiny-f16.gguf" -p "hello world" -n 1 2>&1 >/dev/null)
+pk_one_eager=$(CINFER_LOG=info "$BIN" run -m "$T/tiny-f16.gguf" -p "hello world" -n 1 --pack eager 2>&1 >/dev/null)
+pk_two=$(CINFER_LOG=info "$BIN" run -m "$T/tiny-f16.gguf" -p "hello world" -n 2 2>&1 >/dev/null)
+if ! grep -q "packed [0-9]* weight matrices" <<<"$pk_one_eager"; then
+    pass pack_lazy_one_token # the scalar kernels (CINFER_NO_SIMD) have no F16 layout: nothing to check
+elif ! grep -q "packed [0-9]* weight matrices" <<<"$pk_one" && grep -q "packed [0-9]* weight matrices" <<<"$pk_two"; then
+    pass pack_lazy_one_token
+else
+    fail pack_lazy_one_token "one token: '$(grep packed <<<"$pk_one")', two: '$(grep packed <<<"$pk_two")'"
+fi
 expect kv_type_q8_0_head_dim 1 "q8_0 needs head_dim a multiple of 32 (head_dim is 8)" \
     "$BIN" run -m "$M/stories260K.gguf" -n 4 --kv-type q8_0
 out=$("$BIN" run -m "$M/stories260K.gguf" -n 30 --temp 0 --kv-type f16 2>"$T/err")

@@ -113,6 +113,11 @@ TEST(load_errors) {
     CHECK(cinfer_model_load(test_model_path(p, sizeof p, "ggml-vocab/ggml-vocab-gpt-2.gguf"), NULL, &m,
                             &err) == CINFER_ERR_FORMAT);
     CHECK(m == NULL);
+    // A pack mode that is none of the enum's.
+    struct cinfer_load_options lo = {.pack = (enum cinfer_pack)7};
+    CHECK(cinfer_model_load_with(test_model_path(p, sizeof p, "stories260K.gguf"), &lo, &m, &err) ==
+              CINFER_ERR_INVALID &&
+          m == NULL && strstr(err.message, "pack mode 7") != NULL);
 }
 
 /* The KV element type option: default f32; f16 halves the bytes per token; unknown names and q8_0 on

@@ -8,6 +8,7 @@
 #include "test_util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "kernels/kernels.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "model/pack.h"
 #include "model/synth.h"
 
 #define MAX_SEQ      5
@@ -52,6 +54,7 @@ struct seq_spec {
 
 static struct model *model;
 static uint32_t kv_type; // the KV element type run() uses
+static bool lazy_check;  // run() fails if the first pass ran with layer 0's wq packed
 static struct seq_spec specs[MAX_SEQ];
 
 /* Greedy-decodes N_STEPS tokens for every sequence; copies sequence 0's logits at every step into out0
@@ -137,6 +140,10 @@ static int run(const struct run_cfg *cfg, float *out0) {
         int rows;
         if (forward_batch(fwd, &b, layers, &logits, &rows, &err) != CI_OK) {
             printf("forward: %s\n", err.msg);
+            goto done;
+        }
+        if (lazy_check && step0 == 0 && model->weights.layers[0].wq.packed) {
+            printf("a lazy model's first pass ran on packed matrices\n");
             goto done;
         }
         int r = 0;
@@ -350,6 +357,75 @@ TEST(invariance_moe) {
     }
 }
 
+/* A lazy model (MODEL_PACK_LAZY) runs its first pass from the file's F16 rows and packs them before its second:
+ * its logits are bit-identical to an eager model's (packed before the first pass) and to one never packed,
+ * also when two forwards decode on the lazy model at once (the packing waits for no pass to run). */
+struct lazy_run {
+    float *out;
+    int rc;
+};
+
+static void *lazy_run_thread(void *arg) {
+    struct lazy_run *r = arg;
+    struct run_cfg cfg = {1, 16, 3, 0};
+    r->rc = run(&cfg, r->out);
+    return NULL;
+}
+
+TEST(lazy_float_packing) {
+    char path[512];
+    test_tmp_path(path, sizeof path, "tiny-f16.gguf");
+    struct ci_err err = {0};
+    if (synth_write("tiny", CI_TYPE_F16, 5, path, &err) != CI_OK) {
+        TEST_FAILF("synth tiny F16: %s", err.msg);
+        return;
+    }
+    static const enum model_pack_mode modes[] = {MODEL_PACK_EAGER, MODEL_PACK_OFF, MODEL_PACK_LAZY,
+                                                 MODEL_PACK_LAZY};
+    float *logits[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        if (model_load(path, &model, &err) != CI_OK) {
+            TEST_FAILF("load: %s", err.msg);
+            break;
+        }
+        model->pack.mode = modes[i];
+        make_specs(model->config.n_vocab);
+        const struct ci_tensor *wq = &model->weights.layers[0].wq;
+        const bool packable = ci_pack_bytes(wq) > 0; // the selected kernels have a layout for F16
+        if (i == 0)
+            printf("  F16 packed for the %s kernels: %s\n", ci_kernels_isa(), packable ? "yes" : "no");
+        model_pack_weights(model, NULL);
+        CHECK(!wq->packed == (modes[i] != MODEL_PACK_EAGER || !packable));
+        size_t n = (size_t)N_STEPS * model->config.n_vocab;
+        struct lazy_run r[2] = {{ci_malloc(n * sizeof(float)), 1}, {ci_malloc(n * sizeof(float)), 1}};
+        if (i < 3) {
+            lazy_check = modes[i] == MODEL_PACK_LAZY;
+            lazy_run_thread(&r[0]);
+            lazy_check = false;
+            r[1].rc = 0;
+        } else { // two forwards on one lazy model at once
+            pthread_t th[2];
+            for (int t = 0; t < 2; t++)
+                pthread_create(&th[t], NULL, lazy_run_thread, &r[t]);
+            for (int t = 0; t < 2; t++)
+                pthread_join(th[t], NULL);
+            if (r[1].rc == 0 && memcmp(r[0].out, r[1].out, n * sizeof(float)) != 0)
+                TEST_FAILF("two concurrent forwards on a lazy model: logits differ");
+        }
+        CHECK(r[0].rc == 0 && r[1].rc == 0);
+        CHECK(!wq->packed == (modes[i] == MODEL_PACK_OFF || !packable)); // lazy: packed after the first pass
+        logits[i] = r[0].out;
+        ci_free(r[1].out);
+        if (i > 0 && memcmp(logits[0], logits[i], n * sizeof(float)) != 0)
+            TEST_FAILF("%s model: logits differ from the eager model's", i == 1 ? "never packed" : "lazy");
+        model_free(model);
+        model = NULL;
+    }
+    for (int i = 0; i < 4; i++)
+        ci_free(logits[i]);
+    unlink(path);
+}
+
 TEST(bad_batches_rejected) {
     struct ci_err err = {0};
     struct model *m = test_load_model("stories260K.gguf");
@@ -493,6 +569,7 @@ int main(int argc, char **argv) {
     RUN(invariance_tiny_kv_types);
     RUN(invariance_long_context_threads);
     RUN(invariance_moe);
+    RUN(lazy_float_packing);
     RUN(bad_batches_rejected);
     RUN(encoder_batches);
     return test_exit_code();
