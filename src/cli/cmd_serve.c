@@ -171,7 +171,7 @@ static void serve_specs(struct serve_config *c, struct arg_spec *specs) {
 static int serve_parse(int argc, char **argv, struct serve_config *c) {
     memset(c, 0, sizeof *c);
     engine_args_init(&c->ea);
-    c->ea.pack_mode = CINFER_PACK_EAGER; // packed before it listens: no request waits for it
+    c->ea.pack_mode = CINFER_PACK_EAGER; // packed while it loads, before it is ready: no request waits
     struct arg_spec specs[SERVE_N_SPECS + ENGINE_ARGS_N_SPECS];
     serve_specs(c, specs);
     engine_args_specs(&c->ea, specs + SERVE_N_SPECS);
