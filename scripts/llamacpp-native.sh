@@ -10,6 +10,7 @@
 # Idempotent: an existing build of the bundle's commit is reused.  Prints the directory holding the binaries.
 # Environment: CINFER_LLAMACPP_JOBS (default 2) parallel compile jobs.
 set -u
+ARGS=("$@")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SERVER=0
 if [ "${1:-}" = --server ]; then
@@ -31,7 +32,17 @@ if [ "$SERVER" -eq 1 ]; then
 fi
 # CINFER_LLAMACPP_NO_AMX=1 builds without ggml's AMX kernels, in a build directory of its own: on a 2-vCPU
 # Xeon VM that reports AMX, the native build's llama-bench died with a general protection fault at its first
-# ldtilecfg (ggml_backend_amx_mul_mat), though a lone ldtilecfg with the same configuration runs there.
+# ldtilecfg (ggml_backend_amx_mul_mat), though a lone ldtilecfg with the same configuration runs there.  So on
+# a CPU that reports AMX the native benchmark build is checked once (llama-bench over a tiny Q8_0 model made by
+# build/release/cinfer, when that exists); if it dies from a signal, the verdict is kept in AMX_CHECK and this
+# and every later call (--server too) build and use the AMX-free directory instead.
+AMX_CHECK=$DIR/.cinfer-amx-check # "<commit> faults" or "<commit> ok"
+amx_cpu() { grep -qw amx_tile /proc/cpuinfo 2>/dev/null; }
+if [ "${CINFER_LLAMACPP_NO_AMX:-0}" != 1 ] && [ "${CINFER_LLAMACPP_AVX2:-0}" != 1 ] && amx_cpu &&
+    grep -q ' faults$' "$AMX_CHECK" 2>/dev/null; then
+    echo "llamacpp-native: this CPU's AMX faults in llama.cpp ($AMX_CHECK): the build without AMX" >&2
+    CINFER_LLAMACPP_NO_AMX=1
+fi
 AMX_FLAGS=()
 if [ "${CINFER_LLAMACPP_NO_AMX:-0}" = 1 ]; then
     AMX_FLAGS=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -73,7 +84,28 @@ have_all() {
         [ -x "$BIN/$t" ] || return 1
     done
 }
+# The AMX check of the native benchmark build (above); a fault re-runs this script, which then takes the
+# AMX-free directory.
+amx_check() {
+    [ "$SERVER" -eq 0 ] && [ "${CINFER_LLAMACPP_NO_AMX:-0}" != 1 ] && [ "${CINFER_LLAMACPP_AVX2:-0}" != 1 ] &&
+        amx_cpu || return 0
+    grep -q "^$COMMIT " "$AMX_CHECK" 2>/dev/null && return 0
+    local cinfer=$ROOT/build/release/cinfer model=$BUILD/amx-check.gguf rc
+    [ -x "$cinfer" ] || return 0
+    "$cinfer" synth --preset tiny --type q8_0 --seed 1 -o "$model" >/dev/null 2>&1 || return 0
+    # in a shell of its own, whose "Segmentation fault" report goes to the log too
+    bash -c '"$@"; exit $?' check "$BIN/llama-bench" -m "$model" -p 16 -n 0 -r 1 -t 1 >"$BUILD.amx-check.log" 2>&1
+    rc=$?
+    if [ "$rc" -gt 128 ]; then
+        echo "$COMMIT faults" >"$AMX_CHECK"
+        echo "llamacpp-native: llama-bench died from signal $((rc - 128)) in its AMX kernels" \
+            "($BUILD.amx-check.log): building without AMX" >&2
+        CINFER_LLAMACPP_NO_AMX=1 exec "$0" "${ARGS[@]}"
+    fi
+    echo "$COMMIT ok" >"$AMX_CHECK"
+}
 if have_all && [ -f "$BUILD/.cinfer-commit" ] && [ "$(cat "$BUILD/.cinfer-commit")" = "$COMMIT" ]; then
+    amx_check
     echo "$BIN"
     exit 0
 fi
@@ -100,4 +132,5 @@ cmake --build "$BUILD" --config Release --target "${TARGETS[@]}" -j"$JOBS" >"$BU
     { tail -30 "$BUILD.build.log" >&2; die "build failed (log: $BUILD.build.log)"; }
 have_all || die "build finished without ${TARGETS[*]} in $BIN"
 echo "$COMMIT" >"$BUILD/.cinfer-commit"
+amx_check
 echo "$BIN"
