@@ -357,9 +357,10 @@ TEST(invariance_moe) {
     }
 }
 
-/* A lazy model (MODEL_PACK_LAZY) runs its first pass from the file's F16 rows and packs them before its second:
- * its logits are bit-identical to an eager model's (packed before the first pass) and to one never packed,
- * also when two forwards decode on the lazy model at once (the packing waits for no pass to run). */
+/* A lazy model (MODEL_PACK_LAZY) runs its first pass from the file's F16 (BF16) rows and packs them before
+ * its second: its logits are bit-identical to an eager model's (packed before the first pass) and to one
+ * never packed, also when two forwards decode on the lazy model at once (the packing waits for the passes
+ * under way, and new ones wait for it). */
 struct lazy_run {
     float *out;
     int rc;
@@ -372,12 +373,12 @@ static void *lazy_run_thread(void *arg) {
     return NULL;
 }
 
-TEST(lazy_float_packing) {
+static void check_lazy_packing(uint32_t type) {
     char path[512];
-    test_tmp_path(path, sizeof path, "tiny-f16.gguf");
+    test_tmp_path(path, sizeof path, "tiny-float.gguf");
     struct ci_err err = {0};
-    if (synth_write("tiny", CI_TYPE_F16, 5, path, &err) != CI_OK) {
-        TEST_FAILF("synth tiny F16: %s", err.msg);
+    if (synth_write("tiny", type, 5, path, &err) != CI_OK) {
+        TEST_FAILF("synth tiny %s: %s", ci_type_name(type), err.msg);
         return;
     }
     static const enum model_pack_mode modes[] = {MODEL_PACK_EAGER, MODEL_PACK_OFF, MODEL_PACK_LAZY,
@@ -391,9 +392,10 @@ TEST(lazy_float_packing) {
         model->pack.mode = modes[i];
         make_specs(model->config.n_vocab);
         const struct ci_tensor *wq = &model->weights.layers[0].wq;
-        const bool packable = ci_pack_bytes(wq) > 0; // the selected kernels have a layout for F16
+        const bool packable = ci_pack_bytes(wq) > 0; // the selected kernels have a layout for the type
         if (i == 0)
-            printf("  F16 packed for the %s kernels: %s\n", ci_kernels_isa(), packable ? "yes" : "no");
+            printf("  %s packed for the %s kernels: %s\n", ci_type_name(type), ci_kernels_isa(),
+                   packable ? "yes" : "no");
         model_pack_weights(model, NULL);
         CHECK(!wq->packed == (modes[i] != MODEL_PACK_EAGER || !packable));
         size_t n = (size_t)N_STEPS * model->config.n_vocab;
@@ -410,20 +412,26 @@ TEST(lazy_float_packing) {
             for (int t = 0; t < 2; t++)
                 pthread_join(th[t], NULL);
             if (r[1].rc == 0 && memcmp(r[0].out, r[1].out, n * sizeof(float)) != 0)
-                TEST_FAILF("two concurrent forwards on a lazy model: logits differ");
+                TEST_FAILF("%s: two concurrent forwards on a lazy model: logits differ", ci_type_name(type));
         }
         CHECK(r[0].rc == 0 && r[1].rc == 0);
         CHECK(!wq->packed == (modes[i] == MODEL_PACK_OFF || !packable)); // lazy: packed after the first pass
         logits[i] = r[0].out;
         ci_free(r[1].out);
         if (i > 0 && memcmp(logits[0], logits[i], n * sizeof(float)) != 0)
-            TEST_FAILF("%s model: logits differ from the eager model's", i == 1 ? "never packed" : "lazy");
+            TEST_FAILF("%s: %s model: logits differ from the eager model's", ci_type_name(type),
+                       i == 1 ? "never packed" : "lazy");
         model_free(model);
         model = NULL;
     }
     for (int i = 0; i < 4; i++)
         ci_free(logits[i]);
     unlink(path);
+}
+
+TEST(lazy_float_packing) {
+    check_lazy_packing(CI_TYPE_F16);
+    check_lazy_packing(CI_TYPE_BF16);
 }
 
 TEST(bad_batches_rejected) {
