@@ -30,8 +30,8 @@ void engine_args_specs(struct engine_args *a, struct arg_spec *out);
 /* After parsing: checks the names and resolves the sizes into a->o.  Prints the error and returns false on
  * bad values. */
 bool engine_args_finish(const char *cmd, struct engine_args *a);
-/* --spec draft: loads the --draft-model file (packed as the model: pack_mode) into a->o.draft_model (true with nothing to do otherwise).
- * engine_args_free frees it after the engine. */
+/* --spec draft: loads the --draft-model file (packed as the model: pack_mode) into a->o.draft_model (true
+ * with nothing to do otherwise).  engine_args_free frees it after the engine. */
 bool engine_args_load_draft(struct engine_args *a, struct cinfer_error *err);
 void engine_args_free(struct engine_args *a);
 /* The start-up line about the KV pool ("cinfer CMD: KV pool ..."): its size, blocks, the tokens it holds, the
