@@ -1245,11 +1245,7 @@ static void draft_pass(struct engine *e, struct pass *ps) {
             struct eseq *q = (struct eseq *)e->b_row_seq[r];
             if (q->d_k == 0)
                 continue;
-            const float *row = logits + (size_t)r * n_vocab;
-            int best = 0;
-            for (int i = 1; i < n_vocab; i++)
-                best = row[i] > row[best] ? i : best;
-            q->s.tokens[q->s.n_tokens + q->s.n_draft++] = best;
+            q->s.tokens[q->s.n_tokens + q->s.n_draft++] = ci_argmax(logits + (size_t)r * n_vocab, n_vocab);
         }
     }
     ps->n_tokens = ps->n_rows = ps->n_seqs = 0;
