@@ -41,13 +41,13 @@ AI __m512 widen_rows(uint32_t type, const uint8_t *p) {
 }
 
 /* G whole 16-row groups from gp (each group_bytes long) times tokens [t, t + nt) of one CI_PK_FLOAT_TOKENS
- * block (xb: the block's permuted activations); TN >= nt.  Each residue's pass leaves its sums in part; the
+ * block (xb: the block's permuted activations); TN == nt.  Each residue's pass leaves its sums in part; the
  * 16 then meet as hsum16 pairs lanes (j with j + 8, then + 4, + 2, + 1). */
 AI void fptile(uint32_t type, const int G, const int TN, const struct ci_mm *m, const uint8_t *gp,
                size_t group_bytes, int64_t r, const float *xb, int t, int nt, enum ci_prefetch pf) {
     const int64_t n_units = m->n_in / 16;
     const size_t pass_bytes = (size_t)n_units * 32;
-    xb += t % CI_PK_FLOAT_TOKENS;     // token t + k at xb[k] (k >= nt: another value, discarded)
+    xb += t % CI_PK_FLOAT_TOKENS;     // token t + k at xb[k]
     _Alignas(64) __m512 part[16][24]; // [residue][G * TN <= 24]
     for (int j = 0; j < 16; j++) {
         const uint8_t *w[4];
@@ -152,30 +152,47 @@ typedef void (*fptile_fn)(const struct ci_mm *m, const uint8_t *gp, size_t group
                                         int64_t r, const float *xb, int t, int nt, enum ci_prefetch pf) {    \
         fptile(T, G, TN, m, gp, group_bytes, r, xb, t, nt, pf);                                              \
     }
-// Tiles of G groups x TN tokens: 4 groups up to 6 tokens (4 to 24 accumulators: one token's FMAs alone
-// would wait on their latency), then 2 groups up to 12; and the single groups of a panel's odd end.
+// Tiles of G groups x TN tokens, one for each token count: 4 groups up to 6 tokens (4 to 24 accumulators: one
+// token's FMAs alone would wait on their latency), then 2 groups up to 12; and the single groups of a panel's
+// odd end.
 #define FPTILES(T, name)                                                                                     \
     FPTILE(T, name, 4, 1)                                                                                    \
     FPTILE(T, name, 4, 2)                                                                                    \
     FPTILE(T, name, 4, 3)                                                                                    \
+    FPTILE(T, name, 4, 4)                                                                                    \
+    FPTILE(T, name, 4, 5)                                                                                    \
     FPTILE(T, name, 4, 6)                                                                                    \
     FPTILE(T, name, 2, 1)                                                                                    \
     FPTILE(T, name, 2, 2)                                                                                    \
     FPTILE(T, name, 2, 3)                                                                                    \
+    FPTILE(T, name, 2, 4)                                                                                    \
+    FPTILE(T, name, 2, 5)                                                                                    \
     FPTILE(T, name, 2, 6)                                                                                    \
+    FPTILE(T, name, 2, 7)                                                                                    \
+    FPTILE(T, name, 2, 8)                                                                                    \
     FPTILE(T, name, 2, 9)                                                                                    \
+    FPTILE(T, name, 2, 10)                                                                                   \
+    FPTILE(T, name, 2, 11)                                                                                   \
     FPTILE(T, name, 2, 12)                                                                                   \
     FPTILE(T, name, 1, 1)                                                                                    \
     FPTILE(T, name, 1, 2)                                                                                    \
     FPTILE(T, name, 1, 3)                                                                                    \
+    FPTILE(T, name, 1, 4)                                                                                    \
+    FPTILE(T, name, 1, 5)                                                                                    \
     FPTILE(T, name, 1, 6)                                                                                    \
+    FPTILE(T, name, 1, 7)                                                                                    \
+    FPTILE(T, name, 1, 8)                                                                                    \
     FPTILE(T, name, 1, 9)                                                                                    \
+    FPTILE(T, name, 1, 10)                                                                                   \
+    FPTILE(T, name, 1, 11)                                                                                   \
     FPTILE(T, name, 1, 12)                                                                                   \
-    /* [groups 4, 2, 1][token class: 1, 2, 3, <= 6, <= 9, <= 12] (4 groups: up to 6 tokens) */               \
-    static const fptile_fn name##_fptiles[3][6] = {                                                          \
-        {name##_g4t1, name##_g4t2, name##_g4t3, name##_g4t6, NULL, NULL},                                    \
-        {name##_g2t1, name##_g2t2, name##_g2t3, name##_g2t6, name##_g2t9, name##_g2t12},                     \
-        {name##_g1t1, name##_g1t2, name##_g1t3, name##_g1t6, name##_g1t9, name##_g1t12}};
+    /* [groups 4, 2, 1][token class: nt - 1] (4 groups: up to 6 tokens) */                                   \
+    static const fptile_fn name##_fptiles[3][CI_PK_FLOAT_TOKENS] = {                                         \
+        {name##_g4t1, name##_g4t2, name##_g4t3, name##_g4t4, name##_g4t5, name##_g4t6},                      \
+        {name##_g2t1, name##_g2t2, name##_g2t3, name##_g2t4, name##_g2t5, name##_g2t6, name##_g2t7,          \
+         name##_g2t8, name##_g2t9, name##_g2t10, name##_g2t11, name##_g2t12},                                \
+        {name##_g1t1, name##_g1t2, name##_g1t3, name##_g1t4, name##_g1t5, name##_g1t6, name##_g1t7,          \
+         name##_g1t8, name##_g1t9, name##_g1t10, name##_g1t11, name##_g1t12}};
 
 FPTILES(CI_TYPE_F16, f16)
 FPTILES(CI_TYPE_BF16, bf16)
@@ -208,7 +225,7 @@ T512 static void widened_packed(const struct ci_mm *m, int64_t r0, int64_t re, i
  * cache (only the first one streams them from memory, prefetching); rows past the last whole group go to the
  * row kernel (they stay in the file's layout). */
 T512 static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1,
-                               const fptile_fn (*tiles)[6]) {
+                               const fptile_fn (*tiles)[CI_PK_FLOAT_TOKENS]) {
     const int64_t packed_rows = m->n_out / CI_PK_ROWS * CI_PK_ROWS;
     const int64_t re = r1 < packed_rows ? r1 : packed_rows;
     const size_t group_bytes = (size_t)m->n_in * CI_PK_ROWS * 2;
@@ -225,7 +242,7 @@ T512 static void fpanel_packed(const struct ci_mm *m, int64_t r0, int64_t r1, in
             const int nt = ci_pk_float_block_tokens(t, t1);
             const float *xb = m->xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)m->n_in;
             const int cls = ci_pk_float_tile_class(nt);
-            const int gi = g == 4 && cls <= 3 ? 0 : g >= 2 ? 1 : 2;
+            const int gi = g == 4 && nt <= 6 ? 0 : g >= 2 ? 1 : 2;
             const int gn = gi == 0 ? 4 : gi == 1 ? 2 : 1;
             for (int k = 0; k < g; k += gn) // 4 groups over a wide token block: as two 2-group tiles
                 tiles[gi][cls](m, gp + (size_t)k * group_bytes, group_bytes, r + (int64_t)k * CI_PK_ROWS, xb,

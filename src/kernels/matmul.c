@@ -190,7 +190,6 @@ static void permute_activations(struct ci_threadpool *tp, int residues, const fl
                           (n_tok + QUANT_TOKENS_PER_TASK - 1) / QUANT_TOKENS_PER_TASK);
     else
         ci_pk_float_act(residues, x, n_in, 0, n_tok, xp);
-    ci_pk_float_act_pad(n_in, n_tok, xp);
 }
 
 /* One matrix of a matmul job: its kernel, operands and how its output is cut into tasks. */

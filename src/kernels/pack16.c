@@ -40,25 +40,12 @@ void ci_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int64_t 
 
 size_t ci_pk_float_act_bytes(int64_t n_in, int n_tok) {
     const size_t blocks = ((size_t)n_tok + CI_PK_FLOAT_TOKENS - 1) / CI_PK_FLOAT_TOKENS;
-    return blocks * CI_PK_FLOAT_TOKENS * (size_t)n_in * sizeof(float) + CI_PK_FLOAT_PAD * sizeof(float);
+    return blocks * CI_PK_FLOAT_TOKENS * (size_t)n_in * sizeof(float);
 }
 
 /* Token t's lane of its block (element Ru + j of it: CI_PK_FLOAT_TOKENS (j n_units + u) floats further). */
 static float *act_lane(float *xp, int64_t n_in, int t) {
     return xp + (size_t)(t / CI_PK_FLOAT_TOKENS) * CI_PK_FLOAT_TOKENS * (size_t)n_in + t % CI_PK_FLOAT_TOKENS;
-}
-
-void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp) {
-    const size_t blocks = ((size_t)n_tok + CI_PK_FLOAT_TOKENS - 1) / CI_PK_FLOAT_TOKENS;
-    const size_t end = blocks * CI_PK_FLOAT_TOKENS * (size_t)n_in;
-    const int last = n_tok % CI_PK_FLOAT_TOKENS, width = last ? ci_pk_float_tile_tokens(last) : 0;
-    for (int t = n_tok; t < n_tok - last + width; t++) {
-        float *b = act_lane(xp, n_in, t);
-        for (int64_t e = 0; e < n_in; e++)
-            b[(size_t)e * CI_PK_FLOAT_TOKENS] = 0.0f;
-    }
-    for (size_t i = 0; i < CI_PK_FLOAT_PAD; i++)
-        xp[end + i] = 0.0f;
 }
 
 void ci_pk_float_act(int residues, const float *x, int64_t n_in, int t0, int t1, float *xp) {

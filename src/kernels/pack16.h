@@ -71,13 +71,10 @@ void ci_pk_float_rows(int residues, const uint8_t *w, size_t row_bytes, int64_t 
                       uint8_t *dst);
 /* The activations that matmul reads, in the same order (struct ci_mm.xp): per block of CI_PK_FLOAT_TOKENS
  * tokens (t / CI_PK_FLOAT_TOKENS), for each residue j, for each unit u, the block's tokens' element Ru + j
- * side by side (CI_PK_FLOAT_TOKENS floats; in the last block, the lanes past the batch that its tile reads
- * are zeros, ci_pk_float_act_pad).  A tile's broadcasts then walk one residue's values in order instead of
- * touching a cache line of every token per value. */
+ * side by side (CI_PK_FLOAT_TOKENS floats; in the last block, the lanes past the batch are never read).  A
+ * tile's broadcasts then walk one residue's values in order instead of touching a cache line of every token
+ * per value. */
 #define CI_PK_FLOAT_TOKENS 12
-/* A tile reads its tokens' lanes at fixed offsets from the first: a narrow token group near a block's end
- * reads (and discards) lanes of the next unit, or up to this many floats past the last block. */
-#define CI_PK_FLOAT_PAD 16
 size_t ci_pk_float_act_bytes(int64_t n_in, int n_tok);
 /* Prefill over packed float rows (a batch of more than the CPU's f16_widen_min_tokens) on the AVX-512 table
  * (R = 16) widens row blocks of at most this many bytes back to F32 rows and runs the F32 tiles, which read
@@ -89,22 +86,17 @@ static inline bool ci_pk_float_widens(int residues, int64_t n_in, int n_tok) {
 }
 /* Tokens [t0, t1) of x [n_tok][n_in] (n_in a multiple of 16) into their places in xp, for R residues. */
 void ci_pk_float_act(int residues, const float *x, int64_t n_in, int t0, int t1, float *xp);
-/* The token lanes a tile over nt tokens of a block reads (its width: 1, 2, 3, 6, 9 or 12), and the index of
- * that width among them (the packed matmuls' tile tables). */
-static inline int ci_pk_float_tile_tokens(int nt) {
-    return nt <= 3 ? nt : nt <= 6 ? 6 : nt <= 9 ? 9 : CI_PK_FLOAT_TOKENS;
-}
+/* The packed matmuls' tile tables hold a tile for each token count of a block, 1 to CI_PK_FLOAT_TOKENS: a tile
+ * over nt tokens reads exactly their lanes (a wider tile's extra products would be wasted work, and a
+ * speculative verification's k + 1 tokens take any count). */
 static inline int ci_pk_float_tile_class(int nt) {
-    return nt <= 3 ? nt - 1 : nt <= 6 ? 3 : nt <= 9 ? 4 : 5;
+    return nt - 1;
 }
 /* The tokens from t (before t1) that share t's block: one tile's worth. */
 static inline int ci_pk_float_block_tokens(int t, int t1) {
     const int rest = CI_PK_FLOAT_TOKENS - t % CI_PK_FLOAT_TOKENS;
     return t1 - t < rest ? t1 - t : rest;
 }
-/* Zeros the lanes of the last block that its tile reads past the batch's last token, and the padding after
- * the block (finite values, discarded). */
-void ci_pk_float_act_pad(int64_t n_in, int n_tok, float *xp);
 /* Packs the groups [g0, g1) of the rows at w (row_bytes apart) where the whole packing starts at dst (the
  * types of ci_pk_bytes). */
 void ci_pk_rows(uint32_t type, const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t g0, int64_t g1,

@@ -876,8 +876,10 @@ static void packed_case_table(int64_t n_in, bool extreme) {
             ci_pack_part(&w, parts, edges[k], edges[k + 1]);
         CHECK1(ci_pack_rows() == 16 && memcmp(parts, packed, pb) == 0);
         ci_free_aligned(parts);
+        // 1-4 decode, 9, 14, 19; F16/BF16 every count (their tiles: one per count of a 12-token block)
+        const bool every = type == CI_TYPE_F16 || type == CI_TYPE_BF16;
         for (int p = 0; p < 3; p++)
-            for (int n_tok = 1; n_tok <= max_tok; n_tok += (n_tok < 4 ? 1 : 5)) { // 1-4 decode, 9, 14, 19
+            for (int n_tok = 1; n_tok <= max_tok; n_tok += (n_tok < 4 || every ? 1 : 5)) {
                 size_t wb = ci_matmul_work_bytes(type, n_in, n_tok);
                 uint8_t *work = ci_malloc_aligned(wb);
                 for (int64_t i = 0; i < (int64_t)n_tok * n_out; i++)
@@ -925,6 +927,56 @@ TEST(matmul_packed_equals_dot) {
     }
     ci_kernels_force_decode_prefetch(-1);
     ci_kernels_force_f16_widen(-1);
+}
+
+/* The packed F16/BF16 matmuls have a register tile for each token count of a 12-token block, over one, two
+ * or four 16-row groups: every count from 1 to 25 (two whole blocks and one token) on a matrix whose tasks
+ * hold several groups (one thread: 64 rows a task; two: 32) gives ci_dot's bits in every table. */
+TEST(matmul_packed_float_every_tile) {
+    const int64_t n_in = 160, n_out = 16 * 24 + 7;
+    const int max_tok = 25;
+    struct ci_threadpool *pool2 = NULL;
+    ASSERT_STATUS(ci_threadpool_create(2, &pool2, NULL), CI_OK);
+    struct ci_rng r;
+    ci_rng_seed(&r, 47);
+    float *x = ci_malloc((size_t)(max_tok * n_in) * sizeof(float));
+    float *y = ci_malloc((size_t)(max_tok * n_out) * sizeof(float));
+    fill_normal(&r, x, max_tok * n_in, 1.0);
+    const uint32_t types[] = {CI_TYPE_F16, CI_TYPE_BF16};
+    for (int ti = 0; ti < n_tables; ti++) {
+        if (!tables[ti]->mm_packed[CI_TYPE_F16])
+            continue;
+        ci_kernels_force_table(tables[ti]);
+        for (int k = 0; k < 2; k++) {
+            struct ci_tensor w = make_weights(&r, types[k], n_in, n_out);
+            uint8_t *packed = ci_malloc_aligned(ci_pack_bytes(&w));
+            ci_pack(&w, packed);
+            w.packed = packed;
+            for (int p = 0; p < 2; p++)
+                for (int n_tok = 1; n_tok <= max_tok; n_tok++) {
+                    uint8_t *work = ci_malloc_aligned(ci_matmul_work_bytes(types[k], n_in, n_tok));
+                    for (int64_t i = 0; i < (int64_t)n_tok * n_out; i++)
+                        y[i] = NAN;
+                    ci_matmul(p ? pool2 : NULL, &w, x, n_tok, y, work);
+                    for (int t = 0; t < n_tok; t++)
+                        for (int64_t o = 0; o < n_out; o++) {
+                            const void *row = (const uint8_t *)w.data + (size_t)o * w.row_bytes;
+                            float want = ci_dot(types[k], row, x + t * n_in, n_in);
+                            if (memcmp(&want, &y[t * n_out + o], sizeof want) != 0)
+                                FAIL_FIRST(
+                                    "%s: packed %s t=%d o=%lld threads %d n_tok %d differs from ci_dot",
+                                    tables[ti]->isa, ci_type_name(types[k]), t, (long long)o, p + 1, n_tok);
+                        }
+                    ci_free_aligned(work);
+                }
+            ci_free_aligned(packed);
+            ci_free((void *)(uintptr_t)w.data);
+        }
+    }
+    ci_kernels_force_table(NULL);
+    ci_threadpool_free(pool2);
+    ci_free(x);
+    ci_free(y);
 }
 
 /* The tables pack F16/BF16 rows with 16-bit transposes (fpack_avx2.c); the bytes are those of the layout's
@@ -1000,15 +1052,14 @@ TEST(f32_to_f16_row_matches_scalar) {
 
 TEST(matmul_work_bytes) {
     CHECK1(ci_matmul_work_bytes(CI_TYPE_F32, 4096, 512) == 0);
-    // F16/BF16: the SIMD tables' packed rows read the activations permuted into blocks of 12 tokens, and
-    // 16 floats of padding that tiles may read and discard
+    // F16/BF16: the SIMD tables' packed rows read the activations permuted into blocks of 12 tokens (a tile
+    // reads its own tokens' lanes only: no padding)
     for (int t = 0; t < n_tables; t++) {
         ci_kernels_force_table(tables[t]);
         const bool packs = tables[t]->mm_packed[CI_TYPE_F16] != NULL;
         CHECK1(packs == (strcmp(tables[t]->isa, "scalar") != 0));
-        CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4096, 1) == (packs ? (12 * 4096 + 16) * sizeof(float) : 0));
-        CHECK1(ci_matmul_work_bytes(CI_TYPE_BF16, 4096, 13) ==
-               (packs ? (24 * 4096 + 16) * sizeof(float) : 0));
+        CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4096, 1) == (packs ? 12 * 4096 * sizeof(float) : 0));
+        CHECK1(ci_matmul_work_bytes(CI_TYPE_BF16, 4096, 13) == (packs ? 24 * 4096 * sizeof(float) : 0));
         CHECK1(ci_matmul_work_bytes(CI_TYPE_F16, 4100, 1) == 0); // not packed: rows of 16-unit multiples only
     }
     ci_kernels_force_table(NULL);
@@ -2075,6 +2126,7 @@ int main(int argc, char **argv) {
     RUN(matmul_bit_identical_across_threads_tiles_and_batches);
     RUN(matmul_group_equals_each_matmul);
     RUN(matmul_packed_equals_dot);
+    RUN(matmul_packed_float_every_tile);
     RUN(float_pack_equals_definition);
     RUN(f32_to_f16_row_matches_scalar);
     RUN(rope_matches_double_formula);
