@@ -148,6 +148,7 @@ struct step_metrics {
     int n_prefix_hit_tokens;
     int n_draft_tokens;         // speculative drafts verified
     int n_accepted_tokens;      // of which accepted
+    int n_draft_model_tokens;   // positions the draft model computed (following prompts, then proposing)
     int n_decode_seqs;          // decoding sequences that sampled (each emits 1 + its accepted drafts)
     int n_decode_emitted;       // tokens they emitted
     int kv_blocks_used;         // blocks referenced by sequences

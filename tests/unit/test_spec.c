@@ -217,10 +217,12 @@ enum proposer { PROP_NGRAM, PROP_ORACLE, PROP_DRAFT, PROP_NONE };
 static bool recording; // run_and_check records the outputs as the reference instead of comparing
 
 /* run_and_check's step hook: counts steps that verified drafts, and those that did so with more decoding
- * sequences than the engine's spec_max_batch allows. */
+ * sequences than the engine's spec_max_batch allows; and the draft model's positions, in prefill steps and
+ * at most in one step. */
 struct batch_watch {
     int max_batch;
     int spec_steps, over_limit;
+    int draft_in_prefill, draft_max;
 };
 static struct batch_watch *watch;
 
@@ -228,6 +230,9 @@ static void watch_step(void *ctx, const struct step_metrics *m) {
     struct batch_watch *w = ctx;
     w->spec_steps += m->n_draft_tokens > 0;
     w->over_limit += m->n_draft_tokens > 0 && m->n_decode_seqs > w->max_batch;
+    if (m->n_prefill_tokens > 0)
+        w->draft_in_prefill += m->n_draft_model_tokens;
+    w->draft_max = m->n_draft_model_tokens > w->draft_max ? m->n_draft_model_tokens : w->draft_max;
 }
 static const char *const prop_names[] = {"ngram", "oracle", "draft"};
 
@@ -494,6 +499,28 @@ TEST(greedy_identical_with_spec_max_batch) {
     struct engine *e = NULL;
     struct ci_err err = {0};
     CHECK(engine_create(model, tok, &p, &e, &err) == CI_ERR_INVALID && !e && strstr(err.msg, "batch limit"));
+}
+
+/* The draft model computes a prompt with the target's prefill, chunk by chunk: every prompt position in the
+ * prefill steps, and no step runs more draft positions than a chunk or a proposal (the first decode step
+ * once ran the whole prompt through the draft, stalling the batch). */
+TEST(draft_follows_the_prompt) {
+    const int r = 5, chunk = 7, k = 6; // request 5: the longest prompt (46 tokens), 7 prefill steps
+    struct engine_params p = base();
+    p.sched.max_batch_tokens = chunk;
+    p.spec_k = k;
+    struct batch_watch w = {.max_batch = 1};
+    watch = &w;
+    struct run_stats st;
+    bool ok = run_and_check("draft-follows-prompt", p, PROP_DRAFT, r, 1, 0, 1, &st);
+    watch = NULL;
+    ASSERT(ok);
+    check_spec_happened("draft-follows-prompt", &st, PROP_DRAFT);
+    if (w.draft_in_prefill != reqs[r].n_prompt || w.draft_max > (chunk > k + 1 ? chunk : k + 1))
+        TEST_FAILF(
+            "the draft model ran %d positions in prefill steps (prompt: %d), at most %d in a step (chunk "
+            "%d, k %d)",
+            w.draft_in_prefill, reqs[r].n_prompt, w.draft_max, chunk, k);
 }
 
 TEST(greedy_identical_for_n_samples) {
@@ -907,6 +934,7 @@ int main(int argc, char **argv) {
     RUN(greedy_identical_ending_on_eos);
     RUN(greedy_identical_with_prefix_hits_and_preemption);
     RUN(greedy_identical_for_n_samples);
+    RUN(draft_follows_the_prompt);
     RUN(greedy_identical_with_spec_max_batch);
     RUN(greedy_identical_through_backoff);
     RUN(stop_strings_and_max_tokens);
