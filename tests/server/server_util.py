@@ -64,7 +64,8 @@ class Server:
         self.port = None
         self._have_url = threading.Event()
         self._ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         if not self._have_url.wait(timeout):
             self.kill()
             raise RuntimeError("no URL from cinfer serve: " + " | ".join(self.lines[-5:]))
@@ -145,6 +146,9 @@ class Server:
         except subprocess.TimeoutExpired:
             self.kill()
             rc = None
+        if rc != 0:  # the cause in the log (a sanitizer's or libmicrohttpd's abort says why on stderr)
+            self._reader.join(2.0)
+            print(f"NOTE cinfer serve exited {rc}; its last stderr lines: " + " | ".join(self.lines[-6:]))
         return rc, time.monotonic() - t0
 
     def kill(self):
