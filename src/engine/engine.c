@@ -1330,7 +1330,6 @@ static void draft_follow_prompts(struct engine *e) {
             continue;
         if (kv_seq_reserve(e->dpool, &q->dblocks, upto) != CI_OK)
             continue; // the pool is short: propose catches up later, or the sequence decodes without drafts
-        q->d_k = 0;
         draft_add(e, &ps, q, q->d_computed, upto, false);
     }
     draft_pass(e, &ps);
