@@ -71,32 +71,105 @@ T512 void ci_avx512_attn_q8_0(const void *const *k, const void *const *v, int n,
 /* ---- the grouped f32 chunk: the AVX2 arithmetic, two 8-lane chains per 16-lane instruction ----
  * The AVX2 chunk's score of position i is reduce8 of an 8-lane FMA chain over head_dim; here the chains of
  * positions 2p and 2p + 1 run as the low and high halves of one 16-lane accumulator over a repacked K (per
- * 8 dimensions, row 2p's 8 values then row 2p + 1's), and the halves go through the same reduce8_ps,
- * scale, mask, max, exp8 and lane sum as attn_avx2.c (attn_simd8_inl.h's functions, softmax_step included).
- * The value FMAs are per dimension lane anyway, so 16 lanes at a time give the same bits. */
+ * 8 dimensions, row 2p's 8 values then row 2p + 1's).  The 16 positions' chains then take reduce8_ps's
+ * adds, the scale, mask and max, and softmax_step's exp8 and lane sum (attn_simd8_inl.h) lane for lane, on
+ * 512-bit vectors: one reduction and one exp for the whole chunk (scores16, softmax_step16).  The value FMAs
+ * are per dimension lane anyway, so 16 lanes at a time give the same bits. */
 #define AI static inline __attribute__((always_inline)) T512
 
 #include "kernels/attn_simd8_inl.h"
 
-/* Scores of positions 8h..8h+7 (kk: their 4 repacked row pairs) as the AVX2 chunk's lanes: -inf at j >= n. */
-AI __m256 scores8x2(const float *q, const float *kk, int hd, int n, float scale) {
-    __m512 z0 = _mm512_setzero_ps(), z1 = z0, z2 = z0, z3 = z0;
+/* The AVX2 chunk's reduce8 (attn_simd8_inl.h: lane sum ((v0 + v2) + (v1 + v3)) + ((v4 + v6) + (v5 + v7)))
+ * of the 8 chains of positions 0..7, z[p] holding the chains of positions 2p (low half) and 2p + 1 (high
+ * half), stopped before its last add: per 128-bit block, block 0 the low sums L = (v0 + v2) + (v1 + v3) of
+ * positions 0, 2, 4, 6, block 1 their high sums H = (v4 + v6) + (v5 + v7), blocks 2 and 3 the same of
+ * positions 1, 3, 5, 7.  The same unpack-and-add steps as reduce8_ps, on two positions' chains per
+ * instruction, so each sum is the same bits. */
+AI __m512 half_sums8(__m512 z0, __m512 z1, __m512 z2, __m512 z3) {
+    __m512 a01 = _mm512_add_ps(_mm512_unpacklo_ps(z0, z1), _mm512_unpackhi_ps(z0, z1));
+    __m512 a23 = _mm512_add_ps(_mm512_unpacklo_ps(z2, z3), _mm512_unpackhi_ps(z2, z3));
+    __m512d d01 = _mm512_castps_pd(a01), d23 = _mm512_castps_pd(a23);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(d01, d23)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(d01, d23)));
+}
+
+/* The scores of the chunk's 16 positions (kk: their 8 repacked row pairs; only the first 4 when nmax <= 8)
+ * as the AVX2 chunk computes them, in one 512-bit vector: reduce8 of each position's 8-lane FMA chain over
+ * head_dim, times scale, -inf at lanes >= n.  Eight independent chains, and one reduction for all 16
+ * positions instead of two 8-wide ones with their extracts. */
+AI __m512 scores16(const float *q, const float *kk, int hd, int n, int nmax, float scale) {
     const float *k0 = kk, *k1 = kk + 2 * hd, *k2 = kk + 4 * hd, *k3 = kk + 6 * hd;
-    for (int d = 0; d < hd; d += 8) {
-        const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q + d));
-        z0 = _mm512_fmadd_ps(qv, _mm512_load_ps(k0 + 2 * d), z0);
-        z1 = _mm512_fmadd_ps(qv, _mm512_load_ps(k1 + 2 * d), z1);
-        z2 = _mm512_fmadd_ps(qv, _mm512_load_ps(k2 + 2 * d), z2);
-        z3 = _mm512_fmadd_ps(qv, _mm512_load_ps(k3 + 2 * d), z3);
+    __m512 z0 = _mm512_setzero_ps(), z1 = z0, z2 = z0, z3 = z0, b0, b1;
+    if (nmax > 8) { // named accumulators, not an array: GCC kept an array's in memory
+        const float *k4 = kk + 8 * hd, *k5 = kk + 10 * hd, *k6 = kk + 12 * hd, *k7 = kk + 14 * hd;
+        __m512 z4 = z0, z5 = z0, z6 = z0, z7 = z0;
+        for (int d = 0; d < hd; d += 8) {
+            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q + d));
+            z0 = _mm512_fmadd_ps(qv, _mm512_load_ps(k0 + 2 * d), z0);
+            z1 = _mm512_fmadd_ps(qv, _mm512_load_ps(k1 + 2 * d), z1);
+            z2 = _mm512_fmadd_ps(qv, _mm512_load_ps(k2 + 2 * d), z2);
+            z3 = _mm512_fmadd_ps(qv, _mm512_load_ps(k3 + 2 * d), z3);
+            z4 = _mm512_fmadd_ps(qv, _mm512_load_ps(k4 + 2 * d), z4);
+            z5 = _mm512_fmadd_ps(qv, _mm512_load_ps(k5 + 2 * d), z5);
+            z6 = _mm512_fmadd_ps(qv, _mm512_load_ps(k6 + 2 * d), z6);
+            z7 = _mm512_fmadd_ps(qv, _mm512_load_ps(k7 + 2 * d), z7);
+        }
+        b0 = half_sums8(z0, z1, z2, z3);
+        b1 = half_sums8(z4, z5, z6, z7);
+    } else {
+        for (int d = 0; d < hd; d += 8) {
+            const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q + d));
+            z0 = _mm512_fmadd_ps(qv, _mm512_load_ps(k0 + 2 * d), z0);
+            z1 = _mm512_fmadd_ps(qv, _mm512_load_ps(k1 + 2 * d), z1);
+            z2 = _mm512_fmadd_ps(qv, _mm512_load_ps(k2 + 2 * d), z2);
+            z3 = _mm512_fmadd_ps(qv, _mm512_load_ps(k3 + 2 * d), z3);
+        }
+        b0 = b1 = half_sums8(z0, z1, z2, z3); // lanes 8..15 masked below (n <= nmax <= 8)
     }
-    const __m256 dv[8] = {_mm512_castps512_ps256(z0), _mm512_extractf32x8_ps(z0, 1),
-                          _mm512_castps512_ps256(z1), _mm512_extractf32x8_ps(z1, 1),
-                          _mm512_castps512_ps256(z2), _mm512_extractf32x8_ps(z2, 1),
-                          _mm512_castps512_ps256(z3), _mm512_extractf32x8_ps(z3, 1)};
-    __m256 valid =
-        _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps((float)n), _CMP_LT_OQ);
-    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_mul_ps(reduce8_ps(dv), _mm256_set1_ps(scale)),
-                            valid);
+    // L + H, as reduce8_ps's last add: lanes in the order 0 2 4 6 1 3 5 7 8 10 12 14 9 11 13 15, then put back.
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(b0, b1, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 ordered =
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), s);
+    const __mmask16 valid = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+    return _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), valid, ordered, _mm512_set1_ps(scale));
+}
+
+/* exp8 (attn_simd8_inl.h) on 16 lanes: the same operations lane by lane, so the same bits. */
+AI __m512 exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3f);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~tiny, p, _mm512_castsi512_ps(e));
+}
+
+/* softmax_step (attn_simd8_inl.h) on the 16 scores in one vector: the same max, factor, weights and lane sum,
+ * with one 16-lane exp for the weights. */
+AI float softmax_step16(__m512 sc, float *m, float *l, float *w) {
+    const __m256 sc0 = _mm512_castps512_ps256(sc), sc1 = _mm512_extractf32x8_ps(sc, 1);
+    __m256 mv = _mm256_max_ps(sc0, sc1);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
+    float c = rescale_factor(*m, mx);
+    const __m512 wv = exp16(_mm512_sub_ps(sc, _mm512_set1_ps(mx)));
+    _mm512_store_ps(w, wv);
+    *l = *l * c + hsum(_mm256_add_ps(_mm512_castps512_ps256(wv), _mm512_extractf32x8_ps(wv, 1)));
+    *m = mx;
+    return c;
 }
 
 #define PV_FMA(t, off) t = _mm512_fmadd_ps(wi, _mm512_loadu_ps(vi + (off)), t)
@@ -200,16 +273,14 @@ AI void pack_k_f16(const void *const *kr, int nmax, int hd, float *kk) {
  * factor c its accumulator is rescaled by before the value FMAs. */
 AI float softmax_row(const float *kk, const float *q, int n, int nmax, int hd, float scale, float *m,
                      float *l, float *w) {
-    __m256 sc0 = scores8x2(q, kk, hd, n, scale);
-    __m256 sc1 = nmax > 8 ? scores8x2(q, kk + 8 * (size_t)hd, hd, n - 8, scale) : _mm256_set1_ps(-INFINITY);
-    return softmax_step(sc0, sc1, m, l, w);
+    return softmax_step16(scores16(q, kk, hd, n, nmax, scale), m, l, w);
 }
 
 /* The grouped chunk on K packed by pack_k_*: scores, online softmax and the value FMAs of each row. */
 AI void grp_packed(const float *kk, const float *const *v, const int *n, int nr, int nmax,
                    const float *const *q, int hd, float scale, float *m, float *l, float *acc) {
     for (int r = 0; r < nr; r++) {
-        _Alignas(32) float w[CI_ATTN_CHUNK];
+        _Alignas(64) float w[CI_ATTN_CHUNK];
         float c = softmax_row(kk, q[r], n[r], nmax, hd, scale, &m[r], &l[r], w);
         pv_row(acc + (size_t)r * (size_t)hd, v, w, n[r], hd, c);
     }
@@ -223,53 +294,81 @@ AI void grp_packed(const float *kk, const float *const *v, const int *n, int nr,
 #define PV_ROWS  4 // rows whose accumulators one pass over the f16 V rows updates
 #define PV_SLABS 4 // 16-float slabs of head_dim per pass
 
+/* One pass of pv_rows_f16 over 16 * NS dimensions at d0 for rows [0, NR): NR and NS are constants where the
+ * callers below inline it, so the accumulators stay in registers and no guard runs per position except on
+ * [nmin, nmax), where some rows see fewer positions (the last chunk of a prompt run). */
+AI void pv_pass_f16(float *acc, const uint16_t *const *v, const float (*w)[CI_ATTN_CHUNK], const int *n,
+                    int hd, const float *c, int d0, const int NR, const int NS, int nmin, int nmax) {
+    __m512 t[PV_ROWS][PV_SLABS];
+    UNROLL_PV
+    for (int r = 0; r < NR; r++) {
+        const __m512 vc = _mm512_set1_ps(c[r]);
+        UNROLL_PV
+        for (int sl = 0; sl < NS; sl++)
+            t[r][sl] = _mm512_mul_ps(_mm512_loadu_ps(acc + (size_t)r * (size_t)hd + d0 + 16 * sl), vc);
+    }
+    for (int i = 0; i < nmax; i++) {
+        __m512 vv[PV_SLABS];
+        UNROLL_PV
+        for (int sl = 0; sl < NS; sl++)
+            vv[sl] =
+                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(v[i] + d0 + 16 * sl)));
+        UNROLL_PV
+        for (int r = 0; r < NR; r++) {
+            if (i >= nmin && i >= n[r])
+                continue;
+            const __m512 wi = _mm512_set1_ps(w[r][i]);
+            UNROLL_PV
+            for (int sl = 0; sl < NS; sl++)
+                t[r][sl] = _mm512_fmadd_ps(wi, vv[sl], t[r][sl]);
+        }
+    }
+    UNROLL_PV
+    for (int r = 0; r < NR; r++)
+        UNROLL_PV
+    for (int sl = 0; sl < NS; sl++)
+        _mm512_storeu_ps(acc + (size_t)r * (size_t)hd + d0 + 16 * sl, t[r][sl]);
+}
+
+#define PV_PASS_NS(nr, ns)                                                                                   \
+    case ns:                                                                                                 \
+        pv_pass_f16(acc, v, w, n, hd, c, d0, nr, ns, nmin, nmax);                                            \
+        break;
+#define PV_PASS_NR(nr)                                                                                       \
+    case nr:                                                                                                 \
+        switch (ns) {                                                                                        \
+            PV_PASS_NS(nr, 1)                                                                                \
+            PV_PASS_NS(nr, 2)                                                                                \
+            PV_PASS_NS(nr, 3)                                                                                \
+            PV_PASS_NS(nr, 4)                                                                                \
+        }                                                                                                    \
+        break;
+
 /* pv_row for rows [0, nr) (nr <= PV_ROWS) at once on f16 V rows: each 16 values of V widened once, in
- * registers, for all the rows; per accumulator the same FMAs in the same order as pv_row, so the same bits. */
+ * registers, for all the rows; per accumulator the same FMAs in the same order as pv_row, so the same bits.
+ * One instance of the pass per row and slab count, without guards in the position loop (a generic loop with
+ * per-row and per-slab guards ran some 15 branches a position). */
 AI void pv_rows_f16(float *acc, const uint16_t *const *v, const float (*w)[CI_ATTN_CHUNK], const int *n,
                     int nr, int hd, const float *c) {
-    int nmax = 0;
-    for (int r = 0; r < nr; r++)
+    _Static_assert(PV_ROWS == 4 && PV_SLABS == 4, "pv_rows_f16 instantiates 4 x 4 passes");
+    int nmin = CI_ATTN_CHUNK, nmax = 0;
+    for (int r = 0; r < nr; r++) {
+        nmin = n[r] < nmin ? n[r] : nmin;
         nmax = n[r] > nmax ? n[r] : nmax;
+    }
     for (int d0 = 0; d0 < hd; d0 += 16 * PV_SLABS) {
         const int ns = (hd - d0) / 16 < PV_SLABS ? (hd - d0) / 16 : PV_SLABS;
-        // Constant trip counts with guards, fully unrolled, keep t in registers.
-        __m512 t[PV_ROWS][PV_SLABS];
-        UNROLL_PV
-        for (int r = 0; r < PV_ROWS; r++) {
-            const __m512 vc = _mm512_set1_ps(r < nr ? c[r] : 0.0f);
-            UNROLL_PV
-            for (int sl = 0; sl < PV_SLABS; sl++)
-                t[r][sl] =
-                    r < nr && sl < ns
-                        ? _mm512_mul_ps(_mm512_loadu_ps(acc + (size_t)r * (size_t)hd + d0 + 16 * sl), vc)
-                        : _mm512_setzero_ps();
+        switch (nr) {
+            PV_PASS_NR(1)
+            PV_PASS_NR(2)
+            PV_PASS_NR(3)
+            PV_PASS_NR(4)
         }
-        for (int i = 0; i < nmax; i++) {
-            __m512 vv[PV_SLABS];
-            UNROLL_PV
-            for (int sl = 0; sl < PV_SLABS; sl++)
-                vv[sl] = sl < ns ? _mm512_cvtph_ps(_mm256_loadu_si256(
-                                       (const __m256i *)(const void *)(v[i] + d0 + 16 * sl)))
-                                 : _mm512_setzero_ps();
-            UNROLL_PV
-            for (int r = 0; r < PV_ROWS; r++) {
-                if (r >= nr || i >= n[r])
-                    continue;
-                const __m512 wi = _mm512_set1_ps(w[r][i]);
-                UNROLL_PV
-                for (int sl = 0; sl < PV_SLABS; sl++)
-                    if (sl < ns)
-                        t[r][sl] = _mm512_fmadd_ps(wi, vv[sl], t[r][sl]);
-            }
-        }
-        UNROLL_PV
-        for (int r = 0; r < PV_ROWS; r++)
-            UNROLL_PV
-        for (int sl = 0; sl < PV_SLABS; sl++)
-            if (r < nr && sl < ns)
-                _mm512_storeu_ps(acc + (size_t)r * (size_t)hd + d0 + 16 * sl, t[r][sl]);
     }
 }
+
+#undef PV_PASS_NR
+#undef PV_PASS_NS
 
 static int max_n(const int *n, int nr) {
     int nmax = 0;
@@ -304,7 +403,7 @@ T512 static void attn_grp_f16_rows(const void *const *k, const void *const *v, c
     pack_k_f16(k, nmax, hd, kk);
     for (int r0 = 0; r0 < nr; r0 += PV_ROWS) {
         const int rn = nr - r0 < PV_ROWS ? nr - r0 : PV_ROWS;
-        _Alignas(32) float w[PV_ROWS][CI_ATTN_CHUNK];
+        _Alignas(64) float w[PV_ROWS][CI_ATTN_CHUNK];
         float c[PV_ROWS];
         for (int r = 0; r < rn; r++)
             c[r] = softmax_row(kk, q[r0 + r], n[r0 + r], nmax, hd, scale, &m[r0 + r], &l[r0 + r], w[r]);

@@ -49,6 +49,16 @@ AI __m256 reduce8_ps(const __m256 *v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
 }
 
+/* The factor exp(m - mx) a row's accumulator and sum are rescaled by when its running max moves from m to
+ * mx: 0 from the empty state; exactly 1 when the max stays (exp8(0) is 1.0 exactly, and at a long context
+ * the max rarely moves, so the exp's dependent chain mostly drops out); else exp8 in lane 0. */
+AI float rescale_factor(float m, float mx) {
+    if (m == -INFINITY)
+        return 0.0f;
+    const float x = m - mx; // NaN for m = mx = +inf: not 0, so exp8 decides as before
+    return x == 0.0f ? 1.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(x))));
+}
+
 /* One row's online-softmax step from the scores of a chunk's positions 0..7 (sc0) and 8..15 (sc1; -inf where
  * the row does not see them): the running max *m and sum *l updated, the weights into w[0..16), and the factor
  * the row's accumulator is rescaled by before its value FMAs returned. */
@@ -58,7 +68,7 @@ AI float softmax_step(__m256 sc0, __m256 sc1, float *m, float *l, float *w) {
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
-    float c = *m == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(*m - mx))));
+    float c = rescale_factor(*m, mx);
     __m256 vmx = _mm256_set1_ps(mx);
     __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
     _mm256_store_ps(w, w0);
