@@ -465,12 +465,13 @@ void bench_hw_print(const struct bench_hw *hw, bool json) {
                "\"dot512_1_gops\": %.3f, \"dot512_gops\": %.3f, \"vnni1_gops\": %.3f, \"vnni_gops\": %.3f, "
                "\"vnni512_1_gops\": %.3f, \"vnni512_gops\": %.3f, \"int8_peak_gops\": %.3f, "
                "\"int8_ridge\": %.3f, \"cpu\": \"%s\", \"f16_widen_min_tokens\": %d, "
-               "\"decode_prefetch\": \"%s\"}\n",
+               "\"decode_prefetch\": \"%s\", \"attn_prefetch\": \"%s\"}\n",
                hw->isa, hw->kernels_isa, hw->n_threads, hw->buf_bytes, hw->bw1_gbs, hw->bw_gbs,
                hw->fma1_gflops, hw->fma_gflops, hw->fma512_1_gflops, hw->fma512_gflops, hw->peak_gflops,
                hw->ridge, hw->dot1_gops, hw->dot_gops, hw->dot512_1_gops, hw->dot512_gops, hw->vnni1_gops,
                hw->vnni_gops, hw->vnni512_1_gops, hw->vnni512_gops, hw->int8_peak_gops, hw->int8_ridge,
-               tune->cpu, tune->f16_widen_min_tokens, tune->decode_prefetch_l2 ? "l2" : "l1");
+               tune->cpu, tune->f16_widen_min_tokens, tune->decode_prefetch_l2 ? "l2" : "l1",
+               tune->attn_prefetch_chunks ? "chunks" : "lines");
         return;
     }
     int n = hw->n_threads;
@@ -480,8 +481,9 @@ void bench_hw_print(const struct bench_hw *hw, bool json) {
     if (tune->f16_widen_min_tokens < INT32_MAX)
         snprintf(widen, sizeof widen, "above %d tokens", tune->f16_widen_min_tokens);
     printf("  kernel tuning            %s (%s): F16/BF16 weights widened to F32 blocks %s; decode prefetches "
-           "into %s\n",
-           tune->cpu, tune->why, widen, tune->decode_prefetch_l2 ? "L2" : "L1");
+           "into %s; the attention walk prefetches %s\n",
+           tune->cpu, tune->why, widen, tune->decode_prefetch_l2 ? "L2" : "L1",
+           tune->attn_prefetch_chunks ? "whole next chunks" : "two lines of each head's next run");
     printf(
         "  memory read bandwidth    %8.2f GB/s    (1 thread) %8.2f GB/s    (%d threads)   %.2f GiB buffer\n",
         hw->bw1_gbs, hw->bw_gbs, n, (double)hw->buf_bytes / GIB);

@@ -80,6 +80,7 @@ struct attn_job {
     int n_slots;              // ceil(n_tokens / slot)
     struct attn_split *split; // non-NULL: decode as (token, KV heads, segment) tasks (walk_block)
     int n_slot_tasks;         // tasks before the decode walk's: (slot, KV head) of the prompt runs, or none
+    bool prefetch_chunks;     // walk_block prefetches whole next chunks (ci_kernel_tune.attn_prefetch_chunks)
 };
 
 /* The decode walk's bookkeeping, in one allocation: item i = (token tok[i / n_groups], KV heads [g heads,
@@ -293,11 +294,15 @@ static void walk_block(const struct attn_job *j, int t, int kv0, int kv1, const 
             // The first lines of each head's run in the next chunk: the hardware prefetchers follow a run once
             // started, and starting them a chunk ahead saves each run its first misses (blocks in no order,
             // 4096 positions, 8 KV heads of 128: 1050-1270 -> 900-1130 us a layer; 1024 positions 300-385 ->
-            // 265-335; blocks in order level).  Written here: a helper needs prefetch_chunk's volatile asm.
+            // 265-335; blocks in order level).  Where the CPU's row says so (Intel), the whole run within its
+            // block instead (ci_kernel_tune.attn_prefetch_chunks).  Written here: a helper needs
+            // prefetch_chunk's volatile asm.
             const int pn = p0 + CI_ATTN_CHUNK;
             const size_t o = ci_kv_offset(kv, s->block_table[pn / bs], kv0, pn % bs);
+            const int run = CI_ATTN_CHUNK < bs - pn % bs ? CI_ATTN_CHUNK : bs - pn % bs;
+            const int lines = j->prefetch_chunks ? (int)(((size_t)run * kv->row_bytes + 63) / 64) : 2;
             for (int kvh = kv0; kvh < kv1; kvh++)
-                for (int line = 0; line < 2; line++) {
+                for (int line = 0; line < lines; line++) {
                     __builtin_prefetch(kb + o + (size_t)(kvh - kv0) * head_bytes + 64 * line, 0, 2);
                     __builtin_prefetch(vb + o + (size_t)(kvh - kv0) * head_bytes + 64 * line, 0, 2);
                 }
@@ -714,7 +719,8 @@ void ci_attention_paged(struct ci_threadpool *tp, const struct ci_attn_args *a) 
                          .grp_q8 = tab->attn_grp_q8_0,
                          .q8 = kv->type == CI_TYPE_Q8_0 && !(a->softcap > 0.0f),
                          .group = a->n_head / kv->n_kv_head,
-                         .slot = 1};
+                         .slot = 1,
+                         .prefetch_chunks = ci_kernels_tune()->attn_prefetch_chunks};
     // Any two tokens to group (prefill)?  Windowed and soft-capped layers take the per-token walk (the
     // grouped chunk kernels know neither a per-row start nor the cap).
     bool runs = false;

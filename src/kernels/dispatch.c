@@ -53,6 +53,7 @@ static struct ci_kernel_tune tune;
 // the row's (or the environment's) f16_widen_min_tokens, which ci_kernels_force_f16_widen(-1) restores
 static int tune_widen;
 static bool tune_prefetch_l2; // and decode_prefetch_l2, which ci_kernels_force_decode_prefetch(-1) restores
+static bool tune_attn_chunks; // and attn_prefetch_chunks, which ci_kernels_force_attn_prefetch(-1) restores
 static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
 
 /* CPUID's vendor ("AuthenticAMD", "GenuineIntel") and display family and model; false off x86. */
@@ -109,12 +110,22 @@ static void tune_probe(void) {
     // 24.4 against 17.0 (bench/gemv_read.c, bench/KERNELS.md); the AVX2 kernels (CINFER_NO_AVX512=1) Q4_K 21.4
     // against 16.1, F16 23.8 against 17.8.  AMD keeps T0, the prefetch it was measured with.
     tune.decode_prefetch_l2 = intel;
+    // Intel (the same VM): the attention walk from memory, whole next chunks prefetched, 255-269 -> 233-241 us
+    // a layer (bench/attn_decode.c 4096 2 f16 9 3 64 30; bench/RESULTS.md, stop 43).  AMD keeps the two lines
+    // a head: on Zen 4 whole-chunk prefetches on top of the in-order stream made the walk slower (qwen3-0.6b's
+    // 8 KV heads at 4096 positions: 810-910 against 1170-1270 us a layer; attn.c walk_block).
+    tune.attn_prefetch_chunks = intel;
     if (intel)
         tune.why = "table row: Intel";
     const char *pf = getenv("CINFER_DECODE_PREFETCH");
     if (pf && (strcmp(pf, "l1") == 0 || strcmp(pf, "l2") == 0)) {
         tune.decode_prefetch_l2 = strcmp(pf, "l2") == 0;
         tune.why = "CINFER_DECODE_PREFETCH";
+    }
+    const char *apf = getenv("CINFER_ATTN_PREFETCH");
+    if (apf && (strcmp(apf, "chunks") == 0 || strcmp(apf, "lines") == 0)) {
+        tune.attn_prefetch_chunks = strcmp(apf, "chunks") == 0;
+        tune.why = "CINFER_ATTN_PREFETCH";
     }
     const char *v = getenv("CINFER_F16_WIDEN_MIN");
     char *end = NULL;
@@ -125,6 +136,7 @@ static void tune_probe(void) {
     }
     tune_widen = tune.f16_widen_min_tokens;
     tune_prefetch_l2 = tune.decode_prefetch_l2;
+    tune_attn_chunks = tune.attn_prefetch_chunks;
 }
 
 const struct ci_kernel_tune *ci_kernels_tune(void) {
@@ -140,6 +152,11 @@ void ci_kernels_force_f16_widen(int min_tokens) {
 void ci_kernels_force_decode_prefetch(int l2) {
     pthread_once(&tune_once, tune_probe);
     tune.decode_prefetch_l2 = l2 < 0 ? tune_prefetch_l2 : l2 > 0;
+}
+
+void ci_kernels_force_attn_prefetch(int chunks) {
+    pthread_once(&tune_once, tune_probe);
+    tune.attn_prefetch_chunks = chunks < 0 ? tune_attn_chunks : chunks > 0;
 }
 
 static bool env_on(const char *name) {

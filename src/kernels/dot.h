@@ -234,6 +234,9 @@ void ci_kernels_force_table(const struct ci_dot_table *t);
 void ci_kernels_force_f16_widen(int min_tokens);
 /* Tests: the decode tiles prefetch into L2 (1) or L1 (0) (ci_kernel_tune); negative restores the row. */
 void ci_kernels_force_decode_prefetch(int l2);
+/* Tests: the attention walk prefetches whole next chunks (1) or two lines a head (0) (ci_kernel_tune);
+ * negative restores the row. */
+void ci_kernels_force_attn_prefetch(int chunks);
 
 /* Scalar building blocks shared by the tables (dot_ref.c, qblock_ref.c): the canonical quantized block dots.
  * ci_ref_qblock adds weight block w of a quantized type to acc as the canonical order above says: xq are the

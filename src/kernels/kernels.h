@@ -30,10 +30,14 @@ struct ci_kernel_tune {
     // Decode tiles (AVX-512 packed, AVX2 packed and AVX2 row tiles) prefetch the weights ahead into L2 (T1)
     // rather than L1 (T0).  Same bits either way.
     bool decode_prefetch_l2;
+    // The decode attention walk over several KV heads prefetches every line of the next chunk's K and V rows
+    // of each head into L2, rather than the first two lines of each head's run.  Same bits either way.
+    bool attn_prefetch_chunks;
     const char *why; // which table row ("table row: AMD Zen 4"), or the environment override
 };
 /* The row for this CPU; CINFER_F16_WIDEN_MIN=N (N >= 0) overrides f16_widen_min_tokens and
- * CINFER_DECODE_PREFETCH=l1|l2 decode_prefetch_l2, for measuring. */
+ * CINFER_DECODE_PREFETCH=l1|l2 decode_prefetch_l2 and CINFER_ATTN_PREFETCH=chunks|lines attn_prefetch_chunks, for
+ * measuring. */
 const struct ci_kernel_tune *ci_kernels_tune(void);
 
 /* dot(row of n elements of type, x) in float; n a multiple of the type's block size.  Bit for bit what

@@ -1822,13 +1822,19 @@ TEST(attention_paged_long_context_split) {
     att_seq_len = att_seq_len_long;
     att_tok_seq = att_tok_seq_long;
     att_tok_pos = att_tok_pos_long;
-    for (size_t f = 0; f < sizeof feats / sizeof feats[0]; f++)
-        for (size_t ty = 0; ty < 3; ty++) {
-            att_window = feats[f].window;
-            att_softcap = feats[f].cap;
-            att_sinks = feats[f].sinks ? att_sinks_all : NULL;
-            attention_paged_cases(types[ty]);
-        }
+    // Both prefetch forms of the decode walk over several KV heads (whole next chunks, two lines a head), on
+    // blocks of 16, 1 and 3 slots: each must give the reference's results with every invariance checked there.
+    for (int pf = 0; pf < 2; pf++) {
+        ci_kernels_force_attn_prefetch(pf);
+        for (size_t f = 0; f < sizeof feats / sizeof feats[0]; f++)
+            for (size_t ty = 0; ty < 3; ty++) {
+                att_window = feats[f].window;
+                att_softcap = feats[f].cap;
+                att_sinks = feats[f].sinks ? att_sinks_all : NULL;
+                attention_paged_cases(types[ty]);
+            }
+    }
+    ci_kernels_force_attn_prefetch(-1);
     att_window = 0;
     att_softcap = 0.0f;
     att_sinks = NULL;
