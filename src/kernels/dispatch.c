@@ -110,7 +110,7 @@ static void tune_probe(void) {
     // 24.4 against 17.0 (bench/gemv_read.c, bench/KERNELS.md); the AVX2 kernels (CINFER_NO_AVX512=1) Q4_K 21.4
     // against 16.1, F16 23.8 against 17.8.  AMD keeps T0, the prefetch it was measured with.
     tune.decode_prefetch_l2 = intel;
-    // Intel (the same VM): the attention walk from memory, whole next chunks prefetched, 255-269 -> 233-241 us
+    // Intel (the same VM): the attention walk from memory, whole next chunks prefetched, 255-263 -> 212-239 us
     // a layer (bench/attn_decode.c 4096 2 f16 9 3 64 30; bench/RESULTS.md, stop 43).  AMD keeps the two lines
     // a head: on Zen 4 whole-chunk prefetches on top of the in-order stream made the walk slower (qwen3-0.6b's
     // 8 KV heads at 4096 positions: 810-910 against 1170-1270 us a layer; attn.c walk_block).
