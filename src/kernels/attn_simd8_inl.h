@@ -13,6 +13,22 @@ AI float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* exp8's polynomial on the remainder r of x = n ln 2 + r (x clamped, n = round(x log2 e)) into p, for V, T =
+ * _mm256, __m256 or _mm512, __m512: exp16 (attn_avx512.c) runs the same operations on 16 lanes, so the same
+ * bits lane for lane. */
+#define EXP_POLY(V, T, x, n, p)                                                                              \
+    do {                                                                                                     \
+        const T r_ =                                                                                         \
+            V##_fnmadd_ps(n, V##_set1_ps(-2.12194440e-4f), V##_fnmadd_ps(n, V##_set1_ps(0.693359375f), x));  \
+        p = V##_set1_ps(1.9875691500e-4f);                                                                   \
+        p = V##_fmadd_ps(p, r_, V##_set1_ps(1.3981999507e-3f));                                              \
+        p = V##_fmadd_ps(p, r_, V##_set1_ps(8.3334519073e-3f));                                              \
+        p = V##_fmadd_ps(p, r_, V##_set1_ps(4.1665795894e-2f));                                              \
+        p = V##_fmadd_ps(p, r_, V##_set1_ps(1.6666665459e-1f));                                              \
+        p = V##_fmadd_ps(p, r_, V##_set1_ps(5.0000001201e-1f));                                              \
+        p = V##_fmadd_ps(p, V##_mul_ps(r_, r_), V##_add_ps(r_, V##_set1_ps(1.0f)));                          \
+    } while (0)
+
 /* e^x in 8 lanes: Cephes' range reduction and degree-6 polynomial (about 2 ulp); below -87.3 the result is
  * flushed to 0 (so is -inf), above 88.3 it saturates at e^88.3. */
 AI __m256 exp8(__m256 x) {
@@ -21,15 +37,8 @@ AI __m256 exp8(__m256 x) {
     x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256 p;
+    EXP_POLY(_mm256, __m256, x, n, p);
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }

@@ -1784,16 +1784,16 @@ TEST(attention_paged_q8_0_kv) {
  * cap of 2 against scores of about +-1.5: tanh bends them well away from linear) and attention sinks, each
  * alone and all together, for every KV type: the same double-reference, thread, alone-vs-batch and
  * block-size checks as above (the reference applies each feature from its definition). */
-TEST(attention_paged_window_softcap_sinks) {
-    att_sinks_fill();
-    const struct {
-        int window;
-        float cap;
-        bool sinks;
-    } feats[] = {{5, 0.0f, false}, {1, 0.0f, false}, {16, 0.0f, false},
-                 {0, 2.0f, false}, {0, 0.0f, true},  {7, 2.0f, true}};
+struct att_feature {
+    int window;
+    float cap;
+    bool sinks;
+};
+
+/* attention_paged_cases for every KV type under each of the n feature sets, then none again. */
+static void attention_feature_cases(const struct att_feature *feats, size_t n) {
     const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
-    for (size_t f = 0; f < sizeof feats / sizeof feats[0]; f++)
+    for (size_t f = 0; f < n; f++)
         for (size_t ty = 0; ty < 3; ty++) {
             att_window = feats[f].window;
             att_softcap = feats[f].cap;
@@ -1805,18 +1805,20 @@ TEST(attention_paged_window_softcap_sinks) {
     att_sinks = NULL;
 }
 
+TEST(attention_paged_window_softcap_sinks) {
+    att_sinks_fill();
+    const struct att_feature feats[] = {{5, 0.0f, false}, {1, 0.0f, false}, {16, 0.0f, false},
+                                        {0, 2.0f, false}, {0, 0.0f, true},  {7, 2.0f, true}};
+    attention_feature_cases(feats, sizeof feats / sizeof feats[0]);
+}
+
 /* Long contexts (up to 600 positions: several 256-position segments merged by log-sum-exp, decodes split
  * over threads by segment), for every KV type, plain, with a window that starts inside a segment (300), and
  * with that window, soft-capping and sinks together: against the double reference, the same bits for 1..4
  * threads, alone, as a decode batch, in pieces and for block sizes 16, 1 and 3 (attention_paged_cases). */
 TEST(attention_paged_long_context_split) {
     att_sinks_fill();
-    const struct {
-        int window;
-        float cap;
-        bool sinks;
-    } feats[] = {{0, 0.0f, false}, {300, 0.0f, false}, {300, 2.0f, true}};
-    const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
+    const struct att_feature feats[] = {{0, 0.0f, false}, {300, 0.0f, false}, {300, 2.0f, true}};
     att_n_seqs = ATT_LONG_SEQS;
     att_n_tokens = ATT_LONG_TOKENS;
     att_seq_len = att_seq_len_long;
@@ -1826,18 +1828,9 @@ TEST(attention_paged_long_context_split) {
     // blocks of 16, 1 and 3 slots: each must give the reference's results with every invariance checked there.
     for (int pf = 0; pf < 2; pf++) {
         ci_kernels_force_attn_prefetch(pf);
-        for (size_t f = 0; f < sizeof feats / sizeof feats[0]; f++)
-            for (size_t ty = 0; ty < 3; ty++) {
-                att_window = feats[f].window;
-                att_softcap = feats[f].cap;
-                att_sinks = feats[f].sinks ? att_sinks_all : NULL;
-                attention_paged_cases(types[ty]);
-            }
+        attention_feature_cases(feats, sizeof feats / sizeof feats[0]);
     }
     ci_kernels_force_attn_prefetch(-1);
-    att_window = 0;
-    att_softcap = 0.0f;
-    att_sinks = NULL;
     att_n_seqs = ATT_SEQS;
     att_n_tokens = ATT_TOKENS;
     att_seq_len = att_seq_len_short;
