@@ -1902,15 +1902,16 @@ TEST(kv_row_bytes) {
 }
 
 /* Chunk kernels on their own: random q/K/V, n = 1..16 positions (two chunks in a row, so the running max,
- * sum and accumulator carry over), ng = 1, 3, 8 heads, head_dim 32, 64, 128.  For every table and KV type:
- * within 1e-5 of the scalar f32 chunk on the dequantized rows (q8_0: and the dequantized Q8_0 query, which
- * its integer scores use); for f16 the exact bits of the same table's f32 chunk on the widened rows (the
- * widening is exact); for q8_0 the running max, a pure function of the integer scores, the exact bits of the
- * scalar q8_0 chunk in every table. */
+ * sum and accumulator carry over), ng = 1, 3, 8 heads, head_dim 32, 64, 80, 112, 128 (q8_0: the multiples of
+ * 32).  For every table and KV type: within 1e-5 of the scalar f32 chunk on the dequantized rows (q8_0: and the
+ * dequantized Q8_0 query, which its integer scores use); for f16 the exact bits of the same table's f32 chunk
+ * on the widened rows (the widening is exact); for q8_0 the running max, a pure function of the integer
+ * scores, the exact bits of the scalar q8_0 chunk in every table. */
 TEST(attn_chunk_kernels_match_scalar) {
     enum { MAXG = 8, MAXD = 128 };
     static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
-    static const int hds[] = {32, 64, 128}, ngs[] = {1, 2, 3, 8}, ns[] = {1, 5, 15, 16};
+    // 80 and 112: the AVX-512 f16 value pass's 1- and 3-slab instances (head_dim % 64 of 16 and 48).
+    static const int hds[] = {32, 64, 80, 112, 128}, ngs[] = {1, 2, 3, 8}, ns[] = {1, 5, 15, 16};
     struct ci_rng r;
     ci_rng_seed(&r, 4242);
     float qv[MAXG * MAXD], kf[2 * CI_ATTN_CHUNK * MAXD], vf[2 * CI_ATTN_CHUNK * MAXD];
@@ -1919,12 +1920,14 @@ TEST(attn_chunk_kernels_match_scalar) {
     struct ci_block_q8_0 qb[MAXG * MAXD / CI_QK8_0];
     unsigned char kb[2 * CI_ATTN_CHUNK * MAXD * 4], vb[2 * CI_ATTN_CHUNK * MAXD * 4];
     for (size_t ti = 0; ti < 3; ti++)
-        for (size_t hi = 0; hi < 3; hi++)
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
             for (size_t gi = 0; gi < 4; gi++)
                 for (size_t ni = 0; ni < 4; ni++) {
                     uint32_t type = types[ti];
                     int hd = hds[hi], ng = ngs[gi], n = ns[ni];
                     size_t rb = ci_kv_row_bytes(type, hd);
+                    if (rb == 0) // q8_0: head_dim a multiple of 32
+                        continue;
                     bool q8 = type == CI_TYPE_Q8_0;
                     fill_normal(&r, qv, ng * hd, 1.5);
                     fill_normal(&r, kf, 2 * n * hd, 1.0);
@@ -2007,13 +2010,14 @@ TEST(attn_chunk_kernels_match_scalar) {
 
 /* The grouped chunks against the per-token ones, every table and KV type: G = 1..8 tokens at consecutive
  * positions from p_first (the group straddling chunk edges, tokens joining the group's chunks late or
- * seeing fewer of the last chunk's positions than others), ng = 1, 3, 8 heads, head_dim 32, 64, 128.  The
- * grouped call is made as attn.c makes it; every row's m, l and accumulator must be the same bits as that
- * token's heads walked alone through the table's chunk kernel. */
+ * seeing fewer of the last chunk's positions than others), ng = 1, 3, 8 heads, head_dim 32, 64, 80, 112, 128
+ * (q8_0: the multiples of 32).  The grouped call is made as attn.c makes it; every row's m, l and accumulator
+ * must be the same bits as that token's heads walked alone through the table's chunk kernel. */
 TEST(attn_group_kernels_match_per_token) {
     enum { MAXT = 8, MAXG = 8, MAXD = 128, MAXP = 48, MAXR = MAXT * MAXG };
     static const uint32_t types[] = {CI_TYPE_F32, CI_TYPE_F16, CI_TYPE_Q8_0};
-    static const int hds[] = {32, 64, 128}, ngs[] = {1, 2, 3, 8}, firsts[] = {0, 3, 9, 15, 16, 26, 40};
+    static const int hds[] = {32, 64, 80, 112, 128}, ngs[] = {1, 2, 3, 8},
+                     firsts[] = {0, 3, 9, 15, 16, 26, 40};
     struct ci_rng r;
     ci_rng_seed(&r, 5151);
     static float qv[MAXR * MAXD], kf[MAXP * MAXD], vf[MAXP * MAXD];
@@ -2021,10 +2025,12 @@ TEST(attn_group_kernels_match_per_token) {
     static float a1[MAXR * MAXD], a2[MAXR * MAXD];
     static struct ci_block_q8_0 qb[MAXR * MAXD / CI_QK8_0];
     for (size_t ti = 0; ti < 3; ti++)
-        for (size_t hi = 0; hi < 3; hi++) {
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
             uint32_t type = types[ti];
             int hd = hds[hi];
             size_t rb = ci_kv_row_bytes(type, hd);
+            if (rb == 0) // q8_0: head_dim a multiple of 32
+                continue;
             fill_normal(&r, kf, MAXP * hd, 1.0);
             fill_normal(&r, vf, MAXP * hd, 1.0);
             const void *kp[MAXP], *vp[MAXP];
