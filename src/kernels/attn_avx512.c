@@ -151,12 +151,7 @@ AI __m512 exp16(__m512 x) {
 /* softmax_step (attn_simd8_inl.h) on the 16 scores in one vector: the same max, factor, weights and lane sum,
  * with one 16-lane exp for the weights. */
 AI float softmax_step16(__m512 sc, float *m, float *l, float *w) {
-    const __m256 sc0 = _mm512_castps512_ps256(sc), sc1 = _mm512_extractf32x8_ps(sc, 1);
-    __m256 mv = _mm256_max_ps(sc0, sc1);
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
+    float mx = chunk_max(_mm512_castps512_ps256(sc), _mm512_extractf32x8_ps(sc, 1), *m);
     float c = rescale_factor(*m, mx);
     const __m512 wv = exp16(_mm512_sub_ps(sc, _mm512_set1_ps(mx)));
     _mm512_store_ps(w, wv);

@@ -68,15 +68,21 @@ AI float rescale_factor(float m, float mx) {
     return x == 0.0f ? 1.0f : _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(x))));
 }
 
-/* One row's online-softmax step from the scores of a chunk's positions 0..7 (sc0) and 8..15 (sc1; -inf where
- * the row does not see them): the running max *m and sum *l updated, the weights into w[0..16), and the factor
- * the row's accumulator is rescaled by before its value FMAs returned. */
-AI float softmax_step(__m256 sc0, __m256 sc1, float *m, float *l, float *w) {
+/* The running max after a chunk whose scores are sc0 (positions 0..7) and sc1 (8..15): their max by a fixed
+ * tree, or m where that is not above it. */
+AI float chunk_max(__m256 sc0, __m256 sc1, float m) {
     __m256 mv = _mm256_max_ps(sc0, sc1);
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float mx = _mm_cvtss_f32(m4) > *m ? _mm_cvtss_f32(m4) : *m;
+    return _mm_cvtss_f32(m4) > m ? _mm_cvtss_f32(m4) : m;
+}
+
+/* One row's online-softmax step from the scores of a chunk's positions 0..7 (sc0) and 8..15 (sc1; -inf where
+ * the row does not see them): the running max *m and sum *l updated, the weights into w[0..16), and the factor
+ * the row's accumulator is rescaled by before its value FMAs returned. */
+AI float softmax_step(__m256 sc0, __m256 sc1, float *m, float *l, float *w) {
+    float mx = chunk_max(sc0, sc1, *m);
     float c = rescale_factor(*m, mx);
     __m256 vmx = _mm256_set1_ps(mx);
     __m256 w0 = exp8(_mm256_sub_ps(sc0, vmx)), w1 = exp8(_mm256_sub_ps(sc1, vmx));
