@@ -22,7 +22,9 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define AI   static inline __attribute__((always_inline)) T512
 #ifdef __OPTIMIZE__
-#define UNROLL _Pragma("GCC unroll 16")
+// At least the most accumulators of a tile (G * TN <= 24): a loop over them left rolled keeps acc in memory
+// (GCC zeroed it with rep stos and copied it out with rep movs on every residue's pass).
+#define UNROLL _Pragma("GCC unroll 24")
 #else
 #define UNROLL
 #endif
