@@ -246,6 +246,13 @@ ci_quant_act_k_fn ci_quant_act_k_select(const struct ci_dot_table *t) {
     CI_UNREACHABLE();
 }
 
+ci_rmsnorm_fn ci_rmsnorm_select(void) {
+    for (const struct ci_dot_table *t = ci_kernels_table(); t; t = table_below(t))
+        if (t->rmsnorm)
+            return t->rmsnorm;
+    return NULL;
+}
+
 void ci_f32_to_f16_row(const float *x, uint16_t *h, int64_t n) {
     for (const struct ci_dot_table *t = ci_kernels_table(); t; t = table_below(t))
         if (t->f32_to_f16) {

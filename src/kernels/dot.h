@@ -157,6 +157,9 @@ typedef void (*ci_attn_group_q8_fn)(const void *const *k, const void *const *v, 
                                     int nr, const struct ci_block_q8_0 *const *q /* [nr] */, int hd,
                                     float scale, float *m, float *l, float *acc /* [nr][hd] */);
 
+/* ci_rmsnorm's row (kernels.h): out = x / rms(x) * weight over n elements. */
+typedef void (*ci_rmsnorm_fn)(float *out, const float *x, const float *weight, int64_t n, float eps);
+
 /* A table may leave an entry NULL: the table below it (AVX-512 -> AVX2 -> scalar) serves that entry. */
 struct ci_dot_table {
     const char *isa; // "scalar", "avx2+fma+f16c", "avx512+vnni"
@@ -185,6 +188,8 @@ struct ci_dot_table {
     ci_silu_fn gelu_mul; // GeGLU, as CI_GELU_A's comment says
     // float -> IEEE half, nearest even, as ci_fp32_to_fp16 (the f16 KV cache's stores)
     void (*f32_to_f16)(const float *x, uint16_t *h, int64_t n);
+    // ci_rmsnorm in vectors, the same bits (norm.c's loop is the reference; NULL: the table below's)
+    ci_rmsnorm_fn rmsnorm;
 };
 
 /* Longest head_dim ci_attention_paged supports (its per-thread accumulators live on the stack). */
@@ -226,6 +231,8 @@ ci_mm_fn ci_mm_select(const struct ci_dot_table *t, uint32_t type);
 ci_quant_act_k_fn ci_quant_act_k_select(const struct ci_dot_table *t);
 /* The selected table's float -> half row conversion (bit for bit ci_fp32_to_fp16 on each element). */
 void ci_f32_to_f16_row(const float *x, uint16_t *h, int64_t n);
+/* The selected table's rmsnorm, or the first below it that has one; NULL: norm.c's loop. */
+ci_rmsnorm_fn ci_rmsnorm_select(void);
 /* Tests: true forces the scalar table, false restores what the CPU probe (and the environment) chose. */
 void ci_kernels_force_scalar(bool on);
 /* Tests: runs everything on table t (one of ci_kernels_tables()); NULL restores the probed choice. */

@@ -984,6 +984,32 @@ static void f32_to_f16(const float *x, uint16_t *h, int64_t n) {
         h[i] = ci_fp32_to_fp16(x[i]);
 }
 
+/* ---- RMSNorm: norm.c's loop, sums 0-3 and 4-7 in two vectors of four doubles; the tail as norm.c's ------ */
+
+static void rmsnorm(float *out, const float *x, const float *weight, int64_t n, float eps) {
+    __m256d lo = _mm256_setzero_pd(), hi = lo;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(a, a));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(b, b));
+    }
+    _Alignas(32) double p[8];
+    _mm256_store_pd(p, lo);
+    _mm256_store_pd(p + 4, hi);
+    for (int64_t j = i; j < n; j++)
+        p[j - i] += (double)x[j] * (double)x[j];
+    const double ss = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+    const double inv = 1.0 / sqrt(ss / (double)n + (double)eps);
+    const __m256d vinv = _mm256_set1_pd(inv);
+    for (i = 0; i + 4 <= n; i += 4) { // out may alias x: each 4 read before they are written
+        const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), w = _mm256_cvtps_pd(_mm_loadu_ps(weight + i));
+        _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_mul_pd(v, vinv), w)));
+    }
+    for (; i < n; i++)
+        out[i] = (float)((double)x[i] * inv * (double)weight[i]);
+}
+
 /* This table packs the K-quants, Q8_0 and Q4_0 (pack16.h's layout, read by kpack_avx2.c) and F16/BF16 (its
  * float layout with 8 residues, read by fpack_avx2.c); the other 32-block types stay as stored. */
 static size_t kq_pack_bytes(uint32_t type, int64_t n_in, int64_t n_out) {
@@ -1043,6 +1069,7 @@ static const struct ci_dot_table avx2_table = {
     .silu_mul = silu_mul,
     .gelu_mul = gelu_mul,
     .f32_to_f16 = f32_to_f16,
+    .rmsnorm = rmsnorm,
 };
 
 const struct ci_dot_table *ci_dot_avx2_table(void) {

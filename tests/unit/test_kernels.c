@@ -1275,6 +1275,41 @@ TEST(rmsnorm_matches_double) {
     CHECK1(z[0] == 0.0f && z[7] == 0.0f);
 }
 
+/* The SIMD tables' rmsnorm bit for bit against the scalar loop: whole and partial vectors at every offset
+ * modulo 16, rows of decode's sizes, inputs from tiny to huge (squares far outside float's range), in place. */
+TEST(rmsnorm_tables_agree) {
+    enum { N = 4200 };
+    static float x[N], w[N], want[N], got[2 * N];
+    struct ci_rng r;
+    ci_rng_seed(&r, 12);
+    const double scales[] = {1.0, 1e-20, 3e37};
+    const int sizes[] = {576, 2048, 2051, 4099};
+    for (int k = 0; k < 3; k++) {
+        fill_normal(&r, x, N, scales[k]);
+        fill_normal(&r, w, N, 1.0);
+        x[5] = 0.0f;
+        for (int pass = 0; pass < n_tables - 1; pass++)
+            for (int off = 0; off < 16; off++)
+                for (int n = 1; n <= 44 + 4; n++) {
+                    const int len = n <= 44 ? n : sizes[n - 45];
+                    ci_kernels_force_table(tables[n_tables - 1]);
+                    ci_rmsnorm(want, x + off, w + off, len, 1e-6f);
+                    ci_kernels_force_table(tables[pass]);
+                    ci_rmsnorm(got, x + off, w + off, len, 1e-6f);
+                    memcpy(got + len, x + off, (size_t)len * sizeof *got); // in place, on a copy
+                    ci_rmsnorm(got + len, got + len, w + off, len, 1e-6f);
+                    if (memcmp(got, want, (size_t)len * sizeof *got) != 0 ||
+                        memcmp(got + len, want, (size_t)len * sizeof *got) != 0) {
+                        FAIL_FIRST("%s scale %g off %d n %d differs from scalar", tables[pass]->isa,
+                                   scales[k], off, len);
+                        ci_kernels_force_table(NULL);
+                        return;
+                    }
+                }
+    }
+    ci_kernels_force_table(NULL);
+}
+
 TEST(softmax_matches_double) {
     enum { N = 1000 };
     static float x[N];
@@ -2138,6 +2173,7 @@ int main(int argc, char **argv) {
     RUN(rope_ext_scaled_matches_double_formula);
     RUN(rope_yarn_matches_definition);
     RUN(rmsnorm_matches_double);
+    RUN(rmsnorm_tables_agree);
     RUN(softmax_matches_double);
     RUN(silu_mul_matches_double);
     RUN(argmax_first_of_ties);
