@@ -32,9 +32,11 @@
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define AI   static inline __attribute__((always_inline)) T512
-// Unoptimised builds (make VARIANT=debug) unroll nothing, and GCC rejects the annotation there.
+// Unoptimised builds (make VARIANT=debug) unroll nothing, and GCC rejects the annotation there.  24: the most
+// accumulators of a float tile (RM x TN); a loop over them left rolled kept acc on the stack around the main
+// loop and in the partial last unit's FMAs.
 #ifdef __OPTIMIZE__
-#define UNROLL _Pragma("GCC unroll 16")
+#define UNROLL _Pragma("GCC unroll 24")
 #else
 #define UNROLL
 #endif
