@@ -37,7 +37,7 @@
 #define KP_SLICE       4    // super-blocks per slice when several token groups share the weights (prefill)
 #define KP_TOKENS      256  // tokens sharing one slice's parked accumulators
 // Q6_K batches of more tokens than this run unpacked (kp_unpacked); the other types always run packed
-#define KP_Q6_UNPACK_TOKENS 16
+#define KP_Q6_UNPACK_TOKENS 6
 #define KP_UNPACK_BYTES     (256 * 1024) // unpacked rows of a larger batch kept in L2
 
 AI __m256i ld(const uint8_t *p) {
@@ -496,7 +496,9 @@ static void unpack_q6_k(const uint8_t *group, int64_t nb, uint8_t *dst, size_t r
  * Measured on Zen 4, 2 threads, 4 matrices of 2048 x 5632, ms a call (bench/gemv_read.c, medians of 3 runs of 5
  * passes): 16 tokens: packed 7.7, unpacked 8.0, file layout 6.3; 128 tokens: packed 57.3, unpacked 48.9, file
  * layout 47.3.  (Q4_K's packed tile is ahead of the file layout's at both: 5.6 / 5.9 and 43.5 / 45.5; Q5_K and
- * IQ4_XS level with it at 128 tokens.)  The unpacking costs one pass over the block per call. */
+ * IQ4_XS level with it at 128 tokens.)  The unpacking costs one pass over the block per call.  On a real AVX2
+ * CPU (Zen 3, the same matrices, ms a pass) the packed tile falls behind from 7 tokens: 8 tokens packed 11.0-12.2,
+ * unpacked 7.7-9.3; 12: 18.2 / 10.6; 16: 26.3 / 16.0; 5 and 6 level (bench/KERNELS.md). */
 static void kp_unpacked(const struct ci_mm *m, int64_t r0, int64_t re, int t0, int t1, uint8_t *buf) {
     const int64_t nb = m->n_in / 256;
     const size_t rb = (size_t)nb * (ci_pk_block_bytes(m->type) / CI_PK_ROWS), gbytes = CI_PK_ROWS * rb;
