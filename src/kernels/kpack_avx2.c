@@ -490,9 +490,9 @@ static void unpack_q6_k(const uint8_t *group, int64_t nb, uint8_t *dst, size_t r
     }
 }
 
-/* Q6_K batches of more than KP_Q6_UNPACK_TOKENS tokens (prefill): row blocks of whole groups unpacked into a
- * buffer that stays in L2 and run through dot_avx2.c's file-layout tiles, whose 1-row x 8-token tile decodes
- * each row's codes once for 8 tokens; Q6_K's 6-bit codes cost the 4-token packed tile too much to decode.
+/* Q6_K batches of more than KP_Q6_UNPACK_TOKENS tokens (prefill, batched decode): row blocks of whole groups
+ * unpacked into a buffer that stays in L2 and run through dot_avx2.c's file-layout tiles, whose 1-row x 8-token
+ * tile decodes each row's codes once for 8 tokens; Q6_K's 6-bit codes cost the 4-token packed tile too much.
  * Measured on Zen 4, 2 threads, 4 matrices of 2048 x 5632, ms a call (bench/gemv_read.c, medians of 3 runs of 5
  * passes): 16 tokens: packed 7.7, unpacked 8.0, file layout 6.3; 128 tokens: packed 57.3, unpacked 48.9, file
  * layout 47.3.  (Q4_K's packed tile is ahead of the file layout's at both: 5.6 / 5.9 and 43.5 / 45.5; Q5_K and
@@ -518,7 +518,7 @@ static void kp_unpacked(const struct ci_mm *m, int64_t r0, int64_t re, int t0, i
 }
 
 /* The packed groups inside [r0, r1): one token group (decode) makes one pass over each group's super-blocks;
- * more tokens take slices of KP_SLICE super-blocks under token groups of up to 4, except Q6_K's large batches
+ * more tokens take slices of KP_SLICE super-blocks under token groups of up to 4, except Q6_K's batches of 7 on
  * (kp_unpacked).  Rows past the last whole group run the file-layout kernel. */
 void ci_avx2_mm_kpacked(const struct ci_mm *m, int64_t r0, int64_t r1, int t0, int t1) {
     _Alignas(32) __m256 park[2 * KP_TOKENS];
