@@ -33,7 +33,7 @@ struct ci_kernel_tune {
     // The decode attention walk over several KV heads prefetches every line of the next chunk's K and V rows
     // of each head into L2, rather than the first two lines of each head's run.  Same bits either way.
     bool attn_prefetch_chunks;
-    const char *why; // which table row ("table row: AMD Zen 4"), or the environment override
+    const char *why; // which table row ("table row: AMD family 19h, Zen 3 and Zen 4") or env override
 };
 /* The row for this CPU; CINFER_F16_WIDEN_MIN=N (N >= 0) overrides f16_widen_min_tokens and
  * CINFER_DECODE_PREFETCH=l1|l2 decode_prefetch_l2 and CINFER_ATTN_PREFETCH=chunks|lines attn_prefetch_chunks, for
