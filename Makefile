@@ -4,7 +4,8 @@
 #   make test T=NAME  the same for one test program or script (tests/run.sh NAME: test_engine, test_server;
 #                   T="test_engine engine_thread" runs that program's tests whose name holds engine_thread);
 #                   T= works for test-fast, test-full, asan and tsan too
-#   make asan       ASan+UBSan build (build/asan), then every test under it (LeakSanitizer on)
+#   make asan       ASan+UBSan build (build/asan), then the tests under it (LeakSanitizer on; sweeps sampled and
+#                   the llama.cpp cross-checks left out, tests/run.sh)
 #   make tsan       ThreadSanitizer build (build/tsan), then the engine, queue, scheduler, thread pool and
 #                   server tests under it (tests/tsan.supp: reports from uninstrumented libraries only)
 #   make fuzz       libFuzzer harnesses (clang) in build/fuzz/; make fuzz-smoke runs each briefly

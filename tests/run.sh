@@ -7,7 +7,7 @@
 # "full" also runs the other script tests in tests/*/test_*.{py,sh} (the numpy reference, the server tests,
 # the OpenAI SDK, the llama.cpp cross-check, the web UI); "tsan" runs the threaded tests only (make tsan):
 # test_queue, test_sched, test_threadpool, the threaded tests of test_engine, test_kernels and test_forward,
-# and the server tests.
+# and the server tests but the two grammar corpora.
 #
 # One test by name: NAME is a C unit test program (test_engine, or just engine: BUILD_DIR/tests/test_engine,
 # built from tests/unit/test_engine.c, which may be named too) or a script test under tests/ (test_server,
@@ -33,6 +33,17 @@ export CINFER_MODELS=${CINFER_MODELS:-$ROOT/../shared/models}
 export CINFER_BIN=$ROOT/$B/cinfer
 export CINFER_BUILD=$ROOT/$B
 export CINFER_ROOT=$ROOT
+# The sanitizer builds (build/asan, build/tsan) run 5-30 times slower.  There the corpus and model sweeps (the
+# grammar and schema corpora, JSONSchemaBench's subsets, test_tp's models) take every 3rd item, which reaches
+# the same code, and the llama.cpp cross-checks (tests/llamacpp: numbers against another engine, on model code
+# the numpy reference tests also run) are left out; the release suite runs everything whole.
+sanitized=0
+case "${B%/}" in
+*asan | *tsan)
+    sanitized=1
+    export CINFER_TEST_SAMPLE=${CINFER_TEST_SAMPLE:-3}
+    ;;
+esac
 # Debian's python3 carries python3-numpy; a pyenv python on PATH may not.
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -184,6 +195,10 @@ if [ "$MODE" = tsan ]; then
         "$B/tests/test_forward"
     for t in tests/server/test_*.py tests/server/test_*.sh; do
         [ -e "$t" ] || continue
+        # The schema and grammar corpora send hundreds of grammars down the paths test_grammar.py already
+        # takes under TSan (the shared grammar cache, the engine thread's masks); their breadth is single-
+        # threaded work, over ten minutes each under TSan, and runs in the release and ASan suites.
+        case "$t" in */test_grammar_corpus.py | */test_json_schema.py) continue ;; esac
         case "$t" in *.py) run_one "$t" "$PY" "$t" ;; *) run_one "$t" bash "$t" ;; esac
     done
     print_recap
@@ -206,11 +221,13 @@ done
 if [ "$MODE" = full ]; then
     for t in tests/*/test_*.py; do
         [ -e "$t" ] || continue
+        [ "$sanitized" = 1 ] && [[ "$t" == tests/llamacpp/* ]] && continue
         run_one "$t" "$PY" "$t"
     done
     for t in tests/*/test_*.sh; do
         [ -e "$t" ] || continue
         case "$t" in tests/cli/*) continue ;; esac
+        [ "$sanitized" = 1 ] && [[ "$t" == tests/llamacpp/* ]] && continue
         run_one "$t" bash "$t"
     done
 fi

@@ -14,6 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.environ.get("CINFER_BIN") or os.path.join(ROOT, "build", "release", "cinfer")
 MODELS = os.environ.get("CINFER_MODELS") or os.path.join(ROOT, "..", "shared", "models")
 STORIES = os.path.join(MODELS, "stories260K.gguf")
+# Every how many items a corpus test takes: tests/run.sh sets CINFER_TEST_SAMPLE for the sanitizer builds (a
+# sample reaches the same code; the release suite takes every item).
+SAMPLE = max(1, int(os.environ.get("CINFER_TEST_SAMPLE") or 1))
 ALL = []  # every Server started, so a test can check all their logs at the end
 failures = 0  # FAIL lines printed by check()
 

@@ -129,6 +129,7 @@ def main():
             text = f.read()
         grammars.append((os.path.basename(path)[:-5], text, gbnf_ref.parse(text)))
     check("corpus_size", len(grammars) >= 50, f"{len(grammars)} grammars in {CORPUS}")
+    grammars = grammars[::server_util.SAMPLE]
     tmp = tempfile.mkdtemp(prefix="cinfer-grammar-corpus-")
     try:
         tiny = os.path.join(tmp, "tiny.gguf")

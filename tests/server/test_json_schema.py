@@ -11,6 +11,7 @@ closes strings and lists (bench/jsonschemabench.py's closing_bias), or free stri
   finished output validates (no exception), and at most 5% of outputs are cut by max_tokens;
 - a fixed subset of JSONSchemaBench (every 40th schema of Glaiveai2K, Github_trivial, Github_easy): no
   compiled schema yields an invalid output;
+- under the sanitizer builds (tests/run.sh sets CINFER_TEST_SAMPLE), every K-th schema of both;
 - regexes (guided_regex, structured_outputs.regex): finished outputs fullmatch; choices are one of the list;
 - every request field and both endpoints (chat's message content), json_object;
 - unsupported keywords and regex constructs are 400s naming them, with the field as param; invalid
@@ -49,7 +50,8 @@ def post(s, body, path="/v1/completions"):
 def test_corpus(s):
     schemas = jsb.load_file(os.path.join(HERE, "data", "schemas.jsonl"))
     out = []
-    s_, results = jsb.run_subset(s, "corpus", schemas, 3, 480, 4, show_invalid=True, log=out.append)
+    s_, results = jsb.run_subset(s, "corpus", schemas[::server_util.SAMPLE], 3, 480, 4, show_invalid=True,
+                                 log=out.append)
     print("\n".join(out))
     not_compiled = [(r["id"], r["status"], r["error"][:120]) for r in results if r["status"] != 200]
     check("corpus_all_compile", not not_compiled, f"{not_compiled[:5]}")
@@ -116,8 +118,8 @@ def test_bench_subset(s):
             check(f"jsonschemabench_{subset}", False, f"no {path}")
             continue
         out = []
-        summ, results = jsb.run_subset(s, subset, jsb.load(subset, 40), 3, 400, 4, show_invalid=True,
-                                       log=out.append)
+        summ, results = jsb.run_subset(s, subset, jsb.load(subset, 40 * server_util.SAMPLE), 3, 400, 4,
+                                       show_invalid=True, log=out.append)
         print("\n".join(out))
         bad = [r["id"] for r in results if r.get("invalid")]
         check(f"jsonschemabench_{subset}_no_invalid_output", not bad, f"{bad[:5]}")

@@ -51,6 +51,14 @@ static struct {
     int n_samples[MAX_GRAMMARS];
 } C;
 
+/* Every how many grammars and schemas the walks take: $CINFER_TEST_SAMPLE, which tests/run.sh sets for the
+ * sanitizer builds (a sample reaches the same code; the release suite takes them all). */
+static int sample_every(void) {
+    const char *e = getenv("CINFER_TEST_SAMPLE");
+    int k = e ? atoi(e) : 1;
+    return k > 1 ? k : 1;
+}
+
 static const char *root_dir(void) {
     const char *r = getenv("CINFER_ROOT");
     return r ? r : ".";
@@ -343,7 +351,7 @@ TEST(corpus_reachability) {
         struct ci_rng rng;
         ci_rng_seed(&rng, 77 + v);
         int64_t t0 = ci_now_ns();
-        for (int k = 0; k < C.n; k++) {
+        for (int k = 0; k < C.n; k += sample_every()) {
             // The sentences of one grammar share a space (and its mask cache), as the server's requests do.
             struct gram_space *sp = NULL;
             struct ci_err serr = {0};
@@ -418,7 +426,7 @@ TEST(corpus_mask_vs_brute_force) {
         double *mask_us = calloc((size_t)C.n * 8, sizeof *mask_us); // uncached masks' times
         int n_timed = 0;
         uint64_t table_masks = 0, table_ns = 0, table_entries = 0;
-        for (int k = 0; k < C.n; k++) {
+        for (int k = 0; k < C.n; k += sample_every()) {
             struct gram_matcher *m = NULL;
             struct gram_space *sp = NULL;
             struct ci_err err = {0};
@@ -519,9 +527,9 @@ static int64_t timed_mask(struct gram_matcher *m, uint32_t *bits, bool *cached, 
  * front end; on each, two random walks (a random allowed token per step) in one space with the table and one
  * without: at every state the two masks are equal, and every 8th state equals the brute force.  The second
  * walk meets the table entries the first computed (a later request with the same schema).  Times printed per
- * kind.  $CINFER_JSB_EVERY (every K-th schema, default 40), $CINFER_JSB_STEPS (per walk, default 24) and
- * $CINFER_JSB_VOCAB (default StarCoder's 49,152 tokens, SmolLM2's size) widen it into the benchmark of
- * bench/RESULTS.md. */
+ * kind.  $CINFER_JSB_EVERY (every K-th schema, default 40, times $CINFER_TEST_SAMPLE), $CINFER_JSB_STEPS (per
+ * walk, default 24) and $CINFER_JSB_VOCAB (default StarCoder's 49,152 tokens, SmolLM2's size) widen it into
+ * the benchmark of bench/RESULTS.md. */
 TEST(jsonschemabench_masks) {
     const char *dir = getenv("JSONSCHEMABENCH");
     char dbuf[1200];
@@ -529,7 +537,9 @@ TEST(jsonschemabench_masks) {
         snprintf(dbuf, sizeof dbuf, "%s/../shared/data/jsonschemabench", root_dir());
         dir = dbuf;
     }
-    int every = getenv("CINFER_JSB_EVERY") ? atoi(getenv("CINFER_JSB_EVERY")) : 40;
+    int every = (getenv("CINFER_JSB_EVERY") ? atoi(getenv("CINFER_JSB_EVERY")) : 40) * sample_every();
+    if (every < 1)
+        every = 1;
     int steps = getenv("CINFER_JSB_STEPS") ? atoi(getenv("CINFER_JSB_STEPS")) : 24;
     const char *vf =
         getenv("CINFER_JSB_VOCAB") ? getenv("CINFER_JSB_VOCAB") : "ggml-vocab/ggml-vocab-starcoder.gguf";
