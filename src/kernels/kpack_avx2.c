@@ -70,10 +70,11 @@ AI __m256i code4(uint32_t type, const uint8_t *ph, const int k, const int i) {
     const __m256i m0f = _mm256_set1_epi8(0x0f);
     __m256i v = ld(ph + 64 * (8 * (k / 2) + i));
     __m256i u = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(v, 4) : v, m0f);
-    if (type == CI_TYPE_Q5_K) { // bit k of qh vector i is the 5th bit
-        const __m256i bit = _mm256_set1_epi8((char)(1 << k));
-        __m256i hb = _mm256_cmpeq_epi8(_mm256_and_si256(ld(ph + 2048 + 64 * i), bit), bit);
-        u = _mm256_or_si256(u, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+    if (type == CI_TYPE_Q5_K) { // bit k of qh vector i is the 5th bit: moved to bit 4 (16-bit shifts: what
+                                // crosses a byte is masked off)
+        __m256i qh = ld(ph + 2048 + 64 * i);
+        qh = k < 4 ? _mm256_slli_epi16(qh, 4 - k) : k > 4 ? _mm256_srli_epi16(qh, k - 4) : qh;
+        u = _mm256_or_si256(u, _mm256_and_si256(qh, _mm256_set1_epi8(0x10)));
     }
     if (type == CI_TYPE_IQ4_XS)
         u = _mm256_shuffle_epi8(
