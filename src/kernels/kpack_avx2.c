@@ -119,14 +119,13 @@ AI void kp_chunk(const bool xs, const bool flushes, const bool mem, __m256i u, _
 }
 
 /* Sub-block k (and, with pair, k1, whose codes share k's bytes) of NH halves (ph + 32 h) against TN tokens:
- * sumi[h][j] += sc[h][k] sum u x (+ Q6_K's offset term -32 sc_k bsum_k from off6).  Two halves share each
+ * sumi[h][j] += sc[h][k] sum u x (Q6_K's offset term is kp_tile's, once a block).  Two halves share each
  * token's broadcast activation bytes.  Their 8 int16 sums (2 halves x 4 tokens) take half of AVX2's 16
  * registers, so the 8 int32 sums stay in memory (L1), flushed into once per sub-block: held in registers too,
  * they pushed the int16 sums onto the stack, a store and a load at every chunk (measured on Zen 3, 16 tokens
  * against two 2048 x 5632 Q4_K matrices: 0.75-0.88 of the time). */
 AI void kp_sub(uint32_t type, const int TN, const int NH, const bool pair, const uint8_t *ph, const int k,
-               const int k1, const int8_t *const *xb, const int32_t (*off6)[16], const __m256i (*sc)[16],
-               __m256i (*sumi)[4]) {
+               const int k1, const int8_t *const *xb, const __m256i (*sc)[16], __m256i (*sumi)[4]) {
     const bool q6 = type == CI_TYPE_Q6_K, xs = type == CI_TYPE_IQ4_XS;
     const int nch = q6 ? 4 : 8, elems = q6 ? 16 : 32;
     const int flush = type == CI_TYPE_Q4_K ? 8 : type == CI_TYPE_Q5_K ? 4 : 2; // chunks an int16 sum holds
@@ -165,16 +164,6 @@ AI void kp_sub(uint32_t type, const int TN, const int NH, const bool pair, const
                     kp_chunk(xs, flushes, NH == 2, u1[h], v1[h], x1, sc[h][k1], &a1[h][j], &sumi[h][j]);
             }
         }
-    }
-    if (q6) // the codes are the values plus 32: - 32 sc_k bsum_k, as sc_k (-16 bsum_k) twice
-        UNROLL
-    for (int h = 0; h < NH; h++)
-        UNROLL
-    for (int j = 0; j < TN; j++) {
-        sumi[h][j] = _mm256_add_epi32(sumi[h][j], _mm256_madd_epi16(sc[h][k], _mm256_set1_epi32(off6[j][k])));
-        if (pair)
-            sumi[h][j] =
-                _mm256_add_epi32(sumi[h][j], _mm256_madd_epi16(sc[h][k1], _mm256_set1_epi32(off6[j][k1])));
     }
 }
 
@@ -231,7 +220,6 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
         const int8_t *xb[4];
         _Alignas(16)
             int32_t bs[4][4]; // Q4_K, Q5_K: sub-blocks 2e and 2e + 1's activation sums as int16 halves
-        int32_t off6[4][16];  // Q6_K: (-16 bsum_k) in both int16 halves
         UNROLL
         for (int j = 0; j < TN; j++) {
             xb[j] = xt[j] + b * 256;
@@ -243,9 +231,6 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
                     _mm_madd_epi16(_mm_loadu_si128((const __m128i *)(const void *)(s + 8)), ones);
                 _mm_store_si128((__m128i *)(void *)bs[j], _mm_packs_epi32(lo, hi));
             }
-            if (q6)
-                for (int k = 0; k < 16; k++)
-                    off6[j][k] = (int32_t)((uint32_t)(uint16_t)(-16 * s[k]) * 0x10001u);
         }
         UNROLL
         for (int h0 = 0; h0 < 2; h0 += NH) {
@@ -308,8 +293,7 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
                 __m256i(*scp)[16] = sc; // two halves' scales: loaded where used, as kp_sub's sums
                 if (NH == 2)
                     LAUNDER(scp);
-                kp_sub(type, TN, NH, pair, p + 32 * h0, k0, k1, xb, (const int32_t(*)[16])off6,
-                       (const __m256i(*)[16])scp, sumi);
+                kp_sub(type, TN, NH, pair, p + 32 * h0, k0, k1, xb, (const __m256i(*)[16])scp, sumi);
             }
             UNROLL
             for (int h = h0; h < h0 + NH; h++) {
@@ -322,11 +306,30 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
                     _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128(
                                       (const __m128i *)(const void *)(p + d_at + 32 + 16 * h))),
                                   _mm256_set1_ps(-0.0f));
+                __m256i sp6[8]; // Q6_K: the int8 scales of sub-blocks 2e, 2e + 1 as each lane's int16 halves
+                UNROLL
+                for (int e = 0; e < 8 && q6; e++)
+                    sp6[e] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(
+                        _mm_loadl_epi64((const __m128i *)(const void *)(p + 3072 + 32 * e + 8 * h)),
+                        _mm_loadl_epi64((const __m128i *)(const void *)(p + 3072 + 32 * e + 16 + 8 * h))));
                 UNROLL
                 for (int j = 0; j < TN; j++) {
                     const __m256 dx = _mm256_set1_ps(dt[j][b]);
-                    __m256 f = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sumi[h - h0][j]),
-                                               park[2 * j + h]);
+                    __m256i isum = sumi[h - h0][j];
+                    if (q6) { // the codes are the values plus 32: - 32 sum_k sc_k bsum_k, two k a madd (the
+                              // token's bsums are those int16 pairs already; |sum| < 2^23, times 32 fits)
+                        const int16_t *bs16 = st[j] + b * 16;
+                        __m256i off = _mm256_setzero_si256();
+                        UNROLL
+                        for (int e = 0; e < 8; e++) {
+                            int32_t pair_e;
+                            memcpy(&pair_e, bs16 + 2 * e, 4);
+                            off = _mm256_add_epi32(off, _mm256_madd_epi16(sp6[e], _mm256_set1_epi32(pair_e)));
+                        }
+                        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+                    }
+                    __m256 f =
+                        _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum), park[2 * j + h]);
                     if (mins) { // - (dmin dx) summ, summ = sum_k m_k bs_k, two k a madd (m_k < 64, |bs_k| < 2^12)
                         __m256i summ = _mm256_setzero_si256();
                         UNROLL
