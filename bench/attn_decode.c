@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "micro.h" // bench/micro.h, beside this file
 #include "core/threadpool.h"
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
@@ -27,11 +28,6 @@ static double now_us(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
@@ -112,7 +108,7 @@ int main(int argc, char **argv) {
         ci_attention_paged(tp, &a);
         t[i] = now_us() - t0;
     }
-    qsort(t, ITERS, sizeof *t, cmp_double);
+    qsort(t, ITERS, sizeof *t, micro_cmp_double);
     printf("%.1f\n", t[ITERS / 2]);
     ci_threadpool_free(tp);
     free(t);

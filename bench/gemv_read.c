@@ -16,22 +16,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "micro.h" // bench/micro.h, beside this file
 #include "core/mem.h"
 #include "core/rng.h"
 #include "core/threadpool.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 struct read_job {
     const uint8_t *p;
@@ -56,10 +46,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s TYPE N_IN N_OUT M PASSES THREADS [TOKENS]\n", argv[0]);
         return 2;
     }
-    uint32_t type = CI_TYPE_COUNT;
-    for (uint32_t t = 0; t < CI_TYPE_COUNT; t++)
-        if (strcmp(ci_type_name(t), argv[1]) == 0)
-            type = t;
+    const uint32_t type = micro_type(argv[1]);
     const long n_in = atol(argv[2]), n_out = atol(argv[3]);
     const int n_mat = atoi(argv[4]), passes = atoi(argv[5]), n_threads = atoi(argv[6]);
     const int n_tok = argc == 8 ? atoi(argv[7]) : 1;
@@ -109,23 +96,23 @@ int main(int argc, char **argv) {
     double *t_mm = malloc((size_t)passes * sizeof *t_mm), *t_rd = malloc((size_t)passes * sizeof *t_rd);
     struct read_job job = {.n_threads = n_threads};
     for (int p = -1; p < passes; p++) { // pass -1 warms the pages, the TLB and the pool
-        double t0 = now_s();
+        double t0 = micro_now_s();
         for (int m = 0; m < n_mat; m++)
             ci_matmul(tp, &w[m], x, n_tok, y, work);
-        double t1 = now_s();
+        double t1 = micro_now_s();
         for (int m = 0; m < n_mat; m++) {
             job.p = w[m].packed ? w[m].packed : w[m].data;
             job.bytes = w[m].packed ? ci_pack_bytes(&w[m]) : (size_t)w[m].nbytes;
             ci_threadpool_run(tp, read_task, &job, n_threads);
         }
-        double t2 = now_s();
+        double t2 = micro_now_s();
         if (p >= 0) {
             t_mm[p] = t1 - t0;
             t_rd[p] = t2 - t1;
         }
     }
-    qsort(t_mm, (size_t)passes, sizeof *t_mm, cmp_double);
-    qsort(t_rd, (size_t)passes, sizeof *t_rd, cmp_double);
+    qsort(t_mm, (size_t)passes, sizeof *t_mm, micro_cmp_double);
+    qsort(t_rd, (size_t)passes, sizeof *t_rd, micro_cmp_double);
     const double t = t_mm[passes / 2];
     printf(
         "%s %ld x %ld x %d (%.1f MiB), %d threads, %d token%s, median of %d passes: matmul %.3f ms a pass, "

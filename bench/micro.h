@@ -1,0 +1,30 @@
+/* What the microbenchmarks outside the build (attn_decode.c, gemv_read.c, kpack_ab.c) share: a monotonic clock,
+ * the comparison their medians sort by, and a weight type by its name. */
+#ifndef CINFER_BENCH_MICRO_H
+#define CINFER_BENCH_MICRO_H
+
+#include <string.h>
+#include <time.h>
+
+#include "kernels/quant.h"
+
+static inline double micro_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static inline int micro_cmp_double(const void *a, const void *b) { // for qsort of doubles, ascending
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static inline uint32_t micro_type(const char *name) { // CI_TYPE_COUNT when no type is spelled so
+    uint32_t type = CI_TYPE_COUNT;
+    for (uint32_t t = 0; t < CI_TYPE_COUNT; t++)
+        if (strcmp(ci_type_name(t), name) == 0)
+            type = t;
+    return type;
+}
+
+#endif
