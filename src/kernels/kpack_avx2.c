@@ -302,10 +302,12 @@ AI void kp_tile(uint32_t type, const int TN, const struct ci_mm *m, const uint8_
                 __m256i(*mkp)[4] = mk;
                 if (NH == 2)
                     LAUNDER(mkp);
-                const __m256 ndmin = // - dmin: - (dmin dx) = (- dmin) dx exactly
-                    _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128(
-                                      (const __m128i *)(const void *)(p + d_at + 32 + 16 * h))),
-                                  _mm256_set1_ps(-0.0f));
+                // - dmin (- (dmin dx) = (- dmin) dx exactly); only Q4_K and Q5_K have the bytes
+                const __m256 ndmin =
+                    mins ? _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+                                             (const __m128i *)(const void *)(p + d_at + 32 + 16 * h))),
+                                         _mm256_set1_ps(-0.0f))
+                         : _mm256_setzero_ps();
                 __m256i sp6[8]; // Q6_K: the int8 scales of sub-blocks 2e, 2e + 1 as each lane's int16 halves
                 UNROLL
                 for (int e = 0; e < 8 && q6; e++)
