@@ -77,13 +77,7 @@ int main(int argc, char **argv) {
                 row[i] = (float)ci_rng_f64(&rng) - 0.5f;
             ci_quantize_row(type, row, d + (size_t)r * row_bytes, n_in);
         }
-        w[m] = (struct ci_tensor){.name = "w",
-                                  .type = type,
-                                  .n_dims = 2,
-                                  .ne = {n_in, n_out, 1, 1},
-                                  .row_bytes = row_bytes,
-                                  .nbytes = row_bytes * (uint64_t)n_out,
-                                  .data = d};
+        w[m] = micro_matrix(type, n_in, n_out, row_bytes, d);
         size_t pb = ci_pack_bytes(&w[m]);
         if (pb) { // decode reads the packed copy, as a loaded model does
             void *p = ci_malloc_aligned(pb);

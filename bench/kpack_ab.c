@@ -73,13 +73,7 @@ int main(int argc, char **argv) {
     for (int m = 0; m < n_mat; m++) {
         uint8_t *d = ci_malloc_aligned(row_bytes * (size_t)n_out);
         memcpy(d, q, row_bytes * (size_t)n_out);
-        w[m] = (struct ci_tensor){.name = "w",
-                                  .type = type,
-                                  .n_dims = 2,
-                                  .ne = {n_in, n_out, 1, 1},
-                                  .row_bytes = row_bytes,
-                                  .nbytes = row_bytes * (uint64_t)n_out,
-                                  .data = d};
+        w[m] = micro_matrix(type, n_in, n_out, row_bytes, d);
         void *p = ci_malloc_aligned(ci_pack_bytes(&w[m]));
         ci_pack(&w[m], p);
         w[m].packed = p;

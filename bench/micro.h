@@ -1,5 +1,5 @@
 /* What the microbenchmarks outside the build (attn_decode.c, gemv_read.c, kpack_ab.c) share: a monotonic clock,
- * the comparison their medians sort by, and a weight type by its name. */
+ * the comparison their medians sort by, a weight type by its name and a weight matrix over quantized rows. */
 #ifndef CINFER_BENCH_MICRO_H
 #define CINFER_BENCH_MICRO_H
 
@@ -25,6 +25,17 @@ static inline uint32_t micro_type(const char *name) { // CI_TYPE_COUNT when no t
         if (strcmp(ci_type_name(t), name) == 0)
             type = t;
     return type;
+}
+
+static inline struct ci_tensor micro_matrix(uint32_t type, long n_in, long n_out, uint64_t row_bytes,
+                                            void *rows) {
+    return (struct ci_tensor){.name = "w",
+                              .type = type,
+                              .n_dims = 2,
+                              .ne = {n_in, n_out, 1, 1},
+                              .row_bytes = row_bytes,
+                              .nbytes = row_bytes * (uint64_t)n_out,
+                              .data = rows};
 }
 
 #endif
